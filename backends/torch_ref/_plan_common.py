@@ -1,0 +1,121 @@
+"""The plan's two stages, shared by plan, plan_offsets and plan_entries.
+
+Slot reads follow one rule everywhere: ``req_to_token[rp, pos]`` outside the tensor reads INVALID_SLOT; a
+value below 0 passes the full→SWA translation unchanged (INVALID_SLOT included); a value at or past the
+LUT's length translates to INVALID_SLOT (never clamped to a wrong but valid slot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
+
+
+def read_slot(req_to_token: torch.Tensor, lut: torch.Tensor | None, rp: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    rows, cols = req_to_token.shape
+    ok = (rp >= 0) & (rp < rows) & (pos >= 0) & (pos < cols)
+    flat = torch.where(ok, rp * cols + pos, 0)
+    raw = torch.where(ok, req_to_token.reshape(-1)[flat].to(torch.int64), INVALID_SLOT)
+    if lut is None:
+        return raw
+    n = lut.shape[0]
+    inside = (raw >= 0) & (raw < n)
+    looked = lut[torch.where(inside, raw, 0)]
+    return torch.where(raw < 0, raw, torch.where(inside, looked, INVALID_SLOT))
+
+
+def window_start(prefix_lens: torch.Tensor, swa_window_size: int) -> torch.Tensor:
+    if swa_window_size > 0:
+        return (prefix_lens - swa_window_size).clamp(min=0)
+    return torch.zeros_like(prefix_lens)
+
+
+@dataclass
+class Offsets:
+    verify_exclusive: torch.Tensor  # [bs]
+    verify_total: torch.Tensor  # [1]
+    write_exclusive: torch.Tensor  # [bs]
+    write_total: torch.Tensor  # [1]
+    seeds: torch.Tensor  # [bs]
+    num_valid: torch.Tensor  # [1] int32
+    enable: torch.Tensor  # [1] int32
+
+
+def offsets_stage(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    lut: torch.Tensor | None,
+    swa_window_size: int,
+    verify_capacity: int,
+) -> Offsets:
+    active = req_pool_indices != REQ_POOL_IDX_PADDING
+    ws = window_start(prefix_lens, swa_window_size)
+    vlen = torch.where(active, (prefix_lens - ws).clamp(min=0), 0)
+    wlen = torch.where(active, extend_seq_lens.clamp(min=0), 0)
+    vinc = torch.cumsum(vlen, 0)
+    winc = torch.cumsum(wlen, 0)
+    vtot = vlen.sum().reshape(1)
+    wtot = wlen.sum().reshape(1)
+    has_seed = active & (prefix_lens > 0) & (wlen > 0)
+    seed = read_slot(req_to_token, lut, req_pool_indices, prefix_lens - 1)
+    overflow = vtot > verify_capacity
+    return Offsets(
+        verify_exclusive=vinc - vlen,
+        verify_total=vtot,
+        write_exclusive=winc - wlen,
+        write_total=wtot,
+        seeds=torch.where(has_seed, seed, -1),
+        num_valid=torch.where(overflow, verify_capacity, vtot).to(torch.int32),
+        enable=torch.where(overflow, 0, 1).to(torch.int32),
+    )
+
+
+def entries_stage(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    lut: torch.Tensor | None,
+    swa_window_size: int,
+    offsets: torch.Tensor,  # [bs] exclusive verify offsets
+    total: torch.Tensor,  # [1]
+    enable: torch.Tensor,  # [1]
+    pool: torch.Tensor | None,
+    valid_lens: torch.Tensor | None,
+    token_offset: int,
+    out_slots: torch.Tensor,
+    out_tokens: torch.Tensor,
+    out_positions: torch.Tensor,
+    out_prev: torch.Tensor,
+) -> None:
+    """Entries ``e < min(total, capacity)`` (none when ``enable == 0``); later entries keep their values."""
+    cap = out_slots.shape[0]
+    bs = req_pool_indices.shape[0]
+    if cap == 0 or bs == 0:
+        return
+    dev = out_slots.device
+    e = torch.arange(cap, device=dev)
+    live = (e < total) & (enable != 0)
+    r = (torch.searchsorted(offsets.contiguous(), e, right=True) - 1).clamp(0, bs - 1)
+    rp = req_pool_indices[r]
+    pos = window_start(prefix_lens, swa_window_size)[r] + (e - offsets[r])
+    slot = read_slot(req_to_token, lut, rp, pos)
+    prev = torch.where(pos > 0, read_slot(req_to_token, lut, rp, pos - 1), -1)
+    if pool is not None:
+        assert valid_lens is not None
+        prow, pcol = pool.shape
+        q = pos + token_offset
+        ok = (q >= 0) & (q < valid_lens[r]) & (q < pcol) & (rp >= 0) & (rp < prow)
+        tok = torch.where(ok, pool.reshape(-1)[torch.where(ok, rp * pcol + q, 0)].to(torch.int64), -1)
+    else:
+        tok = torch.full_like(e, -1)
+    out_slots.copy_(torch.where(live, slot, out_slots))
+    out_prev.copy_(torch.where(live, prev, out_prev))
+    out_positions.copy_(torch.where(live, pos, out_positions))
+    out_tokens.copy_(torch.where(live, tok, out_tokens))

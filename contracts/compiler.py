@@ -1,0 +1,669 @@
+"""Compile a contract's specs and rules into one generated Python checker function.
+
+The checker takes the launcher's keyword arguments, runs every check in phase order with plain ``if``
+statements (no per-call allocation beyond what the ``if``s need, no reads of tensor *values*: only dtype,
+shape, strides and device), and returns the device the launch runs on. On the first failing check it calls
+``_fail``, which renders that check's message from the checker's locals and raises its ContractError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union, get_args, get_origin
+
+import torch
+
+from contracts import checks as ph
+from contracts.checks import Check
+from contracts.errors import ContractDefinitionError, ContractError
+from contracts.expr import Expr
+from contracts.family import Family
+from contracts.rules import AllOrNone, ForbiddenUnless, RequiredIf, RequiredWhen, Rule
+from contracts.rules import Relation as RelationRule
+from contracts.specs import Dim, ItemsArg, ScalarArg, Spec, StructArg, TensorArg
+
+Checker = Callable[..., "torch.device | None"]
+
+
+@dataclass(eq=False)
+class Node:
+    """One argument, or one attribute of an argument, in the tree the checker walks."""
+
+    path: str
+    label: str
+    local: str
+    spec: Spec
+    optional: bool
+    guard: str | None
+    pytype: type | tuple[type, ...] | None
+    loop: Node | None = None
+    loop_var: str = ""
+    children: list[Node] = field(default_factory=list)
+    order: int = 0
+    parent_guard: str | None = None
+
+
+@dataclass(eq=False)
+class Step:
+    phase: int
+    order: int
+    loop: Node | None
+    lines: list[str]
+
+
+@dataclass
+class Compiled:
+    """What compiling a contract produced: the checker and the checks it runs (in run order)."""
+
+    checker: Checker
+    checks: list[Check]
+    source: str
+    nodes: list[Node]
+    symbols: dict[str, str]  # symbol -> "label.shape[i]" of its binder
+
+
+def _type_name(t: type | tuple[type, ...] | None) -> str:
+    if t is None:
+        return "object"
+    if isinstance(t, tuple):
+        return " or ".join(_type_name(x) for x in t)
+    if t is torch.Tensor:
+        return "a torch.Tensor"
+    if t in (bool, int, float, str):
+        return t.__name__
+    return f"a {t.__name__}"
+
+
+def _is_optional(annotation: Any) -> tuple[Any, bool]:
+    args = get_args(annotation)
+    if get_origin(annotation) is typing.Annotated:
+        return _is_optional(args[0])
+    if (get_origin(annotation) is Union or type(annotation).__name__ == "UnionType") and type(None) in args:
+        rest = tuple(a for a in args if a is not type(None))
+        return (rest[0] if len(rest) == 1 else rest), True
+    return annotation, False
+
+
+class _Compiler:
+    def __init__(
+        self,
+        *,
+        name: str,
+        family: Family,
+        fields: Sequence[tuple[str, Any, Spec, str]],
+        rules: Sequence[Rule],
+        constants: Mapping[str, object],
+        device_key: str | None,
+    ) -> None:
+        self.name = name
+        self.family = family
+        self.fields = fields
+        self.rules = rules
+        self.constants = dict(constants)
+        self.device_key = device_key
+        self.env: dict[str, object] = {"_Tensor": torch.Tensor, "_lbl": _label}
+        self.checks: list[Check] = []
+        self.steps: list[Step] = []
+        self.nodes: list[Node] = []
+        self.by_label: dict[str, Node] = {}
+        self.by_path: dict[str, Node] = {}
+        self.top_names: dict[str, str] = {}
+        self.symbols: dict[str, str] = {}  # name -> binder description
+        self.maybe_symbols: set[str] = set()
+        self.bound: set[str] = set()
+        self.order = itertools.count()
+        self.uid = itertools.count()
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def const(self, obj: object, hint: str = "c") -> str:
+        for k, v in self.env.items():
+            if v is obj and k.startswith(f"_{hint}"):
+                return k
+        key = f"_{hint}{next(self.uid)}"
+        self.env[key] = obj
+        return key
+
+    def add_check(self, check: Check, fail_cond: str, node: Node | None, phase: int, guard: str | None) -> None:
+        idx = len(self.checks)
+        self.checks.append(check)
+        cond = fail_cond if not guard else f"({guard}) and {fail_cond}"
+        self.steps.append(
+            Step(phase, node.order if node else next(self.order), node.loop if node else None,
+                 [f"if {cond}: _fail({idx}, locals())"])
+        )
+
+    def add_lines(self, phase: int, node: Node | None, lines: list[str], order: int | None = None) -> None:
+        o = order if order is not None else (node.order if node else next(self.order))
+        self.steps.append(Step(phase, o, node.loop if node else None, lines))
+
+    def label_src(self, node: Node) -> str:
+        if node.loop is None:
+            return repr(node.label)
+        return f"_lbl({node.label!r}, {node.loop.loop_var})"
+
+    def make_check(self, node: Node | None, kind: str, slug: str, phase: int, template: str, summary: str,
+                   why: str = "", fix: str = "", error: type[ContractError] | None = None,
+                   subject: object = None, info: Mapping[str, object] | None = None,
+                   fmt: dict[str, str] | None = None, arguments: tuple[str, ...] | None = None,
+                   origin: str | None = None) -> Check:
+        kd_why, kd_fix = self.family.kind_doc(kind)
+        spec_err: type[ContractError] | None = None
+        if node is not None and isinstance(node.spec, TensorArg):
+            spec_err = node.spec.errors.get(kind)
+        base_fmt = {"name": self.label_src(node)} if node is not None else {}
+        base_fmt.update(fmt or {})
+        return Check(
+            contract=self.name,
+            kind=kind,
+            slug=slug,
+            phase=phase,
+            arguments=arguments if arguments is not None else ((node.label,) if node else ()),
+            template=template,
+            summary=summary.replace("{i}", "i"),
+            why=why or kd_why,
+            fix=fix or kd_fix,
+            error=error or spec_err or ContractError,
+            origin=origin or (getattr(node.spec, "origin", "") if node else ""),
+            subject=subject if subject is not None else (node.spec if node else None),
+            field_path=node.path if node else None,
+            info=dict(info or {}),
+            fmt=base_fmt,
+        )
+
+    # -- tree ---------------------------------------------------------------------------------------
+    def build(self) -> None:
+        for fname, annotation, spec, doc in self.fields:
+            base, optional = _is_optional(annotation)
+            if spec.optional is not None:
+                optional = spec.optional
+            if not (doc or spec.doc):
+                raise ContractDefinitionError(
+                    f"{self.name}.{fname} needs a description (Field(description=...) or doc=): "
+                    "the error catalog prints it"
+                )
+            label = spec.label or fname
+            pytype = self._pytype(spec, base)
+            node = Node(fname, label, fname, spec, optional, f"{fname} is not None" if optional else None, pytype,
+                        order=next(self.order))
+            self.top_names[fname] = fname
+            self._register(node)
+            self._children(node)
+
+    def _pytype(self, spec: Spec, base: Any) -> type | tuple[type, ...] | None:
+        if isinstance(spec, TensorArg):
+            return torch.Tensor
+        if isinstance(spec, StructArg):
+            return spec.type
+        if isinstance(spec, ItemsArg):
+            return (tuple, list)
+        if isinstance(spec, ScalarArg):
+            return spec.type
+        return base if isinstance(base, type) else None
+
+    def _register(self, node: Node) -> None:
+        self.nodes.append(node)
+        self.by_path[node.path] = node
+        self.by_label[node.label.replace("{i}", "")] = node
+        self.by_label.setdefault(node.path, node)
+
+    def _children(self, node: Node) -> None:
+        spec = node.spec
+        if isinstance(spec, StructArg):
+            prefix = spec.prefix if spec.prefix is not None else f"{node.label}."
+            for attr, child_spec in spec.fields.items():
+                if not child_spec.doc:
+                    raise ContractDefinitionError(f"{self.name}: {node.path}.{attr} needs doc=")
+                opt = bool(child_spec.optional)
+                local = f"{node.local}__{attr}"
+                guard_parts = [g for g in (node.guard, f"{local} is not None" if opt else None) if g]
+                child = Node(
+                    f"{node.path}.{attr}", child_spec.label or f"{prefix}{attr}", local, child_spec, opt,
+                    " and ".join(guard_parts) or None, self._pytype(child_spec, object), loop=node.loop,
+                    order=next(self.order), parent_guard=node.guard,
+                )
+                child.loop_var = node.loop_var
+                node.children.append(child)
+                self._register(child)
+                self._children(child)
+        elif isinstance(spec, ItemsArg):
+            var = f"_i{next(self.uid)}"
+            item = Node(f"{node.path}[]", f"{node.label}[{{i}}]", f"{node.local}__item", spec.item, False, None,
+                        spec.item.type, loop=None, order=next(self.order))
+            item.loop = node  # the items node owns the loop
+            item.loop_var = var
+            node.loop_var = var
+            node.children.append(item)
+            self._register(item)
+            # children of the item live inside the loop
+            self._item_children(item, node)
+
+    def _item_children(self, item: Node, owner: Node) -> None:
+        spec = item.spec
+        assert isinstance(spec, StructArg)
+        for attr, child_spec in spec.fields.items():
+            if not child_spec.doc:
+                raise ContractDefinitionError(f"{self.name}: {item.path}.{attr} needs doc=")
+            child = Node(f"{item.path}.{attr}", child_spec.label or f"{item.label}.{attr}", f"{item.local}__{attr}",
+                         child_spec, False, None, self._pytype(child_spec, object), loop=owner,
+                         order=next(self.order))
+            child.loop_var = owner.loop_var
+            item.children.append(child)
+            self._register(child)
+
+    # -- expression scope ---------------------------------------------------------------------------
+    def scope(self, struct: Node | None = None) -> dict[str, str]:
+        mapping: dict[str, str] = {}
+        for name, const in self.constants.items():
+            mapping[name] = self.const(const, "k")
+        mapping.update({s: f"s_{s}" for s in self.symbols})
+        mapping.update(self.top_names)
+        if struct is not None:
+            for child in struct.children:
+                mapping[child.path.rsplit(".", 1)[1]] = child.local
+        return mapping
+
+    # -- per-node checks ----------------------------------------------------------------------------
+    def emit_node(self, node: Node) -> None:
+        spec = node.spec
+        guard = node.guard
+        # type
+        tname = _type_name(node.pytype)
+        tconst = self.const(node.pytype, "t")
+        fail = f"not isinstance({node.local}, {tconst})"
+        if node.optional:
+            fail = f"{node.local} is not None and {fail}"
+        type_guard = node.parent_guard
+        template = self.family.template("type", spec.messages)
+        self.add_check(
+            self.make_check(node, "type", f"{self._slug(node)}:type", ph.TYPE, template,
+                            f"{node.label} must be {tname}" + (" or None" if node.optional else ""),
+                            info={"expected_type": tname},
+                            fmt={"expected_type": repr(tname), "type": f"type({node.local}).__name__"}),
+            fail, node, ph.TYPE, type_guard,
+        )
+        # children loads right after the type check (TYPE phase, same order slot)
+        if isinstance(spec, StructArg):
+            loads = []
+            for child in node.children:
+                attr = child.path.rsplit(".", 1)[1]
+                if node.optional:
+                    loads.append(f"{child.local} = {node.local}.{attr} if {node.local} is not None else None")
+                else:
+                    loads.append(f"{child.local} = {node.local}.{attr}")
+            self.add_lines(ph.TYPE, node, loads)
+        if isinstance(spec, TensorArg):
+            self._tensor(node, guard)
+        elif isinstance(spec, ItemsArg):
+            self._items(node, guard)
+
+    def _slug(self, node: Node) -> str:
+        return node.label.replace("{i}", "")
+
+    def _tensor(self, node: Node, guard: str | None) -> None:
+        spec = node.spec
+        assert isinstance(spec, TensorArg)
+        v = node.local
+        slug = self._slug(node)
+        msgs = spec.messages
+        if spec.contiguous:
+            self.add_check(
+                self.make_check(node, "contiguous", f"{slug}:contiguous", ph.CONTIGUOUS,
+                                self.family.template("contiguous", msgs), f"{node.label} must be contiguous",
+                                fmt={"shape": f"tuple({v}.shape)", "stride": f"tuple({v}.stride())"}),
+                f"not {v}.is_contiguous()", node, ph.CONTIGUOUS, guard,
+            )
+        if spec.dtypes:
+            expected = " or ".join(str(d) for d in spec.dtypes)
+            if len(spec.dtypes) == 1:
+                fail = f"{v}.dtype is not {self.const(spec.dtypes[0], 'd')}"
+            else:
+                fail = f"{v}.dtype not in {self.const(frozenset(spec.dtypes), 'd')}"
+            self.add_check(
+                self.make_check(node, "dtype", f"{slug}:dtype", ph.DTYPE, self.family.template("dtype", msgs),
+                                f"{node.label} must have dtype {expected}",
+                                info={"dtypes": spec.dtypes},
+                                fmt={"expected": repr(expected), "actual": f"str({v}.dtype)"}),
+                fail, node, ph.DTYPE, guard,
+            )
+        dims = spec.dims
+        shape_fmt = {"shape": f"tuple({v}.shape)", "ndim": f"{v}.dim()"}
+        if dims is not None:
+            rank = len(dims)
+            self.add_check(
+                self.make_check(node, "rank", f"{slug}:rank", ph.RANK, self.family.template("rank", msgs),
+                                f"{node.label} must be {rank}-D", info={"rank": rank},
+                                fmt={**shape_fmt, "rank": repr(rank)}),
+                f"{v}.dim() != {rank}", node, ph.RANK, guard,
+            )
+            for i, dim in enumerate(dims):
+                self._dim(node, guard, i, dim, rank)
+        elif spec.min_rank is not None:
+            self.add_check(
+                self.make_check(node, "min_rank", f"{slug}:min_rank", ph.RANK, self.family.template("min_rank", msgs),
+                                f"{node.label} must be at least {spec.min_rank}-D", info={"rank": spec.min_rank},
+                                fmt={**shape_fmt, "rank": repr(spec.min_rank)}),
+                f"{v}.dim() < {spec.min_rank}", node, ph.RANK, guard,
+            )
+
+    def _dim(self, node: Node, guard: str | None, i: int, dim: Dim, rank: int) -> None:
+        spec = node.spec
+        assert isinstance(spec, TensorArg)
+        v = node.local
+        msgs = spec.messages
+        size = f"{v}.shape[{i}]"
+        slug = f"{self._slug(node)}:size[{i}]" if rank > 1 else f"{self._slug(node)}:size"
+        nd = "" if rank == 1 else "_nd"
+        base_fmt = {"actual": size, "dim": repr(i), "shape": f"tuple({v}.shape)"}
+        if dim.kind == "any":
+            return
+        if dim.kind == "const":
+            self.add_check(
+                self.make_check(node, "size", slug, ph.SIZE, self.family.template("size" + nd, msgs),
+                                f"{node.label}.shape[{i}] must be {dim.value}", info={"dim": i, "expr": dim.text},
+                                fmt={**base_fmt, "expected": repr(dim.value)}),
+                f"{size} != {dim.value}", node, ph.SIZE, guard,
+            )
+            return
+        assert dim.expr is not None
+        if dim.kind == "symbol":
+            sym, off = dim.expr.simple_symbol  # type: ignore[misc]
+            if sym in self.top_names or sym in self.constants:
+                self._expr_dim(node, guard, i, dim, nd, slug, base_fmt)
+                return
+            local = f"s_{sym}"
+            binder = f"{node.label}.shape[{i}]"
+            value = f"{size} - {off}" if off > 0 else (f"{size} + {-off}" if off < 0 else size)
+            expect = f"{local} + {off}" if off > 0 else (f"{local} - {-off}" if off < 0 else local)
+            if sym not in self.symbols:
+                self.symbols[sym] = binder
+                if node.optional or node.guard or node.loop is not None:
+                    self.maybe_symbols.add(sym)
+                    self.add_lines(ph.SIZE, node, [f"if {guard or 'True'}: {local} = {value}"])
+                else:
+                    self.add_lines(ph.SIZE, node, [f"{local} = {value}"])
+                    self.bound.add(sym)
+                return
+            fmt = {**base_fmt, "expected": expect, "symbol": repr(sym), "binder": repr(self.symbols[sym])}
+            check = self.make_check(node, "size", slug, ph.SIZE, self.family.template("size" + nd, msgs),
+                                    f"{node.label}.shape[{i}] must equal {dim.text}",
+                                    info={"dim": i, "expr": dim.text, "symbol": sym, "binder": self.symbols[sym]},
+                                    fmt=fmt)
+            if sym in self.bound:
+                self.add_check(check, f"{size} != {expect}", node, ph.SIZE, guard)
+            else:
+                self.add_check(check, f"{local} is not None and {size} != {expect}", node, ph.SIZE, guard)
+                if not (node.optional or node.guard or node.loop is not None):
+                    self.add_lines(ph.SIZE, node, [f"if {local} is None: {local} = {value}"])
+                    self.bound.add(sym)
+                else:
+                    self.add_lines(ph.SIZE, node, [f"if ({guard or 'True'}) and {local} is None: {local} = {value}"])
+            return
+        self._expr_dim(node, guard, i, dim, nd, slug, base_fmt)
+
+    def _expr_dim(self, node: Node, guard: str | None, i: int, dim: Dim, nd: str, slug: str,
+                  base_fmt: dict[str, str]) -> None:
+        spec = node.spec
+        assert isinstance(spec, TensorArg) and dim.expr is not None
+        for n in dim.expr.names:
+            if n in self.symbols and n not in self.bound:
+                raise ContractDefinitionError(
+                    f"{self.name}: {node.label} uses symbol {n!r} before a required tensor binds it"
+                )
+        src = dim.expr.compile(self.scope())
+        size = f"{node.local}.shape[{i}]"
+        if dim.kind == "min":
+            fmt = {**base_fmt, "minimum": src}
+            self.add_check(
+                self.make_check(node, "min_size", slug, ph.SIZE, self.family.template("min_size" + nd, spec.messages),
+                                f"{node.label}.shape[{i}] must be >= {dim.text[2:].strip()}",
+                                info={"dim": i, "expr": dim.text}, fmt=fmt),
+                f"{size} < {src}", node, ph.SIZE, guard,
+            )
+        else:
+            fmt = {**base_fmt, "expected": src}
+            self.add_check(
+                self.make_check(node, "size", slug, ph.SIZE, self.family.template("size" + nd, spec.messages),
+                                f"{node.label}.shape[{i}] must equal {dim.text}",
+                                info={"dim": i, "expr": dim.text}, fmt=fmt),
+                f"{size} != {src}", node, ph.SIZE, guard,
+            )
+
+    def _items(self, node: Node, guard: str | None) -> None:
+        spec = node.spec
+        assert isinstance(spec, ItemsArg)
+        item = node.children[0]
+        v = node.local
+        if spec.max_len is not None:
+            self.add_check(
+                self.make_check(node, "max_len", f"{self._slug(node)}:max_len", ph.PRESENCE,
+                                self.family.template("max_len", spec.messages),
+                                f"{node.label} holds at most {spec.max_len} entries",
+                                info={"max_len": spec.max_len},
+                                fmt={"max_len": repr(spec.max_len), "actual": f"len({v})"}),
+                f"len({v}) > {spec.max_len}", node, ph.PRESENCE, guard,
+            )
+        # item type check and item children
+        tconst = self.const(item.pytype, "t")
+        tname = _type_name(item.pytype)
+        self.add_check(
+            self.make_check(item, "type", f"{self._slug(item)}:type", ph.TYPE,
+                            self.family.template("type", item.spec.messages), f"each {item.label} must be {tname}",
+                            info={"expected_type": tname},
+                            fmt={"expected_type": repr(tname), "type": f"type({item.local}).__name__"}),
+            f"not isinstance({item.local}, {tconst})", item, ph.TYPE, None,
+        )
+        for child in item.children:
+            self.emit_node(child)
+        for rule in getattr(item.spec, "rules", ()):
+            self.emit_rule(rule, struct=item)
+
+    # -- rules --------------------------------------------------------------------------------------
+    def _node(self, name: str, rule: Rule) -> Node:
+        node = self.by_label.get(name) or self.by_path.get(name)
+        if node is None:
+            raise ContractDefinitionError(f"{self.name}: rule at {rule.origin} names unknown argument {name!r}")
+        return node
+
+    def emit_rule(self, rule: Rule, struct: Node | None = None) -> None:
+        why, fix = rule.why, rule.fix
+        loop_owner = struct.loop if struct is not None else None
+        fake = None
+        if loop_owner is not None:
+            assert struct is not None
+            fake = Node(struct.path, struct.label, struct.local, struct.spec, False, None, None, loop=loop_owner,
+                        loop_var=loop_owner.loop_var, order=struct.order)
+        if isinstance(rule, (AllOrNone, RequiredIf, ForbiddenUnless, RequiredWhen)):
+            nodes = [self._node(f, rule) for f in rule.fields]
+            names = ", ".join(n.label for n in nodes)
+            present = [f"{n.local} is not None" for n in nodes]
+            missing_fmt = "', '.join(n for n, v in ((%s)) if v is None) or '-'" % ", ".join(
+                f"({n.label!r}, {n.local})" for n in nodes)
+            given_fmt = "', '.join(n for n, v in ((%s)) if v is not None) or '-'" % ", ".join(
+                f"({n.label!r}, {n.local})" for n in nodes)
+            fmt = {"names": repr(names), "missing": missing_fmt, "given": given_fmt}
+            if isinstance(rule, AllOrNone):
+                fail = f"len({{{', '.join(p for p in present)}}}) > 1"
+                summary = f"{names} are given together or not at all"
+                kind = "all_or_none"
+            elif isinstance(rule, RequiredIf):
+                flag = self._node(rule.flag, rule)
+                fail = f"{flag.local} and not ({' and '.join(present)})"
+                summary = f"{flag.label}=True requires {names}"
+                fmt["flag"] = repr(flag.label)
+                kind = "required_if"
+            elif isinstance(rule, ForbiddenUnless):
+                flag = self._node(rule.flag, rule)
+                fail = f"not {flag.local} and ({' or '.join(present)})"
+                summary = f"{names} must be None when {flag.label}=False"
+                fmt["flag"] = repr(flag.label)
+                kind = "forbidden_unless"
+            else:
+                cond = rule.condition.compile(self.scope())
+                fail = f"{cond} and not ({' and '.join(present)})"
+                summary = f"{names} required when {rule.when}"
+                fmt["when"] = repr(rule.when)
+                kind = "required_when"
+            template = rule.message or self.family.template(kind)
+            for extra, src in rule.values.items():
+                fmt[extra] = Expr.parse(src).compile(self.scope())
+            check = self.make_check(None, kind, rule.slug, ph.PRESENCE, template, summary, why, fix,
+                                    rule.error, rule, info={"rule": rule}, fmt=fmt,
+                                    arguments=rule.arguments, origin=rule.origin)
+            self.add_check(check, fail, None, ph.PRESENCE, None)
+            return
+        if isinstance(rule, RelationRule):
+            scope = self.scope(struct)
+            cond = rule.condition.compile(scope)
+            guard = rule.guard.compile(scope) if rule.guard is not None else None
+            names = set(rule.condition.names) | (rule.guard.names if rule.guard else set())
+            uses_symbols = any(n in self.symbols for n in names)
+            uses_tensors = struct is not None or any(
+                isinstance(self.by_path[n].spec, (TensorArg, ItemsArg, StructArg)) for n in names if n in self.by_path
+            )
+            phase = ph.RELATION if (uses_symbols or uses_tensors) else ph.SCALAR
+            fmt: dict[str, str] = {n: scope[n] for n in names if n in scope}
+            for sym in self.symbols:
+                if sym in scope and f"s_{sym}" == scope[sym]:
+                    fmt.setdefault(sym, scope[sym])
+            for extra, src in rule.values.items():
+                fmt[extra] = Expr.parse(src).compile(scope)
+            if fake is not None:
+                fmt["i"] = fake.loop_var
+            args = rule.arguments
+            if struct is not None:
+                args = tuple(
+                    (f"{struct.label}.{a}" if a in scope and scope[a].startswith(struct.local + "__") else a)
+                    for a in args
+                )
+            check = self.make_check(fake, "relation", (f"{self._slug(struct)}:" if struct else "") + rule.slug,
+                                    phase, rule.message, f"requires `{rule.require}`"
+                                    + (f" when `{rule.when}`" if rule.when else ""),
+                                    why, fix, rule.error, rule, info={"rule": rule, "struct": struct},
+                                    fmt=fmt, arguments=args, origin=rule.origin)
+            if fake is None:
+                check.fmt.pop("name", None)
+            fail = f"not {cond}"
+            self.add_check(check, fail, fake, phase, guard)
+            return
+        raise ContractDefinitionError(f"unsupported rule {rule!r}")  # pragma: no cover
+
+    # -- device -------------------------------------------------------------------------------------
+    def emit_device(self) -> None:
+        if self.device_key is None:
+            return
+        key = self.by_label.get(self.device_key) or self.by_path.get(self.device_key)
+        if key is None or not isinstance(key.spec, TensorArg) or key.optional or key.loop is not None:
+            raise ContractDefinitionError(f"{self.name}: device_key {self.device_key!r} must name a required tensor")
+        self.add_lines(ph.DEVICE, None, [f"_dev = {key.local}.device"], order=-1)
+        for node in self.nodes:
+            spec = node.spec
+            if node is key or not isinstance(spec, TensorArg) or not spec.same_device:
+                continue
+            self.add_check(
+                self.make_check(node, "device", f"{self._slug(node)}:device", ph.DEVICE,
+                                self.family.template("device", spec.messages),
+                                f"{node.label} must be on the same device as {key.label}",
+                                info={"reference": key.label},
+                                fmt={"device": f"str({node.local}.device)", "reference_name": repr(key.label),
+                                     "reference_device": "str(_dev)"}),
+                f"{node.local}.device != _dev", node, ph.DEVICE, node.guard,
+            )
+
+    # -- assembly -----------------------------------------------------------------------------------
+    def compile(self) -> Compiled:
+        self.build()
+        for node in list(self.nodes):
+            if node.loop is None and not node.path.endswith("[]"):
+                self.emit_node(node)
+        for node in list(self.nodes):
+            if isinstance(node.spec, StructArg) and node.loop is None:
+                for rule in node.spec.rules:
+                    self.emit_rule(rule, struct=node)
+        for rule in self.rules:
+            self.emit_rule(rule)
+        self.emit_device()
+        source = self.assemble()
+        code = compile(source, f"<contract {self.name}>", "exec")
+        checks = self.checks
+        family = self.family
+        env = self.env
+        compiled_fmt: list[dict[str, Any]] = []
+        for check in checks:
+            compiled_fmt.append({k: compile(src, f"<fmt {check.slug}:{k}>", "eval") for k, src in check.fmt.items()})
+
+        def _fail(idx: int, scope: dict[str, Any]) -> typing.NoReturn:
+            check = checks[idx]
+            values: dict[str, Any] = {}
+            for k, c in compiled_fmt[idx].items():
+                try:
+                    values[k] = eval(c, env, scope)
+                except Exception as exc:  # pragma: no cover - a broken template must still raise
+                    values[k] = f"<{k}: {exc}>"
+            message = family.prefix + check.template.format_map(_Missing(values))
+            pointer = family.pointer.format(code=check.code or "?", contract=check.contract,
+                                            summary=check.summary, slug=check.slug)
+            notes: tuple[str, ...] = ()
+            if "symbol" in check.info and "binder" in check.info:
+                sym = check.info["symbol"]
+                notes = (f"  ({sym}={scope.get(f's_{sym}')} was bound by {check.info['binder']})",)
+            raise check.error(message, code=check.code or "?", contract=check.contract, check=check,
+                              pointer=pointer, details=values, notes=notes)
+
+        env["_fail"] = _fail
+        namespace: dict[str, Any] = env
+        exec(code, namespace)
+        checker = typing.cast(Checker, namespace["_check"])
+        return Compiled(checker, checks, source, self.nodes, dict(self.symbols))
+
+    def assemble(self) -> str:
+        params = ", ".join(name for name, *_ in self.fields)
+        lines = [f"def _check(*, {params}):"]
+        for sym in self.symbols:
+            lines.append(f"    s_{sym} = None")
+        steps = sorted(self.steps, key=lambda s: (s.phase, s.order))
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if step.loop is None:
+                lines.extend("    " + ln for ln in step.lines)
+                i += 1
+                continue
+            owner = step.loop
+            item = owner.children[0]
+            seq = f"({owner.local} or ())" if owner.optional else owner.local
+            lines.append(f"    for {owner.loop_var}, {item.local} in enumerate({seq}):")
+            lines.extend(
+                f"        {c.local} = getattr({item.local}, {c.path.rsplit('.', 1)[1]!r}, None)"
+                for c in item.children
+            )
+            while i < len(steps) and steps[i].loop is owner:
+                lines.extend("        " + ln for ln in steps[i].lines)
+                i += 1
+        lines.append("    return _dev" if self.device_key else "    return None")
+        return "\n".join(lines) + "\n"
+
+
+class _Missing(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _label(template: str, i: int) -> str:
+    return template.replace("{i}", str(i))
+
+
+def compile_contract(
+    *,
+    name: str,
+    family: Family,
+    fields: Sequence[tuple[str, Any, Spec, str]],
+    rules: Sequence[Rule],
+    constants: Mapping[str, object],
+    device_key: str | None,
+) -> Compiled:
+    """Compile one contract; see the module docstring."""
+    return _Compiler(name=name, family=family, fields=fields, rules=rules, constants=constants,
+                     device_key=device_key).compile()

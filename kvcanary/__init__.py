@@ -1,0 +1,142 @@
+"""kvcanary: catch KV-cache corruption in LLM inference engines while they serve.
+
+A 32-byte canary record sits beside every KV slot (token, position, a hash chained from the previous
+token's record, a fingerprint of the real K/V bytes). Before and after each forward the slots attention is
+about to read are re-verified; mismatches land in a device-side ring the host reads without stalling.
+
+Every public name is importable from here, with SGLang kv-canary's names, so an engine switches with one
+import line.
+"""
+
+from contracts import ContractError, ContractTypeError
+from kvcanary.consts import (
+    _PLAN_BS_BLOCK_SIZE,
+    _SCATTER_COL_BLOCK,
+    CANARY_CHAIN_ANCHOR,
+    CANARY_FIELD_POSITION,
+    CANARY_FIELD_PREV_HASH,
+    CANARY_FIELD_REAL_KV_HASH,
+    CANARY_FIELD_TOKEN,
+    CANARY_FIELDS_PER_SLOT,
+    CANARY_SLOT_BYTES,
+    DEFAULT_RING_CAPACITY,
+    INVALID_SLOT,
+    MAX_REAL_KV_SOURCES,
+    NUM_LAUNCH_TAGS,
+    PLAN_BS_BLOCK_SIZE,
+    PLAN_OFFSETS_SCRATCH_LEN,
+    REAL_KV_SOURCE_FIELD_NUM_BYTES_PER_TOKEN,
+    REAL_KV_SOURCE_FIELD_PAGE_SIZE,
+    REAL_KV_SOURCE_FIELD_READ_BYTES,
+    REAL_KV_SOURCE_FIELDS_PER_ENTRY,
+    REQ_POOL_IDX_PADDING,
+    SCATTER_COL_BLOCK,
+    TOKEN_TO_KV_SLOT_PADDING,
+    VIOLATION_FIELD_EXPECTED_AUX,
+    VIOLATION_FIELD_EXPECTED_TOKEN,
+    VIOLATION_FIELD_FAIL_REASON_BITS,
+    VIOLATION_FIELD_KERNEL_KIND,
+    VIOLATION_FIELD_POSITION,
+    VIOLATION_FIELD_SLOT_IDX,
+    VIOLATION_FIELD_STORED_CHAIN_HASH,
+    VIOLATION_FIELD_STORED_TOKEN,
+    VIOLATION_FIELDS,
+    CanaryLaunchTag,
+    CanaryMode,
+    FailReason,
+    PoolKind,
+    RealKvHashMode,
+)
+from kvcanary.context import VerifyOrWriteContext
+from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
+from kvcanary.launch.plan import launch_canary_plan_kernels
+from kvcanary.launch.plan_entries import launch_plan_entries_kernel
+from kvcanary.launch.plan_offsets import launch_plan_offsets_kernel
+from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
+from kvcanary.launch.verify import launch_canary_verify_kernel
+from kvcanary.launch.write import launch_canary_write_kernel
+from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary.registry import (
+    Backend,
+    BackendError,
+    Op,
+    OpSupport,
+    Reason,
+    ReasonKind,
+    backends,
+    register_backend,
+    use_backend,
+)
+from kvcanary.sources import RealKvSource
+from kvcanary.violations import Violation, ViolationLog, ViolationSnapshot, format_violation
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ANCHOR_HASH",
+    "CANARY_CHAIN_ANCHOR",
+    "CANARY_FIELDS_PER_SLOT",
+    "CANARY_FIELD_POSITION",
+    "CANARY_FIELD_PREV_HASH",
+    "CANARY_FIELD_REAL_KV_HASH",
+    "CANARY_FIELD_TOKEN",
+    "CANARY_SLOT_BYTES",
+    "DEFAULT_RING_CAPACITY",
+    "INVALID_SLOT",
+    "MAX_REAL_KV_SOURCES",
+    "NUM_LAUNCH_TAGS",
+    "PLAN_BS_BLOCK_SIZE",
+    "PLAN_OFFSETS_SCRATCH_LEN",
+    "REAL_KV_SOURCE_FIELDS_PER_ENTRY",
+    "REAL_KV_SOURCE_FIELD_NUM_BYTES_PER_TOKEN",
+    "REAL_KV_SOURCE_FIELD_PAGE_SIZE",
+    "REAL_KV_SOURCE_FIELD_READ_BYTES",
+    "REQ_POOL_IDX_PADDING",
+    "SCATTER_COL_BLOCK",
+    "TOKEN_TO_KV_SLOT_PADDING",
+    "VIOLATION_FIELDS",
+    "VIOLATION_FIELD_EXPECTED_AUX",
+    "VIOLATION_FIELD_EXPECTED_TOKEN",
+    "VIOLATION_FIELD_FAIL_REASON_BITS",
+    "VIOLATION_FIELD_KERNEL_KIND",
+    "VIOLATION_FIELD_POSITION",
+    "VIOLATION_FIELD_SLOT_IDX",
+    "VIOLATION_FIELD_STORED_CHAIN_HASH",
+    "VIOLATION_FIELD_STORED_TOKEN",
+    "_PLAN_BS_BLOCK_SIZE",
+    "_SCATTER_COL_BLOCK",
+    "Backend",
+    "BackendError",
+    "CanaryLaunchTag",
+    "CanaryMode",
+    "ContractError",
+    "ContractTypeError",
+    "FailReason",
+    "Op",
+    "OpSupport",
+    "PoolKind",
+    "RealKvHashMode",
+    "RealKvSource",
+    "Reason",
+    "ReasonKind",
+    "VerifyOrWriteContext",
+    "VerifyPlan",
+    "Violation",
+    "ViolationLog",
+    "ViolationSnapshot",
+    "WritePlan",
+    "backends",
+    "chain_prev_hashes",
+    "format_violation",
+    "launch_canary_plan_kernels",
+    "launch_canary_verify_kernel",
+    "launch_canary_write_kernel",
+    "launch_plan_entries_kernel",
+    "launch_plan_offsets_kernel",
+    "launch_scatter_req_token_ids_kernel",
+    "record_hash",
+    "register_backend",
+    "splitmix64",
+    "splitmix64_mix3",
+    "use_backend",
+]

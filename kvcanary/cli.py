@@ -1,0 +1,54 @@
+"""The ``kvcanary`` command: ``selfcheck``, ``backends``, ``explain``, ``contracts``, and the rest.
+
+Each subcommand lives in the module named for it and is imported only when run, so ``kvcanary --help``
+stays fast and a missing optional dependency only affects the subcommand that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# subcommand -> (module, function, help); the function takes the parsed arguments and returns an exit code
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "selfcheck": ("kvcanary.cli_commands", "selfcheck", "plan → write → verify with one injected fault"),
+    "backends": ("kvcanary.cli_commands", "backends", "list backends, their availability and reasons"),
+    "explain": ("kvcanary.cli_commands", "explain", "print the catalog page of an error code"),
+    "contracts": ("kvcanary.cli_commands", "contracts", "print every launcher contract (--json)"),
+}
+
+_ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+
+def arguments(name: str) -> Callable[[Callable[[argparse.ArgumentParser], None]], Callable[[argparse.ArgumentParser], None]]:
+    """Register the argument setup of subcommand ``name``."""
+
+    def deco(fn: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+        _ARGS[name] = fn
+        return fn
+
+    return deco
+
+
+def parser() -> argparse.ArgumentParser:
+    importlib.import_module("kvcanary.cli_commands")
+    p = argparse.ArgumentParser(prog="kvcanary", description="KV-cache canaries for LLM inference engines.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (_, _, help_text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        if name in _ARGS:
+            _ARGS[name](sp)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    module, func, _ = COMMANDS[args.command]
+    fn: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), func)
+    return int(fn(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

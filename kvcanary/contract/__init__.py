@@ -1,0 +1,1 @@
+"""One contract module per launcher (and per checked constructor), all in kvcanary's family."""

@@ -1,0 +1,73 @@
+"""Contract of ``launch_canary_plan_kernels`` (the fused plan: offsets, entries and write metadata).
+
+The capacity and valid-lens messages are the torch reference's texts: they are what the golden vectors
+(made by running the reference) record, and kvcanary raises one text on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+import torch
+from pydantic import Field
+
+from contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
+from kvcanary.contract import _plan_inputs as p
+from kvcanary.contract._shared import verify_plan_struct, write_plan_struct
+from kvcanary.errors import FAMILY
+from kvcanary.plans import VerifyPlan, WritePlan
+
+NAME = "launch_canary_plan_kernels"
+_VERIFY_OUT: StructArg = verify_plan_struct("verify_plan_out.", "plan_verify_capacity")
+
+
+class PlanLaunch(Contract):
+    """Build the verify plan (the prefix each request reads) and the write plan (what it writes)."""
+
+    contract: ClassVar[ContractInfo] = ContractInfo(
+        name=NAME,
+        family=FAMILY,
+        letter="P",
+        summary="Fill the verify and write plans from the batch and req_to_token.",
+        device_key="verify_plan_out.verify_slot_indices",
+        constants=p.CONSTANTS,
+        rules=(
+            p.swa_requires_lut(NAME),
+            p.pool_requires_valid_lens(
+                "launch_canary_plan_kernels_torch_reference requires req_to_verify_expected_tokens_valid_lens "
+                "when req_to_verify_expected_tokens is set"
+            ),
+            p.window_non_negative(NAME),
+            p.bs_limit(NAME),
+            Relation(
+                name="verify_capacity_matches_plan",
+                require="verify_capacity == plan_verify_capacity",
+                message="launch_canary_plan_kernels_torch_reference verify_capacity={verify_capacity} does not "
+                "match verify_plan_out.verify_slot_indices.shape[0]={plan_verify_capacity}",
+                why="verify_capacity decides overflow (enable = 0); if it differs from the plan's real length the "
+                "plan kernels would either overflow early or write past the arrays.",
+                fix="Pass verify_capacity=verify_plan_out.verify_slot_indices.shape[0].",
+            ),
+            p.bs_within_write_capacity("bs={bs} exceeds write_req_capacity={write_req_capacity}"),
+        ),
+    )
+
+    verify_plan_out: Annotated[VerifyPlan, _VERIFY_OUT] = Field(description="Verify plan to fill (in place).")
+    write_plan_out: Annotated[WritePlan, write_plan_struct("write_plan_out.")] = Field(
+        description="Write plan to fill (in place).")
+    req_pool_indices: Annotated[torch.Tensor, p.REQ_POOL_INDICES] = Field(description=p.DOC["req_pool_indices"])
+    prefix_lens: Annotated[torch.Tensor, p.PREFIX_LENS] = Field(description=p.DOC["prefix_lens"])
+    extend_seq_lens: Annotated[torch.Tensor, p.EXTEND_SEQ_LENS] = Field(description=p.DOC["extend_seq_lens"])
+    req_to_token: Annotated[torch.Tensor, p.REQ_TO_TOKEN] = Field(description=p.DOC["req_to_token"])
+    swa_window_size: Annotated[int, ScalarArg(int)] = Field(description=p.DOC["swa_window_size"])
+    full_to_swa_index_mapping: Annotated[torch.Tensor | None, p.lut()] = Field(description=p.DOC["lut"])
+    verify_capacity: Annotated[int, ScalarArg(int)] = Field(
+        description="Must equal verify_plan_out's capacity; more entries than this overflow (enable = 0).")
+    req_to_verify_expected_tokens: Annotated[torch.Tensor | None, p.EXPECTED_TOKEN_POOL] = Field(
+        description=p.DOC["pool"])
+    req_to_verify_expected_tokens_valid_lens: Annotated[torch.Tensor | None, p.VALID_LENS] = Field(
+        description=p.DOC["valid_lens"])
+    kv_token_id_vs_position_offset: Annotated[int, ScalarArg(int)] = Field(description=p.DOC["offset"])
+
+
+check_plan = PlanLaunch.checker()

@@ -1,0 +1,55 @@
+"""Contract of ``launch_scatter_req_token_ids_kernel`` (SGLang's messages; dtype errors are TypeErrors)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+import torch
+from pydantic import Field
+
+from contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
+from kvcanary.errors import FAMILY
+
+_TYPE_ERR = {"dtype": ContractTypeError}
+_R1 = {"rank": "scatter_req_token_ids {name} must be 1-D, got shape {shape}",
+       "dtype": "scatter_req_token_ids {name} must be int64, got {actual}"}
+_R2 = {"rank": "scatter_req_token_ids {name} must be 2-D, got shape {shape}",
+       "dtype": "scatter_req_token_ids {name} must be int32, got {actual}"}
+
+
+class ScatterLaunch(Contract):
+    """Copy each request's token ids into its row of the expected-token pool."""
+
+    contract: ClassVar[ContractInfo] = ContractInfo(
+        name="launch_scatter_req_token_ids_kernel",
+        family=FAMILY,
+        letter="S",
+        summary="Scatter per-request token ids into the expected-token pool for VERIFY_TOKEN checks.",
+        device_key="pool_out",
+        rules=(
+            Relation(
+                name="offsets_len_is_bs_plus_one",
+                require="offsets_len == bs + 1",
+                message="scatter_req_token_ids offsets length {offsets_len} != bs+1 ({bs_plus_1})",
+                values={"bs_plus_1": "bs + 1"},
+                why="offsets holds each request's start in flat_in plus the end of the last one.",
+                fix="Pass the exclusive cumsum of the per-request lengths with the total appended (bs + 1 entries).",
+            ),
+        ),
+    )
+
+    flat_in: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=("num_tokens",), messages=_R1,
+                                               errors=_TYPE_ERR)] = Field(
+        description="origin_input_ids + output_ids of every request, concatenated.")
+    offsets: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=("offsets_len",), messages=_R1,
+                                               errors=_TYPE_ERR)] = Field(
+        description="Start of each request in flat_in, and the total (bs + 1 entries).")
+    req_pool_indices: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=("bs",), messages=_R1,
+                                                        errors=_TYPE_ERR)] = Field(
+        description="Pool row of each request.")
+    pool_out: Annotated[torch.Tensor, TensorArg(dtype=torch.int32, shape=("pool_reqs", "pool_cols"), messages=_R2,
+                                                errors=_TYPE_ERR)] = Field(
+        description="The expected-token pool, updated in place (rows and columns not written stay as they were).")
+
+
+check_scatter = ScatterLaunch.checker()

@@ -1,0 +1,33 @@
+"""Contract of ``launch_canary_verify_kernel``."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from contracts import Contract, ContractInfo, ScalarArg, StructArg
+from kvcanary.context import VerifyOrWriteContext
+from kvcanary.contract._shared import CONTEXT, verify_plan_struct
+from kvcanary.errors import FAMILY
+from kvcanary.plans import VerifyPlan
+
+
+class VerifyLaunch(Contract):
+    """Re-verify the plan's slots: chain link, position, optional token and real-KV fingerprint."""
+
+    contract: ClassVar[ContractInfo] = ContractInfo(
+        name="launch_canary_verify_kernel",
+        family=FAMILY,
+        letter="V",
+        summary="Verify the slots a forward is about to read; mismatches go to the violation ring.",
+        device_key="canary_buf",
+    )
+
+    context: Annotated[VerifyOrWriteContext, CONTEXT] = Field(description="The endpoint's buffers.")
+    plan: Annotated[VerifyPlan, verify_plan_struct("plan.")] = Field(description="What to verify.")
+    check_verify_expected_token: Annotated[bool, ScalarArg(bool)] = Field(
+        description="Compare stored tokens with plan.verify_expected_tokens (entries of -1 are skipped).")
+
+
+check_verify = VerifyLaunch.checker()

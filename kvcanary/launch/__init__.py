@@ -1,0 +1,1 @@
+"""The launchers: validate (contract), then dispatch (registry). Nothing else happens in a launcher."""

@@ -1,0 +1,309 @@
+"""The backend registry: discovery through entry points, selection by device, capability and priority.
+
+Backends are found in the ``kvcanary.backends`` entry-point group (kvcanary never imports one by name) or
+added with :func:`register_backend`. For each operation a backend declares an :class:`OpSupport`: the
+device types it serves, its priority there, whether it is safe under CUDA-graph capture, and optional
+per-call limits. Selection, per launch:
+
+1. the forced backend, if any: ``backend=`` on the launcher, else :func:`use_backend`, else the
+   ``KVCANARY_BACKEND`` environment variable; it must be able to serve, or :class:`BackendError` lists why;
+2. otherwise the highest-priority backend that can serve, skipping (with reasons) those that cannot.
+
+Static answers (availability, device support) are cached per (operation, device, forced name); per-call
+limits and the capture check run only for backends that declare them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import metadata
+from typing import Any
+
+import torch
+
+ENV_BACKEND = "KVCANARY_BACKEND"
+ENTRY_POINT_GROUP = "kvcanary.backends"
+
+
+class Op(str, Enum):
+    """The operations a backend implements; each launcher dispatches exactly one."""
+
+    PLAN = "plan"
+    PLAN_OFFSETS = "plan_offsets"
+    PLAN_ENTRIES = "plan_entries"
+    WRITE = "write"
+    VERIFY = "verify"
+    SCATTER = "scatter_req_token_ids"
+
+
+class ReasonKind(str, Enum):
+    """Why a backend cannot serve a launch (stable: tooling and the support matrix group by it)."""
+
+    PACKAGE = "package"  # a Python package or toolchain is missing
+    DEVICE = "device"  # the device type is not served
+    CAPABILITY = "capability"  # compute capability or hardware feature
+    INTERPRETER = "interpreter"  # runs on this device only through an interpreter that is not enabled
+    OPERATION = "operation"  # the backend does not implement this operation
+    LIMIT = "limit"  # an input is outside what this backend supports
+    CAPTURE = "capture"  # not safe under CUDA-graph capture, and a capture is running
+    BROKEN = "broken"  # loading the implementation failed
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One structured reason a backend declined."""
+
+    kind: ReasonKind
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return self.message + (f" (hint: {self.hint})" if self.hint else "")
+
+
+Impl = Callable[..., None]
+Limits = Callable[[Mapping[str, Any]], Sequence[Reason]]
+
+
+@dataclass(frozen=True)
+class OpSupport:
+    """What a backend declares for one operation."""
+
+    impl: str  # "module:function", imported on first use
+    devices: Mapping[str, int]  # device type -> priority ("*" = any device type)
+    capture_safe: bool = False
+    host_sync: bool = False
+    limits: Limits | None = None
+    notes: str = ""
+
+    def priority(self, device_type: str) -> int | None:
+        if device_type in self.devices:
+            return self.devices[device_type]
+        return self.devices.get("*")
+
+
+@dataclass
+class Backend:
+    """A named set of operation implementations.
+
+    Subclass and override :meth:`availability` / :meth:`device_reasons` for package and hardware checks.
+    """
+
+    name: str
+    description: str
+    ops: Mapping[Op, OpSupport]
+    _impls: dict[Op, Impl] = field(default_factory=dict, repr=False)
+
+    def availability(self) -> Sequence[Reason]:
+        """Reasons this backend cannot run at all here (missing package, toolkit); empty when available."""
+        return ()
+
+    def device_reasons(self, op: Op, device: torch.device) -> Sequence[Reason]:
+        """Reasons it cannot serve ``op`` on ``device`` beyond the device type (interpreter, capability)."""
+        return ()
+
+    def implementation(self, op: Op) -> Impl:
+        impl = self._impls.get(op)
+        if impl is None:
+            module, _, attr = self.ops[op].impl.partition(":")
+            impl = getattr(importlib.import_module(module), attr)
+            self._impls[op] = impl
+        return impl
+
+    def static_reasons(self, op: Op, device: torch.device) -> list[Reason]:
+        """Everything that does not depend on the call's values: availability, op, device type."""
+        reasons = list(self.availability())
+        support = self.ops.get(op)
+        if support is None:
+            reasons.append(Reason(ReasonKind.OPERATION, f"{self.name} does not implement {op.value}"))
+            return reasons
+        if support.priority(device.type) is None:
+            served = ", ".join(sorted(support.devices)) or "nothing"
+            reasons.append(Reason(ReasonKind.DEVICE, f"{self.name} {op.value} runs on {served}, not {device.type}"))
+        if not reasons:
+            reasons.extend(self.device_reasons(op, device))
+        return reasons
+
+
+class BackendError(RuntimeError):
+    """No backend (or not the forced one) can serve a launch; the message lists every backend's reasons."""
+
+    def __init__(self, op: Op, device: torch.device, forced: str | None, reasons: Mapping[str, Sequence[Reason]]):
+        self.op = op
+        self.device = device
+        self.forced = forced
+        self.reasons = {k: list(v) for k, v in reasons.items()}
+        head = (
+            f"kv-canary: backend {forced!r} cannot run {op.value} on {device}"
+            if forced
+            else f"kv-canary: no backend can run {op.value} on {device}"
+        )
+        lines = [head]
+        for name, rs in self.reasons.items():
+            lines.append(f"  {name}:")
+            lines.extend(f"    - [{r.kind.value}] {r}" for r in rs)
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: Backend
+    support: OpSupport
+    impl: Impl
+
+
+_forced_ctx: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvcanary_backend", default=None)
+
+
+class Registry:
+    """Backends by name, and the cached answers to "who serves this op on this device"."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, Backend] = {}
+        self._loaded = False
+        self._load_errors: dict[str, str] = {}
+        self._cache: dict[tuple[Op, torch.device, str | None], tuple[list[Choice], dict[str, list[Reason]]]] = {}
+
+    # -- membership ---------------------------------------------------------------------------------
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            if ep.name in self._backends:
+                continue
+            try:
+                backend = ep.load()
+            except Exception as exc:  # a broken third-party backend must not take the others down
+                self._load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            self._backends[ep.name] = backend
+
+    def register(self, backend: Backend, *, replace: bool = False) -> None:
+        self._ensure_loaded()
+        if backend.name in self._backends and not replace:
+            raise ValueError(f"kv-canary: a backend named {backend.name!r} is already registered")
+        self._backends[backend.name] = backend
+        self._cache.clear()
+
+    def unregister(self, name: str) -> None:
+        self._backends.pop(name, None)
+        self._cache.clear()
+
+    def backends(self) -> dict[str, Backend]:
+        self._ensure_loaded()
+        return dict(self._backends)
+
+    def load_errors(self) -> dict[str, str]:
+        self._ensure_loaded()
+        return dict(self._load_errors)
+
+    def get(self, name: str) -> Backend:
+        self._ensure_loaded()
+        try:
+            return self._backends[name]
+        except KeyError:
+            known = ", ".join(sorted(self._backends)) or "none"
+            raise BackendError(
+                Op.VERIFY, torch.device("cpu"), name,
+                {name: [Reason(ReasonKind.PACKAGE, f"no backend named {name!r} is registered (known: {known})")]},
+            ) from None
+
+    # -- selection ----------------------------------------------------------------------------------
+    def _candidates(self, op: Op, device: torch.device, forced: str | None
+                    ) -> tuple[list[Choice], dict[str, list[Reason]]]:
+        key = (op, device, forced)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self._ensure_loaded()
+        declined: dict[str, list[Reason]] = {}
+        ranked: list[tuple[int, str, Choice]] = []
+        names = [forced] if forced else sorted(self._backends)
+        for name in names:
+            backend = self._backends.get(name)
+            if backend is None:
+                known = ", ".join(sorted(self._backends)) or "none"
+                declined[name] = [Reason(ReasonKind.PACKAGE, f"no backend named {name!r} is registered (known: {known})")]
+                continue
+            reasons = backend.static_reasons(op, device)
+            if reasons:
+                declined[name] = reasons
+                continue
+            support = backend.ops[op]
+            try:
+                impl = backend.implementation(op)
+            except Exception as exc:
+                declined[name] = [Reason(ReasonKind.BROKEN, f"loading {support.impl} failed: {type(exc).__name__}: {exc}")]
+                continue
+            prio = support.priority(device.type)
+            assert prio is not None
+            ranked.append((prio, name, Choice(backend, support, impl)))
+        ranked.sort(key=lambda t: (-t[0], t[1]))
+        result = ([c for _, _, c in ranked], declined)
+        self._cache[key] = result
+        return result
+
+    def select(self, op: Op, device: torch.device, backend: str | None = None,
+               call: Mapping[str, Any] | None = None) -> Choice:
+        """The backend that runs ``op`` on ``device`` for this call (see the module docstring)."""
+        forced = backend or _forced_ctx.get() or os.environ.get(ENV_BACKEND) or None
+        choices, declined = self._candidates(op, device, forced)
+        extra: dict[str, list[Reason]] = {}
+        for choice in choices:
+            support = choice.support
+            if support.limits is None and (support.capture_safe or device.type != "cuda"):
+                return choice
+            reasons: list[Reason] = []
+            if support.limits is not None:
+                reasons.extend(support.limits(call or {}))
+            if not support.capture_safe and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                reasons.append(Reason(ReasonKind.CAPTURE, f"{choice.backend.name} {op.value} syncs with the host "
+                                      "and cannot run under CUDA-graph capture"))
+            if not reasons:
+                return choice
+            extra[choice.backend.name] = reasons
+        raise BackendError(op, device, forced, {**declined, **extra})
+
+    def run(self, op: Op, device: torch.device, backend: str | None, kwargs: dict[str, Any]) -> None:
+        """Select and call: what every launcher does after its contract check."""
+        self.select(op, device, backend, kwargs).impl(**kwargs)
+
+    def explain(self, op: Op, device: torch.device) -> dict[str, list[Reason]]:
+        """Every backend's reasons for ``op`` on ``device`` (empty list: it can serve)."""
+        self._ensure_loaded()
+        out: dict[str, list[Reason]] = {}
+        for name, b in sorted(self._backends.items()):
+            out[name] = b.static_reasons(op, device)
+        return out
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+
+REGISTRY = Registry()
+
+
+def register_backend(backend: Backend, *, replace: bool = False) -> None:
+    """Add a backend (a third party's, or a test double) without an entry point."""
+    REGISTRY.register(backend, replace=replace)
+
+
+@contextlib.contextmanager
+def use_backend(name: str | None) -> Iterator[None]:
+    """Force ``name`` for every launch inside the block (``None`` restores automatic selection)."""
+    token = _forced_ctx.set(name)
+    try:
+        yield
+    finally:
+        _forced_ctx.reset(token)
+
+
+def backends() -> dict[str, Backend]:
+    return REGISTRY.backends()

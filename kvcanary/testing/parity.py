@@ -1,0 +1,87 @@
+"""Compare a backend's outputs with the reference's: exact tensors, violation rings as multisets.
+
+A parallel backend may append one launch's rows in any order, so ring rows past ``base`` (the write index
+before the launch) are compared as a multiset; rows before ``base`` and the final write index must be
+exact. When a launch overflows the ring part-way (``order_sensitive``), which rows were kept depends on
+the order, so only the index and the untouched prefix are compared.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+import torch
+
+from kvcanary.registry import Op
+from kvcanary.testing.scenarios import Call
+
+
+def ring_rows(ring: torch.Tensor, start: int, stop: int) -> Counter[tuple[int, ...]]:
+    return Counter(tuple(int(v) for v in row) for row in ring[start:stop].cpu().tolist())
+
+
+def compare_ring(got: torch.Tensor, want: torch.Tensor, base: int, total: int, *, order_sensitive: bool,
+                 exact_order: bool) -> list[str]:
+    """Differences between two rings after a launch (empty list: they agree)."""
+    cap = want.shape[0]
+    got, want = got.cpu(), want.cpu()
+    kept = min(max(total, 0), cap)
+    start = min(max(base, 0), cap)
+    problems: list[str] = []
+    if not torch.equal(got[:start], want[:start]):
+        problems.append("rows before the launch changed")
+    if not torch.equal(got[kept:], want[kept:]):
+        problems.append("rows past the write index changed")
+    if exact_order:
+        if not torch.equal(got[start:kept], want[start:kept]):
+            problems.append("appended rows differ (exact order)")
+    elif not order_sensitive and ring_rows(got, start, kept) != ring_rows(want, start, kept):
+        problems.append("appended rows differ (as a multiset)")
+    return problems
+
+
+def compare_outputs(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor], *, base: int | None = None,
+                    order_sensitive: bool = False, exact_order: bool = False) -> list[str]:
+    """Differences between two sets of launch outputs; ``violation_ring`` is compared as above."""
+    problems: list[str] = []
+    for name, w in want.items():
+        g = got[name].cpu()
+        if name == "violation_ring" and base is not None:
+            total = int(want["violation_write_index"].reshape(-1)[0])
+            problems += [f"violation_ring: {p}" for p in
+                         compare_ring(g, w, base, total, order_sensitive=order_sensitive, exact_order=exact_order)]
+            continue
+        if g.shape != w.shape or g.dtype != w.dtype:
+            problems.append(f"{name}: {tuple(g.shape)}/{g.dtype} vs {tuple(w.shape)}/{w.dtype}")
+        elif not torch.equal(g, w.cpu()):
+            diff = (g != w.cpu()).reshape(-1).nonzero().reshape(-1)[:5].tolist()
+            problems.append(f"{name}: {int((g != w.cpu()).sum())} elements differ, first at flat {diff}")
+    return problems
+
+
+def launcher(op: Op) -> Callable[..., None]:
+    """The public launcher of an operation."""
+    import kvcanary as kc
+
+    return {
+        Op.VERIFY: kc.launch_canary_verify_kernel,
+        Op.WRITE: kc.launch_canary_write_kernel,
+        Op.PLAN: kc.launch_canary_plan_kernels,
+        Op.PLAN_OFFSETS: kc.launch_plan_offsets_kernel,
+        Op.PLAN_ENTRIES: kc.launch_plan_entries_kernel,
+        Op.SCATTER: kc.launch_scatter_req_token_ids_kernel,
+    }[op]
+
+
+def run_call(call: Call, device: torch.device | str, backend: str) -> dict[str, torch.Tensor]:
+    kw = call.make(device)
+    launcher(call.op)(**kw, backend=backend)
+    return {k: v.detach().cpu().clone() for k, v in call.outputs(kw).items()}
+
+
+def check_call(call: Call, device: torch.device | str, backend: str, reference: str = "torch_ref") -> list[str]:
+    """Run ``call`` on ``backend`` (on ``device``) and on ``reference`` (on the CPU); list differences."""
+    want = run_call(call, "cpu", reference)
+    got = run_call(call, device, backend)
+    return compare_outputs(got, want, base=call.ring_base, order_sensitive=call.order_sensitive)
