@@ -69,7 +69,11 @@ class CodeBook:
         return added
 
     def save(self) -> None:
-        body = {"format": _FORMAT, "codes": dict(sorted(self.codes.items())), "retired": dict(sorted(self.retired.items()))}
+        body = {
+            "format": _FORMAT,
+            "codes": dict(sorted(self.codes.items())),
+            "retired": dict(sorted(self.retired.items())),
+        }
         self.path.write_text(json.dumps(body, indent=1) + "\n")
 
     def by_code(self) -> Mapping[str, str]:

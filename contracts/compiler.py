@@ -166,7 +166,7 @@ class _Compiler:
             why=why or kd_why,
             fix=fix or kd_fix,
             error=error or spec_err or ContractError,
-            origin=origin or (getattr(node.spec, "origin", "") if node else ""),
+            origin=origin or (node.spec.origin if node else ""),
             subject=subject if subject is not None else (node.spec if node else None),
             field_path=node.path if node else None,
             info=dict(info or {}),
@@ -477,33 +477,33 @@ class _Compiler:
                         loop_var=loop_owner.loop_var, order=struct.order)
         if isinstance(rule, (AllOrNone, RequiredIf, ForbiddenUnless, RequiredWhen)):
             nodes = [self._node(f, rule) for f in rule.fields]
-            names = ", ".join(n.label for n in nodes)
+            joined = ", ".join(n.label for n in nodes)
             present = [f"{n.local} is not None" for n in nodes]
-            missing_fmt = "', '.join(n for n, v in ((%s)) if v is None) or '-'" % ", ".join(
-                f"({n.label!r}, {n.local})" for n in nodes)
-            given_fmt = "', '.join(n for n, v in ((%s)) if v is not None) or '-'" % ", ".join(
-                f"({n.label!r}, {n.local})" for n in nodes)
-            fmt = {"names": repr(names), "missing": missing_fmt, "given": given_fmt}
+            missing_fmt = "', '.join(n for n, v in (({})) if v is None) or '-'".format(", ".join(
+                f"({n.label!r}, {n.local})" for n in nodes))
+            given_fmt = "', '.join(n for n, v in (({})) if v is not None) or '-'".format(", ".join(
+                f"({n.label!r}, {n.local})" for n in nodes))
+            fmt = {"names": repr(joined), "missing": missing_fmt, "given": given_fmt}
             if isinstance(rule, AllOrNone):
                 fail = f"len({{{', '.join(p for p in present)}}}) > 1"
-                summary = f"{names} are given together or not at all"
+                summary = f"{joined} are given together or not at all"
                 kind = "all_or_none"
             elif isinstance(rule, RequiredIf):
                 flag = self._node(rule.flag, rule)
                 fail = f"{flag.local} and not ({' and '.join(present)})"
-                summary = f"{flag.label}=True requires {names}"
+                summary = f"{flag.label}=True requires {joined}"
                 fmt["flag"] = repr(flag.label)
                 kind = "required_if"
             elif isinstance(rule, ForbiddenUnless):
                 flag = self._node(rule.flag, rule)
                 fail = f"not {flag.local} and ({' or '.join(present)})"
-                summary = f"{names} must be None when {flag.label}=False"
+                summary = f"{joined} must be None when {flag.label}=False"
                 fmt["flag"] = repr(flag.label)
                 kind = "forbidden_unless"
             else:
                 cond = rule.condition.compile(self.scope())
                 fail = f"{cond} and not ({' and '.join(present)})"
-                summary = f"{names} required when {rule.when}"
+                summary = f"{joined} required when {rule.when}"
                 fmt["when"] = repr(rule.when)
                 kind = "required_when"
             template = rule.message or self.family.template(kind)
@@ -518,20 +518,20 @@ class _Compiler:
             scope = self.scope(struct)
             cond = rule.condition.compile(scope)
             guard = rule.guard.compile(scope) if rule.guard is not None else None
-            names = set(rule.condition.names) | (rule.guard.names if rule.guard else set())
+            names: set[str] = set(rule.condition.names) | (set(rule.guard.names) if rule.guard else set())
             uses_symbols = any(n in self.symbols for n in names)
             uses_tensors = struct is not None or any(
                 isinstance(self.by_path[n].spec, (TensorArg, ItemsArg, StructArg)) for n in names if n in self.by_path
             )
             phase = ph.RELATION if (uses_symbols or uses_tensors) else ph.SCALAR
-            fmt: dict[str, str] = {n: scope[n] for n in names if n in scope}
+            rfmt: dict[str, str] = {n: scope[n] for n in names if n in scope}
             for sym in self.symbols:
                 if sym in scope and f"s_{sym}" == scope[sym]:
-                    fmt.setdefault(sym, scope[sym])
+                    rfmt.setdefault(sym, scope[sym])
             for extra, src in rule.values.items():
-                fmt[extra] = Expr.parse(src).compile(scope)
+                rfmt[extra] = Expr.parse(src).compile(scope)
             if fake is not None:
-                fmt["i"] = fake.loop_var
+                rfmt["i"] = fake.loop_var
             args = rule.arguments
             if struct is not None:
                 args = tuple(
@@ -542,7 +542,7 @@ class _Compiler:
                                     phase, rule.message, f"requires `{rule.require}`"
                                     + (f" when `{rule.when}`" if rule.when else ""),
                                     why, fix, rule.error, rule, info={"rule": rule, "struct": struct},
-                                    fmt=fmt, arguments=args, origin=rule.origin)
+                                    fmt=rfmt, arguments=args, origin=rule.origin)
             if fake is None:
                 check.fmt.pop("name", None)
             fail = f"not {cond}"

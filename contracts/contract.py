@@ -70,7 +70,7 @@ class Contract(BaseModel):
     def compiled(cls) -> Compiled:
         """Compile (once) and return the checker with its checks."""
         done = cls.__dict__.get("_compiled_")
-        if done is not None:
+        if isinstance(done, Compiled):
             return done
         info = cls.contract
         result = compile_contract(

@@ -23,7 +23,7 @@ from contracts.errors import ContractDefinitionError, ContractError
 from contracts.expr import Expr
 from contracts.origin import caller_origin
 
-DimSpec = Union[int, str, None]
+DimSpec = int | str | None
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class StructArg(_Spec):
     """An object argument whose attributes have their own specs (a plan, a context, a source)."""
 
     type: type
-    fields: Mapping[str, _Spec]
+    fields: Mapping[str, TensorArg | ScalarArg | StructArg | ItemsArg]
     prefix: str | None = None
     symbols: Mapping[str, str] = field(default_factory=dict)
     optional: bool | None = None
@@ -209,4 +209,4 @@ class ItemsArg(_Spec):
         return out
 
 
-Spec = Union[TensorArg, ScalarArg, StructArg, ItemsArg]
+Spec = TensorArg | ScalarArg | StructArg | ItemsArg

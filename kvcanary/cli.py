@@ -22,10 +22,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
 
 
-def arguments(name: str) -> Callable[[Callable[[argparse.ArgumentParser], None]], Callable[[argparse.ArgumentParser], None]]:
+Setup = Callable[[argparse.ArgumentParser], None]
+
+
+def arguments(name: str) -> Callable[[Setup], Setup]:
     """Register the argument setup of subcommand ``name``."""
 
-    def deco(fn: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    def deco(fn: Setup) -> Setup:
         _ARGS[name] = fn
         return fn
 

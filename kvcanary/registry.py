@@ -158,6 +158,7 @@ class Choice:
     impl: Impl
 
 
+_CPU = torch.device("cpu")
 _forced_ctx: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvcanary_backend", default=None)
 
 
@@ -230,7 +231,8 @@ class Registry:
             backend = self._backends.get(name)
             if backend is None:
                 known = ", ".join(sorted(self._backends)) or "none"
-                declined[name] = [Reason(ReasonKind.PACKAGE, f"no backend named {name!r} is registered (known: {known})")]
+                msg = f"no backend named {name!r} is registered (known: {known})"
+                declined[name] = [Reason(ReasonKind.PACKAGE, msg)]
                 continue
             reasons = backend.static_reasons(op, device)
             if reasons:
@@ -240,7 +242,8 @@ class Registry:
             try:
                 impl = backend.implementation(op)
             except Exception as exc:
-                declined[name] = [Reason(ReasonKind.BROKEN, f"loading {support.impl} failed: {type(exc).__name__}: {exc}")]
+                msg = f"loading {support.impl} failed: {type(exc).__name__}: {exc}"
+                declined[name] = [Reason(ReasonKind.BROKEN, msg)]
                 continue
             prio = support.priority(device.type)
             assert prio is not None
@@ -271,9 +274,9 @@ class Registry:
             extra[choice.backend.name] = reasons
         raise BackendError(op, device, forced, {**declined, **extra})
 
-    def run(self, op: Op, device: torch.device, backend: str | None, kwargs: dict[str, Any]) -> None:
-        """Select and call: what every launcher does after its contract check."""
-        self.select(op, device, backend, kwargs).impl(**kwargs)
+    def run(self, op: Op, device: torch.device | None, backend: str | None, kwargs: dict[str, Any]) -> None:
+        """Select and call: what every launcher does after its contract check (which returns the device)."""
+        self.select(op, device if device is not None else _CPU, backend, kwargs).impl(**kwargs)
 
     def explain(self, op: Op, device: torch.device) -> dict[str, list[Reason]]:
         """Every backend's reasons for ``op`` on ``device`` (empty list: it can serve)."""

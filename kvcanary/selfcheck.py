@@ -43,7 +43,7 @@ def run(device: str = "cpu", backend: str | None = None, *, verbose: bool = True
     req_to_token[1, :10] = torch.arange(1, 11, dtype=torch.int32)  # request A: slots 1..10
     req_to_token[2, :6] = req_to_token[1, :6]  # request B shares A's first 6 tokens (prefix cache)
     req_to_token[2, 6:9] = torch.arange(11, 14, dtype=torch.int32)
-    tokens = {1: list(range(100, 110)), 2: list(range(100, 106)) + [300, 301, 302]}
+    tokens = {1: list(range(100, 110)), 2: [*list(range(100, 106)), 300, 301, 302]}
 
     def step(rows: list[int], prefix: list[int], extend: list[int]) -> None:
         rpi = torch.tensor(rows, dtype=torch.int64, device=dev)

@@ -95,12 +95,13 @@ def format_violation(v: Violation, *, total_violations: int, ring_capacity: int,
         f"canary_kind:       {canary_kind(v.kernel_kind)}",
         f"  fail_reasons: {spaced}",
     ]
+    chain = f"{v.stored_chain_hash:#018x}"
     if v.is_write_row:
         aux = v.expected_aux - (1 << 64) if v.expected_aux >= (1 << 63) else v.expected_aux
-        lines.append(f"  actual:   token_id={v.stored_token}   position={v.position} prev_hash={v.stored_chain_hash:#018x}")
+        lines.append(f"  actual:   token_id={v.stored_token}   position={v.position} prev_hash={chain}")
         lines.append(f"  expected: token_id={v.expected_token}   position={aux}")
     else:
-        lines.append(f"  stored:   token_id={v.stored_token}   position={v.position} prev_hash={v.stored_chain_hash:#018x}")
+        lines.append(f"  stored:   token_id={v.stored_token}   position={v.position} prev_hash={chain}")
         if v.fail_reason_bits & int(_TOKEN_BITS):
             lines.append(f"  expected: token_id={v.expected_token} prev_hash={v.expected_aux:#018x}")
         else:

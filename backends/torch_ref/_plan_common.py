@@ -14,7 +14,9 @@ import torch
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
 
 
-def read_slot(req_to_token: torch.Tensor, lut: torch.Tensor | None, rp: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def read_slot(
+    req_to_token: torch.Tensor, lut: torch.Tensor | None, rp: torch.Tensor, pos: torch.Tensor
+) -> torch.Tensor:
     rows, cols = req_to_token.shape
     ok = (rp >= 0) & (rp < rows) & (pos >= 0) & (pos < cols)
     flat = torch.where(ok, rp * cols + pos, 0)

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, ScalarArg, StructArg
+from contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract._shared import CONTEXT, verify_plan_struct
 from kvcanary.errors import FAMILY

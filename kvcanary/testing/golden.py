@@ -238,8 +238,8 @@ def run_pipeline(case: Case, device: torch.device | str = "cpu", backend: str | 
                     kv[s // ps, (s % ps) * nbpt : (s % ps + 1) * nbpt] = torch.tensor(w["bytes"], dtype=torch.uint8)
                 poke(step.get("kv_pokes_after_forward", []))
             c = ctx(buf, tag, srcs)
-            launch_canary_verify_kernel(context=c, plan=vp, check_verify_expected_token=i["check_verify_expected_token"],
-                                        backend=backend)
+            launch_canary_verify_kernel(context=c, plan=vp, backend=backend,
+                                        check_verify_expected_token=i["check_verify_expected_token"])
             launch_canary_write_kernel(context=c, plan=wp, input_ids=ids, positions=pos, out_cache_loc=loc,
                                        enable_write_input_assert=False, expected_input_tokens=None,
                                        expected_input_positions=None, backend=backend)

@@ -64,14 +64,15 @@ def launcher(op: Op) -> Callable[..., None]:
     """The public launcher of an operation."""
     import kvcanary as kc
 
-    return {
+    table: dict[Op, Callable[..., None]] = {
         Op.VERIFY: kc.launch_canary_verify_kernel,
         Op.WRITE: kc.launch_canary_write_kernel,
         Op.PLAN: kc.launch_canary_plan_kernels,
         Op.PLAN_OFFSETS: kc.launch_plan_offsets_kernel,
         Op.PLAN_ENTRIES: kc.launch_plan_entries_kernel,
         Op.SCATTER: kc.launch_scatter_req_token_ids_kernel,
-    }[op]
+    }
+    return table[op]
 
 
 def run_call(call: Call, device: torch.device | str, backend: str) -> dict[str, torch.Tensor]:

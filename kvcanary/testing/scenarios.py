@@ -322,7 +322,7 @@ def plan_call(rng: random.Random, *, hostile: bool = False) -> Call:
     full_slots = rng.randint(8, 600)
     g = _gen(rng)
     r2t = torch.randint(0, full_slots, (max_reqs, max_seq), dtype=torch.int32, generator=g)
-    rpi = [rng.choice([0] + list(range(1, max_reqs))) if rng.random() < 0.15 else rng.randrange(1, max_reqs)
+    rpi = [rng.choice([0, *list(range(1, max_reqs))]) if rng.random() < 0.15 else rng.randrange(1, max_reqs)
            for _ in range(bs)]
     prefix = [rng.randint(0, max_seq) for _ in range(bs)]
     extend = [rng.choice([0, 1, 1, rng.randint(1, 20), -1]) for _ in range(bs)]

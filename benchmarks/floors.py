@@ -1,0 +1,127 @@
+"""Hardware floors, measured in the same run as the figures compared with them (GPU only).
+
+- ``copy_bandwidth()``: device-to-device copy, bytes read + written per second.
+- ``gather_floor(n)``: a random gather of two 32-byte records per entry (16 B of indices in, 8 B out), the
+  least memory traffic a verify of ``n`` entries can do; returns seconds.
+- ``serial_step_floor(steps)``: seconds per serial mix3 chain step with every operand in registers (the
+  write chain's dependency floor).
+- ``empty_launch()``: seconds per launch of an empty kernel, from CUDA-graph-free eager launches.
+
+Probes are Triton kernels, timed with CUDA events (median of many repetitions, inputs rotated so they do
+not sit in L2).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - floors need a GPU stack
+    triton = None
+
+
+def time_cuda(fn: Callable[[], object], *, warmup: int = 5, reps: int = 30) -> float:
+    """Median seconds of ``fn`` timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes: int = 1 << 31) -> float:
+    """Bytes per second (read + written) of a large device-to-device copy."""
+    a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    t = time_cuda(lambda: b.copy_(a))
+    return nbytes / t
+
+
+if triton is not None:
+
+    @triton.jit
+    def _gather2_kernel(buf, slots, prevs, out, n, stride_words, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        s = tl.load(slots + offs, mask=m, other=0)
+        p = tl.load(prevs + offs, mask=m, other=0)
+        acc = tl.zeros((BLOCK,), dtype=tl.int64)
+        for f in tl.static_range(4):
+            acc ^= tl.load(buf + s * stride_words + f, mask=m, other=0)
+            acc ^= tl.load(buf + p * stride_words + f, mask=m, other=0)
+        tl.store(out + offs, acc, mask=m)
+
+    @triton.jit
+    def _serial_kernel(out, steps, seed):
+        h = seed.to(tl.uint64)
+        tok = (seed * 3 + 1).to(tl.uint64)
+        pos = (seed * 5 + 7).to(tl.uint64)
+        for _ in range(steps):
+            for _r in tl.static_range(3):
+                x = h ^ tok
+                x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+                x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+                h = x ^ (x >> 31)
+                tok = tok ^ pos
+        tl.store(out, h.to(tl.int64, bitcast=True))
+
+    @triton.jit
+    def _empty_kernel(out):
+        pass
+
+
+def gather_floor(n: int, buf_bytes: int = 1 << 31, sets: int = 4) -> float:
+    """Seconds for the two-record random gather of ``n`` entries over a ``buf_bytes`` canary buffer."""
+    slots_n = buf_bytes // 32
+    buf = torch.randint(0, 1 << 62, (slots_n * 4,), dtype=torch.int64, device="cuda")
+    idx = [(torch.randint(0, slots_n, (n,), device="cuda"), torch.randint(0, slots_n, (n,), device="cuda"))
+           for _ in range(sets)]
+    out = torch.empty(n, dtype=torch.int64, device="cuda")
+    block = 1024
+    k = [0]
+
+    def run() -> None:
+        s, p = idx[k[0] % sets]
+        k[0] += 1
+        _gather2_kernel[(triton.cdiv(n, block),)](buf, s, p, out, n, 4, BLOCK=block)
+
+    return time_cuda(run)
+
+
+def serial_step_floor(steps: int = 1 << 15) -> float:
+    """Seconds per dependent mix3 step (three splitmix64 rounds), registers only."""
+    out = torch.empty(1, dtype=torch.int64, device="cuda")
+    t = time_cuda(lambda: _serial_kernel[(1,)](out, steps, 12345), reps=10)
+    return t / steps
+
+
+def empty_launch() -> float:
+    """Seconds of one eager launch of an empty kernel (the launch-bound floor)."""
+    out = torch.empty(1, device="cuda")
+    reps = 200
+
+    def many() -> None:
+        for _ in range(reps):
+            _empty_kernel[(1,)](out)
+
+    return time_cuda(many, reps=10) / reps
+
+
+def report(name: str, seconds: float, floor: float, unit: str = "us", what: str = "") -> str:
+    """One line: the figure, the floor, and the ratio figure/floor (1.0 = at the floor)."""
+    scale = {"us": 1e6, "ms": 1e3, "ns": 1e9}[unit]
+    return (f"{name:<48} {seconds * scale:10.2f} {unit}   floor {floor * scale:10.2f} {unit}   "
+            f"ratio {seconds / floor:6.2f}x  {what}")
