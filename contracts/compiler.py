@@ -479,10 +479,9 @@ class _Compiler:
             nodes = [self._node(f, rule) for f in rule.fields]
             joined = ", ".join(n.label for n in nodes)
             present = [f"{n.local} is not None" for n in nodes]
-            missing_fmt = "', '.join(n for n, v in (({})) if v is None) or '-'".format(", ".join(
-                f"({n.label!r}, {n.local})" for n in nodes))
-            given_fmt = "', '.join(n for n, v in (({})) if v is not None) or '-'".format(", ".join(
-                f"({n.label!r}, {n.local})" for n in nodes))
+            pairs = ", ".join(f"({n.label!r}, {n.local})" for n in nodes)
+            missing_fmt = f"', '.join(n for n, v in [{pairs}] if v is None) or '-'"
+            given_fmt = f"', '.join(n for n, v in [{pairs}] if v is not None) or '-'"
             fmt = {"names": repr(joined), "missing": missing_fmt, "given": given_fmt}
             if isinstance(rule, AllOrNone):
                 fail = f"len({{{', '.join(p for p in present)}}}) > 1"
@@ -525,9 +524,6 @@ class _Compiler:
             )
             phase = ph.RELATION if (uses_symbols or uses_tensors) else ph.SCALAR
             rfmt: dict[str, str] = {n: scope[n] for n in names if n in scope}
-            for sym in self.symbols:
-                if sym in scope and f"s_{sym}" == scope[sym]:
-                    rfmt.setdefault(sym, scope[sym])
             for extra, src in rule.values.items():
                 rfmt[extra] = Expr.parse(src).compile(scope)
             if fake is not None:

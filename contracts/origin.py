@@ -6,12 +6,16 @@ import sys
 
 
 def caller_origin() -> str:
-    """``module:line`` of the nearest frame outside this package (and outside generated ``__init__``s)."""
+    """``module:line`` of the nearest frame outside this package.
+
+    Generated ``__init__`` frames of the spec dataclasses carry this package's globals, so they are skipped
+    too. Declaring modules should not use ``from __future__ import annotations``: with it, specs are built
+    when pydantic evaluates the annotation strings and the line would be lost.
+    """
     frame = sys._getframe(1)
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
-        generated = frame.f_code.co_filename.startswith("<")
-        if not generated and name != "contracts" and not name.startswith("contracts."):
+        if name != "contracts" and not name.startswith("contracts.") and name not in ("typing", "pydantic"):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"  # pragma: no cover

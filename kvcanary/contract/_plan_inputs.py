@@ -1,6 +1,5 @@
 """Specs and rules the three plan launchers share (batch rows, req_to_token, the SWA LUT, the token pool)."""
 
-from __future__ import annotations
 
 import torch
 

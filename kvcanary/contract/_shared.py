@@ -1,6 +1,5 @@
 """Spec fragments shared by several launcher contracts: the context, the two plans, the sources."""
 
-from __future__ import annotations
 
 import torch
 

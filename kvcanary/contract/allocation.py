@@ -1,6 +1,5 @@
 """Contracts of the allocators: capacities must be positive (SGLang's messages)."""
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

@@ -4,7 +4,6 @@ The capacity and valid-lens messages are the torch reference's texts: they are w
 (made by running the reference) record, and kvcanary raises one text on every backend.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

@@ -1,6 +1,5 @@
 """Contract of ``launch_plan_entries_kernel`` (plan stage 2: one verify entry per prefix token)."""
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

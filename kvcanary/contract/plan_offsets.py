@@ -4,7 +4,6 @@ Messages are SGLang's ``_validate_offsets_kernel_inputs`` texts, including its n
 ``full_to_swa_index_mapping``.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

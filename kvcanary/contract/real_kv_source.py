@@ -1,6 +1,5 @@
 """Contract of ``RealKvSource(...)``: the checks its ``__post_init__`` runs, in SGLang's order."""
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

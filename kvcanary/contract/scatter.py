@@ -1,6 +1,5 @@
 """Contract of ``launch_scatter_req_token_ids_kernel`` (SGLang's messages; dtype errors are TypeErrors)."""
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 

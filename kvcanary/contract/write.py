@@ -1,6 +1,5 @@
 """Contract of ``launch_canary_write_kernel``."""
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
