@@ -308,7 +308,9 @@ class _Compiler:
         v = node.local
         slug = self._slug(node)
         msgs = spec.messages
-        if spec.contiguous:
+        dims = spec.dims
+        single = dims is not None and all(d.kind == "const" and d.value <= 1 for d in dims)
+        if spec.contiguous and not single:  # a tensor of at most one element is always contiguous
             self.add_check(
                 self.make_check(node, "contiguous", f"{slug}:contiguous", ph.CONTIGUOUS,
                                 self.family.template("contiguous", msgs), f"{node.label} must be contiguous",
@@ -328,7 +330,6 @@ class _Compiler:
                                 fmt={"expected": repr(expected), "actual": f"str({v}.dtype)"}),
                 fail, node, ph.DTYPE, guard,
             )
-        dims = spec.dims
         shape_fmt = {"shape": f"tuple({v}.shape)", "ndim": f"{v}.dim()"}
         if dims is not None:
             rank = len(dims)

@@ -1,0 +1,92 @@
+"""A tiny canary world for hand-written cases: write chains with the real launchers, verify entries."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+import kvcanary as kc
+
+
+@dataclass
+class World:
+    num_slots: int = 16
+    ring: int = 16
+    mode: kc.RealKvHashMode = kc.RealKvHashMode.ALL
+    nbpt: int = 32
+    read_bytes: int = 32
+    source_rows: int | None = None
+    backend: str = "torch_ref"
+    cpa: int = 1
+    kv: torch.Tensor = field(init=False)
+    ctx: kc.VerifyOrWriteContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        rows = self.num_slots if self.source_rows is None else self.source_rows
+        g = torch.Generator().manual_seed(7)
+        self.kv = torch.randint(0, 256, (rows, self.nbpt), dtype=torch.uint8, generator=g)
+        src = kc.RealKvSource(tensor=self.kv, page_size=1, num_bytes_per_token=self.nbpt, read_bytes=self.read_bytes)
+        self.ctx = kc.VerifyOrWriteContext(
+            canary_buf=torch.zeros(self.num_slots, 32, dtype=torch.uint8), kernel_kind=kc.CanaryLaunchTag.TAIL_K_FULL,
+            violation_ring=torch.zeros(self.ring, 8, dtype=torch.int64),
+            violation_write_index=torch.zeros(1, dtype=torch.int32), slot_run_counter=torch.zeros(1, dtype=torch.int64),
+            kernel_run_counter=torch.zeros(1, dtype=torch.int64), real_kv_sources=(src,), real_kv_hash_mode=self.mode,
+            enable_chain_position_assert=torch.tensor([self.cpa], dtype=torch.int32))
+
+    @property
+    def records(self) -> torch.Tensor:
+        return self.ctx.canary_buf.view(torch.int64)
+
+    def write(self, requests: list[tuple[int, list[int], list[int], list[int]]], *,
+              expected: tuple[list[int], list[int]] | None = None) -> None:
+        """``requests``: (seed, slots, tokens, positions) each; all tokens flattened in order."""
+        offsets, seeds, locs, toks, poss = [0], [], [], [], []
+        for seed, slots, tokens, positions in requests:
+            seeds.append(seed)
+            locs += slots
+            toks += tokens
+            poss += positions
+            offsets.append(len(locs))
+        plan = kc.WritePlan(write_offsets=torch.tensor(offsets), write_seed_slot_indices=torch.tensor(seeds),
+                            write_num_valid_reqs=torch.tensor([len(requests)], dtype=torch.int32))
+
+        def t(x: list[int]) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.int64)
+
+        kc.launch_canary_write_kernel(
+            context=self.ctx, plan=plan, input_ids=t(toks), positions=t(poss), out_cache_loc=t(locs),
+            enable_write_input_assert=expected is not None,
+            expected_input_tokens=t(expected[0]) if expected else None,
+            expected_input_positions=t(expected[1]) if expected else None, backend=self.backend)
+
+    def verify(self, entries: list[tuple[int, int, int, int]], *, check: bool = False, num_valid: int | None = None,
+               enable: int = 1, capacity: int | None = None) -> None:
+        """``entries``: (slot, prev, expected position, expected token) each."""
+        cap = capacity if capacity is not None else max(1, len(entries))
+        arr = torch.zeros(cap, 4, dtype=torch.int64)
+        if entries:
+            arr[: len(entries)] = torch.tensor(entries, dtype=torch.int64)
+        plan = kc.VerifyPlan(
+            verify_slot_indices=arr[:, 0].contiguous(), verify_prev_slot_indices=arr[:, 1].contiguous(),
+            verify_expected_positions=arr[:, 2].contiguous(), verify_expected_tokens=arr[:, 3].contiguous(),
+            verify_num_valid=torch.tensor([len(entries) if num_valid is None else num_valid], dtype=torch.int32),
+            enable=torch.tensor([enable], dtype=torch.int32))
+        kc.launch_canary_verify_kernel(context=self.ctx, plan=plan, check_verify_expected_token=check,
+                                       backend=self.backend)
+
+    def take(self) -> list[kc.Violation]:
+        """Every violation recorded so far (in ring order), then reset the ring."""
+        n = int(self.ctx.violation_write_index[0])
+        rows = self.ctx.violation_ring[: min(n, self.ring)].tolist()
+        self.ctx.violation_ring.zero_()
+        self.ctx.violation_write_index.zero_()
+        return [kc.Violation.from_row(r) for r in rows]
+
+    def with_mode(self, mode: kc.RealKvHashMode) -> None:
+        self.ctx = dataclasses.replace(self.ctx, real_kv_hash_mode=mode)
+
+
+def bits(vs: list[kc.Violation]) -> list[int]:
+    return [v.fail_reason_bits for v in vs]
