@@ -3,10 +3,85 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import deprecated, overload
 
 from kvcanary.contract.plan import check_plan
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.registry import REGISTRY, Op
+
+
+@overload
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out: VerifyPlan,
+    write_plan_out: WritePlan,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    swa_window_size: int,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_capacity: int,
+    req_to_verify_expected_tokens: torch.Tensor,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out: VerifyPlan,
+    write_plan_out: WritePlan,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    swa_window_size: int,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_capacity: int,
+    req_to_verify_expected_tokens: None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    kv_token_id_vs_position_offset: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+@deprecated(
+    "launch_canary_plan_kernels_torch_reference requires req_to_verify_expected_tokens_valid_lens "
+    "when req_to_verify_expected_tokens is set"
+)
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out: VerifyPlan,
+    write_plan_out: WritePlan,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    swa_window_size: int,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_capacity: int,
+    req_to_verify_expected_tokens: torch.Tensor,
+    req_to_verify_expected_tokens_valid_lens: None,
+    kv_token_id_vs_position_offset: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out: VerifyPlan,
+    write_plan_out: WritePlan,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_seq_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    swa_window_size: int,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_capacity: int,
+    req_to_verify_expected_tokens: torch.Tensor | None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    kv_token_id_vs_position_offset: int,
+    backend: str | None = None,
+) -> None: ...
 
 
 def launch_canary_plan_kernels(

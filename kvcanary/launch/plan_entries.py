@@ -3,9 +3,92 @@
 from __future__ import annotations
 
 import torch
+from typing_extensions import deprecated, overload
 
 from kvcanary.contract.plan_entries import check_plan_entries
 from kvcanary.registry import REGISTRY, Op
+
+
+@overload
+def launch_plan_entries_kernel(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_offsets_scratch: torch.Tensor,
+    verify_enable: torch.Tensor,
+    req_to_verify_expected_tokens: torch.Tensor,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor,
+    out_verify_slot_indices: torch.Tensor,
+    out_verify_expected_tokens: torch.Tensor,
+    out_verify_expected_positions: torch.Tensor,
+    out_verify_prev_slot_indices: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    swa_window_size: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+def launch_plan_entries_kernel(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_offsets_scratch: torch.Tensor,
+    verify_enable: torch.Tensor,
+    req_to_verify_expected_tokens: None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    out_verify_slot_indices: torch.Tensor,
+    out_verify_expected_tokens: torch.Tensor,
+    out_verify_expected_positions: torch.Tensor,
+    out_verify_prev_slot_indices: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    swa_window_size: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+@deprecated(
+    "launch_plan_entries_kernel requires req_to_verify_expected_tokens_valid_lens "
+    "when req_to_verify_expected_tokens is set"
+)
+def launch_plan_entries_kernel(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_offsets_scratch: torch.Tensor,
+    verify_enable: torch.Tensor,
+    req_to_verify_expected_tokens: torch.Tensor,
+    req_to_verify_expected_tokens_valid_lens: None,
+    out_verify_slot_indices: torch.Tensor,
+    out_verify_expected_tokens: torch.Tensor,
+    out_verify_expected_positions: torch.Tensor,
+    out_verify_prev_slot_indices: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    swa_window_size: int,
+    backend: str | None = None,
+) -> None: ...
+@overload
+def launch_plan_entries_kernel(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_offsets_scratch: torch.Tensor,
+    verify_enable: torch.Tensor,
+    req_to_verify_expected_tokens: torch.Tensor | None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    out_verify_slot_indices: torch.Tensor,
+    out_verify_expected_tokens: torch.Tensor,
+    out_verify_expected_positions: torch.Tensor,
+    out_verify_prev_slot_indices: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    swa_window_size: int,
+    backend: str | None = None,
+) -> None: ...
 
 
 def launch_plan_entries_kernel(
