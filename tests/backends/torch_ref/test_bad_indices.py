@@ -6,6 +6,8 @@ out of bounds).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import kvcanary as kc
@@ -88,7 +90,7 @@ def test_write_offsets_past_the_token_arrays_are_clipped() -> None:
     assert int(w.ctx.slot_run_counter[0]) == 2 and w.take() == []
 
 
-def _plan(**over: object) -> dict[str, object]:
+def _plan(**over: Any) -> dict[str, Any]:
     kw = calls.plan(bs=2)
     kw["verify_plan_out"] = kc.VerifyPlan.allocate(verify_capacity=16, device="cpu")
     kw["verify_capacity"] = 16
@@ -107,13 +109,13 @@ def test_plan_reads_outside_req_to_token_give_invalid_slot() -> None:
     kw = _plan(req_pool_indices=torch.tensor([1, 7]), prefix_lens=torch.tensor([9, 2]))  # row 7 absent; 9 > 8 cols
     kc.launch_canary_plan_kernels(**kw)
     vp, wp = kw["verify_plan_out"], kw["write_plan_out"]
-    n = int(vp.verify_num_valid[0])  # type: ignore[attr-defined]
-    slots = vp.verify_slot_indices[:n].tolist()  # type: ignore[attr-defined]
-    prev = vp.verify_prev_slot_indices[:n].tolist()  # type: ignore[attr-defined]
+    n = int(vp.verify_num_valid[0])
+    slots = vp.verify_slot_indices[:n].tolist()
+    prev = vp.verify_prev_slot_indices[:n].tolist()
     assert n == 11
     assert slots == [5, 6, 7, 8, 0, 0, 0, 0, INVALID, INVALID, INVALID]
     assert prev[8] == 0 and prev[9] == -1 and prev[10] == INVALID
-    assert wp.write_seed_slot_indices[:2].tolist() == [INVALID, INVALID]  # type: ignore[attr-defined]
+    assert wp.write_seed_slot_indices[:2].tolist() == [INVALID, INVALID]
 
 
 def test_plan_lut_translation_out_of_range_gives_invalid_slot() -> None:
@@ -121,9 +123,9 @@ def test_plan_lut_translation_out_of_range_gives_invalid_slot() -> None:
     kw = _plan(swa_window_size=8, full_to_swa_index_mapping=lut)
     kc.launch_canary_plan_kernels(**kw)
     vp = kw["verify_plan_out"]
-    assert vp.verify_slot_indices[:5].tolist() == [500, 600, 700, 900, INVALID]  # type: ignore[attr-defined]
-    assert vp.verify_prev_slot_indices[:5].tolist() == [-1, 500, 600, -1, 900]  # type: ignore[attr-defined]
-    assert kw["write_plan_out"].write_seed_slot_indices[:2].tolist() == [700, INVALID]  # type: ignore[attr-defined]
+    assert vp.verify_slot_indices[:5].tolist() == [500, 600, 700, 900, INVALID]
+    assert vp.verify_prev_slot_indices[:5].tolist() == [-1, 500, 600, -1, 900]
+    assert kw["write_plan_out"].write_seed_slot_indices[:2].tolist() == [700, INVALID]
 
 
 def test_plan_expected_tokens_only_inside_the_pool() -> None:
@@ -133,7 +135,7 @@ def test_plan_expected_tokens_only_inside_the_pool() -> None:
     kc.launch_canary_plan_kernels(**kw)
     vp = kw["verify_plan_out"]
     # row 1: positions 0,1,2 -> pool columns 1,2,3 but valid only below 2; row 2: columns 1,2 (< 8 cols)
-    assert vp.verify_expected_tokens[:5].tolist() == [1009, -1, -1, 1017, 1018]  # type: ignore[attr-defined]
+    assert vp.verify_expected_tokens[:5].tolist() == [1009, -1, -1, 1017, 1018]
 
 
 def test_plan_overflow_disables_and_leaves_entries() -> None:
