@@ -5,7 +5,8 @@
   least memory traffic a verify of ``n`` entries can do; returns seconds.
 - ``serial_step_floor(steps)``: seconds per serial mix3 chain step with every operand in registers (the
   write chain's dependency floor).
-- ``empty_launch()``: seconds per launch of an empty kernel, from CUDA-graph-free eager launches.
+- ``empty_launch()``: seconds per eager launch of an empty Triton kernel (host launch cost included);
+  ``empty_launch_graph()``: the same kernel replayed from a CUDA graph (the device-side floor).
 
 Probes are Triton kernels, timed with CUDA events (median of many repetitions, inputs rotated so they do
 not sit in L2).
@@ -53,16 +54,16 @@ if triton is not None:
 
     @triton.jit
     def _gather2_kernel(buf, slots, prevs, out, n, stride_words, BLOCK: tl.constexpr):
+        # each record is loaded as one 32-byte row of 4 int64 (vectorized), for the slot and its predecessor
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
         s = tl.load(slots + offs, mask=m, other=0)
         p = tl.load(prevs + offs, mask=m, other=0)
-        acc = tl.zeros((BLOCK,), dtype=tl.int64)
-        for f in tl.static_range(4):
-            acc ^= tl.load(buf + s * stride_words + f, mask=m, other=0)
-            acc ^= tl.load(buf + p * stride_words + f, mask=m, other=0)
-        tl.store(out + offs, acc, mask=m)
+        f = tl.arange(0, 4)
+        a = tl.load(buf + s[:, None] * stride_words + f[None, :], mask=m[:, None], other=0)
+        b = tl.load(buf + p[:, None] * stride_words + f[None, :], mask=m[:, None], other=0)
+        tl.store(out + offs, tl.xor_sum(a ^ b, axis=1), mask=m)
 
     @triton.jit
     def _serial_kernel(out, steps, seed):
@@ -106,6 +107,18 @@ def serial_step_floor(steps: int = 1 << 15) -> float:
     out = torch.empty(1, dtype=torch.int64, device="cuda")
     t = time_cuda(lambda: _serial_kernel[(1,)](out, steps, 12345), reps=10)
     return t / steps
+
+
+def empty_launch_graph(n: int = 256) -> float:
+    """Seconds per empty kernel when ``n`` of them are replayed from one CUDA graph (GPU-side floor)."""
+    out = torch.empty(1, device="cuda")
+    _empty_kernel[(1,)](out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            _empty_kernel[(1,)](out)
+    return time_cuda(graph.replay, reps=20) / n
 
 
 def empty_launch() -> float:
