@@ -1,4 +1,4 @@
-"""The ``kvcanary`` command: ``selfcheck``, ``backends``, ``explain``, ``contracts``, and the rest.
+"""The ``kvcanary`` command: ``selfcheck``, ``backends``, ``explain``, ``contracts``, ``docs``, and the rest.
 
 Each subcommand lives in the module named for it and is imported only when run, so ``kvcanary --help``
 stays fast and a missing optional dependency only affects the subcommand that needs it.
@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "backends": ("kvcanary.cli_commands", "backends", "list backends, their availability and reasons"),
     "explain": ("kvcanary.cli_commands", "explain", "print the catalog page of an error code"),
     "contracts": ("kvcanary.cli_commands", "contracts", "print every launcher contract (--json)"),
+    "docs": ("kvcanary.cli_commands", "docs", "generate the docs site's pages (error catalog, matrix, ...)"),
+    "demo": ("kvcanary.demo", "main", "serve a workload clean, then once per fault class; show what is caught"),
 }
 
 _ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
@@ -36,7 +38,8 @@ def arguments(name: str) -> Callable[[Setup], Setup]:
 
 
 def parser() -> argparse.ArgumentParser:
-    importlib.import_module("kvcanary.cli_commands")
+    for module in dict.fromkeys(m for m, _, _ in COMMANDS.values()):  # each registers its arguments
+        importlib.import_module(module)
     p = argparse.ArgumentParser(prog="kvcanary", description="KV-cache canaries for LLM inference engines.")
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, _, help_text) in COMMANDS.items():

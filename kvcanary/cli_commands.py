@@ -55,42 +55,77 @@ def backends(args: argparse.Namespace) -> int:
 
 @arguments("explain")
 def _explain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("code", help="an error code such as KVC-W087")
+    p.add_argument("code", help="an error code such as KVC-W012 (the second line of every kvcanary error)")
+    p.add_argument("--markdown", action="store_true", help="print the page as Markdown (as on the site)")
 
 
 def explain(args: argparse.Namespace) -> int:
     from kvcanary import codes
+    from kvcanary.docsgen import catalog
 
-    check = codes.by_code().get(args.code.upper())
-    if check is None:
-        print(f"unknown error code {args.code!r}")
+    page = catalog.page(args.code)
+    if page is None:
+        known = sorted(codes.by_code())
+        near = [c for c in known if c.startswith(args.code.strip().upper()[:5])][:10]
+        print(f"unknown error code {args.code!r}" + (f"; codes like it: {', '.join(near)}" if near else "")
+              + f" ({len(known)} codes: `kvcanary contracts` lists them)")
         return 2
-    print(f"{check.code}: {check.summary}\n\nlauncher: {check.contract}\nrule: {check.kind}\n"
-          f"arguments: {', '.join(check.arguments)}\nmessage: kv-canary: {check.template}\n\n"
-          f"why: {check.why}\n\nfix: {check.fix}\n\ndeclared at: {check.origin}")
+    print(page.markdown() if args.markdown else page.text(), end="")
     return 0
 
 
 @arguments("contracts")
 def _contracts_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="machine-readable export")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable export: JSON Schema of every contract's fields, its rules and codes")
+    p.add_argument("name", nargs="?", default=None, help="only this contract (e.g. launch_canary_write_kernel)")
 
 
 def contracts(args: argparse.Namespace) -> int:
-    from kvcanary import codes
+    from kvcanary.docsgen import export
 
-    items = []
-    for c in codes.contracts():
-        items.append({
-            "name": c.contract.name,
-            "summary": c.contract.summary,
-            "schema": c.model_json_schema(),
-            "rules": [{"code": k.code, "kind": k.kind, "slug": k.slug, "arguments": list(k.arguments),
-                       "message": "kv-canary: " + k.template, "summary": k.summary} for k in c.checks()],
-        })
+    data = export.contracts_json()
+    items = data["contracts"]
+    if args.name is not None:
+        items = [c for c in items if c["name"] == args.name]
+        if not items:
+            print(f"unknown contract {args.name!r}; known: {', '.join(c['name'] for c in data['contracts'])}")
+            return 2
+        data = {**data, "contracts": items}
     if args.json:
-        print(json.dumps(items, indent=1, default=str))
-    else:
-        for it in items:
-            print(f"{it['name']}: {it['summary']} ({len(it['rules'])} rules)")
+        print(json.dumps(data, indent=1, default=str))
+        return 0
+    for c in items:
+        print(f"{c['name']} (KVC-{c['letter']}..., {len(c['checks'])} checks): {c['summary']}")
+        if args.name is not None:
+            for k in c["checks"]:
+                print(f"  {k['code']}  {k['kind']:<16} {k['summary']}")
+    return 0
+
+
+@arguments("docs")
+def _docs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="docs", help="the docs directory (default: ./docs)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated page is stale")
+    p.add_argument("--update-codes", action="store_true",
+                   help="first give new checks their stable codes (kvcanary/codebook.json)")
+
+
+def docs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvcanary import codes
+    from kvcanary.docsgen import generate
+
+    if args.update_codes:
+        added = codes.update_codebook()
+        print(f"code book: {len(added)} new code(s)" + "".join(f"\n  {k}" for k in added))
+    report = generate(Path(args.out), dry_run=args.check)
+    if args.check:
+        for rel in report.stale:
+            print(f"stale: {rel}")
+        print(f"{len(report.stale)} stale, {len(report.unchanged)} up to date")
+        return 1 if report.stale else 0
+    print(f"wrote {len(report.written)} page(s), removed {len(report.removed)}, "
+          f"{len(report.unchanged)} unchanged, under {args.out}/")
     return 0

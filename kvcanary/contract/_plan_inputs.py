@@ -55,7 +55,12 @@ def window_non_negative(launcher: str) -> Relation:
     )
 
 
-def bs_limit(launcher: str) -> Relation:
+# A batch one row too large for the plan block, with plans (where the launch has them) big enough for it.
+TOO_MANY_ROWS = "PLAN_BS_BLOCK_SIZE + 1"
+
+
+def bs_limit(launcher: str, *, with_write_plan: bool = False) -> Relation:
+    breaks = {"bs": TOO_MANY_ROWS, **({"write_req_capacity": TOO_MANY_ROWS} if with_write_plan else {})}
     return Relation(
         name="bs_at_most_plan_block",
         require="bs <= PLAN_BS_BLOCK_SIZE",
@@ -63,6 +68,7 @@ def bs_limit(launcher: str) -> Relation:
         "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.",
         why="The plan kernels scan every batch row inside one block of PLAN_BS_BLOCK_SIZE rows.",
         fix="Split the batch into launches of at most PLAN_BS_BLOCK_SIZE rows.",
+        breaks=breaks,
     )
 
 

@@ -4,6 +4,7 @@
 import torch
 
 from contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
+from contracts.examples import Misalign
 from kvcanary.consts import MAX_REAL_KV_SOURCES, PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan, WritePlan
@@ -37,6 +38,7 @@ REAL_KV_SOURCE_ITEM = StructArg(
             "past its end (into the next row, or out of the tensor).",
             fix="Describe the layout the tensor really has: page_size x num_bytes_per_token must fit in one "
             "row (dim 1, in bytes).",
+            breaks={"page_size": "page_size * 2"},
         ),
         Relation(
             name="base_aligned_16",
@@ -45,6 +47,7 @@ REAL_KV_SOURCE_ITEM = StructArg(
             values={"misalignment": "tensor.data_ptr() % 16"},
             why="Strips are read with 16-byte vector loads, which must be 16-byte aligned.",
             fix="Pass a view that starts at a 16-byte boundary of the pool (whole layers or pages always do).",
+            breaks={"tensor": Misalign(8)},
         ),
     ),
 )
@@ -84,6 +87,7 @@ CONTEXT = StructArg(
             why="Each slot stores four int64 fields (token, position, prev_hash, real_kv_hash) at the start of "
             "its row.",
             fix="Allocate the canary buffer as `torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8)`.",
+            breaks={"slot_stride_bytes": 24},
         ),
         Relation(
             name="slot_stride_multiple_of_8",
@@ -92,6 +96,7 @@ CONTEXT = StructArg(
             why="Records are read and written as aligned int64 words; a stride that is not a multiple of 8 "
             "misaligns every other slot.",
             fix="Use a slot stride of 32 bytes (or a larger multiple of 8 if you keep extra data per slot).",
+            breaks={"slot_stride_bytes": 36},
         ),
         Relation(
             name="canary_buf_aligned",
@@ -100,6 +105,7 @@ CONTEXT = StructArg(
             values={"misalignment": "canary_buf.data_ptr() % 16"},
             why="Records are moved with 16-byte vector loads and stores.",
             fix="Pass the buffer as allocated (or a view starting at a slot boundary).",
+            breaks={"canary_buf": Misalign(8)},
         ),
         Relation(
             name="real_kv_hash_mode_known",

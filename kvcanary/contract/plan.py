@@ -37,7 +37,7 @@ class PlanLaunch(Contract):
                 "when req_to_verify_expected_tokens is set"
             ),
             p.window_non_negative(NAME),
-            p.bs_limit(NAME),
+            p.bs_limit(NAME, with_write_plan=True),
             Relation(
                 name="verify_capacity_matches_plan",
                 require="verify_capacity == plan_verify_capacity",

@@ -37,6 +37,8 @@ class PlanOffsetsLaunch(Contract):
                 message="offsets kernel bs must be in [0, {PLAN_BS_BLOCK_SIZE}], got {bs}",
                 why="The offsets kernel scans all rows in one block of PLAN_BS_BLOCK_SIZE.",
                 fix="Split the batch into launches of at most PLAN_BS_BLOCK_SIZE rows.",
+                breaks={"bs": p.TOO_MANY_ROWS, "write_req_capacity": p.TOO_MANY_ROWS,
+                        "write_offsets_len": "PLAN_BS_BLOCK_SIZE + 2"},
             ),
             Relation(
                 name="write_offsets_len_positive",

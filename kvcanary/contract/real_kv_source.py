@@ -7,6 +7,7 @@ import torch
 from pydantic import Field
 
 from contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
+from contracts.examples import PadStride
 from kvcanary.errors import FAMILY
 
 _WHY_VIEW = "The source must be a view of the live KV pool so the hash reads the bytes attention reads."
@@ -36,6 +37,7 @@ class RealKvSourceContract(Contract):
                 "on 16-byte boundaries.",
                 fix="Pass the byte width of one token's row (heads x head_dim x element size), which is a "
                 "multiple of 16 for every real KV layout; pad the layout otherwise.",
+                breaks={"num_bytes_per_token": "num_bytes_per_token + 8"},
             ),
             Relation(
                 name="read_bytes_in_range",
@@ -46,6 +48,7 @@ class RealKvSourceContract(Contract):
                 "folds 16 bytes at a time.",
                 fix="Use 16 for a PARTIAL-style prefix or num_bytes_per_token for the whole row; leave the "
                 "source out of the tuple instead of passing 0.",
+                breaks={"read_bytes": "num_bytes_per_token + 16"},
             ),
             Relation(
                 name="row_stride_multiple_of_16",
@@ -60,6 +63,7 @@ class RealKvSourceContract(Contract):
                 },
                 why="Rows are read with 16-byte vector loads, so every row must start 16-byte aligned.",
                 fix="View the pool buffer so each row (page) is a multiple of 16 bytes wide.",
+                breaks={"tensor": PadStride(dim=0, nbytes=8)},
             ),
         ),
     )

@@ -1,0 +1,135 @@
+"""The error catalog cannot drift: every code has a page, every page's example raises exactly its code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from contracts import ContractError
+from kvcanary import codes
+from kvcanary.cli import main
+from kvcanary.docsgen import catalog as cat
+from kvcanary.docsgen import generate
+from kvcanary.errors import CODEBOOK_PATH
+
+CODES = sorted(codes.by_code())
+SECTIONS = ["The message", "What it means", "When it happens", "How to fix it", "Example", "Related errors",
+            "Where it is declared"]
+
+
+@pytest.fixture(scope="module")
+def catalog() -> cat.Catalog:
+    return cat.catalog()
+
+
+def test_every_check_has_a_stable_code_and_every_code_a_check() -> None:
+    checks = codes.checks()
+    assert all(re.fullmatch(r"KVC-[A-Z]\d{3}", c.code) for c in checks), "run `kvcanary docs --update-codes`"
+    assert len({c.code for c in checks}) == len(checks)
+    book = json.loads(CODEBOOK_PATH.read_text())["codes"]
+    assert sorted(book.values()) == CODES
+
+
+def test_every_code_has_a_page_and_every_page_a_code(catalog: cat.Catalog, tmp_path: Path) -> None:
+    assert sorted(catalog.pages) == CODES
+    generate(tmp_path)
+    (tmp_path / "errors" / "KVC-Z999.md").write_text("# stale\n")
+    report = generate(tmp_path)
+    assert report.removed == ["errors/KVC-Z999.md"]
+    on_disk = sorted(p.stem for p in (tmp_path / "errors").glob("*.md") if p.stem != "index")
+    assert on_disk == CODES
+    index = (tmp_path / "errors" / "index.md").read_text()
+    assert all(f"[{code}]({code}.md)" in index for code in CODES)
+    assert generate(tmp_path, dry_run=True).stale == []
+
+
+def test_every_page_has_every_section_and_an_explanation(catalog: cat.Catalog) -> None:
+    for code, page in catalog.pages.items():
+        assert [s.title for s in page.sections] == SECTIONS, code
+        assert all(s.blocks for s in page.sections), code
+        assert page.check.why.strip() and page.check.fix.strip() and page.check.summary.strip(), code
+        md = page.markdown()
+        assert md.startswith(f"# {code}: "), code
+        assert page.failing_src in md and all(src in md for _, src in page.fixed_srcs), code
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_failing_example_raises_exactly_its_code_and_corrected_calls_pass(code: str,
+                                                                          catalog: cat.Catalog) -> None:
+    page = catalog.pages[code]
+    with pytest.raises(ContractError) as info:
+        exec(page.failing_src, cat.namespace())  # the page's code, as shown, through the real launcher
+    err = info.value
+    assert err.code == code and err.check is page.check
+    assert str(err) == page.error_text  # the page shows the exact text, first line and pointer
+    lines = str(err).splitlines()
+    assert lines[0] == page.message and lines[0].startswith("kv-canary: ")
+    assert lines[1].startswith(f"[{code}] ") and f"`kvcanary explain {code}`" in lines[1]
+    for _, src in page.fixed_srcs:
+        exec(src, cat.namespace(validate_only=True))
+
+
+def test_examples_break_one_rule_except_where_none_can(catalog: cat.Catalog) -> None:
+    """A counterexample breaks only its own check, except where no value can (listed, and said on the page)."""
+    also = {(p.check.contract, p.check.slug) for p in catalog.pages.values() if p.example.also_breaks}
+    assert also == {
+        ("RealKvSource", "RealKvSource.tensor:min_rank"),  # any 1-D tensor also has a 1-element row stride
+        ("launch_plan_offsets_kernel", "write_offsets_len_positive"),  # implied by ..._is_capacity_plus_one
+    }
+    preempted = {(p.check.contract, p.check.slug) for p in catalog.pages.values() if p.example.preempted}
+    assert preempted == {(launcher, f"real_kv_sources[].{attr}:type")
+                         for launcher in ("launch_canary_verify_kernel", "launch_canary_write_kernel")
+                         for attr in ("tensor", "page_size", "num_bytes_per_token", "read_bytes")}
+
+
+def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: cat.Catalog) -> None:
+    code = CODES[len(CODES) // 2]
+    assert main(["explain", code.lower()]) == 0
+    out = capsys.readouterr().out
+    assert out == catalog.pages[code].text()
+    for title in SECTIONS:
+        assert f"\n{title}\n{'-' * len(title)}\n" in out
+    assert catalog.pages[code].message in out
+    assert main(["explain", code, "--markdown"]) == 0
+    assert capsys.readouterr().out == catalog.pages[code].markdown()
+    assert main(["explain", "KVC-Q999"]) == 2
+    assert "unknown error code" in capsys.readouterr().out
+
+
+def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
+    root = cat.REPO_ROOT
+    for code, page in catalog.pages.items():
+        where = cat.declared(page.check.origin)
+        assert where.line > 0 and (root / where.file).is_file(), (code, page.check.origin)
+
+
+def test_docs_command_writes_checks_and_updates_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    out = str(tmp_path / "docs")
+    assert main(["docs", "--check", "--out", out]) == 1  # nothing written yet: everything is stale
+    assert main(["docs", "--out", out]) == 0
+    assert main(["docs", "--check", "--out", out]) == 0
+    (tmp_path / "docs" / "support-matrix.md").write_text("old\n")
+    assert main(["docs", "--check", "--out", out]) == 1
+    assert "stale: support-matrix.md" in capsys.readouterr().out
+    called: list[bool] = []
+
+    def update() -> list[str]:
+        called.append(True)
+        return []
+
+    monkeypatch.setattr(codes, "update_codebook", update)
+    assert main(["docs", "--update-codes", "--out", out]) == 0
+    assert called == [True]
+
+
+def test_generated_pages_on_disk_are_ignored_or_fresh() -> None:
+    """Generated pages are rebuilt by every mkdocs build; any committed copy must match the code."""
+    root = cat.REPO_ROOT
+    ignored = {line.strip() for line in (root / ".gitignore").read_text().splitlines()}
+    for rel in generate(root / "docs", dry_run=True).stale:
+        top = "/docs/" + (rel.split("/")[0] + "/" if "/" in rel else rel)
+        assert top in ignored, f"docs/{rel} is not git-ignored and is stale: run `kvcanary docs`"
