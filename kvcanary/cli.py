@@ -57,4 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # run the imported module's main: subcommands register their arguments on `kvcanary.cli`, not `__main__`
+    from kvcanary.cli import main as _main
+
+    sys.exit(_main())

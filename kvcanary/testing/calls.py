@@ -72,7 +72,8 @@ def plan(device: Device = "cpu", *, bs: int = 3, swa: int = 0, pool: bool = Fals
     vp = verify_plan(device)
     return {
         "verify_plan_out": vp, "write_plan_out": write_plan(device), "req_pool_indices": i64(bs, device),
-        "prefix_lens": i64(bs, device), "extend_seq_lens": i64(bs, device), "req_to_token": i32(4 * 8, device).view(4, 8),
+        "prefix_lens": i64(bs, device), "extend_seq_lens": i64(bs, device),
+        "req_to_token": i32(4 * 8, device).view(4, 8),
         "swa_window_size": swa, "full_to_swa_index_mapping": i64(17, device) if swa else None,
         "verify_capacity": vp.verify_capacity,
         "req_to_verify_expected_tokens": i32(4 * 8, device).view(4, 8) if pool else None,

@@ -1,0 +1,311 @@
+"""The canary's per-decode-step cost beside one layer of decode attention, and its share of an engine step.
+
+Cases (GPU defaults: bs=128, 4096-token contexts; ``--device cpu`` shrinks everything):
+
+- ``canary_step``: everything the manager does per decode step inside the forward: plan, HEAD verify +
+  write and TAIL verify + write, for K and V (one FULL group, real-KV PARTIAL by default), over a paged
+  pool whose records are all live. Eager, and replayed from a CUDA graph when the backend allows capture.
+  Floor: the bytes it must move (two 32-byte records per verify entry, 4 verifies, plus plan and write
+  traffic) at the device's measured copy bandwidth.
+- ``attention_paged`` / ``attention_sdpa``: one decode attention layer over the same KV (bf16, 32 query
+  heads, 8 KV heads, head size 128, torch SDPA): with the paged gather through req_to_token, and over
+  contiguous KV. Floor: K and V bytes at the copy bandwidth.
+- ``canary_vs_attention``: canary_step / attention_paged.
+- ``engine_step`` / ``canary_share``: kvcanary's own engine, decode steps with and without the canary.
+
+Prints each figure beside its floor and writes a JSON list of
+``{benchmark, case, figure, floor, unit, ratio, machine, date}`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+
+from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
+from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
+
+BENCH = "bench_engine"
+SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6}
+
+
+@dataclass(frozen=True)
+class Record:
+    benchmark: str
+    case: str
+    figure: float
+    floor: float
+    unit: str
+    ratio: float | None  # figure / floor; None where there is no meaningful floor
+    machine: str
+    date: str
+
+
+def machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads (cpu)"
+
+
+def timeit(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, reps: int = 20) -> float:
+    """Median seconds per call (CUDA events on a GPU)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(reps):
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    else:
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return float(statistics.median(times))
+
+
+def copy_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes read + written per second by a large device copy."""
+    a = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    return nbytes / timeit(lambda: b.copy_(a), device, reps=10)
+
+
+# -- the canary's per-step work ------------------------------------------------------------------------------
+class CanaryWorld:
+    """A paged pool of ``bs`` requests x ``ctx`` tokens (shuffled slots), its manager, and a decode batch."""
+
+    def __init__(self, *, bs: int, ctx: int, kv_heads: int, head_dim: int, device: torch.device,
+                 mode: RealKvHashMode, backend: str | None, chunk: int) -> None:
+        self.bs, self.ctx, self.device = bs, ctx, device
+        n = bs * ctx + 1
+        self.k = torch.randn(n, kv_heads, head_dim, device=device).to(torch.bfloat16)
+        self.v = torch.randn(n, kv_heads, head_dim, device=device).to(torch.bfloat16)
+        g = torch.Generator().manual_seed(0)
+        slots = (torch.randperm(n - 1, generator=g) + 1).view(bs, ctx)
+        self.r2t = torch.zeros(bs + 1, ctx + 1, dtype=torch.int32, device=device)
+        self.r2t[1:, :ctx] = slots.to(torch.int32).to(device)
+        self.tokens = torch.randint(0, 32000, (bs, ctx), generator=g).to(device)
+        caps = CanaryCapacities(verify_capacity=bs * ctx, write_req_capacity=bs, write_token_capacity=bs * chunk,
+                                sweep_capacity=n)
+        pool = KvPoolSpec(groups=(PoolGroupSpec(kind=PoolKind.FULL, k_layer0=self.k, v_layer0=self.v),),
+                          req_to_token=self.r2t)
+        cfg = CanaryConfig(mode=CanaryMode.LOG, real_kv_mode=mode, enable_v=True, backend=backend)
+        self.manager = CanaryManager.attach(pool=pool, capacities=caps, config=cfg)
+        self.manager.mark_init_finished()
+        rows = torch.arange(1, bs + 1, dtype=torch.int64, device=device)
+        for start in range(0, ctx - 1, chunk):  # stamp every record (a chunked prefill through the manager)
+            e = min(chunk, ctx - 1 - start)
+            self._forward(rows, start, e)
+        self.decode = self._batch(rows, ctx - 1, 1)
+
+    def _batch(self, rows: torch.Tensor, start: int, e: int) -> CanaryBatch:
+        bs = self.bs
+        pos = torch.arange(start, start + e, device=self.device).repeat(bs)
+        loc = self.r2t[1:, start : start + e].reshape(-1).to(torch.int64)
+        ids = self.tokens[:, start : start + e].reshape(-1)
+        full = torch.full((bs,), 0, dtype=torch.int64, device=self.device)
+        return CanaryBatch(req_pool_indices=rows, prefix_lens=full + start, extend_lens=full + e, input_ids=ids,
+                           positions=pos, out_cache_loc=loc)
+
+    def _forward(self, rows: torch.Tensor, start: int, e: int) -> None:
+        b = self._batch(rows, start, e)
+        with self.manager.forward(b):
+            pass
+
+    def step(self) -> None:
+        """One decode step's canary work (prepare is a host-side shape check)."""
+        self.manager.prepare(self.decode)
+        self.manager.head(self.decode)
+        self.manager.tail()
+
+    def graph_step(self) -> Callable[[], None] | None:
+        """The same work captured in a CUDA graph, or None if the selected backends cannot be captured."""
+        if self.device.type != "cuda":
+            return None
+        from kvcanary.registry import REGISTRY, Op
+
+        backend = self.manager.config.backend
+        eager = [f"{op.value}: {c.backend.name}" for op in (Op.PLAN, Op.VERIFY, Op.WRITE)
+                 if not (c := REGISTRY.select(op, self.device, backend)).support.capture_safe]
+        if eager:
+            print(f"  (no CUDA graph: not capture-safe: {', '.join(eager)})")
+            return None
+        try:
+            self.manager.prepare(self.decode)
+            s = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                self.manager.head(self.decode)
+                self.manager.tail()
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            self.manager.prepare(self.decode)
+            with torch.cuda.graph(graph):
+                self.manager.head(self.decode)
+                self.manager.tail()
+        except Exception as exc:  # a backend that syncs with the host refuses capture
+            print(f"  (CUDA graph capture unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+            return None
+        return graph.replay
+
+    def bytes_floor(self) -> int:
+        """Least traffic of one step: 4 verifies x (slot + prev record, 4 int64 plan words) per entry,
+        the plan writing those 4 words, 4 writes of one record per request, real-KV reads."""
+        entries = self.bs * (self.ctx - 1)
+        per_verify = entries * (2 * 32 + 4 * 8)
+        plan = entries * 4 * 8
+        writes = 4 * self.bs * (32 + 32)
+        rkv = 2 * entries * 16 if self.manager.config.real_kv_mode is not RealKvHashMode.NONE else 0
+        return 4 * per_verify + plan + writes + rkv
+
+
+def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], Callable[[], object], int]:
+    """One decode attention layer over the world's KV: paged (gather through req_to_token) and contiguous."""
+    bs, ctx, dev = world.bs, world.ctx, world.device
+    q = torch.randn(bs, q_heads, 1, world.k.shape[-1], device=dev, dtype=torch.bfloat16)
+    idx = world.r2t[1:, :ctx].to(torch.int64)
+    kc = world.k[idx].transpose(1, 2).contiguous()  # [bs, kv, ctx, d]
+    vc = world.v[idx].transpose(1, 2).contiguous()
+
+    def paged() -> object:
+        k = world.k[idx].transpose(1, 2)
+        v = world.v[idx].transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    def contiguous() -> object:
+        return F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+
+    return paged, contiguous, 2 * kc.numel() * kc.element_size()
+
+
+# -- the engine ----------------------------------------------------------------------------------------------
+def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> tuple[float, float]:
+    """Median decode-step seconds of kvcanary's engine without and with the canary: two engines serving
+    the same requests, their steps interleaved so that drift in the machine hits both alike."""
+    from kvcanary.engine import Engine, EngineConfig
+
+    engines = []
+    for canary in (None, CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=backend,
+                                      health_warmup_steps=10**6)):
+        cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
+                           max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
+                           graph_buckets=(bs,) if device.startswith("cuda") else ())
+        eng = Engine(cfg, canary=canary)
+        eng.warmup()
+        g = torch.Generator().manual_seed(1)
+        for _ in range(bs):
+            eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), steps + 4)
+        while any(r.state.value in ("waiting", "prefill") for r in eng.requests.values()):
+            eng.step()
+        engines.append(eng)
+    times: list[list[float]] = [[], []]
+    for _ in range(steps):
+        for i, eng in enumerate(engines):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            eng.step()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times[i].append(time.perf_counter() - t)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--bs", type=int, default=None, help="requests per decode step (default 128; cpu 4)")
+    p.add_argument("--ctx", type=int, default=None, help="context tokens per request (default 4096; cpu 256)")
+    p.add_argument("--q-heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--real-data", default="partial", choices=["none", "partial", "all"])
+    p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
+    p.add_argument("--engine-bs", type=int, default=None, help="engine case batch (default 64; cpu 4)")
+    p.add_argument("--engine-ctx", type=int, default=None, help="engine case context (default 1024; cpu 64)")
+    p.add_argument("--engine-steps", type=int, default=None, help="timed engine decode steps (default 20; cpu 8)")
+    p.add_argument("--skip-engine", action="store_true")
+    p.add_argument("--out", default=None, help="write the JSON records here")
+    args = p.parse_args(argv)
+    dev = torch.device(args.device)
+    cpu = dev.type == "cpu"
+    if cpu:
+        torch.set_num_threads(1)  # small CPU tensors: intra-op thread hand-offs cost more than they save
+    bs = args.bs or (4 if cpu else 128)
+    ctx = args.ctx or (256 if cpu else 4096)
+    mode = RealKvHashMode[args.real_data.upper()]
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    where = machine(dev)
+    records: list[Record] = []
+
+    def emit(case: str, seconds: float, floor_seconds: float, unit: str) -> None:
+        """Record a figure in ``unit`` (time units are converted from seconds; "x" is a plain ratio)."""
+        s = SCALE.get(unit, 1.0)
+        figure, floor = seconds * s, floor_seconds * s
+        ratio = figure / floor if floor > 0 else None
+        records.append(Record(BENCH, case, figure, floor, unit, ratio, where, when))
+        shown = f"{ratio:7.2f}x" if ratio is not None else "      -"
+        print(f"{case:<64} {figure:12.2f} {unit:<3} floor {floor:12.2f} {unit:<3} ratio {shown}")
+
+    print(f"{BENCH} on {where}: bs={bs} ctx={ctx} q_heads={args.q_heads} kv_heads={args.kv_heads} "
+          f"head_dim={args.head_dim} real_data={args.real_data}")
+    bw = copy_bandwidth(dev, 1 << (24 if cpu else 31))
+    print(f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write)")
+    t0 = time.perf_counter()
+    world = CanaryWorld(bs=bs, ctx=ctx, kv_heads=args.kv_heads, head_dim=args.head_dim, device=dev, mode=mode,
+                        backend=args.backend, chunk=min(ctx, 512))
+    print(f"  set-up (records for {bs * ctx} tokens) {time.perf_counter() - t0:.1f}s")
+    tag = f"bs={bs} ctx={ctx} real_data={args.real_data}"
+    reps = 5 if cpu else 20
+    canary = timeit(world.step, dev, warmup=1 if cpu else 3, reps=reps)
+    canary_floor = world.bytes_floor() / bw
+    emit(f"canary_step eager {tag}", canary, canary_floor, "us")
+    replay = world.graph_step()
+    if replay is not None:
+        emit(f"canary_step cuda_graph {tag}", timeit(replay, dev, reps=reps), canary_floor, "us")
+    world.manager.end_step()
+    world.manager.flush()
+    if world.manager.total_violations:
+        print(f"  WARNING: {world.manager.total_violations} violations on a clean pool (first: "
+              f"{world.manager.events[0].message.splitlines()[0]})")
+    paged, contiguous, kv_bytes = attention(world, args.q_heads)
+    attn = timeit(paged, dev, reps=reps)
+    emit(f"attention_paged bf16 q{args.q_heads}/kv{args.kv_heads}/d{args.head_dim} {tag}", attn, kv_bytes / bw, "us")
+    emit(f"attention_sdpa bf16 contiguous {tag}", timeit(contiguous, dev, reps=reps), kv_bytes / bw, "us")
+    emit(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), "x")
+    del world
+    if not args.skip_engine:
+        ebs = args.engine_bs or (4 if cpu else 64)
+        ectx = args.engine_ctx or (64 if cpu else 1024)
+        steps = args.engine_steps or (8 if cpu else 20)
+        off, on = engine_step_times(device=args.device, bs=ebs, ctx=ectx, steps=steps, backend=args.backend)
+        etag = f"kvcanary engine bs={ebs} ctx={ectx}"
+        emit(f"engine_step without canary {etag}", off, off, "ms")
+        emit(f"engine_step with canary {etag}", on, off, "ms")
+        records.append(Record(BENCH, f"canary_share {etag}", (on - off) / on * 100, 0.0, "%", None, where, when))
+        print(f"{'canary_share ' + etag:<64} {(on - off) / on * 100:12.1f} %   of the engine's decode step")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump([r.__dict__ for r in records], f, indent=1)
+        print(f"wrote {len(records)} records to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,394 @@
+"""The serving loop: admission with prefix matching, chunked prefill, decode (or speculative decode),
+aborts, retracts, PD transfers, and the canary around every forward.
+
+One step::
+
+    in-flight set  = running decode and prefill requests (formed first, as an overlap scheduler would)
+    controls       = aborts / retracts queued since the last step (their releases wait for the forwards)
+    admission      = waiting requests, prefix-matched, into the prefill token budget
+    decode forward = one row per decode request (graph-padded), or the speculative draft + verify forwards
+    extend forward = the prefill chunks (then the draft extend)
+    finalize       = finished requests to the radix tree, aborted/retracted ones released, SWA eviction
+    canary         = end_step of every manager (sweep, pump, reports, health, stats)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from kvcanary.consts import CanaryMode
+from kvcanary.engine.canary_wiring import attach_canaries
+from kvcanary.engine.config import EngineConfig
+from kvcanary.engine.faults import Fault, FaultInjector
+from kvcanary.engine.forward_batch import Forward, GraphInputs, RowWork, build_forward
+from kvcanary.engine.kv_access import PoolKv
+from kvcanary.engine.memory import KvMemory
+from kvcanary.engine.model import KvAccess, TinyTransformer
+from kvcanary.engine.request import ReqState, Request
+from kvcanary.engine.spec import DraftWorker, draft_extend, spec_decode_step
+from kvcanary.engine.transfer import pull_remote_prefill
+from kvcanary.manager import CanaryConfig, CanaryManager, StepStats, ViolationEvent
+
+DECODE_SLOT, EXTEND_SLOT = 0, 1
+
+
+@dataclass
+class StepReport:
+    """What one step did."""
+
+    step: int
+    decode_rows: int = 0
+    extend_rows: int = 0
+    extend_tokens: int = 0
+    padded_rows: int = 0
+    finished: list[int] = field(default_factory=list)
+    canary: list[StepStats] = field(default_factory=list)
+
+
+class Engine:
+    """A small serving engine over :class:`TinyTransformer`; ``canary`` None or mode NONE runs without it."""
+
+    def __init__(self, cfg: EngineConfig, *, canary: CanaryConfig | None = None, faults: FaultInjector | None = None,
+                 model: TinyTransformer | None = None, name: str = "engine") -> None:
+        self.cfg = cfg
+        self.name = name
+        self.device = torch.device(cfg.device)
+        self.faults = faults if faults is not None else FaultInjector()
+        self.memory = KvMemory(cfg, self.device, self.faults)
+        self.model = model if model is not None else TinyTransformer(
+            cfg.model, device=self.device, window=lambda li: cfg.swa_window if cfg.is_swa_layer(li) else 0)
+        mem = self.memory
+        layer_map = [(True, mem.swa_layers.index(i)) if cfg.is_swa_layer(i) else (False, mem.full_layers.index(i))
+                     for i in range(cfg.model.n_layers)]
+        self.kv = PoolKv(pool=mem.pool, swa=mem.swa, r2t=mem.r2t, layer_map=layer_map, window=cfg.swa_window,
+                         faults=self.faults)
+        k = cfg.num_draft_tokens
+        self.buckets = cfg.buckets
+        self.graph = GraphInputs(max(self.buckets) * (k + 1), self.device) if self.buckets else None
+        self.draft = DraftWorker(cfg, target=self.model, r2t=mem.r2t, device=self.device) if k else None
+        self.canary: CanaryManager | None = None
+        self.draft_canary: CanaryManager | None = None
+        if canary is not None and canary.mode is not CanaryMode.NONE:
+            self.canary, self.draft_canary = attach_canaries(
+                cfg, mem, self.draft.pool if self.draft is not None else None, canary)
+        self.requests: dict[int, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.step_index = 0
+        self.prefill_peer: Engine | None = None
+        self._controls: list[tuple[str, int]] = []
+        self._next_rid = 0
+        self.forwards = 0
+        self.pressure_retracts = 0
+
+    @property
+    def managers(self) -> list[CanaryManager]:
+        return [m for m in (self.canary, self.draft_canary) if m is not None]
+
+    def attach_prefill_peer(self, peer: Engine) -> None:
+        """Serve ``remote_prefill`` requests PD-style: prefill on ``peer``, transfer, decode here."""
+        if peer.cfg.model != self.cfg.model or peer.cfg.swa_window != self.cfg.swa_window:
+            raise ValueError("PD peer must run the same model and attention layout")
+        if self.draft is not None or peer.draft is not None:
+            raise ValueError("PD transfer is not supported together with speculative decoding")
+        self.prefill_peer = peer
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def submit(self, prompt: list[int], max_new_tokens: int, *, rid: int | None = None, remote_prefill: bool = False,
+               hold_for_transfer: bool = False) -> Request:
+        if rid is None:
+            rid = self._next_rid
+        if rid in self.requests:
+            raise ValueError(f"{self.name}: request id {rid} already exists")
+        self._next_rid = max(self._next_rid, rid + 1)
+        if len(prompt) + max_new_tokens + self.cfg.num_draft_tokens + 1 > self.cfg.max_context_len:
+            raise ValueError(f"{self.name}: request {rid} needs {len(prompt) + max_new_tokens} positions, more than "
+                             f"max_context_len={self.cfg.max_context_len}")
+        if any(not 0 <= t < self.cfg.model.vocab_size for t in prompt):
+            raise ValueError(f"{self.name}: request {rid} has token ids outside [0, {self.cfg.model.vocab_size})")
+        if remote_prefill and self.prefill_peer is None:
+            raise ValueError(f"{self.name}: remote_prefill needs attach_prefill_peer() first")
+        req = Request(rid=rid, prompt=list(prompt), max_new_tokens=max_new_tokens, remote_prefill=remote_prefill,
+                      hold_for_transfer=hold_for_transfer, arrival_step=self.step_index)
+        self.requests[rid] = req
+        self.waiting.append(req)
+        return req
+
+    def _control(self, kind: str, rid: int) -> None:
+        if rid not in self.requests:
+            raise ValueError(f"{self.name}: {kind}: unknown request id {rid}")
+        self._controls.append((kind, rid))
+
+    def abort(self, rid: int) -> None:
+        """Abort a request at the next step (its releases wait until that step's forwards are done)."""
+        self._control("abort", rid)
+
+    def retract(self, rid: int) -> None:
+        """Pause a running request: its KV is released and it re-prefills (from the cache) on resume."""
+        self._control("retract", rid)
+
+    def resume(self, rid: int) -> None:
+        self._control("resume", rid)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not any(not r.paused for r in self.waiting)
+
+    def release_transferred(self, req: Request) -> None:
+        """PD prefill side: the decode side has copied ``req``'s KV; hand it to the tree."""
+        self.memory.cache_finished(req)
+        req.state = ReqState.FINISHED
+        self.running.remove(req)
+
+    # -- warmup ---------------------------------------------------------------------------------------------
+    def warmup(self) -> None:
+        """One padding-only forward through every model (like warmup / graph capture), then arm the
+        canary's chain-position assert."""
+        row = RowWork(None, 0, 1, [0], [0], [0])
+        fwd = build_forward([row], device=self.device)
+        self.run_forward(fwd, self.model, self.kv, self.canary, DECODE_SLOT)
+        if self.draft is not None:
+            self.run_forward(fwd, self.draft.model, self.draft.kv, self.draft_canary, 0)
+        for m in self.managers:
+            m.mark_init_finished()
+
+    # -- the step -------------------------------------------------------------------------------------------
+    def step(self) -> StepReport:
+        """One scheduler iteration (see the module docstring for the order of its phases)."""
+        self.faults.step = self.step_index
+        rep = StepReport(self.step_index)
+        decode_reqs = [r for r in self.running if r.state is ReqState.DECODE]
+        prefill_reqs = [r for r in self.running if r.state is ReqState.PREFILL]
+        self._apply_controls()
+        chunks: list[tuple[Request, int]] = []
+        budget = self.cfg.chunk_size
+        for r in prefill_reqs:
+            e = min(r.prefill_target - r.kv_len, budget)
+            if e > 0:
+                chunks.append((r, e))
+                budget -= e
+        budget = self._admit(chunks, budget)
+        decode_reqs = self._relieve_pressure(decode_reqs, chunks)
+        finishing: list[Request] = []
+        draft_rows: list[RowWork] = []  # what the draft extend rewrites (speculative decoding only)
+        if decode_reqs and self.draft is not None:
+            draft_rows += self._spec_decode(decode_reqs, finishing, rep)
+        elif decode_reqs:
+            self._decode(decode_reqs, finishing, rep)
+        if chunks:
+            draft_rows += self._extend(chunks, finishing, rep)
+        if self.draft is not None and draft_rows:
+            self._draft_extend(draft_rows)
+        for r in finishing:
+            self._finish(r)
+            rep.finished.append(r.rid)
+        self._finalize_controls()
+        for r in self.running:
+            if r.state is ReqState.DECODE and not r.abort_pending:
+                self.memory.evict_swa_window(r)
+        rep.canary = [m.end_step() for m in self.managers]
+        self.step_index += 1
+        return rep
+
+    def _reserved(self) -> int:
+        """Slots the running requests may still allocate (the rest of their prefill and every output)."""
+        k = self.cfg.num_draft_tokens
+        return sum(x.prefill_target - x.kv_len + (x.max_new_tokens - x.num_outputs) * (k + 1) for x in self.running)
+
+    def _admit(self, chunks: list[tuple[Request, int]], budget: int) -> int:
+        """Admit waiting requests while rows, the prefill budget and the pool (after eviction and the
+        running requests' reservations) allow; prefix-match each and queue its first chunk."""
+        mem = self.memory
+        k = self.cfg.num_draft_tokens
+        skipped: list[Request] = []
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_running and mem.rows.available:
+            r = self.waiting.popleft()
+            if r.paused:
+                skipped.append(r)
+                continue
+            if r.remote_prefill:
+                if mem.free_capacity() - self._reserved() < len(r.tokens) + r.max_new_tokens:
+                    self.waiting.appendleft(r)
+                    break
+                pull_remote_prefill(self, r)
+                self.running.append(r)
+                continue
+            slots, node = mem.match(r)
+            if not slots:
+                node = None
+            if node is not None and mem.tree is not None:
+                mem.tree.inc_lock(node)
+            need = len(r.tokens) - len(slots) + (r.max_new_tokens - r.num_outputs) * (k + 1)
+            if mem.free_capacity() - self._reserved() < need:
+                if node is not None and mem.tree is not None:
+                    mem.tree.dec_lock(node)
+                self.waiting.appendleft(r)
+                break
+            r.row = mem.rows.alloc(1)[0]
+            r.row_released = False
+            mem.r2t.write(r.row, 0, slots)
+            r.kv_len = r.alloc_len = r.protected_len = r.match_len = len(slots)
+            r.last_node = node
+            r.prefill_target = len(r.tokens)
+            r.swa_evicted_upto = 0
+            r.state = ReqState.PREFILL
+            self.running.append(r)
+            e = min(r.prefill_target - r.kv_len, budget)
+            chunks.append((r, e))
+            budget -= e
+        self.waiting.extendleft(reversed(skipped))
+        return budget
+
+    def _relieve_pressure(self, decode_reqs: list[Request], chunks: list[tuple[Request, int]]) -> list[Request]:
+        """If this step's allocations cannot fit, retract the latest decode requests (they re-prefill
+        from the cache later), as a scheduler does under memory pressure."""
+        k = self.cfg.num_draft_tokens
+        need = sum(e for _, e in chunks) + len(decode_reqs) * (k + 1)
+        decode_reqs = list(decode_reqs)
+        while decode_reqs and self.memory.free_capacity() < need:
+            victim = decode_reqs.pop()
+            if victim.abort_pending or victim.retract_pending:
+                continue
+            need -= k + 1
+            self.memory.release_uncached(victim, retract=True)
+            victim.state = ReqState.WAITING
+            self.running.remove(victim)
+            self.waiting.appendleft(victim)
+            self.pressure_retracts += 1
+        return decode_reqs
+
+    def _apply_controls(self) -> None:
+        for kind, rid in self._controls:
+            r = self.requests.get(rid)
+            if r is None or r.done:
+                continue
+            if kind == "resume":
+                r.paused = False
+                continue
+            if r.state is ReqState.WAITING:
+                if kind == "abort":
+                    self.waiting.remove(r)
+                    r.state = ReqState.ABORTED
+                continue
+            if kind == "abort":
+                r.abort_pending = True
+                if self.faults.fire(Fault.ROW_RECYCLED, f"abort of request {r.rid} freed req_to_token row {r.row} "
+                                    "while the in-flight batch still reads it"):
+                    self.memory.release_row(r)  # BUG: the row must outlive the forward that reads it
+            else:
+                r.retract_pending = True
+        self._controls.clear()
+
+    def _finalize_controls(self) -> None:
+        for r in list(self.running):
+            if r.abort_pending:
+                self.memory.release_uncached(r)
+                r.state = ReqState.ABORTED
+                self.running.remove(r)
+            elif r.retract_pending:
+                self.memory.release_uncached(r, retract=True)
+                r.retract_pending = False
+                r.state = ReqState.WAITING
+                r.paused = True
+                self.running.remove(r)
+                self.waiting.appendleft(r)
+
+    def _finish(self, r: Request) -> None:
+        if r.hold_for_transfer:
+            r.state = ReqState.TRANSFER
+            return
+        self.memory.cache_finished(r)
+        r.state = ReqState.FINISHED
+        r.finish_step = self.step_index
+        self.running.remove(r)
+
+    # -- forwards -------------------------------------------------------------------------------------------
+    def run_forward(self, fwd: Forward, model: TinyTransformer, kv: KvAccess, mgr: CanaryManager | None,
+             slot: int) -> torch.Tensor:
+        if mgr is not None:
+            mgr.prepare(fwd.canary, forward_index=slot)
+            mgr.head(fwd.canary, forward_index=slot)
+        logits = model.forward(fwd.model_input, kv)
+        if mgr is not None:
+            mgr.tail(forward_index=slot)
+        self.forwards += 1
+        return logits
+
+    def _decode(self, reqs: list[Request], finishing: list[Request], rep: StepReport) -> None:
+        mem = self.memory
+        slots = mem.alloc_slots(len(reqs))
+        order = list(reqs)
+        if sorted(reqs, key=lambda x: x.row) != reqs and self.faults.fire(
+                Fault.WRONG_CACHE_LOC, "req_to_token scattered in sorted-row order"):
+            order = sorted(reqs, key=lambda x: x.row)  # BUG: the index tensor was sorted, the values were not
+        for r, s in zip(order, slots, strict=True):
+            mem.r2t.write(r.row, r.kv_len, [s])
+            r.alloc_len = r.kv_len + 1
+        rows = []
+        for r, s in zip(reqs, slots, strict=True):
+            if self.faults.fire(Fault.POSITION_OFF_BY_ONE, f"request {r.rid} position advanced before the forward"):
+                r.next_position += 1  # BUG: the in-place advance ran before the forward instead of after
+            rows.append(RowWork(r, r.kv_len, 1, [r.tokens[r.kv_len]], [r.next_position], [s]))
+        fwd = build_forward(rows, device=self.device, buckets=self.buckets, graph=self.graph, faults=self.faults)
+        rep.decode_rows, rep.padded_rows = len(reqs), len(fwd.rows) - len(reqs)
+        logits = self.run_forward(fwd, self.model, self.kv, self.canary, DECODE_SLOT)
+        nxt = logits.argmax(-1).tolist()
+        for i, r in enumerate(reqs):
+            if r.abort_pending or r.retract_pending:
+                continue
+            r.kv_len += 1
+            r.next_position += 1
+            r.tokens.append(int(nxt[fwd.row_starts[i]]))
+            r.num_outputs += 1
+            if r.num_outputs >= r.max_new_tokens:
+                finishing.append(r)
+
+    def _extend(self, chunks: list[tuple[Request, int]], finishing: list[Request], rep: StepReport) -> list[RowWork]:
+        mem = self.memory
+        rows = []
+        for r, e in chunks:
+            slots = mem.alloc_slots(e)
+            mem.r2t.write(r.row, r.kv_len, slots)
+            r.alloc_len = r.kv_len + e
+            rows.append(RowWork(r, r.kv_len, e, r.tokens[r.kv_len : r.kv_len + e], list(range(r.kv_len, r.kv_len + e)),
+                                slots))
+        fwd = build_forward(rows, device=self.device)
+        rep.extend_rows, rep.extend_tokens = len(rows), sum(e for _, e in chunks)
+        logits = self.run_forward(fwd, self.model, self.kv, self.canary, EXTEND_SLOT)
+        draft_rows = []
+        for i, (r, e) in enumerate(chunks):
+            if r.abort_pending or r.retract_pending:
+                continue
+            r.kv_len += e
+            if r.kv_len >= r.prefill_target:
+                r.tokens.append(int(logits[fwd.row_starts[i] + e - 1].argmax()))
+                r.num_outputs += 1
+                r.state = ReqState.DECODE
+                r.next_position = r.kv_len
+                if r.num_outputs >= r.max_new_tokens or r.hold_for_transfer:
+                    finishing.append(r)
+            mem.cache_unfinished(r)
+            draft_rows.append(RowWork(r, r.kv_len - e, e, r.tokens[r.kv_len - e + 1 : r.kv_len + 1],
+                                      list(range(r.kv_len - e, r.kv_len)), rows[i].locs))
+        return draft_rows
+
+    # -- speculative decoding (see kvcanary.engine.spec) ------------------------------------------------------
+    def _spec_decode(self, reqs: list[Request], finishing: list[Request], rep: StepReport) -> list[RowWork]:
+        return spec_decode_step(self, reqs, finishing, rep)
+
+    def _draft_extend(self, rows: list[RowWork]) -> None:
+        draft_extend(self, rows)
+
+    # -- results --------------------------------------------------------------------------------------------
+    def flush_canaries(self) -> list[ViolationEvent]:
+        """Synchronously read every manager's ring (end of a run)."""
+        out: list[ViolationEvent] = []
+        for m in self.managers:
+            out += m.flush()
+        return out
+
+    def events(self) -> list[ViolationEvent]:
+        return [e for m in self.managers for e in m.events]

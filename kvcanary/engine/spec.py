@@ -1,0 +1,136 @@
+"""Speculative decoding with a draft model (linear chain, EAGLE-style +1 token offset).
+
+The draft pool shares slots and ``req_to_token`` with the target, but its slot ``p`` holds the KV of token
+``p + 1`` (the draft's input at position ``p`` is the next token): its canary manager has
+``kv_token_id_vs_position_offset = 1``. Per step: ``k - 1`` draft decodes propose ``d_2..d_k`` (``d_1`` came
+from the previous draft extend), the target verifies ``[t_L, d_1..d_k]``, the accepted prefix plus the
+bonus token is kept, the rejected drafts' slots are freed (rollback), and a draft extend rewrites the draft
+KV of the accepted positions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from kvcanary.engine.config import EngineConfig
+from kvcanary.engine.faults import Fault, FaultInjector
+from kvcanary.engine.forward_batch import RowWork, build_forward
+from kvcanary.engine.kv_access import PoolKv
+from kvcanary.engine.kv_pool import KvPool, ReqToTokenPool
+from kvcanary.engine.model import TinyTransformer
+from kvcanary.engine.request import Request
+
+if TYPE_CHECKING:
+    from kvcanary.engine.engine import Engine, StepReport
+
+DECODE_SLOT = 0  # the target's decode (verify) forward slot
+
+
+@dataclass(frozen=True)
+class SpecOutcome:
+    """Per verified row: drafts proposed, how many were accepted, the tokens kept (accepted + bonus)."""
+
+    drafts: list[int]
+    accepted: int
+    kept: list[int]
+
+
+class DraftWorker:
+    """The draft model and its KV pool (full attention, slot indices shared with the target).
+
+    The draft runs the target's weights (self-speculation) on the sequence shifted by one token, so its
+    proposals are often, not always, accepted: its context lacks token 0.
+    """
+
+    def __init__(self, cfg: EngineConfig, *, target: TinyTransformer, r2t: ReqToTokenPool,
+                 device: torch.device) -> None:
+        self.k = cfg.num_draft_tokens
+        mc = cfg.model
+        self.model = target
+        self.pool = KvPool(num_slots=cfg.num_slots, layers=mc.n_layers, n_kv_heads=mc.n_kv_heads,
+                           head_dim=mc.head_dim, device=device)
+        self.kv = PoolKv(pool=self.pool, swa=None, r2t=r2t, layer_map=[(False, i) for i in range(mc.n_layers)],
+                         window=0, faults=FaultInjector())
+        self.rollbacks = 0
+        self.rejected_slots = 0
+        self.recently_rejected: deque[int] = deque(maxlen=4096)  # slots freed by rollbacks (tests, stats)
+        self.accepted_tokens = 0
+        self.proposed_tokens = 0
+
+
+def accept(drafts: list[int], predictions: list[int]) -> SpecOutcome:
+    """Greedy acceptance: keep drafts while they equal the target's prediction at the previous position,
+    then the target's prediction after the last accepted one (the bonus token)."""
+    a = 0
+    while a < len(drafts) and drafts[a] == predictions[a]:
+        a += 1
+    return SpecOutcome(list(drafts), a, [*drafts[:a], predictions[a]])
+
+
+def spec_decode_step(engine: Engine, reqs: list[Request], finishing: list[Request], rep: StepReport) -> list[RowWork]:
+    """Draft decodes, target verify, acceptance, rollback; returns the draft-extend rows."""
+    draft = engine.draft
+    assert draft is not None
+    k, mem = draft.k, engine.memory
+    slots = {r.rid: mem.alloc_slots(k + 1) for r in reqs}
+    for r in reqs:
+        mem.r2t.write(r.row, r.kv_len, slots[r.rid])
+        r.alloc_len = r.kv_len + k + 1
+        if engine.faults.fire(Fault.POSITION_OFF_BY_ONE, f"request {r.rid} position advanced before the drafts"):
+            r.next_position += 1  # BUG (#25015): the in-place advance ran before the draft forwards
+    drafts = {r.rid: [r.draft_next] for r in reqs}
+    for j in range(1, k):
+        rows = [RowWork(r, r.kv_len + j - 1, 1, [drafts[r.rid][-1]], [r.next_position + j - 1],
+                        [slots[r.rid][j - 1]]) for r in reqs]
+        fwd = build_forward(rows, device=engine.device)
+        logits = engine.run_forward(fwd, draft.model, draft.kv, engine.draft_canary, j - 1)
+        for i, r in enumerate(reqs):
+            drafts[r.rid].append(int(logits[fwd.row_starts[i]].argmax()))
+    rows = [RowWork(r, r.kv_len, k + 1, [r.tokens[r.kv_len], *drafts[r.rid]],
+                    [r.next_position + i for i in range(k + 1)], slots[r.rid]) for r in reqs]
+    fwd = build_forward(rows, device=engine.device, buckets=engine.buckets, graph=engine.graph, faults=engine.faults)
+    rep.decode_rows, rep.padded_rows = len(reqs), len(fwd.rows) - len(reqs)
+    logits = engine.run_forward(fwd, engine.model, engine.kv, engine.canary, DECODE_SLOT)
+    preds = logits.argmax(-1).tolist()
+    extend_rows = []
+    for i, r in enumerate(reqs):
+        if r.abort_pending or r.retract_pending:
+            continue
+        start = fwd.row_starts[i]
+        out = accept(drafts[r.rid], [int(p) for p in preds[start : start + k + 1]])
+        old = r.kv_len
+        keep = out.accepted + 1
+        r.tokens += out.kept
+        r.kv_len += keep
+        r.next_position += keep
+        r.num_outputs += keep
+        draft.proposed_tokens += k
+        draft.accepted_tokens += out.accepted
+        rejected = engine.memory.r2t.read(r.row, r.kv_len, r.alloc_len)
+        if rejected:
+            draft.rollbacks += 1
+            draft.rejected_slots += len(rejected)
+            draft.recently_rejected.extend(rejected)
+            mem.free_slots(rejected)
+        r.alloc_len = r.kv_len
+        extend_rows.append(RowWork(r, old, keep, r.tokens[old + 1 : old + 1 + keep],
+                                   list(range(old, old + keep)), slots[r.rid][:keep]))
+        if r.num_outputs >= r.max_new_tokens:
+            finishing.append(r)
+    return extend_rows
+
+
+def draft_extend(engine: Engine, rows: list[RowWork]) -> None:
+    """The draft rewrites its KV for the accepted positions (and prefill chunks); its last output is the
+    next first draft token of each row."""
+    draft = engine.draft
+    assert draft is not None
+    fwd = build_forward(rows, device=engine.device)
+    logits = engine.run_forward(fwd, draft.model, draft.kv, engine.draft_canary, draft.k - 1)
+    for i, rw in enumerate(rows):
+        assert rw.req is not None
+        rw.req.draft_next = int(logits[fwd.row_starts[i] + rw.extend - 1].argmax())

@@ -1,0 +1,75 @@
+"""CanaryConfig: what the manager checks and what it does with what it finds (REFERENCE 6.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a positive int, got {value!r}")
+
+
+def _non_negative(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a non-negative int, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryConfig:
+    """Settings of one :class:`~kvcanary.manager.CanaryManager`.
+
+    ``mode`` NONE disables the canary (the engine attaches no manager); ``real_kv_mode`` chooses how much of
+    layer 0's K/V bytes each TAIL/SWEEP record fingerprints; ``sweep_interval`` 0 turns the sweep off.
+    ``enable_v`` runs the V-half endpoints too (SGLang's default is K only). ``health_warmup_steps`` and
+    ``health_every`` drive the kernel-run-counter watchdog, ``stats_every`` the periodic stats line.
+    ``num_forward_slots`` is the number of forwards per step that need their own plans (one per captured
+    draft step). ``backend`` forces a kvcanary backend by name for every launch (None: automatic).
+    """
+
+    mode: CanaryMode = CanaryMode.LOG
+    real_kv_mode: RealKvHashMode = RealKvHashMode.NONE
+    sweep_interval: int = 0
+    ring_capacity: int = DEFAULT_RING_CAPACITY
+    enable_v: bool = False
+    enable_verify_token: bool = False
+    enable_write_input_assert: bool = False
+    stats_every: int = 100
+    health_warmup_steps: int = 100
+    health_every: int = 100
+    num_forward_slots: int = 1
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, CanaryMode):
+            raise TypeError(f"kv-canary: CanaryConfig.mode must be a CanaryMode, got {self.mode!r}")
+        if not isinstance(self.real_kv_mode, RealKvHashMode):
+            raise TypeError(f"kv-canary: CanaryConfig.real_kv_mode must be a RealKvHashMode, got {self.real_kv_mode!r}")
+        _non_negative("sweep_interval", self.sweep_interval)
+        _positive("ring_capacity", self.ring_capacity)
+        _positive("stats_every", self.stats_every)
+        _non_negative("health_warmup_steps", self.health_warmup_steps)
+        _positive("health_every", self.health_every)
+        _positive("num_forward_slots", self.num_forward_slots)
+        for name in ("enable_v", "enable_verify_token", "enable_write_input_assert"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"kv-canary: CanaryConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
+            raise ValueError(f"kv-canary: CanaryConfig.backend must be a backend name or None, got {self.backend!r}")
+
+    @classmethod
+    def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:
+        """Build from server-style strings (``--kv-canary``, ``--kv-canary-real-data``), case-insensitive."""
+        mode_raw = mode.strip().lower()
+        try:
+            canary_mode = CanaryMode(mode_raw)
+        except ValueError:
+            raise ValueError(f"kv-canary: kv_canary must be one of none/log/raise, got {mode!r}") from None
+        try:
+            rkv = RealKvHashMode[real_data.strip().upper()]
+        except KeyError:
+            raise ValueError(
+                f"kv-canary: kv_canary_real_data must be one of none/partial/all, got {real_data!r}") from None
+        return cls(mode=canary_mode, real_kv_mode=rkv, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,101 @@
+"""The per-forward path: plan, HEAD verify + write before the forward, TAIL verify + write after it.
+
+Only launches and device-to-device copies happen here, never a host read of a device value, so on a GPU
+``head`` and ``tail`` can be captured into the forward's CUDA graph (with a capture-safe backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.consts import PoolKind
+from kvcanary.launch.plan import launch_canary_plan_kernels
+from kvcanary.launch.verify import launch_canary_verify_kernel
+from kvcanary.launch.write import launch_canary_write_kernel
+from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.buffers import CanaryBufferGroup
+from kvcanary.manager.capacities import CanaryCapacities
+from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.staging import StepStaging, StepViews
+from kvcanary.manager.state import CanaryDeviceState
+from kvcanary.plans import VerifyPlan, WritePlan
+
+
+@dataclass(frozen=True)
+class GroupPlans:
+    """The plans of one group for one forward slot (HEAD and TAIL use the same plans)."""
+
+    group: CanaryBufferGroup
+    verify: VerifyPlan
+    write: WritePlan
+    head: tuple[Endpoint, ...]
+    tail: tuple[Endpoint, ...]
+
+
+class ForwardRunner:
+    """One forward slot: its staging buffers and per-group plans."""
+
+    def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], state: CanaryDeviceState,
+                 capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
+                 check_token: bool, write_input_assert: bool, backend: str | None) -> None:
+        dev = req_to_token.device
+        swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
+        self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
+                                   swa_num_slots=swa.num_slots if swa else 0, write_input_assert=write_input_assert)
+        self.plans = [
+            GroupPlans(
+                group=g,
+                verify=VerifyPlan.allocate(verify_capacity=capacities.verify_capacity, device=dev),
+                write=WritePlan.allocate(write_req_capacity=capacities.write_req_capacity, device=dev),
+                head=tuple(e for e in endpoints if e.kind is g.kind and e.phase is Phase.HEAD),
+                tail=tuple(e for e in endpoints if e.kind is g.kind and e.phase is Phase.TAIL),
+            )
+            for g in groups
+        ]
+        self._state = state
+        self._r2t = req_to_token
+        self._offset = token_offset
+        self._check_token = check_token
+        self._write_input_assert = write_input_assert
+        self._backend = backend
+        self._views: StepViews | None = None
+
+    def head(self, batch: CanaryBatch) -> None:
+        """Stage the batch, plan every group, then HEAD verify and write (K, then V)."""
+        pool = self._state.expected_tokens_pool if self._check_token else None
+        v = self.staging.load(batch)
+        self._views = v
+        for gp in self.plans:
+            g = gp.group
+            launch_canary_plan_kernels(
+                verify_plan_out=gp.verify, write_plan_out=gp.write, req_pool_indices=v.req_pool_indices,
+                prefix_lens=v.prefix_lens, extend_seq_lens=v.extend_lens, req_to_token=self._r2t,
+                swa_window_size=g.swa_window_size, full_to_swa_index_mapping=g.swa_index_lut,
+                verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
+                req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
+                kv_token_id_vs_position_offset=self._offset, backend=self._backend)
+            self._launch(gp, gp.head, v)
+
+    def tail(self) -> None:
+        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows."""
+        v = self._views
+        if v is None:
+            raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
+        for gp in self.plans:
+            self._launch(gp, gp.tail, v)
+            # a plan that overflowed skipped its verifies: count it on the device (never read here)
+            self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
+        self._views = None
+
+    def _launch(self, gp: GroupPlans, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
+        loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
+        assert loc is not None
+        for ep in endpoints:
+            launch_canary_verify_kernel(context=ep.context, plan=gp.verify,
+                                        check_verify_expected_token=self._check_token, backend=self._backend)
+            launch_canary_write_kernel(
+                context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,
+                enable_write_input_assert=self._write_input_assert, expected_input_tokens=v.expected_input_tokens,
+                expected_input_positions=v.expected_input_positions, backend=self._backend)

@@ -1,0 +1,230 @@
+"""CanaryManager: the engine-facing object that owns every canary buffer of one KV pool.
+
+Lifecycle per step (REFERENCE 6.3), for each forward of the step::
+
+    manager.prepare(batch)      # host, outside any graph: capacity checks, expected-token scatter
+    manager.head(batch)         # may be captured: plan, HEAD verify + write
+    model.forward(...)
+    manager.tail()              # may be captured: TAIL verify + write (real-KV of the fresh KV)
+
+and once per step ``manager.end_step()`` (host): sweep when due, start the D2H pump and report what the
+previous step's copy holds, the health check, the stats line. Everything is allocated in :meth:`attach`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import torch
+
+from kvcanary.consts import CanaryLaunchTag, CanaryMode
+from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
+from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.buffers import CanaryBufferGroup
+from kvcanary.manager.capacities import CanaryCapacities
+from kvcanary.manager.config import CanaryConfig
+from kvcanary.manager.endpoints import Endpoint, build_endpoints
+from kvcanary.manager.forward import ForwardRunner
+from kvcanary.manager.h2d import HostStaging
+from kvcanary.manager.health import HealthChecker
+from kvcanary.manager.pool import KvPoolSpec
+from kvcanary.manager.pump import HostSnapshot, SnapshotPump
+from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
+from kvcanary.manager.state import CanaryDeviceState
+from kvcanary.manager.stats import StepStats
+from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
+
+logger = logging.getLogger("kvcanary.manager")
+
+
+class CanaryManager:
+    """Canary state and lifecycle of one KV pool. Build it with :meth:`attach`."""
+
+    def __init__(self, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> None:
+        if not isinstance(pool, KvPoolSpec):
+            raise TypeError(f"kv-canary: pool must be a KvPoolSpec, got {type(pool).__name__}")
+        if not isinstance(capacities, CanaryCapacities):
+            raise TypeError(f"kv-canary: capacities must be a CanaryCapacities, got {type(capacities).__name__}")
+        if not isinstance(config, CanaryConfig):
+            raise TypeError(f"kv-canary: config must be a CanaryConfig, got {type(config).__name__}")
+        if config.mode is CanaryMode.NONE:
+            raise ValueError("kv-canary: config.mode is NONE (canary disabled); do not attach a CanaryManager")
+        self.pool = pool
+        self.capacities = capacities
+        self.config = config
+        self.device = pool.device
+        r2t = pool.req_to_token
+        self.groups = [CanaryBufferGroup.allocate(g, mode=config.real_kv_mode, enable_v=config.enable_v)
+                       for g in pool.groups]
+        self.state = CanaryDeviceState.allocate(
+            ring_capacity=config.ring_capacity, device=self.device,
+            expected_pool_shape=(int(r2t.shape[0]), int(r2t.shape[1])) if config.enable_verify_token else None)
+        sweep_on = config.sweep_interval > 0
+        self.endpoints: list[Endpoint] = []
+        for g in self.groups:
+            self.endpoints += build_endpoints(g, self.state, config.real_kv_mode, sweep=sweep_on)
+        self._forwards = [
+            ForwardRunner(groups=self.groups, endpoints=self.endpoints, state=self.state, capacities=capacities,
+                          req_to_token=r2t, token_offset=pool.kv_token_id_vs_position_offset,
+                          check_token=config.enable_verify_token,
+                          write_input_assert=config.enable_write_input_assert, backend=config.backend)
+            for _ in range(config.num_forward_slots)
+        ]
+        self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
+                                  interval=config.sweep_interval, backend=config.backend)
+        self._sweep_source: SweepSource | None = None
+        if config.enable_verify_token:
+            size = capacities.expected_token_capacity + 2 * capacities.write_req_capacity + 1
+            self._exp_dev = torch.zeros(size, dtype=torch.int64, device=self.device)
+            self._exp_h2d = HostStaging(size, self.device)
+        self._pump = SnapshotPump(self.state)
+        self.reporter = ViolationReporter(config.mode, config.ring_capacity)
+        self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
+        self.step = 0
+        self.init_finished = False
+        self.last_snapshot: HostSnapshot | None = None
+        self._prepared = [False] * config.num_forward_slots
+
+    @classmethod
+    def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> CanaryManager:
+        """Allocate every buffer, plan and endpoint for ``pool`` (once; nothing is allocated later)."""
+        return cls(pool=pool, capacities=capacities, config=config)
+
+    # -- configuration ----------------------------------------------------------------------------------
+    @property
+    def active_tags(self) -> list[CanaryLaunchTag]:
+        """Tags with an endpoint (SWEEP tags only when the sweep is on), in tag order."""
+        return sorted({e.tag for e in self.endpoints})
+
+    def set_sweep_source(self, source: SweepSource | None) -> None:
+        """The callable that returns the prefix cache's chains when a sweep is due (the radix walker)."""
+        self._sweep_source = source
+
+    def mark_init_finished(self) -> None:
+        """After warmup and graph capture: arm the write-time chain-position assert (it is 0 until now,
+        because warmup and capture batches carry synthetic positions)."""
+        self.state.enable_chain_position_assert.fill_(1)
+        self.init_finished = True
+
+    def transfer_buffers(self) -> list[tuple[str, torch.Tensor]]:
+        """Every canary buffer, named (``full.k_head`` ...): what a KV transfer of a slot carries along.
+        FULL buffers are indexed by full slot, SWA ones by SWA slot."""
+        return [nb for g in self.groups for nb in g.named_buffers()]
+
+    # -- per forward ------------------------------------------------------------------------------------
+    def _runner(self, forward_index: int) -> ForwardRunner:
+        if not 0 <= forward_index < len(self._forwards):
+            raise ValueError(f"kv-canary: forward_index must be in [0, {len(self._forwards)}) (num_forward_slots), "
+                             f"got {forward_index}")
+        return self._forwards[forward_index]
+
+    def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
+        """Host side, before the forward and outside any graph: validate the batch against the capacities,
+        and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
+        runner = self._runner(forward_index)
+        batch.validate(self.device)
+        caps = self.capacities
+        if batch.batch_size > caps.write_req_capacity:
+            raise RuntimeError(f"kv-canary: forward_batch.batch_size={batch.batch_size} exceeds pre-allocated "
+                               f"write_req_capacity={caps.write_req_capacity}; raise the engine's max batch size "
+                               "or check CanaryCapacities")
+        if batch.num_tokens > caps.write_token_capacity:
+            raise RuntimeError(f"kv-canary: forward_batch token count={batch.num_tokens} exceeds pre-allocated "
+                               f"write_entry_capacity={caps.write_token_capacity}; raise the chunked-prefill size "
+                               "or check CanaryCapacities")
+        if self.config.enable_verify_token:
+            exp = batch.expected_tokens
+            if exp is None:
+                raise ValueError("kv-canary: CanaryBatch.expected_tokens is required when enable_verify_token=True")
+            self._scatter_expected(runner, batch, exp.flat, exp.lens)
+        self._prepared[forward_index] = True
+
+    def _scatter_expected(self, runner: ForwardRunner, batch: CanaryBatch, flat: torch.Tensor,
+                          lens: torch.Tensor) -> None:
+        n, bs = int(flat.numel()), batch.batch_size
+        if n > self.capacities.expected_token_capacity:
+            raise RuntimeError(f"kv-canary: expected-token snapshot of {n} tokens exceeds pre-allocated "
+                               f"expected_token_capacity={self.capacities.expected_token_capacity}")
+        pool = self.state.expected_tokens_pool
+        assert pool is not None
+        offsets = torch.zeros(bs + 1, dtype=torch.int64)
+        torch.cumsum(lens, 0, out=offsets[1:])
+        valid = lens.clamp(max=int(pool.shape[1]))
+        self._exp_h2d.copy(self._exp_dev, [flat, offsets, valid])  # one H2D for the whole snapshot
+        dev = self._exp_dev
+        rpi = runner.staging.load_expected(batch, dev[n + bs + 1 : n + 2 * bs + 1])
+        launch_scatter_req_token_ids_kernel(flat_in=dev[:n], offsets=dev[n : n + bs + 1], req_pool_indices=rpi,
+                                            pool_out=pool, backend=self.config.backend)
+
+    def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
+        """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
+        runner = self._runner(forward_index)
+        if not self._prepared[forward_index]:
+            raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
+                               "on the host first (outside any CUDA graph)")
+        self._prepared[forward_index] = False
+        runner.head(batch)
+
+    def tail(self, *, forward_index: int = 0) -> None:
+        """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
+        self._runner(forward_index).tail()
+
+    @contextlib.contextmanager
+    def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
+        """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""
+        self.prepare(batch, forward_index=forward_index)
+        self.head(batch, forward_index=forward_index)
+        yield
+        self.tail(forward_index=forward_index)
+
+    # -- per step (host) --------------------------------------------------------------------------------
+    def run_sweep(self, entries: SweepEntries | None = None) -> int:
+        """Sweep now, over ``entries`` or what the sweep source returns; return the number of entries."""
+        if not self._sweep.enabled:
+            raise RuntimeError("kv-canary: run_sweep() needs config.sweep_interval > 0 (the SWEEP endpoints)")
+        if entries is None:
+            if self._sweep_source is None:
+                raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
+            entries = self._sweep_source()
+        return self._sweep.run(entries, self.step)
+
+    @property
+    def sweep_passes(self) -> int:
+        return self._sweep.passes
+
+    def end_step(self) -> StepStats:
+        """After the step's forwards: sweep if due, start this step's D2H and report what the previous
+        step's copy holds (so rows recorded in step ``s`` are reported at the end of step ``s + 1``,
+        ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats."""
+        s = self.step
+        if self._sweep.due(s) and self._sweep_source is not None:
+            self.run_sweep()
+        snap = self._pump.step(s)
+        if snap is not None:
+            self.last_snapshot = snap
+            self.reporter.process(snap, s)
+            if self.health.due(s):
+                self.health.check(snap, s)
+        self.step = s + 1
+        stats = StepStats.from_snapshot(self.last_snapshot, step=s, sweep_passes=self.sweep_passes,
+                                        tags=self.active_tags)
+        if self.step % self.config.stats_every == 0:
+            logger.info(stats.line())
+        return stats
+
+    def flush(self) -> list[ViolationEvent]:
+        """Synchronously read the device state now and report anything new (end of a run; tests)."""
+        snap = self._pump.drain(self.step - 1)
+        self.last_snapshot = snap
+        return self.reporter.process(snap, self.step)
+
+    @property
+    def events(self) -> list[ViolationEvent]:
+        """Every violation reported so far, in ring order."""
+        return self.reporter.events
+
+    @property
+    def total_violations(self) -> int:
+        return self.reporter.total

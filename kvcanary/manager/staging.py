@@ -1,0 +1,101 @@
+"""Static int64 input buffers of one forward slot, filled in place from each CanaryBatch.
+
+The launchers want contiguous int64 tensors; engines hand int32 or int64 ones. Copying into buffers
+allocated at attach time is a device op (capturable) and keeps the captured launches pointing at fixed
+addresses. SWA write locations are translated here through the LUT, also in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.capacities import CanaryCapacities
+
+
+@dataclass(frozen=True)
+class StepViews:
+    """Views of the staged inputs for the current forward."""
+
+    req_pool_indices: torch.Tensor
+    prefix_lens: torch.Tensor
+    extend_lens: torch.Tensor
+    valid_lens: torch.Tensor
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    out_cache_loc: torch.Tensor
+    swa_out_cache_loc: torch.Tensor | None
+    expected_input_tokens: torch.Tensor | None
+    expected_input_positions: torch.Tensor | None
+
+
+def translate_slots(slots: torch.Tensor, lut: torch.Tensor, *, out: torch.Tensor, tmp: torch.Tensor,
+                    mask: torch.Tensor, oob: torch.Tensor) -> torch.Tensor:
+    """``out = lut[slots]``; negative slots pass through; slots past the LUT become ``oob`` (a 1-element
+    tensor: an index the kernels report as INDEX_OUT_OF_RANGE). All in preallocated buffers."""
+    n = int(lut.shape[0])
+    torch.clamp(slots, 0, n - 1, out=tmp)
+    torch.index_select(lut, 0, tmp, out=out)
+    torch.ge(slots, n, out=mask)
+    torch.where(mask, oob, out, out=out)
+    torch.lt(slots, 0, out=mask)
+    torch.where(mask, slots, out, out=out)
+    return out
+
+
+class StepStaging:
+    """The buffers of one forward slot (HEAD and TAIL of one forward share them)."""
+
+    def __init__(self, capacities: CanaryCapacities, device: torch.device, *, swa_lut: torch.Tensor | None,
+                 swa_num_slots: int, write_input_assert: bool) -> None:
+        r, t = capacities.write_req_capacity, capacities.write_token_capacity
+
+        def i64(n: int) -> torch.Tensor:
+            return torch.zeros(n, dtype=torch.int64, device=device)
+
+        self.rpi, self.prefix, self.extend, self.valid_lens = i64(r), i64(r), i64(r), i64(r)
+        self.ids, self.pos, self.loc = i64(t), i64(t), i64(t)
+        self.swa_lut = swa_lut
+        self.swa_loc = i64(t) if swa_lut is not None else None
+        self._tmp = i64(t)
+        self._mask = torch.zeros(t, dtype=torch.bool, device=device)
+        self._oob = torch.full((1,), swa_num_slots, dtype=torch.int64, device=device)
+        self.exp_tok = i64(t) if write_input_assert else None
+        self.exp_pos = i64(t) if write_input_assert else None
+
+    def load(self, batch: CanaryBatch) -> StepViews:
+        """Copy ``batch`` in (device-to-device, dtype cast included) and return views sized to it.
+
+        ``valid_lens`` is not touched: :meth:`load_expected` fills it, outside the graph, before the forward.
+        """
+        bs, n = batch.batch_size, batch.num_tokens
+        self.rpi[:bs].copy_(batch.req_pool_indices)
+        self.prefix[:bs].copy_(batch.prefix_lens)
+        self.extend[:bs].copy_(batch.extend_lens)
+        self.ids[:n].copy_(batch.input_ids)
+        self.pos[:n].copy_(batch.positions)
+        self.loc[:n].copy_(batch.out_cache_loc)
+        swa = None
+        if self.swa_lut is not None and self.swa_loc is not None:
+            swa = translate_slots(self.loc[:n], self.swa_lut, out=self.swa_loc[:n], tmp=self._tmp[:n],
+                                  mask=self._mask[:n], oob=self._oob)
+        exp_tok = exp_pos = None
+        if self.exp_tok is not None and self.exp_pos is not None:
+            if batch.expected_input_tokens is None or batch.expected_input_positions is None:
+                raise ValueError("kv-canary: CanaryBatch.expected_input_tokens and expected_input_positions are "
+                                 "required when enable_write_input_assert=True")
+            exp_tok = self.exp_tok[:n]
+            exp_pos = self.exp_pos[:n]
+            exp_tok.copy_(batch.expected_input_tokens)
+            exp_pos.copy_(batch.expected_input_positions)
+        return StepViews(self.rpi[:bs], self.prefix[:bs], self.extend[:bs], self.valid_lens[:bs], self.ids[:n],
+                         self.pos[:n], self.loc[:n], swa, exp_tok, exp_pos)
+
+    def load_expected(self, batch: CanaryBatch, lens: torch.Tensor) -> torch.Tensor:
+        """Stage the rows and each row's valid expected-token length; return the staged row indices."""
+        bs = batch.batch_size
+        self.rpi[:bs].copy_(batch.req_pool_indices)
+        self.valid_lens[:bs].copy_(lens)
+        return self.rpi[:bs]

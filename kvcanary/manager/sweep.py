@@ -1,0 +1,124 @@
+"""The sweep: verify every slot the prefix cache holds, including those no running request reads.
+
+Eager and host-driven (never captured): the engine hands over its prefix-cache chains as
+:class:`SweepEntries` (one entry per cached slot: slot, position in its chain, predecessor slot or -1);
+the sweep fills its own plan, translating through the LUT for the SWA group, and launches the SWEEP
+endpoints (verify only, on the TAIL buffers, with the real-KV sources, no token check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.consts import INVALID_SLOT, PoolKind
+from kvcanary.launch.verify import launch_canary_verify_kernel
+from kvcanary.manager.buffers import CanaryBufferGroup
+from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.h2d import HostStaging
+from kvcanary.manager.staging import translate_slots
+from kvcanary.plans import VerifyPlan
+
+
+@dataclass(frozen=True)
+class SweepEntries:
+    """Host int64 tensors, one entry per cached slot, in full-pool slot space."""
+
+    slots: torch.Tensor
+    positions: torch.Tensor
+    prev_slots: torch.Tensor
+
+    @classmethod
+    def from_lists(cls, slots: list[int], positions: list[int], prev_slots: list[int]) -> SweepEntries:
+        def t(x: list[int]) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.int64)
+
+        return cls(t(slots), t(positions), t(prev_slots))
+
+    def __len__(self) -> int:
+        return int(self.slots.shape[0])
+
+    def validate(self) -> None:
+        n = len(self)
+        for name in ("slots", "positions", "prev_slots"):
+            x = getattr(self, name)
+            if x.dtype != torch.int64 or x.ndim != 1 or x.shape[0] != n:
+                raise ValueError(f"kv-canary: SweepEntries.{name} must be 1-D int64 of length {n}, "
+                                 f"got {x.dtype} {tuple(x.shape)}")
+
+
+SweepSource = Callable[[], SweepEntries]
+
+
+@dataclass
+class _GroupSweep:
+    group: CanaryBufferGroup
+    plan: VerifyPlan
+    endpoints: tuple[Endpoint, ...]
+
+
+class SweepRunner:
+    """Owns the sweep plans (allocated once) and decides when a sweep is due."""
+
+    def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], capacity: int,
+                 interval: int, backend: str | None) -> None:
+        self.interval = interval
+        self.capacity = capacity
+        self.passes = 0
+        self._last_step = -1
+        self._backend = backend
+        dev = groups[0].k_head.device
+        self._groups: list[_GroupSweep] = []
+        for g in groups:
+            plan = VerifyPlan.allocate(verify_capacity=capacity, device=dev)
+            plan.verify_expected_tokens.fill_(-1)
+            eps = tuple(e for e in endpoints if e.kind is g.kind and e.phase is Phase.SWEEP)
+            self._groups.append(_GroupSweep(g, plan, eps))
+        self._h2d = HostStaging(3 * capacity, dev)
+        self._dev = torch.zeros(3 * capacity, dtype=torch.int64, device=dev)
+        self._tmp = torch.zeros(capacity, dtype=torch.int64, device=dev)
+        self._mask = torch.zeros(capacity, dtype=torch.bool, device=dev)
+        self._invalid = torch.full((1,), INVALID_SLOT, dtype=torch.int64, device=dev)
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    def due(self, step: int) -> bool:
+        """First evaluation, then every ``interval`` steps (SGLang's ``_last_sweep_step = -1`` rule)."""
+        return self.enabled and (self._last_step < 0 or step - self._last_step >= self.interval)
+
+    def run(self, entries: SweepEntries, step: int) -> int:
+        """Verify ``entries`` on every group's SWEEP endpoints; return how many entries were swept.
+
+        More entries than the capacity (a cache bigger than the pool: itself a sign of a corrupted tree)
+        are swept in several passes over the same plan, never dropped."""
+        entries.validate()
+        n = len(entries)
+        for start in range(0, max(n, 1), self.capacity):
+            self._run_chunk(entries, start, min(n, start + self.capacity))
+        self.passes += 1
+        self._last_step = step
+        return n
+
+    def _run_chunk(self, entries: SweepEntries, start: int, end: int) -> None:
+        n = end - start
+        self._h2d.copy(self._dev, [entries.slots[start:end], entries.positions[start:end],
+                                   entries.prev_slots[start:end]])
+        slots, positions, prevs = self._dev[:n], self._dev[n : 2 * n], self._dev[2 * n : 3 * n]
+        for gs in self._groups:
+            p = gs.plan
+            p.verify_slot_indices[:n].copy_(slots)
+            p.verify_expected_positions[:n].copy_(positions)
+            p.verify_prev_slot_indices[:n].copy_(prevs)
+            if gs.group.kind is PoolKind.SWA and gs.group.swa_index_lut is not None:
+                for arr, full in ((p.verify_slot_indices, slots), (p.verify_prev_slot_indices, prevs)):
+                    translate_slots(full, gs.group.swa_index_lut, out=arr[:n], tmp=self._tmp[:n],
+                                    mask=self._mask[:n], oob=self._invalid)
+            p.verify_num_valid.fill_(n)
+            p.enable.fill_(1)
+            for ep in gs.endpoints:
+                launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=False,
+                                            backend=self._backend)

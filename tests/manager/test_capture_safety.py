@@ -1,0 +1,85 @@
+"""The per-forward path (head, tail) never reads a device value on the host, so it can be captured.
+
+A recording backend stands in for the kernels (so only the manager's own code and the launchers'
+contract checks run), and every way a tensor's value can reach Python is made to raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from kvcanary.consts import RealKvHashMode
+from kvcanary.manager import CanaryConfig
+from kvcanary.registry import REGISTRY, Backend, Op, OpSupport, register_backend
+from tests.manager.world import Req, make_world
+
+CALLS: list[str] = []
+
+
+def record_plan(**_: Any) -> None:
+    CALLS.append("plan")
+
+
+def record_verify(**_: Any) -> None:
+    CALLS.append("verify")
+
+
+def record_write(**_: Any) -> None:
+    CALLS.append("write")
+
+
+def record_scatter(**_: Any) -> None:
+    CALLS.append("scatter")
+
+
+_HERE = "tests.manager.test_capture_safety"
+_NAME = "recording_test_backend"
+
+
+@pytest.fixture
+def recording_backend() -> Iterator[str]:
+    ops = {op: OpSupport(f"{_HERE}:record_{fn}", {"*": 0}, capture_safe=True)
+           for op, fn in ((Op.PLAN, "plan"), (Op.VERIFY, "verify"), (Op.WRITE, "write"), (Op.SCATTER, "scatter"))}
+    register_backend(Backend(name=_NAME, description="records launches (test double)", ops=ops), replace=True)
+    CALLS.clear()
+    yield _NAME
+    REGISTRY.unregister(_NAME)
+
+
+def _forbid(*_: Any, **__: Any) -> Any:
+    raise AssertionError("a device value was read on the host inside the per-forward path")
+
+
+HOST_READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "cpu")
+
+
+def test_head_and_tail_do_no_host_reads(recording_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
+                       backend=recording_backend)
+    w = make_world(config=cfg, swa_window=4)
+    a = Req(1, list(range(100, 120)), list(range(1, 9)))
+    batch = w.forward([(a, 0, 8)])  # a full lifecycle first (prepare may read host snapshots)
+    w.manager.prepare(batch)
+    CALLS.clear()
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        w.manager.head(batch)
+        w.manager.tail()
+    # FULL and SWA groups: one plan each, HEAD and TAIL verify + write for K and V
+    assert CALLS.count("plan") == 2 and CALLS.count("verify") == 8 and CALLS.count("write") == 8
+
+
+def test_the_guard_itself_catches_a_host_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = torch.ones(1)
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        with pytest.raises(AssertionError):
+            int(t)
+        with pytest.raises(AssertionError):
+            t.item()

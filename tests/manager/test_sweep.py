@@ -1,0 +1,93 @@
+"""The sweep: cached slots no running request reads, on the TAIL buffers with real-KV sources."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.manager import CanaryCapacities, CanaryConfig, SweepEntries
+from tests.manager.world import Req, chain_entries, make_world
+
+RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+POS = int(FailReason.VERIFY_POSITION_MISMATCH)
+
+
+def test_sweep_catches_a_flip_in_an_orphan_slot_that_no_forward_reads() -> None:
+    w = make_world(sweep=1)
+    done = Req(1, list(range(100, 120)), list(range(1, 9)))  # finished: only the cache holds its slots
+    live = Req(2, list(range(200, 220)), list(range(20, 26)))
+    w.forward([(done, 0, 8), (live, 0, 6)])
+    w.manager.set_sweep_source(lambda: chain_entries([done]))
+    w.step()
+    w.step()
+    assert w.events() == []
+    w.k[4, 1, 0] = 7.0
+    live.slots.append(26)
+    w.forward([(live, 6, 1)])  # the per-forward path does not read slot 4 ...
+    w.manager.flush()
+    assert w.manager.events == []
+    w.step()  # ... the sweep does
+    ev = w.events()
+    assert {(t, s, b) for t, s, b in ev} == {("SWEEP_K_FULL", 4, RKV)}
+
+
+def test_sweep_sees_a_reused_cached_slot() -> None:
+    w = make_world(sweep=1)
+    cached = Req(1, list(range(100, 120)), list(range(1, 9)))
+    w.forward([(cached, 0, 8)])
+    w.manager.set_sweep_source(lambda: chain_entries([cached]))
+    other = Req(2, list(range(200, 220)), [30, 31, 5])  # slot 5 handed out while the cache still holds it
+    w.forward([(other, 0, 3)])
+    w.step()
+    ev = w.events()
+    assert any(t == "SWEEP_K_FULL" and s == 5 and b & POS and b & CHAIN for t, s, b in ev)
+
+
+def test_sweep_schedule_first_evaluation_then_every_interval() -> None:
+    w = make_world(sweep=3)
+    a = Req(1, list(range(100, 120)), list(range(1, 5)))
+    w.forward([(a, 0, 4)])
+    w.manager.set_sweep_source(lambda: chain_entries([a]))
+    passes = []
+    for _ in range(7):
+        w.step()
+        passes.append(w.manager.sweep_passes)
+    assert passes == [1, 1, 1, 2, 2, 2, 3]
+
+
+def test_more_entries_than_capacity_are_swept_in_chunks() -> None:
+    caps = CanaryCapacities(verify_capacity=64, write_req_capacity=8, write_token_capacity=32, sweep_capacity=3,
+                            expected_token_capacity=64)
+    w = make_world(sweep=1, capacities=caps)
+    a = Req(1, list(range(100, 120)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    w.k[9] += 1.0
+    assert w.manager.run_sweep(chain_entries([a])) == 10
+    assert {(t, s) for t, s, _ in w.events()} == {("SWEEP_K_FULL", 9)}
+
+
+def test_swa_sweep_translates_and_skips_evicted_slots() -> None:
+    w = make_world(sweep=1, swa_window=4)
+    a = Req(1, list(range(100, 120)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    assert w.lut is not None and w.swa_k is not None
+    for full in a.slots[:5]:
+        w.lut[full] = 0  # evicted from the SWA pool: the sweep must skip them, silently
+    w.manager.run_sweep(chain_entries([a]))
+    assert w.events() == []
+    w.swa_k[int(w.lut[a.slots[7]])] += 1.0
+    w.manager.run_sweep(chain_entries([a]))
+    assert {(t, b) for t, _, b in w.events()} == {("SWEEP_K_SWA", RKV)}
+
+
+def test_sweep_errors() -> None:
+    w = make_world(sweep=0)
+    with pytest.raises(RuntimeError, match=r"needs config.sweep_interval > 0"):
+        w.manager.run_sweep(SweepEntries.from_lists([], [], []))
+    w = make_world(config=CanaryConfig(sweep_interval=2, real_kv_mode=RealKvHashMode.ALL))
+    with pytest.raises(RuntimeError, match=r"no sweep source attached"):
+        w.manager.run_sweep()
+    bad = SweepEntries.from_lists([1, 2], [0, 1], [-1, 1])
+    with pytest.raises(ValueError, match=r"SweepEntries.positions must be 1-D int64 of length 2"):
+        w.manager.run_sweep(SweepEntries(bad.slots, bad.positions[:1], bad.prev_slots))
