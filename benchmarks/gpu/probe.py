@@ -19,7 +19,7 @@ for mod in ("triton", "cuda.core", "cuda.bindings", "cupy", "pydantic", "hypothe
     try:
         m = importlib.import_module(mod)
         print(mod, getattr(m, "__version__", "?"))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(mod, "MISSING", exc)
 try:
     import cuda.core as cc
@@ -29,9 +29,9 @@ try:
         import cuda.core.experimental as cce
 
         print("cuda.core.experimental names:", sorted(n for n in dir(cce) if not n.startswith("_")))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print("no cuda.core.experimental", exc)
-except Exception as exc:  # noqa: BLE001
+except Exception as exc:
     print("cuda.core import failed", exc)
 
 import kvcanary as kc  # noqa: E402
@@ -73,7 +73,7 @@ try:
         graph.replay()
     torch.cuda.synchronize()
     print("torch_ref capture OK; replays counted:", int(kw_v["context"].kernel_run_counter[0]) - before)
-except Exception as exc:  # noqa: BLE001
+except Exception as exc:
     print("torch_ref capture FAILED:", type(exc).__name__, exc)
 
 sys.path.insert(0, os.getcwd())

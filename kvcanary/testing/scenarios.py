@@ -232,8 +232,10 @@ def _context_outputs(kw: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 # -- write ----------------------------------------------------------------------------------------------
-def write_call(rng: random.Random, *, hostile: bool = False, max_tokens: int = 24) -> Call:
-    world = make_world(rng, hostile=hostile)
+def write_call(rng: random.Random, *, hostile: bool = False, max_tokens: int | None = None) -> Call:
+    if max_tokens is None:  # mostly short requests, sometimes long ones (several 32-token tiles)
+        max_tokens = rng.choice([24, 24, 24, 80, 160])
+    world = make_world(rng, hostile=hostile, num_slots=rng.randint(8, 160) if max_tokens <= 24 else 400)
     n = world.num_slots
     free = list(range(1, n))
     rng.shuffle(free)
@@ -288,7 +290,8 @@ def write_call(rng: random.Random, *, hostile: bool = False, max_tokens: int = 2
         offsets[-1] += rng.randint(1, 5)  # runs past the token arrays
     slot_counter, kernel_counter = rng.randint(0, 99), rng.randint(0, 99)
     base = world.write_index
-    offs = offsets + [rng.randint(-3, 40) for _ in range(cap - nreq)]
+    # rows past nreq are padding: empty ranges (their writes would race with the real rows' in parallel backends)
+    offs = offsets + [offsets[-1]] * (cap - nreq)
     seeds_full = seeds + [rng.randint(-3, n - 1) for _ in range(cap - nreq)]
 
     def make(device: Device) -> dict[str, Any]:

@@ -23,10 +23,10 @@ def test_constants_have_reference_values() -> None:
     assert (consts.CANARY_FIELD_TOKEN, consts.CANARY_FIELD_POSITION, consts.CANARY_FIELD_PREV_HASH,
             consts.CANARY_FIELD_REAL_KV_HASH) == (0, 1, 2, 3)
     assert consts.VIOLATION_FIELDS == 8
-    assert [consts.VIOLATION_FIELD_KERNEL_KIND, consts.VIOLATION_FIELD_SLOT_IDX, consts.VIOLATION_FIELD_POSITION,
+    assert list(range(8)) == [consts.VIOLATION_FIELD_KERNEL_KIND, consts.VIOLATION_FIELD_SLOT_IDX, consts.VIOLATION_FIELD_POSITION,
             consts.VIOLATION_FIELD_STORED_TOKEN, consts.VIOLATION_FIELD_EXPECTED_TOKEN,
             consts.VIOLATION_FIELD_STORED_CHAIN_HASH, consts.VIOLATION_FIELD_EXPECTED_AUX,
-            consts.VIOLATION_FIELD_FAIL_REASON_BITS] == list(range(8))
+            consts.VIOLATION_FIELD_FAIL_REASON_BITS]
     assert consts.MAX_REAL_KV_SOURCES == 4 and consts.REAL_KV_SOURCE_FIELDS_PER_ENTRY == 3
     assert consts._PLAN_BS_BLOCK_SIZE == 4096 and consts._SCATTER_COL_BLOCK == 1024
     assert (consts.VERIFY_BLOCK_SIZE, consts.PERSISTENT_BLOCKS, consts.WRITE_BLOCK_SIZE) == (512, 64, 1)

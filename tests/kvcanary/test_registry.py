@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.registry import REGISTRY, ENV_BACKEND
+from kvcanary.registry import ENV_BACKEND, REGISTRY
 from kvcanary.testing import calls
 
 CALLS: list[str] = []

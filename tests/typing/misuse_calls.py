@@ -21,4 +21,4 @@ def wrong_types(ctx: kc.VerifyOrWriteContext, vp: kc.VerifyPlan) -> None:
     kc.launch_canary_verify_kernel(context=ctx, plan=vp, check_verify_expected_token="yes")  # E: incompatible type "str"
     kc.launch_canary_verify_kernel(context=ctx, plan=ctx, check_verify_expected_token=True)  # E: incompatible type "VerifyOrWriteContext"
     kc.launch_canary_verify_kernel(context=ctx, plan=vp)  # E: Missing named argument "check_verify_expected_token"
-    kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH.labelz  # E: has no attribute "labelz"
+    print(kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH.labelz)  # E: has no attribute "labelz"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest

@@ -87,7 +87,7 @@ def test_one_flip_gives_exactly_its_bits(data: tuple[list[Request], list[int], i
 @settings(max_examples=40, deadline=None)
 @given(chains())
 def test_write_touches_only_the_written_records(data: tuple[list[Request], list[int], int]) -> None:
-    reqs, cuts, mode = data
+    reqs, _, mode = data
     w = World(num_slots=40, mode=kc.RealKvHashMode(mode))
     w.ctx.canary_buf.copy_(torch.randint(0, 256, w.ctx.canary_buf.shape, dtype=torch.uint8))
     before = w.ctx.canary_buf.clone()

@@ -1,0 +1,39 @@
+"""Every specialization the backend can launch, per operation (for :func:`backends.cuda.preload` and CI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from backends.cuda._pack import KernelCache
+from backends.cuda._toolchain import Spec
+from kvcanary.consts import MAX_REAL_KV_SOURCES
+from kvcanary.registry import Op
+
+_BOOLS = (False, True)
+SOURCES: tuple[tuple[int, bool], ...] = (
+    (0, True), *((n, p) for n in range(1, MAX_REAL_KV_SOURCES + 1) for p in _BOOLS))
+"""(number of sources, PARTIAL) pairs: with no source the mode does not matter."""
+
+KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
+    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS) for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
+    Op.PLAN: (plan.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.PLAN_OFFSETS: (plan_offsets.KERNELS, [(lut,) for lut in _BOOLS]),
+    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.SCATTER: (scatter.KERNELS, [()]),
+}
+
+BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512) for v in _BOOLS]
+"""SGLang's launch shape (512 threads) with 8- and 16-byte record loads, for the benchmark's comparison."""
+
+
+def all_specs() -> list[Spec]:
+    """Every distinct Spec: what CI compiles and what preload loads (plus the benchmark variants)."""
+    out: dict[Spec, None] = {}
+    for cache, keys in KEYS.values():
+        for key in keys:
+            out[cache.spec(*key)] = None
+    for key in BENCH_VERIFY_KEYS:
+        out[verify.KERNELS.spec(*key)] = None
+    return list(out)

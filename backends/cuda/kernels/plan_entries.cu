@@ -1,0 +1,46 @@
+// plan_entries.cu: plan stage 2 alone (SGLang's launch_plan_entries_kernel): entries [0, min(total, capacity))
+// where total = verify_offsets_scratch[bs], unless verify_enable == 0; later entries are untouched.
+//
+// Semantics: backends/torch_ref/plan_entries.py. Each block copies the scratch's bs offsets into shared memory
+// and grid-strides over the entries, one per thread (the same bisection as torch.searchsorted, so an unsorted
+// scratch picks the reference's rows). The grid depends only on the capacity (capturable).
+// Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 8 * bs bytes (bs >= 1).
+#include "plan_common.cuh"
+
+#ifndef KVC_THREADS
+#define KVC_THREADS 256
+#endif
+#ifndef KVC_HAS_LUT
+#define KVC_HAS_LUT 0
+#endif
+#ifndef KVC_HAS_POOL
+#define KVC_HAS_POOL 0
+#endif
+
+using namespace kvc;
+
+extern "C" __global__ void __launch_bounds__(KVC_THREADS)
+    kvc_plan_entries(const long long* __restrict__ req_pool_indices, const long long* __restrict__ prefix_lens,
+                     const int* __restrict__ req_to_token, long long rtt_rows, long long rtt_cols,
+                     const long long* __restrict__ lut, long long lut_len, long long window, long long bs,
+                     const long long* __restrict__ scratch, const int* __restrict__ verify_enable,
+                     long long capacity, long long* __restrict__ out_slots, long long* __restrict__ out_tokens,
+                     long long* __restrict__ out_positions, long long* __restrict__ out_prevs,
+                     const int* __restrict__ pool, long long pool_rows, long long pool_cols,
+                     const long long* __restrict__ valid_lens, long long token_offset) {
+  KVC_DYNAMIC_SHARED(u64, sm);
+  const i64 total = (i64)ld_nc(scratch + bs);
+  const i64 n = *verify_enable != 0 ? iclamp(total, 0, capacity) : 0;
+  if (n == 0) return;
+  for (i64 r = threadIdx.x; r < bs; r += KVC_THREADS) sm[r] = ld_nc(scratch + r);
+  __syncthreads();
+  const PlanInputs in{req_pool_indices, prefix_lens, nullptr, req_to_token, rtt_rows, rtt_cols,
+                      lut, lut_len, window, bs};
+  const TokenPool tp{pool, pool_rows, pool_cols, valid_lens, token_offset};
+  const EntryOutputs eo{out_slots, out_tokens, out_positions, out_prevs};
+  const i64 step = (i64)gridDim.x * KVC_THREADS * kEntriesPerThread;
+  const i64 first = (i64)blockIdx.x * KVC_THREADS * kEntriesPerThread + threadIdx.x;
+  for (i64 e0 = first; e0 < n; e0 += step) {
+    plan_entries_batch<KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(in, sm, tp, e0, KVC_THREADS, n, eo);
+  }
+}

@@ -1,0 +1,76 @@
+"""plan: both plan stages in one launch of ``kernels/plan.cu`` (semantics: backends/torch_ref/plan.py).
+
+Every block scans the batch rows' verify lengths in shared memory itself, so the fused launch needs no scratch
+and no second launch; it still fills ``verify_offsets_scratch`` when the plan has one (as the reference does).
+Grid: block 0 (stage-1 outputs) + ``min(cdiv(capacity, 1024), blocks that fit)`` entry blocks (256 threads,
+4 entries each per round): it depends only on the capacity, so the launch is capturable.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backends.cuda._pack import Args, KernelCache, Shape, ptr
+from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.plans import VerifyPlan, WritePlan
+
+THREADS = 256
+ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
+
+Key = tuple[bool, bool]  # LUT, token pool
+
+
+def spec(has_lut: bool, has_pool: bool) -> Spec:
+    return Spec("plan.cu", "kvc_plan", (
+        ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool))), THREADS)
+
+
+KERNELS = KernelCache(spec)
+
+
+def pack(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,
+         prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, req_to_token: torch.Tensor, swa_window_size: int,
+         full_to_swa_index_mapping: torch.Tensor | None, verify_capacity: int,
+         req_to_verify_expected_tokens: torch.Tensor | None,
+         req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+         kv_token_id_vs_position_offset: int) -> tuple[Key, tuple[int, int], Args]:
+    """(specialization key, (batch size, entry capacity), kernel arguments) of one launch."""
+    vp, wp = verify_plan_out, write_plan_out
+    lut, pool = full_to_swa_index_mapping, req_to_verify_expected_tokens
+    bs = req_pool_indices.shape[0]
+    cap = vp.verify_slot_indices.shape[0]
+    rows, cols = req_to_token.shape
+    prow, pcol = pool.shape if pool is not None else (0, 0)
+    key: Key = (lut is not None, pool is not None)
+    args = (req_pool_indices.data_ptr(), prefix_lens.data_ptr(), extend_seq_lens.data_ptr(), req_to_token.data_ptr(),
+            rows, cols, ptr(lut), lut.shape[0] if lut is not None else 0, swa_window_size, bs, verify_capacity, cap,
+            vp.verify_slot_indices.data_ptr(), vp.verify_expected_tokens.data_ptr(),
+            vp.verify_expected_positions.data_ptr(), vp.verify_prev_slot_indices.data_ptr(),
+            vp.verify_num_valid.data_ptr(), vp.enable.data_ptr(), ptr(vp.verify_offsets_scratch),
+            wp.write_offsets.data_ptr(), wp.write_offsets.shape[0], wp.write_seed_slot_indices.data_ptr(),
+            wp.write_num_valid_reqs.data_ptr(), ptr(pool), prow, pcol,
+            ptr(req_to_verify_expected_tokens_valid_lens) if pool is not None else 0, kv_token_id_vs_position_offset)
+    return key, (bs, cap), args
+
+
+def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
+    """(grid x, grid y, threads, shared bytes): block 0 for stage 1, then the entry blocks."""
+    bs, cap = sizes
+    return 1 + max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, 8 * max(bs, 1)
+
+
+def plan(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,
+         prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, req_to_token: torch.Tensor, swa_window_size: int,
+         full_to_swa_index_mapping: torch.Tensor | None, verify_capacity: int,
+         req_to_verify_expected_tokens: torch.Tensor | None,
+         req_to_verify_expected_tokens_valid_lens: torch.Tensor | None, kv_token_id_vs_position_offset: int) -> None:
+    key, sizes, args = pack(
+        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
+        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset)
+    dev = verify_plan_out.verify_slot_indices.get_device()
+    kernel = KERNELS.get(dev, key)
+    launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

@@ -1,0 +1,71 @@
+"""verify: the CUDA launch of ``kernels/verify.cu`` (semantics: backends/torch_ref/verify.py).
+
+A persistent grid (``min(cdiv(capacity, 256), blocks that fit on the GPU)`` blocks of 256 threads) strides
+over the active entries; the grid depends only on the plan's capacity, so the launch is capturable.
+"""
+
+from __future__ import annotations
+
+from backends.cuda._pack import Args, KernelCache, Shape, active_sources, source_args, vec16
+from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.context import VerifyOrWriteContext
+from kvcanary.plans import VerifyPlan
+
+THREADS = 256
+
+Key = tuple[bool, int, bool, bool, int]  # check token, sources, partial, 16-byte records, threads
+
+
+def spec(check: bool, nsrc: int, partial: bool, vec: bool, threads: int = THREADS) -> Spec:
+    return Spec("verify.cu", "kvc_verify", (
+        ("KVC_THREADS", threads), ("KVC_CHECK_TOKEN", int(check)), ("KVC_NSRC", nsrc),
+        ("KVC_PARTIAL", int(partial)), ("KVC_VEC16", int(vec))), threads)
+
+
+KERNELS = KernelCache(spec)
+
+
+def pack(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool,
+         threads: int = THREADS, vec: bool | None = None) -> tuple[Key, int, Args]:
+    """(specialization key, plan capacity, kernel arguments) of one launch."""
+    ctx = context
+    buf = ctx.canary_buf
+    num_slots, stride = buf.shape
+    sources, partial = active_sources(ctx)
+    ring = ctx.violation_ring
+    cap = plan.verify_slot_indices.shape[0]
+    key: Key = (bool(check_verify_expected_token), len(sources), partial,
+                vec16(stride) if vec is None else vec and vec16(stride), threads)
+    args = (buf.data_ptr(), num_slots, stride, plan.verify_slot_indices.data_ptr(),
+            plan.verify_expected_tokens.data_ptr(), plan.verify_expected_positions.data_ptr(),
+            plan.verify_prev_slot_indices.data_ptr(), plan.verify_num_valid.data_ptr(), plan.enable.data_ptr(), cap,
+            ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(),
+            ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *source_args(sources, partial))
+    return key, cap, args
+
+
+def shape(key: Key, cap: int, max_blocks: int) -> Shape:
+    """(grid x, grid y, threads, shared bytes): a persistent grid, no larger than the capacity needs."""
+    threads = key[4]
+    return max(1, min(cdiv(cap, threads), max_blocks)), 1, threads, 0
+
+
+def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool) -> None:
+    key, cap, args = pack(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
+    dev = context.canary_buf.get_device()
+    kernel = KERNELS.get(dev, key)
+    launch(kernel, dev, shape(key, cap, kernel.max_blocks), args)
+
+
+def verify_variant(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool,
+                   grid: int | None, threads: int, vec: bool) -> None:
+    """The same kernel with another launch shape (benchmarks: SGLang's 64 x 512 with 8-byte loads, ...).
+
+    ``grid=None`` sizes the grid as :func:`verify` does.
+    """
+    key, cap, args = pack(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token,
+                          threads=threads, vec=vec)
+    dev = context.canary_buf.get_device()
+    kernel = KERNELS.get(dev, key)
+    gx, gy, block, shmem = shape(key, cap, kernel.max_blocks)
+    launch(kernel, dev, (gx if grid is None else grid, gy, block, shmem), args)

@@ -1,0 +1,105 @@
+"""plan_entries: stage 2 alone (SGLang's ``launch_plan_entries_kernel``), from stage 1's scratch.
+
+Entries ``e < min(scratch[bs], capacity)`` (none when ``verify_enable == 0``) are written; later ones keep
+their values. Entry ``e`` belongs to row ``clamp(upper_bound(scratch[0:bs], e) - 1, 0, bs - 1)``, found with
+the same binary search ``torch.searchsorted(..., right=True)`` runs, so even a scratch that is not sorted
+maps every entry to the row torch_ref picks. A persistent grid strides over the entries.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from backends.triton._jit import TUNING, cdiv, kernel, persistent_grid
+from backends.triton._plan_common import expected_token, read_slot, window_start
+from kvcanary.consts import PLAN_BS_BLOCK_SIZE
+
+_SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
+_INTS = ["bs", "capacity", "r2t_rows", "r2t_cols", "lut_len", "pool_rows", "pool_cols", "token_offset", "swa"]
+
+
+@kernel(do_not_specialize=_INTS)
+def _entries_kernel(
+    rpi: tl.tensor, prefix: tl.tensor, bs: tl.tensor, swa: tl.tensor,
+    r2t: tl.tensor, r2t_rows: tl.tensor, r2t_cols: tl.tensor, lut: tl.tensor, lut_len: tl.tensor,
+    pool: tl.tensor, pool_rows: tl.tensor, pool_cols: tl.tensor, valid_lens: tl.tensor, token_offset: tl.tensor,
+    scratch: tl.tensor, enable: tl.tensor, capacity: tl.tensor,
+    out_slots: tl.tensor, out_tokens: tl.tensor, out_positions: tl.tensor, out_prev: tl.tensor,
+    HAS_LUT: tl.constexpr, HAS_POOL: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
+) -> None:
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    total = tl.load(scratch + bs)
+    n = tl.where(tl.load(enable) != 0, tl.minimum(tl.maximum(total, 0), capacity), 0)
+    lanes = tl.arange(0, BLOCK).to(tl.int64)
+    for start in range(pid.to(tl.int64) * BLOCK, n, nprog.to(tl.int64) * BLOCK):
+        e = start + lanes
+        m = e < n
+        # torch's upper_bound: while lo < hi: mid = lo + (hi - lo) // 2; lo = mid + 1 if not (b[mid] > e) else ...
+        lo = tl.zeros((BLOCK,), tl.int64)
+        hi = tl.zeros((BLOCK,), tl.int64) + bs
+        for _ in tl.static_range(STEPS):
+            act = m & (lo < hi)
+            mid = lo + ((hi - lo) >> 1)
+            above = tl.load(scratch + tl.where(act, mid, 0), mask=act, other=0) > e
+            lo = tl.where(act & ~above, mid + 1, lo)
+            hi = tl.where(act & above, mid, hi)
+        r = tl.minimum(tl.maximum(lo - 1, 0), bs - 1)
+        rp = tl.load(rpi + r, mask=m, other=0)
+        pl = tl.load(prefix + r, mask=m, other=0)
+        first = tl.load(scratch + r, mask=m, other=0)
+        pos = window_start(pl, swa) + (e - first)
+        slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
+        prev = tl.where(pos > 0, read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos - 1, m & (pos > 0),
+                                           HAS_LUT), -1)
+        vl = tl.zeros((BLOCK,), tl.int64)
+        if HAS_POOL:
+            vl = tl.load(valid_lens + r, mask=m, other=0)
+        tok = expected_token(pool, pool_rows, pool_cols, vl, rp, pos, token_offset, m, HAS_POOL)
+        tl.store(out_slots + e, slot, mask=m)
+        tl.store(out_prev + e, prev, mask=m)
+        tl.store(out_positions + e, pos, mask=m)
+        tl.store(out_tokens + e, tok, mask=m)
+
+
+def plan_entries(
+    *,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_to_token: torch.Tensor,
+    full_to_swa_index_mapping: torch.Tensor | None,
+    verify_offsets_scratch: torch.Tensor,
+    verify_enable: torch.Tensor,
+    req_to_verify_expected_tokens: torch.Tensor | None,
+    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
+    out_verify_slot_indices: torch.Tensor,
+    out_verify_expected_tokens: torch.Tensor,
+    out_verify_expected_positions: torch.Tensor,
+    out_verify_prev_slot_indices: torch.Tensor,
+    kv_token_id_vs_position_offset: int,
+    swa_window_size: int,
+) -> None:
+    """Launch stage 2 (persistent grid; capture-safe). Nothing runs for an empty batch or plan (shapes)."""
+    bs = int(req_pool_indices.shape[0])
+    capacity = int(out_verify_slot_indices.shape[0])
+    if bs == 0 or capacity == 0:
+        return
+    lut = full_to_swa_index_mapping
+    pool = req_to_verify_expected_tokens
+    valid = req_to_verify_expected_tokens_valid_lens
+    block = TUNING["entries_block"]
+    grid = (persistent_grid(req_pool_indices.device, cdiv(capacity, block), TUNING["entries_waves"]),)
+    _entries_kernel[grid](
+        req_pool_indices, prefix_lens, bs, int(swa_window_size),
+        req_to_token, int(req_to_token.shape[0]), int(req_to_token.shape[1]),
+        prefix_lens if lut is None else lut, 0 if lut is None else int(lut.shape[0]),
+        req_to_token if pool is None else pool, 0 if pool is None else int(pool.shape[0]),
+        0 if pool is None else int(pool.shape[1]), prefix_lens if valid is None else valid,
+        int(kv_token_id_vs_position_offset),
+        verify_offsets_scratch, verify_enable, capacity,
+        out_verify_slot_indices, out_verify_expected_tokens, out_verify_expected_positions,
+        out_verify_prev_slot_indices,
+        HAS_LUT=lut is not None, HAS_POOL=pool is not None, STEPS=_SEARCH_STEPS, BLOCK=block,
+        num_warps=TUNING["entries_warps"],
+    )

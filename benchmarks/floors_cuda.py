@@ -1,0 +1,150 @@
+"""CUDA C++ floor probes, compiled and launched exactly like the cuda backend's kernels (GPU only).
+
+Why beside benchmarks/floors.py's Triton probes: a ratio is fair when the floor and the figure share the
+compiler, the load width and the launch path. These probes (benchmarks/gpu/floors_probes.cu) are built by
+NVRTC through backends.cuda._toolchain and launched through cuda.core like the kernels:
+
+- ``empty_launch_cuda()``: one empty-kernel launch, eager (host + GPU) and in a CUDA graph (GPU only);
+- ``serial_step_floor_cuda(steps)``: seconds per dependent mix3 step with every operand in registers, and
+  ``serial_loads_step_cuda`` with each step's inputs loaded inside the loop (what prefetching avoids);
+- ``gather_floor_cuda(buf, slots, prevs)``: the two-record random gather (16 B of indices in, 8 B out), one
+  entry per thread, 16-byte loads;
+- ``gather_rkv_floor_cuda``: the same plus the real-KV strips verify reads, without hashing.
+
+Timing: :func:`time_stream` issues several launches between two events, so the host enqueues ahead and the
+figure is GPU time whenever a launch takes longer on the GPU than on the host; :func:`time_graph` replays a
+captured graph of launches (GPU time even for tiny kernels).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
+
+PROBE_DIR = Path(__file__).with_name("gpu")
+
+
+def probe(entry: str, threads: int = 256) -> Compiled:
+    return load(Spec("floors_probes.cu", entry, (), threads, extra_include=str(PROBE_DIR)),
+                torch.cuda.current_device())
+
+
+def _launch(kernel: Compiled, shape: tuple[int, int, int, int], *args: int) -> None:
+    launch(kernel, torch.cuda.current_device(), shape, args)
+
+
+# -- timing ---------------------------------------------------------------------------------------------------
+def _event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
+def time_stream(fns: Sequence[Callable[[], object]], *, reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds per call of ``fns`` (called in order, back to back, between two events)."""
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        start, end = _event(), _event()
+        start.record()
+        for f in fns:
+            f()
+        end.record()
+        end.synchronize()
+        out.append(float(start.elapsed_time(end)) / 1e3 / len(fns))
+    return float(statistics.median(out))
+
+
+def time_graph(fn: Callable[[], object], *, calls: int = 100, reps: int = 20) -> float:
+    """Median seconds per call of ``fn`` captured ``calls`` times in one CUDA graph (GPU time)."""
+    fn()  # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        start, end = _event(), _event()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        out.append(float(start.elapsed_time(end)) / 1e3 / calls)
+    return float(statistics.median(out))
+
+
+def host_time(fn: Callable[[], object], *, calls: int = 2000, reps: int = 5) -> float:
+    """Median host seconds per call of ``fn`` (wall clock; the GPU work is left queued, synced after)."""
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls)
+        torch.cuda.synchronize()
+    return float(statistics.median(out))
+
+
+# -- probes ---------------------------------------------------------------------------------------------------
+def empty_launch_cuda() -> dict[str, float]:
+    """Seconds per empty-kernel launch: host time, eager back-to-back (GPU-visible), and graph-replayed."""
+    k = probe("kvc_probe_empty", 32)
+
+    def one() -> None:
+        _launch(k, (1, 1, 32, 0), 0)
+
+    return {"host": host_time(one), "eager": time_stream([one] * 200), "graph": time_graph(one, calls=200)}
+
+
+def serial_step_floor_cuda(steps: int = 1 << 15) -> float:
+    """Seconds per dependent mix3 step, every operand in registers (one thread)."""
+    k = probe("kvc_probe_serial", 32)
+    out = torch.empty(1, dtype=torch.int64, device="cuda")
+    return time_stream([lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), steps, 12345)], reps=10) / steps
+
+
+def serial_loads_step_cuda(steps: int = 1 << 15) -> float:
+    """Seconds per mix3 step whose token and position are loaded inside the loop."""
+    k = probe("kvc_probe_serial_loads", 32)
+    toks = torch.randint(0, 50000, (steps,), device="cuda")
+    poss = torch.arange(steps, device="cuda")
+    out = torch.empty(1, dtype=torch.int64, device="cuda")
+    return time_stream([lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), toks.data_ptr(), poss.data_ptr(), steps)],
+                       reps=10) / steps
+
+
+def gather_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Seconds per gather of len(slots) entries over ``buf`` (uint8 [slots, stride]); ``sets`` rotate."""
+    k = probe("kvc_probe_gather2")
+    n = sets[0][0].shape[0]
+    out = torch.empty(n, dtype=torch.int64, device="cuda")
+    fns = [lambda s=s, p=p: _launch(k, (cdiv(n, 256), 1, 256, 0), buf.data_ptr(), s.data_ptr(), p.data_ptr(),
+                                    out.data_ptr(), n, buf.shape[1]) for s, p in sets]
+    return time_stream(fns * 4, reps=10)
+
+
+def gather_rkv_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                          sources: Sequence[torch.Tensor], chunks: int) -> float:
+    """The gather plus ``chunks`` 16-byte chunks of each source's strip (one slot per row, <= 2 sources)."""
+    k = probe("kvc_probe_gather_rkv")
+    n = sets[0][0].shape[0]
+    out = torch.empty(n, dtype=torch.int64, device="cuda")
+    s0 = sources[0].data_ptr()
+    s1 = sources[1].data_ptr() if len(sources) > 1 else s0
+    row = sources[0].stride(0) * sources[0].element_size()
+    fns = [lambda s=s, p=p: _launch(k, (cdiv(n, 256), 1, 256, 0), buf.data_ptr(), s.data_ptr(), p.data_ptr(),
+                                    out.data_ptr(), n, buf.shape[1], s0, s1, row, len(sources), chunks)
+           for s, p in sets]
+    return time_stream(fns * 4, reps=10)

@@ -1,0 +1,149 @@
+"""Host emulation of the CUDA backend: the kernel sources built as C++ shared libraries and run on CPU threads.
+
+Each specialization is compiled once by g++ with ``-DKVC_HOST_EMULATION`` and ``emulation/kvc_emu.h``
+force-included (every CUDA thread is a std::thread, barriers and warp shuffles are emulated), into
+``$TMPDIR/kvcanary-cuda-emu``. The backend ``cuda_emu`` registered here runs the real backend's packing
+(``backends.cuda.<op>.pack``) and launch shapes (with a tiny "GPU" of :data:`MAX_BLOCKS` resident blocks, so
+grid-stride loops run several rounds) on CPU tensors, so the public launchers can be replayed against
+``torch_ref`` on a machine without a GPU. Set ``KVCANARY_EMU_ASAN=1`` (with libasan preloaded) to build the
+libraries under AddressSanitizer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text
+from kvcanary.registry import Backend, Op, OpSupport
+
+EMU_DIR = Path(__file__).with_name("emulation")
+MAX_BLOCKS = 3
+"""Resident blocks of the emulated GPU: persistent grids get at most this many blocks."""
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def _asan() -> bool:
+    return os.environ.get("KVCANARY_EMU_ASAN") == "1"
+
+
+class EmuKernel:
+    """One specialization as a loaded host library."""
+
+    def __init__(self, path: Path) -> None:
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.kvc_emu_launch.restype = ctypes.c_int
+        self.lib.kvc_emu_launch.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong,
+                                            ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
+        self.lib.kvc_emu_nparams.restype = ctypes.c_int
+        self.lib.kvc_emu_first_fault_address.restype = ctypes.c_longlong
+        self.nparams = int(self.lib.kvc_emu_nparams())
+
+    def launch(self, shape: tuple[int, int, int, int], args: tuple[int, ...]) -> None:
+        gx, gy, block, shmem = shape
+        arr = (ctypes.c_longlong * max(len(args), 1))(*[ctypes.c_longlong(a).value for a in args])
+        rc = self.lib.kvc_emu_launch(gx, gy, block, shmem, arr, len(args))
+        if rc < 0:
+            raise AssertionError(f"kernel takes {self.nparams} parameters, the packer passed {len(args)}")
+        if rc > 0:
+            raise AssertionError(f"{rc} misaligned vector accesses (first at {self.lib.kvc_emu_first_fault_address():#x})")
+
+
+_lock = threading.Lock()
+_built: dict[Spec, EmuKernel] = {}
+
+
+def build(spec: Spec) -> EmuKernel:
+    """The emulated kernel of ``spec`` (compiled on first use, cached on disk by content)."""
+    hit = _built.get(spec)
+    if hit is not None:
+        return hit
+    with _lock:
+        hit = _built.get(spec)
+        if hit is not None:
+            return hit
+        cxx = compiler()
+        if cxx is None:
+            raise RuntimeError("no C++ compiler (g++) for the host emulation")
+        src = spec.path()
+        shim = (EMU_DIR / "kvc_emu.h").read_text() + (EMU_DIR / "launch.cpp").read_text()
+        flags = ["-std=c++20", "-O1", "-g", "-pthread", "-shared", "-fPIC", "-fno-strict-aliasing",
+                 "-DKVC_HOST_EMULATION", "-include", str(EMU_DIR / "kvc_emu.h"), f"-I{KERNEL_DIR}",
+                 f"-DKVC_EMU_SOURCE=\"{src.name}\"", f"-DKVC_EMU_ENTRY={spec.entry}", f"-I{src.parent}"]
+        flags += [f"-D{k}={v}" for k, v in spec.define_list()]
+        if _asan():
+            flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
+        key = hashlib.sha256("\0".join([src.read_text(), headers_text(), shim, *flags]).encode()).hexdigest()[:24]
+        out_dir = Path(tempfile.gettempdir()) / f"kvcanary-cuda-emu-{os.getuid()}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = out_dir / f"{spec.entry}-{key}.so"
+        if not out.is_file():
+            tmp = out.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [cxx, *flags, str(EMU_DIR / "launch.cpp"), "-o", str(tmp)]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise RuntimeError(f"emulation build of {spec.label()} failed:\n{' '.join(cmd)}\n{res.stderr}")
+            os.replace(tmp, out)
+        hit = EmuKernel(out)
+        _built[spec] = hit
+        return hit
+
+
+def run(mod: ModuleType, kwargs: dict[str, Any]) -> None:
+    """What ``backends.cuda.<mod>``'s operation does, with the kernel run on the host."""
+    key, sizes, args = mod.pack(**kwargs)
+    shape = mod.shape(key, sizes, MAX_BLOCKS)
+    if shape is None:
+        return
+    build(mod.KERNELS.spec(*key)).launch(shape, args)
+
+
+def emu_verify(**kw: Any) -> None:
+    run(verify, kw)
+
+
+def emu_write(**kw: Any) -> None:
+    run(write, kw)
+
+
+def emu_plan(**kw: Any) -> None:
+    run(plan, kw)
+
+
+def emu_plan_offsets(**kw: Any) -> None:
+    run(plan_offsets, kw)
+
+
+def emu_plan_entries(**kw: Any) -> None:
+    run(plan_entries, kw)
+
+
+def emu_scatter(**kw: Any) -> None:
+    run(scatter, kw)
+
+
+_CPU = {"cpu": 0}
+BACKEND = Backend(
+    name="cuda_emu",
+    description="The cuda backend's kernels, emulated on the CPU (tests only).",
+    ops={
+        Op.VERIFY: OpSupport(f"{__name__}:emu_verify", _CPU, capture_safe=True),
+        Op.WRITE: OpSupport(f"{__name__}:emu_write", _CPU, capture_safe=True),
+        Op.PLAN: OpSupport(f"{__name__}:emu_plan", _CPU, capture_safe=True),
+        Op.PLAN_OFFSETS: OpSupport(f"{__name__}:emu_plan_offsets", _CPU, capture_safe=True),
+        Op.PLAN_ENTRIES: OpSupport(f"{__name__}:emu_plan_entries", _CPU, capture_safe=True),
+        Op.SCATTER: OpSupport(f"{__name__}:emu_scatter", _CPU, capture_safe=True),
+    },
+)

@@ -1,0 +1,255 @@
+"""CI checks of the cuda backend that need no GPU.
+
+Every kernel specialization compiles with NVRTC (the run-time compiler, for sm_90 and the oldest supported
+architecture) and a representative set with nvcc; every kernel parameter is 8 bytes and the host packers pass
+exactly as many as each kernel takes; the header's constants are kvcanary's; the backend declares every
+operation with the launchers' signatures.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import kvcanary as kc
+from backends.cuda import BACKEND, PRIORITY, plan, plan_entries, plan_offsets, scatter, verify, write
+from backends.cuda._specs import KEYS, all_specs
+from backends.cuda._toolchain import KERNEL_DIR, Spec
+from kvcanary import consts
+from kvcanary.hashing import ANCHOR_HASH
+from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing.parity import launcher
+from tests.backends.cuda import _nvrtc, _support
+
+SPECS = all_specs()
+REPO = Path(__file__).resolve().parents[3]
+PROBES = REPO / "benchmarks" / "gpu" / "floors_probes.cu"
+ARCHS = ("sm_90", "sm_75")  # the H200, and the oldest compute capability the backend accepts
+
+
+def _options(spec: Spec, arch: str) -> list[str]:
+    inc = [f"-I{KERNEL_DIR}"] + ([f"-I{spec.extra_include}"] if spec.extra_include else [])
+    return [f"--gpu-architecture={arch}", "-std=c++17", *inc, *[f"-D{k}={v}" for k, v in spec.define_list()]]
+
+
+@pytest.fixture(scope="module")
+def nvrtc() -> Any:
+    lib = _nvrtc.load()
+    if lib is None:
+        pytest.skip("NVRTC not found (pip install nvidia-cuda-nvrtc, part of the dev extra, or a CUDA toolkit)")
+    return lib
+
+
+_PTX: dict[Spec, str] = {}
+
+
+def _ptx(lib: Any, spec: Spec) -> str:
+    if spec not in _PTX:
+        _PTX[spec] = _nvrtc.compile_source(lib, spec.path().read_text(), spec.source,
+                                          _options(spec, "compute_90"), ptx=True).decode()
+    return _PTX[spec]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.label() for s in SPECS])
+def test_nvrtc_compiles_every_specialization(nvrtc: Any, spec: Spec) -> None:
+    for arch in ARCHS:
+        cubin = _nvrtc.compile_source(nvrtc, spec.path().read_text(), spec.source, _options(spec, arch), ptx=False)
+        assert len(cubin) > 0
+    params = _nvrtc.entry_params(_ptx(nvrtc, spec), spec.entry)
+    assert params and all(re.search(r"\.(u64|b64|s64)\b", p) for p in params), params
+
+
+def test_nvrtc_compiles_the_benchmark_probes(nvrtc: Any) -> None:
+    for arch in ARCHS:
+        assert _nvrtc.compile_source(nvrtc, PROBES.read_text(), PROBES.name,
+                                     [f"--gpu-architecture={arch}", "-std=c++17", f"-I{KERNEL_DIR}"], ptx=False)
+
+
+def _nvcc_specs() -> list[Spec]:
+    """Each source with its fewest and its most features (NSRC=4, ALL, asserts, 8-byte records)."""
+    picks = {
+        verify.KERNELS.spec(False, 0, True, True, 256), verify.KERNELS.spec(True, 4, False, False, 256),
+        verify.KERNELS.spec(True, 3, True, True, 512),
+        write.KERNELS.spec(0, True, False, True), write.KERNELS.spec(4, False, True, False),
+        write.KERNELS.spec(1, True, True, True),
+        plan.KERNELS.spec(False, False), plan.KERNELS.spec(True, True),
+        plan_offsets.KERNELS.spec(True), plan_entries.KERNELS.spec(True, True), scatter.KERNELS.spec(),
+    }
+    return sorted(picks, key=Spec.label)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_nvcc_compiles_the_sources() -> None:
+    nvcc = shutil.which("nvcc")
+    assert nvcc is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        def build(item: tuple[int, Path, list[str]]) -> str:
+            i, src, defines = item
+            cmd = [nvcc, "-std=c++17", "-arch=sm_90", "-c", f"-I{KERNEL_DIR}", *defines, str(src), "-o",
+                   str(Path(tmp) / f"{i}.o")]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            return "" if res.returncode == 0 else f"{' '.join(cmd)}\n{res.stderr}"
+
+        jobs = [(i, s.path(), [f"-D{k}={v}" for k, v in s.define_list()]) for i, s in enumerate(_nvcc_specs())]
+        jobs.append((len(jobs), PROBES, []))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            errors = [e for e in pool.map(build, jobs) if e]
+    assert not errors, "\n".join(errors)
+
+
+def test_sources_include_no_system_header() -> None:
+    files = [*KERNEL_DIR.glob("*.cu"), *KERNEL_DIR.glob("*.cuh"), PROBES]
+    assert len(files) >= 8
+    for f in files:
+        text = f.read_text()
+        assert not re.search(r"#\s*include\s*<", text), f"{f.name}: NVRTC has no host headers"
+        for inc in re.findall(r'#\s*include\s*"([^"]+)"', text):
+            assert (KERNEL_DIR / inc).is_file(), f"{f.name} includes {inc}, which is not a kernel header"
+
+
+# -- constants ------------------------------------------------------------------------------------------------
+def _header_constants() -> dict[str, int]:
+    text = (KERNEL_DIR / "kvcanary_common.cuh").read_text()
+    out: dict[str, int] = {}
+    for name, raw in re.findall(r"constexpr\s+\w+\s+(k\w+)\s*=\s*([^;]+);", text):
+        value = re.sub(r"[uUlL]+$", "", raw.strip())
+        out[name] = -(2**63) if value.startswith("-9223372036854775807") else int(value, 0)
+    return out
+
+
+def test_constants_match_kvcanary_consts() -> None:
+    h = _header_constants()
+    want = {
+        "kCanaryChainAnchor": consts.CANARY_CHAIN_ANCHOR, "kAnchorHash": ANCHOR_HASH,
+        "kReqPoolIdxPadding": consts.REQ_POOL_IDX_PADDING, "kTokenToKvSlotPadding": consts.TOKEN_TO_KV_SLOT_PADDING,
+        "kCanaryFieldsPerSlot": consts.CANARY_FIELDS_PER_SLOT, "kCanaryFieldToken": consts.CANARY_FIELD_TOKEN,
+        "kCanaryFieldPosition": consts.CANARY_FIELD_POSITION, "kCanaryFieldPrevHash": consts.CANARY_FIELD_PREV_HASH,
+        "kCanaryFieldRealKvHash": consts.CANARY_FIELD_REAL_KV_HASH, "kCanarySlotBytes": consts.CANARY_SLOT_BYTES,
+        "kViolationFields": consts.VIOLATION_FIELDS, "kMaxRealKvSources": consts.MAX_REAL_KV_SOURCES,
+        "kRealKvChunkBytes": consts.REAL_KV_CHUNK_BYTES, "kPlanBsBlockSize": consts.PLAN_BS_BLOCK_SIZE,
+        "kInvalidSlot": consts.INVALID_SLOT,
+        "kVerifyChainHashMismatch": kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH,
+        "kVerifyPositionMismatch": kc.FailReason.VERIFY_POSITION_MISMATCH,
+        "kVerifyRealKvHashMismatch": kc.FailReason.VERIFY_REAL_KV_HASH_MISMATCH,
+        "kWriteTokenMismatch": kc.FailReason.WRITE_TOKEN_MISMATCH,
+        "kWritePositionMismatch": kc.FailReason.WRITE_POSITION_MISMATCH,
+        "kVerifyTokenMismatch": kc.FailReason.VERIFY_TOKEN_MISMATCH,
+        "kIndexOutOfRange": kc.FailReason.INDEX_OUT_OF_RANGE,
+    }
+    assert {k: h.get(k) for k in want} == {k: int(v) for k, v in want.items()}
+
+
+def test_splitmix64_constants_are_the_formats() -> None:
+    text = (KERNEL_DIR / "kvcanary_common.cuh").read_text()
+    assert "0xBF58476D1CE4E5B9ULL" in text and "0x94D049BB133111EBULL" in text
+    assert re.search(r"x >> 30\).*\n.*x >> 27\).*\n.*x >> 31", text)
+
+
+# -- the backend's declaration --------------------------------------------------------------------------------
+def test_backend_declares_every_operation_like_the_launchers() -> None:
+    assert set(BACKEND.ops) == set(Op)
+    for op, support in BACKEND.ops.items():
+        assert dict(support.devices) == {"cuda": PRIORITY} and support.capture_safe and not support.host_sync
+        impl = BACKEND.implementation(op)
+        want = [p for p in inspect.signature(launcher(op)).parameters.values() if p.name != "backend"]
+        got = list(inspect.signature(impl).parameters.values())
+        assert [p.name for p in got] == [p.name for p in want], op
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in got), op
+
+
+def test_availability_and_device_reasons_do_not_raise() -> None:
+    reasons = BACKEND.availability()
+    if not torch.cuda.is_available():
+        assert reasons, "without a CUDA device the backend must decline, with a reason"
+    explained = REGISTRY.explain(Op.VERIFY, torch.device("cpu"))["cuda"]
+    assert explained, "the cuda backend does not run on the CPU"
+
+
+# -- host-side packing ----------------------------------------------------------------------------------------
+def _sample_calls() -> list[tuple[Any, dict[str, Any]]]:
+    """(operation module, kwargs on CPU tensors) covering every specialization key."""
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for nsrc, mode in ((0, 0), (2, 0), (1, 1), (2, 2), (3, 1), (4, 2), (4, 1)):
+        for stride in (32, 40):
+            sources = _support._sources(20, nsrc, 7)
+            ctx = _support._context(torch.zeros(20, stride, dtype=torch.uint8), sources, mode, 4, "cpu")
+            for check in (False, True):
+                out.append((verify, {"context": ctx, "plan": kc.VerifyPlan.allocate(verify_capacity=5, device="cpu"),
+                                     "check_verify_expected_token": check}))
+                t = torch.zeros(6, dtype=torch.int64)
+                out.append((write, {"context": ctx, "plan": kc.WritePlan.allocate(write_req_capacity=3, device="cpu"),
+                                    "input_ids": t, "positions": t, "out_cache_loc": t,
+                                    "enable_write_input_assert": check, "expected_input_tokens": t if check else None,
+                                    "expected_input_positions": t if check else None}))
+    import random
+
+    rng = random.Random(3)
+    mods = {Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets, Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
+    for op, mod in mods.items():
+        for _ in range(12):
+            out.append((mod, _support.ALL_GENERATORS[op](rng, hostile=True).make("cpu")))
+    return out
+
+
+def test_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
+    seen: set[tuple[str, Any]] = set()
+    for mod, kw in _sample_calls():
+        key, _sizes, args = mod.pack(**kw)
+        spec = mod.KERNELS.spec(*key)
+        assert spec in SPECS, f"{spec.label()} is launched but not in backends.cuda._specs"
+        n = len(_nvrtc.entry_params(_ptx(nvrtc, spec), spec.entry))
+        assert len(args) == n, f"{spec.label()}: kernel takes {n} parameters, the packer passes {len(args)}"
+        assert all(isinstance(a, int) and -(2**63) <= a < 2**63 for a in args), spec.label()
+        seen.add((mod.__name__, key))
+    for mod in (verify, write):  # every source count and mode of verify and write was packed
+        keys = {k for m, k in seen if m == mod.__name__}
+        assert {k[1] if mod is verify else k[0] for k in keys} == set(range(5)), mod.__name__
+    assert all(k in KEYS[Op.VERIFY][1] for m, k in seen if m == verify.__name__)
+
+
+def test_mode_none_folds_nothing_and_records_alignment_picks_vector_loads() -> None:
+    src = _support._sources(8, 2, 1)
+    for stride, vec in ((32, True), (40, False), (48, True)):
+        ctx = _support._context(torch.zeros(8, stride, dtype=torch.uint8), src, 0, 4, "cpu")
+        key, _, args = verify.pack(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
+                                   check_verify_expected_token=False)
+        assert key == (False, 0, True, vec, verify.THREADS) and len(args) == 16
+    ctx = _support._context(torch.zeros(8, 32, dtype=torch.uint8), src, 2, 4, "cpu")
+    key, _, args = verify.pack(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
+                               check_verify_expected_token=True)
+    assert key[:3] == (True, 2, False)
+    s0 = src[0]
+    assert args[16:22] == (s0.tensor.data_ptr(), s0.tensor.shape[0], s0.tensor.shape[1], s0.page_size,
+                           s0.num_bytes_per_token, s0.read_bytes // 16)
+
+
+def test_entries_per_thread_match_the_kernels() -> None:
+    text = (KERNEL_DIR / "plan_common.cuh").read_text()
+    assert f"kEntriesPerThread = {plan.ENTRIES_PER_THREAD};" in text
+    assert plan.ENTRIES_PER_THREAD == plan_entries.ENTRIES_PER_THREAD
+
+
+def test_launch_shapes_depend_only_on_capacities() -> None:
+    assert verify.shape((False, 0, True, True, 256), 0, 1000) == (1, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256), 10**8, 1056) == (1056, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256), 300, 1056) == (2, 1, 256, 0)
+    assert write.shape((0, True, False, True), 0, 9) == (1, 1, 32, 0)
+    assert write.shape((2, True, False, True), 17, 9) == (17, 1, 128, 0)
+    assert plan.shape((False, False), (0, 0), 9) == (2, 1, plan.THREADS, 8)
+    assert plan.shape((True, True), (256, 10**6), 500) == (501, 1, plan.THREADS, 2048)
+    assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 8 * 4096)
+    assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
+    assert plan_entries.shape((False, False), (3, 600), 9) == (1, 1, plan_entries.THREADS, 24)
+    assert plan_entries.shape((False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 24)
+    assert scatter.shape((), (0, 5, 3, 4), 0) is None and scatter.shape((), (2, 0, 3, 4), 0) is None
+    assert scatter.shape((), (2, 5, 3, 4), 0) == (2, 1, scatter.THREADS, 0)
+    assert scatter.shape((), (1, 10**6, 3, 32768), 0) == (1, 16, scatter.THREADS, 0)

@@ -1,0 +1,118 @@
+"""The cuda backend's kernel sources run on the CPU (host emulation) against torch_ref: CI parity without a GPU.
+
+The emulation runs the very kernel code (every CUDA thread a host thread, barriers and warp shuffles
+emulated, a 3-block "GPU" so grid-stride loops take several rounds) through the backend's own packing and
+launch shapes; only the memory system and the timing are the CPU's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from kvcanary.registry import REGISTRY, Op, register_backend
+from kvcanary.testing import golden as g
+from tests.backends.cuda import _emu, _support
+
+pytestmark = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+EMU = "cuda_emu"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _emulated_backend() -> Iterator[None]:
+    register_backend(_emu.BACKEND, replace=True)
+    yield
+    REGISTRY.unregister(EMU)
+
+
+CASES = _support.golden_cases()
+
+
+@pytest.mark.parametrize(("file", "case"), CASES, ids=[c.name for _, c in CASES])
+def test_golden_case(file: str, case: g.Case) -> None:
+    assert _support.check_golden(case, "cpu", EMU) == []
+
+
+PIPELINES = g.load("pipeline_cases")
+
+
+@pytest.mark.parametrize("case", PIPELINES, ids=[c.name for c in PIPELINES])
+def test_golden_pipeline(case: g.Case) -> None:
+    assert _support.check_pipeline(case, "cpu", EMU) == []
+
+
+@pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
+@pytest.mark.parametrize("op", list(_support.ALL_GENERATORS), ids=lambda o: o.value)
+def test_random_scenarios(op: Op, hostile: bool) -> None:
+    seed = _support.fuzz_seed()
+    failures = _support.fuzz(op, "cpu", EMU, seed=seed, count=_support.fuzz_count(25), hostile=hostile)
+    assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
+
+
+S = _support
+LARGER: dict[str, Callable[[], _support.Call]] = {
+    "verify PARTIAL x2": lambda: S.big_verify_call(1, chains=40, length=60, nsrc=2, mode=1, check=True),
+    "verify ALL x4": lambda: S.big_verify_call(2, chains=24, length=50, nsrc=4, mode=2, check=False),
+    "write ALL x2 assert": lambda: S.big_write_call(3, requests=6, max_len=200, nsrc=2, mode=2, assert_inputs=True),
+    "write NONE": lambda: S.big_write_call(4, requests=5, max_len=150, nsrc=0, mode=0, assert_inputs=False),
+    "plan LUT+pool": lambda: S.big_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
+    "plan SWA+pool": lambda: S.big_plan_call(6, bs=30, max_prefix=200, lut=False, pool=True, window=50),
+    "scatter": lambda: S.big_scatter_call(7, bs=30, rows=20, cols=500),
+}
+
+
+@pytest.mark.parametrize("name", list(LARGER))
+def test_larger_calls(name: str) -> None:
+    assert _support.check_call(LARGER[name](), "cpu", EMU) == []
+
+
+def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
+    """The 100-step decode script of test_gpu_graph (scatter, plan, HEAD and TAIL verify/write; faults) runs
+    eagerly on the emulated kernels exactly as on torch_ref (the GPU test adds graph capture and replay)."""
+    from tests.backends.cuda import test_gpu_graph as t
+
+    seed = _support.fuzz_seed()
+    ref_world = t.World("cpu", t.make_script(seed))
+    ref_world.prefill_eagerly("torch_ref")
+    ref = t._run(ref_world, "torch_ref", None)
+    emu_world = t.World("cpu", t.make_script(seed))
+    emu_world.prefill_eagerly(EMU)
+    emu = t._run(emu_world, EMU, None)
+    assert int(ref[-1]["violation_write_index"][0]) > 0
+    assert t._compare(emu, ref) == [], f"KVCANARY_FUZZ_SEED={seed}"
+
+
+_ASAN_SCRIPT = """
+from kvcanary.registry import register_backend
+from kvcanary.testing import golden as g
+from tests.backends.cuda import _emu, _support as s
+register_backend(_emu.BACKEND, replace=True)
+bad = [p for _, c in s.golden_cases() for p in s.check_golden(c, "cpu", "cuda_emu")]
+bad += [p for c in g.load("pipeline_cases") for p in s.check_pipeline(c, "cpu", "cuda_emu")]
+for op in s.ALL_GENERATORS:
+    bad += s.fuzz(op, "cpu", "cuda_emu", seed=%d, count=12, hostile=True)
+assert not bad, bad[:5]
+print("asan-clean")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("os").environ.get("KVCANARY_RUN_ASAN") != "1",
+                    reason="set KVCANARY_RUN_ASAN=1 (several minutes)")
+def test_emulated_kernels_stay_in_bounds_under_address_sanitizer() -> None:
+    """Golden, pipeline and hostile calls with the emulation built under AddressSanitizer (libasan preloaded):
+    torch's CPU tensors get redzones, so any out-of-bounds access of a kernel aborts the run."""
+    import os
+    import subprocess
+    import sys
+
+    cxx = _emu.compiler()
+    assert cxx is not None
+    libasan = subprocess.run([cxx, "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0:alloc_dealloc_mismatch=0",
+               KVCANARY_EMU_ASAN="1")
+    res = subprocess.run([sys.executable, "-c", _ASAN_SCRIPT % _support.fuzz_seed()], env=env, capture_output=True,
+                         text=True, check=False, timeout=1800)
+    assert res.returncode == 0 and "asan-clean" in res.stdout, res.stderr[-4000:]

@@ -1,0 +1,52 @@
+"""The triton backend's registration: every operation, capture-safe, priorities, and its refusal reasons."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import kvcanary as kc
+from backends.triton import BACKEND, TritonBackend
+from kvcanary.registry import REGISTRY
+
+
+def test_registered_through_the_entry_point() -> None:
+    assert kc.backends()["triton"] is BACKEND
+    assert isinstance(BACKEND, TritonBackend)
+
+
+def test_every_operation_is_capture_safe_with_the_documented_priorities() -> None:
+    assert set(BACKEND.ops) == set(kc.Op)
+    for op, support in BACKEND.ops.items():
+        assert support.capture_safe, op
+        assert not support.host_sync, op
+        assert dict(support.devices) == {"cuda": 50, "cpu": 1}, op
+        assert support.limits is None, op  # nothing to refuse: no op needs the optional plan scratch
+        BACKEND.implementation(op)  # imports
+
+
+def test_cpu_selection_keeps_torch_ref_and_cuda_prefers_triton() -> None:
+    assert REGISTRY.select(kc.Op.VERIFY, torch.device("cpu")).backend.name == "torch_ref"
+    if torch.cuda.is_available():
+        assert REGISTRY.select(kc.Op.VERIFY, torch.device("cuda")).backend.name == "triton"
+
+
+def test_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    import backends.triton._jit as jit
+
+    monkeypatch.setattr(jit, "INTERPRET", False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    reasons = BACKEND.device_reasons(kc.Op.VERIFY, torch.device("cpu"))
+    assert [r.kind for r in reasons] == [kc.ReasonKind.INTERPRETER]
+    monkeypatch.setattr(jit, "INTERPRET", True)
+    assert not BACKEND.device_reasons(kc.Op.VERIFY, torch.device("cpu"))
+    assert [r.kind for r in BACKEND.device_reasons(kc.Op.VERIFY, torch.device("cuda"))] == [
+        kc.ReasonKind.INTERPRETER]
+
+
+def test_missing_triton_is_a_package_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    assert [r.kind for r in BACKEND.availability()] == [kc.ReasonKind.PACKAGE]
