@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One GPU-machine session in phases: ./benchmarks/gpu/run.sh PHASE... (setup is implied)
+#   tests     GPU tests of both backends (parity, graphs, large sizes), the demo on cuda
+#   sanitize  compute-sanitizer memcheck + racecheck over every kernel (cuda and triton)
+#   bench     floors and every benchmark, JSON into $OUT
+#   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
+# Logs go to $OUT/<phase>.log; each phase prints a short verdict.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc . >/dev/null 2>&1 \
+    || echo "warning: could not install the entry points"
+export PYTHONPATH=/tmp/site:$PWD:/tmp/kvc PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+export KVCANARY_CUDA_CACHE_DIR=/tmp/kvc-cuda-cache
+if [ -f .gpucache/cuda.tar ]; then mkdir -p "$KVCANARY_CUDA_CACHE_DIR" && tar -xf .gpucache/cuda.tar -C "$KVCANARY_CUDA_CACHE_DIR"; fi
+if [ -f .gpucache/triton.tar ]; then mkdir -p ~/.triton/cache && tar -xf .gpucache/triton.tar -C ~/.triton/cache; fi
+
+phase_tests() {
+    timeout 380 python3 -m pytest tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
+        tests/backends/triton -o addopts="" -q -rfE -p no:cacheprovider --durations=8 -x >"$OUT/tests.log" 2>&1
+    echo "pytest gpu: rc=$?"; grep -E "passed|failed|error" "$OUT/tests.log" | tail -3
+    timeout 90 python3 -m kvcanary.cli demo --device cuda >"$OUT/demo.log" 2>&1
+    echo "demo on cuda: rc=$?"; tail -4 "$OUT/demo.log"
+}
+
+phase_sanitize() {
+    python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
+    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+        python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
+    echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+        python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/memcheck_triton.log" 2>&1
+    echo "memcheck triton: rc=$?"; tail -3 "$OUT/memcheck_triton.log"
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        python3 benchmarks/gpu/sanitize_cuda.py --quick --count 2 >"$OUT/racecheck_cuda.log" 2>&1
+    echo "racecheck cuda: rc=$?"; tail -3 "$OUT/racecheck_cuda.log"
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        python3 benchmarks/gpu/sanitize_triton.py --quick --count 2 >"$OUT/racecheck_triton.log" 2>&1
+    echo "racecheck triton: rc=$?"; tail -3 "$OUT/racecheck_triton.log"
+}
+
+phase_bench() {
+    timeout 200 python3 benchmarks/bench_cuda.py --out "$OUT/bench_cuda.json" >"$OUT/bench_cuda.log" 2>&1
+    echo "bench cuda: rc=$?"; tail -30 "$OUT/bench_cuda.log"
+    timeout 200 python3 benchmarks/bench_triton.py --out "$OUT/bench_triton.json" >"$OUT/bench_triton.log" 2>&1
+    echo "bench triton: rc=$?"; tail -30 "$OUT/bench_triton.log"
+    timeout 120 python3 benchmarks/bench_engine.py --out "$OUT/bench_engine.json" >"$OUT/bench_engine.log" 2>&1
+    echo "bench engine: rc=$?"; tail -12 "$OUT/bench_engine.log"
+    timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 --out "$OUT/host_overhead_cuda.json" \
+        >"$OUT/host_overhead.log" 2>&1
+    echo "host overhead: rc=$?"; tail -8 "$OUT/host_overhead.log"
+}
+
+phase_cache() {
+    [ -d "$KVCANARY_CUDA_CACHE_DIR" ] && tar -cf "$OUT/cuda.tar" -C "$KVCANARY_CUDA_CACHE_DIR" .
+    [ -d ~/.triton/cache ] && tar -cf "$OUT/triton.tar" -C ~/.triton/cache .
+    ls -la "$OUT"/*.tar 2>/dev/null
+}
+
+for p in "$@"; do "phase_$p"; done
