@@ -3,6 +3,9 @@
 - ``copy_bandwidth()``: device-to-device copy, bytes read + written per second.
 - ``gather_floor(n)``: a random gather of two 32-byte records per entry (16 B of indices in, 8 B out), the
   least memory traffic a verify of ``n`` entries can do; returns seconds.
+- ``gather_floor_for(buf, slots, prevs)``: the same gather over *given* index arrays (a verify plan's slots
+  and predecessors, over its canary buffer), so a verify and its floor read exactly the same records and hit
+  the caches alike (a chained plan's predecessor is the previous entry's slot: mostly a cache hit).
 - ``serial_step_floor(steps)``: seconds per serial mix3 chain step with every operand in registers (the
   write chain's dependency floor).
 - ``empty_launch()``: seconds per eager launch of an empty Triton kernel (host launch cost included);
@@ -15,7 +18,8 @@ not sit in L2).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -31,9 +35,10 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 5, reps: int = 30) -> f
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    times: list[float] = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         fn()
         end.record()
@@ -52,8 +57,9 @@ def copy_bandwidth(nbytes: int = 1 << 31) -> float:
 
 if triton is not None:
 
-    @triton.jit
-    def _gather2_kernel(buf, slots, prevs, out, n, stride_words, BLOCK: tl.constexpr):
+    @triton.jit  # type: ignore[untyped-decorator]
+    def _gather2_kernel(buf: Any, slots: Any, prevs: Any, out: Any, n: Any, stride_words: Any,
+                        BLOCK: tl.constexpr) -> None:
         # each record is loaded as one 32-byte row of 4 int64 (vectorized), for the slot and its predecessor
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -65,8 +71,25 @@ if triton is not None:
         b = tl.load(buf + p[:, None] * stride_words + f[None, :], mask=m[:, None], other=0)
         tl.store(out + offs, tl.xor_sum(a ^ b, axis=1), mask=m)
 
-    @triton.jit
-    def _serial_kernel(out, steps, seed):
+    @triton.jit  # type: ignore[untyped-decorator]
+    def _gather_same_kernel(words: Any, slots: Any, prevs: Any, out: Any, n: Any, stride_words: Any,
+                            BLOCK: tl.constexpr) -> None:
+        # as _gather2_kernel, over a plan's own indices: a predecessor <= 0 (chain head, check skipped) is
+        # not read, as verify does not read it
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        s = tl.load(slots + offs, mask=m, other=0)
+        p = tl.load(prevs + offs, mask=m, other=0)
+        f = tl.arange(0, 4)
+        sm = m & (s > 0)
+        pm = m & (p > 0)
+        a = tl.load(words + s[:, None] * stride_words + f[None, :], mask=sm[:, None], other=0)
+        b = tl.load(words + p[:, None] * stride_words + f[None, :], mask=pm[:, None], other=0)
+        tl.store(out + offs, tl.xor_sum(a ^ b, axis=1), mask=m)
+
+    @triton.jit  # type: ignore[untyped-decorator]
+    def _serial_kernel(out: Any, steps: Any, seed: Any) -> None:
         h = seed.to(tl.uint64)
         tok = (seed * 3 + 1).to(tl.uint64)
         pos = (seed * 5 + 7).to(tl.uint64)
@@ -79,8 +102,8 @@ if triton is not None:
                 tok = tok ^ pos
         tl.store(out, h.to(tl.int64, bitcast=True))
 
-    @triton.jit
-    def _empty_kernel(out):
+    @triton.jit  # type: ignore[untyped-decorator]
+    def _empty_kernel(out: Any) -> None:
         pass
 
 
@@ -98,6 +121,35 @@ def gather_floor(n: int, buf_bytes: int = 1 << 31, sets: int = 4) -> float:
         s, p = idx[k[0] % sets]
         k[0] += 1
         _gather2_kernel[(triton.cdiv(n, block),)](buf, s, p, out, n, 4, BLOCK=block)
+
+    return time_cuda(run)
+
+
+def gather_floor_for(buf: torch.Tensor, slots: torch.Tensor | Sequence[torch.Tensor],
+                     prevs: torch.Tensor | Sequence[torch.Tensor]) -> float:
+    """Seconds for one gather of the records ``slots[i]`` and ``prevs[i]`` (where > 0) of ``buf``.
+
+    ``buf`` is the canary buffer (``[num_slots, 32]`` bytes, or any tensor whose rows are 32-byte records);
+    ``slots`` / ``prevs`` are one index set (int64) or several of equal length, rotated between repetitions
+    like the figure they are the floor of (so the index arrays do not sit in L2). 16 B of indices in and
+    8 B out per entry, as ``gather_floor``.
+    """
+    s_sets = [slots] if isinstance(slots, torch.Tensor) else list(slots)
+    p_sets = [prevs] if isinstance(prevs, torch.Tensor) else list(prevs)
+    if len(s_sets) != len(p_sets) or not s_sets:
+        raise ValueError("gather_floor_for: one predecessor array per slot array")
+    words = buf.view(torch.int64)
+    words = words.view(words.shape[0], -1)
+    stride_words = int(words.stride(0))
+    n = int(s_sets[0].shape[0])
+    out = torch.empty(n, dtype=torch.int64, device=buf.device)
+    block = 1024
+    k = [0]
+
+    def run() -> None:
+        i = k[0] % len(s_sets)
+        k[0] += 1
+        _gather_same_kernel[(triton.cdiv(n, block),)](words, s_sets[i], p_sets[i], out, n, stride_words, BLOCK=block)
 
     return time_cuda(run)
 

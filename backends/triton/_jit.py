@@ -6,12 +6,19 @@ serve (compiled kernels cannot take CPU tensors, interpreted ones would sync wit
 
 Kernel parameters are annotated ``tl.tensor`` (or ``tl.constexpr``) only: Triton ignores the former (it
 is no type it specialises on), mypy sees ``Any``, and no annotation forces a signature type.
+
+Kernels specialise on argument *types* only (every runtime parameter is in ``do_not_specialize``: no
+integer is specialised on its value, no pointer on its alignment), so batch sizes never recompile and the
+compiled variant is a function of a few cheap facts; :class:`Launcher` uses that to launch eagerly without
+Triton's per-call argument binding (most of an eager launch of a kernel with dozens of arguments).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from functools import cache
 from typing import Any
 
@@ -33,9 +40,10 @@ TUNING: dict[str, int] = {
     "write_fold_tokens": 4096,  # tokens per fold program (how many fold programs a request gets)
     "write_fold_max": 16,  # at most this many fold programs per request row
     "plan_tile": 1024,  # verify entries per plan tile (a tile never spans two requests)
-    "plan_chunk": 1024,  # batch rows held in registers at a time
-    "plan_warps": 16,
-    "plan_waves": 2,
+    "plan_chunk": 256,  # batch rows held in registers at a time (the scan: one chunk for bs <= 256)
+    "plan_warps": 8,
+    "plan_row_waves": 8,  # row programs per SM at most (G = min(bs, SMs x this))
+    "plan_max_y": 1024,  # programs per row at most
     "entries_block": 1024,
     "entries_warps": 4,
     "entries_waves": 4,
@@ -51,6 +59,7 @@ _INTERPRETER_TUNING: dict[str, int] = {
     "write_fold_tokens": 16,
     "plan_tile": 8,
     "plan_chunk": 16,
+    "plan_max_y": 3,
     "entries_block": 16,
     "scatter_block": 16,
     "scatter_row_block": 4,
@@ -65,14 +74,21 @@ INTERPRETER_PROGRAMS = 2
 """Persistent-grid size under the interpreter (programs run one after another on the host)."""
 
 
-def kernel(*, do_not_specialize: Sequence[str] = ()) -> Callable[[Callable[..., Any]], Any]:
-    """``triton.jit`` for a kernel; ``do_not_specialize`` names the integer arguments that change with the
-    batch (sizes, counts), so that a new value never selects a new specialisation (a recompile)."""
+def kernel() -> Callable[[Callable[..., Any]], Any]:
+    """``triton.jit`` for a kernel that specialises on nothing but types: every parameter not annotated
+    ``tl.constexpr`` is in ``do_not_specialize`` (integers: no value 1 / multiple-of-16 variants, so a new
+    batch size never recompiles; pointers: no alignment variants), which :class:`Launcher` relies on."""
 
     def decorate(fn: Callable[..., Any]) -> Any:
-        return triton.jit(fn, do_not_specialize=list(do_not_specialize))
+        runtime = [name for name, p in inspect.signature(fn).parameters.items() if not _is_constexpr(p)]
+        return triton.jit(fn, do_not_specialize=runtime)
 
     return decorate
+
+
+def _is_constexpr(p: inspect.Parameter) -> bool:
+    ann = p.annotation
+    return ann is triton.language.constexpr or (isinstance(ann, str) and ann.endswith("constexpr"))
 
 
 def device_fn(fn: Callable[..., Any]) -> Any:
@@ -105,3 +121,126 @@ def persistent_grid(device: torch.device, work_items: int, waves: int) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+# -- eager launches ---------------------------------------------------------------------------------------------
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def fits32(*sizes: int) -> bool:
+    """Whether every size (a non-negative integer argument) is passed as an i32 (Triton types an integer
+    by its value)."""
+    acc = 0
+    for v in sizes:
+        acc |= v
+    return 0 <= acc <= I32_MAX
+
+
+def type_key(args: Sequence[Any]) -> tuple[object, ...]:
+    """What Triton's specialisation of ``args`` depends on when it specialises on types only: each tensor's
+    dtype, each integer's width (i32 or not), None (a constexpr)."""
+    out: list[object] = []
+    for a in args:
+        out.append(a.dtype if isinstance(a, torch.Tensor) else
+                   (I32_MIN <= a <= I32_MAX) if isinstance(a, int) else type(a))
+    return tuple(out)
+
+
+@cache
+def _driver() -> Any:
+    from triton.runtime import driver
+
+    return driver
+
+
+_INTERNED: dict[Hashable, int] = {}
+
+
+def intern_key(key: Hashable) -> int:
+    """A small int standing for ``key`` (cheap to hash in the per-call key of a long-lived object's part)."""
+    return _INTERNED.setdefault(key, len(_INTERNED))
+
+
+_RUNNER_CAP = 256  # launch shapes remembered per kernel (grids change with batch shapes)
+
+
+class Launcher:
+    """``fn[grid](*args, *consts, num_warps=...)`` without Triton's per-call binding, for compiled kernels.
+
+    ``key`` must determine the compiled variant given ``consts``: with :func:`kernel`'s type-only
+    specialisation that is the dtype of every tensor argument, which integers fit 32 bits, and which
+    arguments are None (:func:`type_key` computes it generically; a launcher can cache the part that comes
+    from a long-lived object). A new (device, key, consts, num_warps) goes through Triton (compiling if
+    needed) and keeps the ``CompiledKernel`` it returns; later calls use that kernel's own launcher
+    (``CompiledKernel[grid](*args, stream=...)``, every parameter in signature order, constexprs included,
+    exactly what ``JITFunction.run`` passes it). Under the interpreter every call goes through Triton.
+    If a Triton version's compiled launcher refuses the call, the fast path is switched off for good.
+    """
+
+    fast: bool = not INTERPRET
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        params = list(inspect.signature(fn.fn).parameters.values())
+        flags = [_is_constexpr(p) for p in params]
+        self.const_names = [p.name for p, c in zip(params, flags, strict=True) if c]
+        n_rt = len(params) - len(self.const_names)
+        # constexprs last, so that (*args, *consts) is the signature order
+        self._ordered = not any(flags[:n_rt]) and all(flags[n_rt:])
+        self._runners: dict[Hashable, Any] = {}
+
+    def __call__(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
+                 num_warps: int) -> None:
+        if Launcher.fast and self._ordered:
+            drv = _driver().active
+            dev = drv.get_current_device()
+            rk = (dev, key, consts, num_warps, grid)
+            runner = self._runners.get(rk)
+            if runner is not None:
+                try:
+                    runner(*args, *consts, stream=drv.get_current_stream(dev))
+                    return
+                except (TypeError, ValueError, SystemError):  # pragma: no cover - a launcher that parses
+                    # its arguments otherwise refuses them before launching: fall back to Triton's own path
+                    Launcher.fast = False
+            else:
+                compiled = self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)),
+                                         num_warps=num_warps)
+                if compiled is None:  # pragma: no cover - nothing to keep
+                    return
+                if len(self._runners) >= _RUNNER_CAP:
+                    self._runners.clear()
+                g3 = (*grid, 1, 1, 1)[:3]
+                self._runners[rk] = compiled[g3]
+                return
+        self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), num_warps=num_warps)
+
+
+class ObjectCache:
+    """Values derived from long-lived objects (a context), recomputed only for a new object.
+
+    Keyed by identity, held weakly: an entry goes when its object does (objects that take no weak
+    reference are not cached). The objects are frozen dataclasses; what is derived must not depend on
+    tensor *contents*, only on which tensors they are and their shapes.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def get(self, obj: Any, make: Callable[[Any], Any]) -> Any:
+        hit = self._entries.get(id(obj))
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        value = make(obj)
+        key = id(obj)
+        entries = self._entries
+
+        def forget(_ref: weakref.ref[Any]) -> None:
+            entries.pop(key, None)
+
+        try:
+            ref = weakref.ref(obj, forget)
+        except TypeError:
+            return value
+        self._entries[key] = (ref, value)
+        return value

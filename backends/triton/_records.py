@@ -6,42 +6,66 @@ Rows of one launch therefore land in an arbitrary order; the final index is exac
 
 Real-KV sources travel as four fixed argument groups ``(bytes, rows, row_words, page_size, token_words,
 fold_words)``; a kernel specialises on how many are live (``NUM_SOURCES``) and unrolls over them at
-compile time (a pointer argument cannot be chosen by a loop index), so absent groups are never read.
+compile time (a pointer argument cannot be chosen by a loop index), so absent groups are never read (they
+are passed as None). A context's arguments are derived once per context (:func:`context_args`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton.language as tl
 
 from backends.triton._hash import as_u64, splitmix64
-from backends.triton._jit import device_fn
+from backends.triton._jit import device_fn, intern_key, type_key
 from kvcanary.consts import MAX_REAL_KV_SOURCES, REAL_KV_CHUNK_BYTES, RealKvHashMode
-from kvcanary.sources import RealKvSource
-
-SourceArgs = list[torch.Tensor | int]
+from kvcanary.context import VerifyOrWriteContext
 
 
-def source_args(sources: Sequence[RealKvSource], mode: int, dummy: torch.Tensor) -> tuple[int, bool, SourceArgs]:
-    """``(NUM_SOURCES, PARTIAL, args)`` for a launch: 6 arguments per source slot, dummies past the live ones.
+@dataclass(frozen=True)
+class ContextArgs:
+    """A context's part of a verify / write launch, derived once per context object.
 
-    Mode NONE folds nothing (every record's real_kv_hash is 0), so it launches with no sources at all. The
-    bytes go as a uint8 view (the interpreter has no bfloat16; the kernel reads them as int64 words).
+    ``head``: ``(buf, stride_words, num_slots, ring, ring_cap, write_index, slot_counter, kernel_counter,
+    [chain_assert,] kind)``; ``sources``: 6 arguments per source slot ``(bytes, rows, row_words, page_size,
+    token_words, fold_words)``, None past the live ones (constexpr None: not read, nothing passed);
+    ``key``: what of these the compiled variant depends on (see ``_jit.Launcher``).
     """
-    live = 0 if mode == RealKvHashMode.NONE else len(sources)
+
+    key: int
+    head: tuple[Any, ...]
+    sources: tuple[Any, ...]
+    num_sources: int
+    partial: bool
+
+
+def context_args(ctx: VerifyOrWriteContext, *, with_chain_assert: bool) -> ContextArgs:
+    """The context's launch arguments. Mode NONE folds nothing (every record's real_kv_hash is 0), so it
+    launches with no sources at all. Source bytes go as a uint8 view (the interpreter has no bfloat16; the
+    kernel reads them as int64 words)."""
+    buf = ctx.canary_buf
+    mode = int(ctx.real_kv_hash_mode)
+    live = 0 if mode == RealKvHashMode.NONE else len(ctx.real_kv_sources)
     partial = mode == RealKvHashMode.PARTIAL
-    args: SourceArgs = []
+    srcs: list[Any] = []
     for i in range(MAX_REAL_KV_SOURCES):
         if i < live:
-            src = sources[i]
+            src = ctx.real_kv_sources[i]
             u8 = src.tensor.view(torch.uint8)
             words = (REAL_KV_CHUNK_BYTES if partial else src.read_bytes) // 8
-            args += [u8, int(u8.shape[0]), int(u8.stride(0)) // 8, src.page_size, src.num_bytes_per_token // 8, words]
+            srcs += [u8, int(u8.shape[0]), int(u8.stride(0)) // 8, src.page_size, src.num_bytes_per_token // 8,
+                     words]
         else:
-            args += [dummy, 1, 1, 1, 1, 2]
-    return live, partial, args
+            srcs += [None] * 6
+    ring = ctx.violation_ring
+    head: list[Any] = [buf, int(buf.stride(0)) // 8, int(buf.shape[0]), ring, int(ring.shape[0]),
+                       ctx.violation_write_index, ctx.slot_run_counter, ctx.kernel_run_counter]
+    if with_chain_assert:
+        head.append(ctx.enable_chain_position_assert)
+    head.append(int(ctx.kernel_kind))
+    return ContextArgs(intern_key(type_key([*head, *srcs])), tuple(head), tuple(srcs), live, partial)
 
 
 @device_fn
@@ -86,9 +110,26 @@ def fold_one(src: tl.tensor, rows: tl.tensor, row_words: tl.tensor, page_size: t
         h = splitmix64(h ^ as_u64(w0))
         h = splitmix64(h ^ as_u64(w1))
     else:
-        for w in range(0, fold_words):
-            v = tl.load(words + base + w, mask=live, other=0)
-            h = splitmix64(h ^ as_u64(v))
+        # eight words (two 32-byte sectors) per step, all loaded before any is hashed: one dependent round
+        # trip per step instead of one per word; words past fold_words are neither read nor hashed
+        # (`!= 0`: the interpreter's vector & scalar-bool mask can carry int64 data; free when compiled)
+        for w in range(0, fold_words, 8):
+            v0 = tl.load(words + base + w, mask=(live & (w < fold_words)) != 0, other=0)
+            v1 = tl.load(words + base + (w + 1), mask=(live & (w + 1 < fold_words)) != 0, other=0)
+            v2 = tl.load(words + base + (w + 2), mask=(live & (w + 2 < fold_words)) != 0, other=0)
+            v3 = tl.load(words + base + (w + 3), mask=(live & (w + 3 < fold_words)) != 0, other=0)
+            v4 = tl.load(words + base + (w + 4), mask=(live & (w + 4 < fold_words)) != 0, other=0)
+            v5 = tl.load(words + base + (w + 5), mask=(live & (w + 5 < fold_words)) != 0, other=0)
+            v6 = tl.load(words + base + (w + 6), mask=(live & (w + 6 < fold_words)) != 0, other=0)
+            v7 = tl.load(words + base + (w + 7), mask=(live & (w + 7 < fold_words)) != 0, other=0)
+            h = splitmix64(h ^ as_u64(v0))  # w < fold_words: the loop runs only then
+            h = tl.where(w + 1 < fold_words, splitmix64(h ^ as_u64(v1)), h)
+            h = tl.where(w + 2 < fold_words, splitmix64(h ^ as_u64(v2)), h)
+            h = tl.where(w + 3 < fold_words, splitmix64(h ^ as_u64(v3)), h)
+            h = tl.where(w + 4 < fold_words, splitmix64(h ^ as_u64(v4)), h)
+            h = tl.where(w + 5 < fold_words, splitmix64(h ^ as_u64(v5)), h)
+            h = tl.where(w + 6 < fold_words, splitmix64(h ^ as_u64(v6)), h)
+            h = tl.where(w + 7 < fold_words, splitmix64(h ^ as_u64(v7)), h)
     h = tl.where(live, h, 0)
     return h, mask & (row >= rows)
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, cdiv, kernel, persistent_grid
+from backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
 from backends.triton._plan_common import expected_token, read_slot, window_start
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
-_INTS = ["bs", "capacity", "r2t_rows", "r2t_cols", "lut_len", "pool_rows", "pool_cols", "token_offset", "swa"]
 
 
-@kernel(do_not_specialize=_INTS)
+@kernel()
 def _entries_kernel(
     rpi: tl.tensor, prefix: tl.tensor, bs: tl.tensor, swa: tl.tensor,
     r2t: tl.tensor, r2t_rows: tl.tensor, r2t_cols: tl.tensor, lut: tl.tensor, lut_len: tl.tensor,
@@ -63,6 +62,9 @@ def _entries_kernel(
         tl.store(out_tokens + e, tok, mask=m)
 
 
+_LAUNCH = Launcher(_entries_kernel)
+
+
 def plan_entries(
     *,
     req_pool_indices: torch.Tensor,
@@ -90,16 +92,13 @@ def plan_entries(
     valid = req_to_verify_expected_tokens_valid_lens
     block = TUNING["entries_block"]
     grid = (persistent_grid(req_pool_indices.device, cdiv(capacity, block), TUNING["entries_waves"]),)
-    _entries_kernel[grid](
-        req_pool_indices, prefix_lens, bs, int(swa_window_size),
-        req_to_token, int(req_to_token.shape[0]), int(req_to_token.shape[1]),
-        prefix_lens if lut is None else lut, 0 if lut is None else int(lut.shape[0]),
-        req_to_token if pool is None else pool, 0 if pool is None else int(pool.shape[0]),
-        0 if pool is None else int(pool.shape[1]), prefix_lens if valid is None else valid,
-        int(kv_token_id_vs_position_offset),
-        verify_offsets_scratch, verify_enable, capacity,
-        out_verify_slot_indices, out_verify_expected_tokens, out_verify_expected_positions,
-        out_verify_prev_slot_indices,
-        HAS_LUT=lut is not None, HAS_POOL=pool is not None, STEPS=_SEARCH_STEPS, BLOCK=block,
-        num_warps=TUNING["entries_warps"],
-    )
+    args = (req_pool_indices, prefix_lens, bs, int(swa_window_size),
+            req_to_token, req_to_token.shape[0], req_to_token.shape[1],
+            lut, 0 if lut is None else lut.shape[0],
+            pool, 0 if pool is None else pool.shape[0], 0 if pool is None else pool.shape[1],
+            None if pool is None else (prefix_lens if valid is None else valid), int(kv_token_id_vs_position_offset),
+            verify_offsets_scratch, verify_enable, capacity,
+            out_verify_slot_indices, out_verify_expected_tokens, out_verify_expected_positions,
+            out_verify_prev_slot_indices)
+    _LAUNCH(grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block),
+            TUNING["entries_warps"])

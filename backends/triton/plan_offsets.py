@@ -10,13 +10,11 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, kernel
+from backends.triton._jit import TUNING, Launcher, kernel, type_key
 from backends.triton._plan_common import offsets_stage
 
-_INTS = ["bs", "capacity", "write_offsets_len", "r2t_rows", "r2t_cols", "lut_len", "swa"]
 
-
-@kernel(do_not_specialize=_INTS)
+@kernel()
 def _offsets_kernel(
     rpi: tl.tensor, prefix: tl.tensor, extend: tl.tensor, bs: tl.tensor, swa: tl.tensor,
     r2t: tl.tensor, r2t_rows: tl.tensor, r2t_cols: tl.tensor, lut: tl.tensor, lut_len: tl.tensor,
@@ -27,6 +25,9 @@ def _offsets_kernel(
     offsets_stage(rpi, prefix, extend, bs, swa, r2t, r2t_rows, r2t_cols, lut, lut_len, capacity, scratch,
                   write_offsets, write_offsets_len, seeds_out, num_valid_out, enable_out, num_reqs_out,
                   HAS_LUT, True, False, CHUNK)
+
+
+_LAUNCH = Launcher(_offsets_kernel)
 
 
 def plan_offsets(
@@ -47,11 +48,9 @@ def plan_offsets(
 ) -> None:
     """Launch stage 1 (one program; capture-safe)."""
     lut = full_to_swa_index_mapping
-    _offsets_kernel[(1,)](
-        req_pool_indices, prefix_lens, extend_seq_lens, int(req_pool_indices.shape[0]), int(swa_window_size),
-        req_to_token, int(req_to_token.shape[0]), int(req_to_token.shape[1]),
-        prefix_lens if lut is None else lut, 0 if lut is None else int(lut.shape[0]),
-        int(verify_capacity), out_verify_offsets_scratch, out_write_offsets, int(out_write_offsets.shape[0]),
-        out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs,
-        HAS_LUT=lut is not None, CHUNK=TUNING["plan_chunk"], num_warps=TUNING["plan_warps"],
-    )
+    args = (req_pool_indices, prefix_lens, extend_seq_lens, req_pool_indices.shape[0], int(swa_window_size),
+            req_to_token, req_to_token.shape[0], req_to_token.shape[1],
+            lut, 0 if lut is None else lut.shape[0],
+            int(verify_capacity), out_verify_offsets_scratch, out_write_offsets, out_write_offsets.shape[0],
+            out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs)
+    _LAUNCH((1,), type_key(args), args, (lut is not None, TUNING["plan_chunk"]), TUNING["plan_warps"])

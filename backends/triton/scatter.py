@@ -13,12 +13,10 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, cdiv, kernel
-
-_INTS = ["bs", "num_tokens", "rows", "cols"]
+from backends.triton._jit import TUNING, Launcher, cdiv, kernel, type_key
 
 
-@kernel(do_not_specialize=_INTS)
+@kernel()
 def _scatter_kernel(
     flat: tl.tensor, offsets: tl.tensor, rpi: tl.tensor, pool: tl.tensor,
     bs: tl.tensor, num_tokens: tl.tensor, rows: tl.tensor, cols: tl.tensor,
@@ -50,6 +48,9 @@ def _scatter_kernel(
             tl.store(pool + rp * cols + j, v.to(tl.int32), mask=ok)
 
 
+_LAUNCH = Launcher(_scatter_kernel)
+
+
 def scatter_req_token_ids(
     *, flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor
 ) -> None:
@@ -61,5 +62,5 @@ def scatter_req_token_ids(
         return
     block = TUNING["scatter_block"]
     grid = (bs, max(1, min(cdiv(cols, block), TUNING["scatter_max_tiles"])))
-    _scatter_kernel[grid](flat_in, offsets, req_pool_indices, pool_out, bs, num_tokens, rows, cols,
-                          BLOCK=block, ROW_BLOCK=TUNING["scatter_row_block"], num_warps=4)
+    args = (flat_in, offsets, req_pool_indices, pool_out, bs, num_tokens, rows, cols)
+    _LAUNCH(grid, type_key(args), args, (block, TUNING["scatter_row_block"]), 4)

@@ -27,19 +27,19 @@ from backends.triton._hash import (
     as_i64,
     record_link,
 )
-from backends.triton._jit import TUNING, cdiv, kernel, persistent_grid
-from backends.triton._records import append_rows, fold_sources, source_args
+from backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
+from backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan
 
 
-@kernel(do_not_specialize=["capacity", "ring_cap", "num_slots", "kind"])
+@kernel()
 def _verify_kernel(
     buf: tl.tensor, stride_words: tl.tensor, num_slots: tl.tensor,
-    slots: tl.tensor, tokens: tl.tensor, positions: tl.tensor, prevs: tl.tensor,
-    num_valid: tl.tensor, enable: tl.tensor, capacity: tl.tensor,
     ring: tl.tensor, ring_cap: tl.tensor, write_index: tl.tensor,
     slot_counter: tl.tensor, kernel_counter: tl.tensor, kind: tl.tensor,
+    slots: tl.tensor, tokens: tl.tensor, positions: tl.tensor, prevs: tl.tensor,
+    num_valid: tl.tensor, enable: tl.tensor, capacity: tl.tensor,
     s0: tl.tensor, r0: tl.tensor, w0: tl.tensor, p0: tl.tensor, t0: tl.tensor, n0: tl.tensor,
     s1: tl.tensor, r1: tl.tensor, w1: tl.tensor, p1: tl.tensor, t1: tl.tensor, n1: tl.tensor,
     s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor, n2: tl.tensor,
@@ -107,23 +107,26 @@ def _verify_kernel(
                     tl.where(slot_oob, 0, chain), tl.where(slot_oob, 0, tl.where(prev_oob, prev, exp_chain)), bits)
 
 
+_LAUNCH = Launcher(_verify_kernel)
+_CONTEXTS = ObjectCache()
+
+
+def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
+    return context_args(ctx, with_chain_assert=False)
+
+
 def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool) -> None:
     """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
-    ctx = context
-    buf = ctx.canary_buf
-    num_slots, stride = int(buf.shape[0]), int(buf.shape[1])
-    capacity = int(plan.verify_slot_indices.shape[0])
-    n_src, partial, src = source_args(ctx.real_kv_sources, int(ctx.real_kv_hash_mode), buf)
+    c: ContextArgs = _CONTEXTS.get(context, _context_part)
+    slots = plan.verify_slot_indices
+    capacity = slots.shape[0]
+    check = bool(check_verify_expected_token)
+    tokens = plan.verify_expected_tokens if check else None  # not read without the token check
+    pos, prevs, nv, en = (plan.verify_expected_positions, plan.verify_prev_slot_indices, plan.verify_num_valid,
+                          plan.enable)
+    key = (c.key, slots.dtype, None if tokens is None else tokens.dtype, pos.dtype, prevs.dtype, nv.dtype,
+           en.dtype, fits32(capacity))
     block = TUNING["verify_block"]
-    grid = (persistent_grid(buf.device, cdiv(capacity, block), TUNING["verify_waves"]),)
-    _verify_kernel[grid](
-        buf, stride // 8, num_slots,
-        plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
-        plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable, capacity,
-        ctx.violation_ring, int(ctx.violation_ring.shape[0]), ctx.violation_write_index,
-        ctx.slot_run_counter, ctx.kernel_run_counter, int(ctx.kernel_kind),
-        *src,
-        CHECK=bool(check_verify_expected_token), NUM_SOURCES=n_src, PARTIAL=partial, BLOCK=block,
-        num_warps=TUNING["verify_warps"],
-    )
-
+    grid = (persistent_grid(slots.device, cdiv(capacity, block), TUNING["verify_waves"]),)
+    _LAUNCH(grid, key, (*c.head, slots, tokens, pos, prevs, nv, en, capacity, *c.sources),
+            (check, c.num_sources, c.partial, block), TUNING["verify_warps"])

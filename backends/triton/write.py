@@ -27,6 +27,8 @@ buffer gives one INDEX_OUT_OF_RANGE row (``expected_aux`` = the request row) and
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 import triton.language as tl
 
@@ -41,20 +43,20 @@ from backends.triton._hash import (
     mix3,
     record_link,
 )
-from backends.triton._jit import TUNING, cdiv, kernel
-from backends.triton._records import append_rows, fold_sources, source_args, sources_oob
+from backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel
+from backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import WritePlan
 
 
-@kernel(do_not_specialize=["capacity", "num_tokens", "ring_cap", "num_slots", "kind"])
+@kernel()
 def _write_kernel(
     buf: tl.tensor, stride_words: tl.tensor, num_slots: tl.tensor,
+    ring: tl.tensor, ring_cap: tl.tensor, write_index: tl.tensor,
+    slot_counter: tl.tensor, kernel_counter: tl.tensor, chain_assert: tl.tensor, kind: tl.tensor,
     offsets: tl.tensor, seeds: tl.tensor, num_valid_reqs: tl.tensor, capacity: tl.tensor,
     input_ids: tl.tensor, positions: tl.tensor, out_cache_loc: tl.tensor,
     expected_tokens: tl.tensor, expected_positions: tl.tensor, num_tokens: tl.tensor,
-    ring: tl.tensor, ring_cap: tl.tensor, write_index: tl.tensor,
-    slot_counter: tl.tensor, kernel_counter: tl.tensor, chain_assert: tl.tensor, kind: tl.tensor,
     s0: tl.tensor, r0: tl.tensor, w0: tl.tensor, p0: tl.tensor, t0: tl.tensor, n0: tl.tensor,
     s1: tl.tensor, r1: tl.tensor, w1: tl.tensor, p1: tl.tensor, t1: tl.tensor, n1: tl.tensor,
     s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor, n2: tl.tensor,
@@ -196,6 +198,14 @@ def fold_programs(num_sources: int, num_tokens: int) -> int:
     return 1 + max(1, min(TUNING["write_fold_max"], cdiv(num_tokens, TUNING["write_fold_tokens"])))
 
 
+_LAUNCH = Launcher(_write_kernel)
+_CONTEXTS = ObjectCache()
+
+
+def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
+    return context_args(ctx, with_chain_assert=True)
+
+
 def write(
     *,
     context: VerifyOrWriteContext,
@@ -207,25 +217,30 @@ def write(
     expected_input_tokens: torch.Tensor | None,
     expected_input_positions: torch.Tensor | None,
 ) -> None:
-    """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation)."""
-    ctx = context
-    buf = ctx.canary_buf
-    num_slots, stride = int(buf.shape[0]), int(buf.shape[1])
-    capacity = int(plan.write_seed_slot_indices.shape[0])
-    num_tokens = int(input_ids.shape[0])
-    n_src, partial, src = source_args(ctx.real_kv_sources, int(ctx.real_kv_hash_mode), buf)
-    assert_on = bool(enable_write_input_assert)
-    etok = expected_input_tokens if assert_on and expected_input_tokens is not None else input_ids
-    epos = expected_input_positions if assert_on and expected_input_positions is not None else positions
-    grid = (max(1, capacity), fold_programs(n_src, num_tokens))
-    _write_kernel[grid](
-        buf, stride // 8, num_slots,
-        plan.write_offsets, plan.write_seed_slot_indices, plan.write_num_valid_reqs, capacity,
-        input_ids, positions, out_cache_loc, etok, epos, num_tokens,
-        ctx.violation_ring, int(ctx.violation_ring.shape[0]), ctx.violation_write_index,
-        ctx.slot_run_counter, ctx.kernel_run_counter, ctx.enable_chain_position_assert, int(ctx.kernel_kind),
-        *src,
-        ASSERT=assert_on, NUM_SOURCES=n_src, PARTIAL=partial,
-        TILE=TUNING["write_tile"], FOLD_TILE=TUNING["write_fold_tile"],
-        num_warps=TUNING["write_warps"],
-    )
+    """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation).
+
+    The context's arguments (and their part of the launch key) are derived once per context object.
+    """
+    c: ContextArgs = _CONTEXTS.get(context, _context_part)
+    offsets, seeds, nvr = plan.write_offsets, plan.write_seed_slot_indices, plan.write_num_valid_reqs
+    capacity = seeds.shape[0]
+    num_tokens = input_ids.shape[0]
+    etok: torch.Tensor | None
+    epos: torch.Tensor | None
+    key: tuple[Hashable, ...]
+    if enable_write_input_assert:
+        etok = input_ids if expected_input_tokens is None else expected_input_tokens
+        epos = positions if expected_input_positions is None else expected_input_positions
+        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, input_ids.dtype, positions.dtype,
+               out_cache_loc.dtype, etok.dtype, epos.dtype, fits32(capacity, num_tokens))
+    else:
+        etok = epos = None  # not read (ASSERT is off): a constexpr None, no argument to pass
+        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, input_ids.dtype, positions.dtype,
+               out_cache_loc.dtype, None, fits32(capacity, num_tokens))
+    grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
+    _LAUNCH(grid, key,
+            (*c.head, offsets, seeds, nvr, capacity, input_ids, positions, out_cache_loc, etok, epos, num_tokens,
+             *c.sources),
+            (bool(enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
+             TUNING["write_fold_tile"]),
+            TUNING["write_warps"])

@@ -16,7 +16,7 @@ export PYTHONPATH=/tmp/site:$PWD:/tmp/kvc PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 export KVCANARY_CUDA_CACHE_DIR=/tmp/kvc-cuda-cache
 if [ -f .gpucache/cuda.tar ]; then mkdir -p "$KVCANARY_CUDA_CACHE_DIR" && tar -xf .gpucache/cuda.tar -C "$KVCANARY_CUDA_CACHE_DIR"; fi
-if [ -f .gpucache/triton.tar ]; then mkdir -p ~/.triton/cache && tar -xf .gpucache/triton.tar -C ~/.triton/cache; fi
+if ls .gpucache/triton.tgz.* >/dev/null 2>&1; then mkdir -p ~/.triton/cache && cat .gpucache/triton.tgz.* | tar -xzf - -C ~/.triton/cache; fi
 
 phase_tests() {
     timeout 380 python3 -m pytest tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
@@ -27,17 +27,17 @@ phase_tests() {
 }
 
 phase_sanitize() {
-    python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
-    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    timeout 60 python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
         python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
     echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
-    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    timeout 130 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
         python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/memcheck_triton.log" 2>&1
     echo "memcheck triton: rc=$?"; tail -3 "$OUT/memcheck_triton.log"
-    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
         python3 benchmarks/gpu/sanitize_cuda.py --quick --count 2 >"$OUT/racecheck_cuda.log" 2>&1
     echo "racecheck cuda: rc=$?"; tail -3 "$OUT/racecheck_cuda.log"
-    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
         python3 benchmarks/gpu/sanitize_triton.py --quick --count 2 >"$OUT/racecheck_triton.log" 2>&1
     echo "racecheck triton: rc=$?"; tail -3 "$OUT/racecheck_triton.log"
 }
@@ -56,7 +56,7 @@ phase_bench() {
 
 phase_cache() {
     [ -d "$KVCANARY_CUDA_CACHE_DIR" ] && tar -cf "$OUT/cuda.tar" -C "$KVCANARY_CUDA_CACHE_DIR" .
-    [ -d ~/.triton/cache ] && tar -cf "$OUT/triton.tar" -C ~/.triton/cache .
+    [ -d ~/.triton/cache ] && tar -czf - -C ~/.triton/cache . | split -b 15m - "$OUT/triton.tgz."
     ls -la "$OUT"/*.tar 2>/dev/null
 }
 

@@ -1,0 +1,126 @@
+"""The host-side launch path (``_jit.Launcher``, ``_jit.ObjectCache``), with a stand-in for Triton's kernel.
+
+On the GPU the fast path skips Triton's per-call binding; these checks run it on the CPU against a fake
+JIT function: the first call of a key goes through ``fn[grid](...)``, later ones call the kept compiled
+kernel's launcher with every parameter in signature order (constexprs last), and a new key, grid or
+constexpr goes through Triton again. The context cache recomputes only for a new object and forgets dead
+ones. Every kernel of the backend is declared so that the fast path applies (constexprs last, no value
+or alignment specialisation).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+import torch
+import triton.language as tl
+
+import backends.triton._jit as jit
+
+
+def _kern(a: Any, n: Any, b: Any, X: tl.constexpr, Y: tl.constexpr) -> None:
+    """A stand-in kernel signature: two constexprs last."""
+
+
+class _FakeCompiled:
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    def __getitem__(self, grid: tuple[int, int, int]) -> Any:
+        def runner(*args: Any, stream: Any = None) -> None:
+            self.log.append(("fast", grid, args, stream))
+
+        return runner
+
+
+class _FakeJit:
+    def __init__(self) -> None:
+        self.fn = _kern
+        self.log: list[Any] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def launch(*args: Any, **kw: Any) -> _FakeCompiled:
+            self.log.append(("triton", grid, args, kw))
+            return _FakeCompiled(self.log)
+
+        return launch
+
+
+class _Drv:
+    class active:
+        @staticmethod
+        def get_current_device() -> int:
+            return 0
+
+        @staticmethod
+        def get_current_stream(dev: int) -> int:
+            return 77
+
+
+def test_fast_path_keeps_the_compiled_kernel_and_passes_the_signature_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit.Launcher, "fast", True)
+    monkeypatch.setattr(jit, "_driver", lambda: _Drv)
+    fake = _FakeJit()
+    launch = jit.Launcher(fake)
+    assert launch.const_names == ["X", "Y"]
+    t = torch.zeros(2)
+    launch((4,), "k", (t, 5, None), (True, 8), 2)
+    assert fake.log[-1] == ("triton", (4,), (t, 5, None), {"X": True, "Y": 8, "num_warps": 2})
+    launch((4,), "k", (t, 6, None), (True, 8), 2)
+    assert fake.log[-1] == ("fast", (4, 1, 1), (t, 6, None, True, 8), 77)
+    for grid, key, consts, warps in [((5,), "k", (True, 8), 2), ((4,), "k2", (True, 8), 2),
+                                     ((4,), "k", (False, 8), 2), ((4,), "k", (True, 8), 4)]:
+        launch(grid, key, (t, 6, None), consts, warps)
+        assert fake.log[-1][0] == "triton", (grid, key, consts, warps)
+    assert sum(1 for e in fake.log if e[0] == "triton") == 5
+
+
+def test_interpreter_always_goes_through_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit.Launcher, "fast", False)
+    fake = _FakeJit()
+    launch = jit.Launcher(fake)
+    for _ in range(3):
+        launch((1, 2), "k", (1, 2, 3), (False, 1), 1)
+    assert [e[0] for e in fake.log] == ["triton"] * 3
+
+
+def test_type_key_and_fits32() -> None:
+    a, b = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int32)
+    assert jit.type_key([a, 3, None]) != jit.type_key([b, 3, None])
+    assert jit.type_key([a, 3, None]) != jit.type_key([a, 1 << 40, None])
+    assert jit.type_key([a, 3, None]) == jit.type_key([a, 1 << 20, None])
+    assert jit.fits32(0, 5, (1 << 31) - 1) and not jit.fits32(3, 1 << 31)
+
+
+def test_object_cache_recomputes_only_for_a_new_object() -> None:
+    class Obj:
+        pass
+
+    cache = jit.ObjectCache()
+    calls: list[int] = []
+
+    def make(o: Any) -> int:
+        calls.append(id(o))
+        return len(calls)
+
+    a = Obj()
+    assert cache.get(a, make) == 1 and cache.get(a, make) == 1
+    b = Obj()
+    assert cache.get(b, make) == 2
+    del a
+    gc.collect()
+    assert len(cache._entries) == 1
+
+
+def test_every_kernel_qualifies_for_the_fast_path() -> None:
+    from backends.triton import plan, plan_entries, plan_offsets, scatter, verify, write
+
+    for mod in (plan, plan_entries, plan_offsets, scatter, verify, write):
+        launch = mod._LAUNCH
+        assert launch._ordered, mod.__name__
+        fn = launch.fn
+        params = getattr(fn, "params", None)
+        if params is not None:  # compiled-mode JITFunction (the interpreter's has no specialisation)
+            assert all(p.do_not_specialize for p in params if not p.is_constexpr), mod.__name__
