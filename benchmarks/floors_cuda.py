@@ -7,8 +7,9 @@ NVRTC through backends.cuda._toolchain and launched through cuda.core like the k
 - ``empty_launch_cuda()``: one empty-kernel launch, eager (host + GPU) and in a CUDA graph (GPU only);
 - ``serial_step_floor_cuda(steps)``: seconds per dependent mix3 step with every operand in registers, and
   ``serial_loads_step_cuda`` with each step's inputs loaded inside the loop (what prefetching avoids);
-- ``gather_floor_cuda(buf, slots, prevs)``: the two-record random gather (16 B of indices in, 8 B out), one
-  entry per thread, 16-byte loads;
+- ``gather_floor_cuda(buf, sets)``: the two-record random gather (16 B of indices in, 8 B out) over the given
+  (slots, predecessors) index sets, 16-byte loads, U = 1, 2, 4 or 8 entries per thread with every load of a
+  thread issued before any use; the fastest U is the floor (``gather_floor_cuda_detail`` says which);
 - ``gather_rkv_floor_cuda``: the same plus the real-KV strips verify reads, without hashing.
 
 Timing: :func:`time_stream` issues several launches between two events, so the host enqueues ahead and the
@@ -125,26 +126,49 @@ def serial_loads_step_cuda(steps: int = 1 << 15) -> float:
                        reps=10) / steps
 
 
-def gather_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Seconds per gather of len(slots) entries over ``buf`` (uint8 [slots, stride]); ``sets`` rotate."""
-    k = probe("kvc_probe_gather2")
+GATHER_UNROLLS = (1, 2, 4, 8)
+RKV_UNROLLS = (1, 2, 4)
+
+
+def gather_floor_cuda_detail(buf: torch.Tensor,
+                             sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, int]:
+    """(seconds per gather, entries per thread of the fastest probe) over ``buf`` (uint8 [slots, stride]),
+    gathering exactly the records ``sets`` name (rotated between launches so the indices do not sit in L2)."""
     n = sets[0][0].shape[0]
     out = torch.empty(n, dtype=torch.int64, device="cuda")
-    fns = [lambda s=s, p=p: _launch(k, (cdiv(n, 256), 1, 256, 0), buf.data_ptr(), s.data_ptr(), p.data_ptr(),
-                                    out.data_ptr(), n, buf.shape[1]) for s, p in sets]
-    return time_stream(fns * 4, reps=10)
+    best: tuple[float, int] | None = None
+    for u in GATHER_UNROLLS:
+        k = probe(f"kvc_probe_gather2_u{u}")
+        fns = [lambda s=s, p=p, k=k, u=u: _launch(k, (max(1, cdiv(n, 256 * u)), 1, 256, 0), buf.data_ptr(),
+                                                  s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1])
+               for s, p in sets]
+        t = time_stream(fns * 4, reps=10)
+        if best is None or t < best[0]:
+            best = (t, u)
+    assert best is not None
+    return best
+
+
+def gather_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Seconds per gather of len(slots) entries over ``buf`` (uint8 [slots, stride]); ``sets`` rotate."""
+    return gather_floor_cuda_detail(buf, sets)[0]
 
 
 def gather_rkv_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]],
                           sources: Sequence[torch.Tensor], chunks: int) -> float:
-    """The gather plus ``chunks`` 16-byte chunks of each source's strip (one slot per row, <= 2 sources)."""
-    k = probe("kvc_probe_gather_rkv")
+    """The gather plus ``chunks`` 16-byte chunks of each source's strip (one slot per row, <= 2 sources);
+    the fastest of U = 1, 2, 4 entries per thread."""
     n = sets[0][0].shape[0]
     out = torch.empty(n, dtype=torch.int64, device="cuda")
     s0 = sources[0].data_ptr()
     s1 = sources[1].data_ptr() if len(sources) > 1 else s0
     row = sources[0].stride(0) * sources[0].element_size()
-    fns = [lambda s=s, p=p: _launch(k, (cdiv(n, 256), 1, 256, 0), buf.data_ptr(), s.data_ptr(), p.data_ptr(),
-                                    out.data_ptr(), n, buf.shape[1], s0, s1, row, len(sources), chunks)
-           for s, p in sets]
-    return time_stream(fns * 4, reps=10)
+    best = float("inf")
+    for u in RKV_UNROLLS:
+        k = probe(f"kvc_probe_gather_rkv_u{u}")
+        fns = [lambda s=s, p=p, k=k, u=u: _launch(k, (max(1, cdiv(n, 256 * u)), 1, 256, 0), buf.data_ptr(),
+                                                  s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1], s0,
+                                                  s1, row, len(sources), chunks)
+               for s, p in sets]
+        best = min(best, time_stream(fns * 4, reps=10))
+    return best

@@ -63,9 +63,10 @@ class Spec:
 class Compiled:
     """A loaded kernel and what the launcher needs to size its grid."""
 
-    __slots__ = ("kernel", "label", "local_bytes", "max_blocks", "num_regs", "spec")
+    __slots__ = ("configs", "kernel", "label", "local_bytes", "max_blocks", "num_regs", "spec")
 
     def __init__(self, spec: Spec, kernel: Any, max_blocks: int, num_regs: int, local_bytes: int) -> None:
+        self.configs: dict[tuple[int, int, int, int], Any] = {}  # launch shape -> LaunchConfig (launch's cache)
         self.spec = spec
         self.kernel = kernel
         self.label = spec.label()
@@ -338,6 +339,7 @@ def _make_current(device_index: int) -> None:
 
 
 _raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
 def current_stream(device_index: int) -> int:
@@ -347,18 +349,35 @@ def current_stream(device_index: int) -> int:
     return int(torch.cuda.current_stream(device_index).cuda_stream)
 
 
+def _current_device() -> int:
+    return int(_get_device()) if _get_device is not None else torch.cuda.current_device()
+
+
 def launch(compiled: Compiled, device_index: int, shape: tuple[int, int, int, int], args: Iterable[int]) -> None:
     """Launch with ``shape`` = (grid x, grid y, threads, shared bytes) on torch's current stream of
-    ``device_index`` (asynchronous, capturable)."""
-    if torch.cuda.current_device() != device_index:
+    ``device_index`` (asynchronous, capturable).
+
+    The hot path is a few dictionary lookups: the LaunchConfig is cached per kernel and shape, the stream
+    wrapper per raw handle, the launch function once, and the context is made current once per thread.
+    """
+    if _current_device() != device_index:
         with torch.cuda.device(device_index):
             launch(compiled, device_index, shape, args)
         return
-    _make_current(device_index)
+    done: set[int] | None = getattr(_ready, "devices", None)
+    if done is None or device_index not in done:
+        _make_current(device_index)
+    cfg = compiled.configs.get(shape)
+    if cfg is None:
+        cfg = compiled.configs[shape] = _config(*shape)
+    handle = int(_raw_stream(device_index)) if _raw_stream is not None else current_stream(device_index)
+    stream = _streams.get(handle)
+    if stream is None:
+        stream = _stream(handle)
     fn = _lazy.get("launch")
     if fn is None:
         fn = _lazy["launch"] = core().launch
-    fn(_stream(current_stream(device_index)), _config(*shape), compiled.kernel, *args)
+    fn(stream, cfg, compiled.kernel, *args)
 
 
 def cdiv(a: int, b: int) -> int:

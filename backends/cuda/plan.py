@@ -16,6 +16,12 @@ from kvcanary.plans import VerifyPlan, WritePlan
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
+TILE_ROWS_MAX = 1024  # kTileRowsMax in kernels/plan_common.cuh
+
+
+def shared_bytes(bs: int) -> int:
+    """Dynamic shared memory: the tile path's four per-row arrays up to TILE_ROWS_MAX rows, else the offsets."""
+    return 32 * max(bs, 1) if bs <= TILE_ROWS_MAX else 8 * bs
 
 Key = tuple[bool, bool]  # LUT, token pool
 
@@ -56,7 +62,7 @@ def pack(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_ind
 def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     """(grid x, grid y, threads, shared bytes): block 0 for stage 1, then the entry blocks."""
     bs, cap = sizes
-    return 1 + max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, 8 * max(bs, 1)
+    return 1 + max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
 def plan(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,

@@ -14,6 +14,12 @@ from backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
+TILE_ROWS_MAX = 1024  # kTileRowsMax in kernels/plan_common.cuh
+
+
+def shared_bytes(bs: int) -> int:
+    """Dynamic shared memory: the tile path's four per-row arrays up to TILE_ROWS_MAX rows, else the offsets."""
+    return 32 * max(bs, 1) if bs <= TILE_ROWS_MAX else 8 * bs
 
 Key = tuple[bool, bool]  # LUT, token pool
 
@@ -52,7 +58,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     bs, cap = sizes
     if cap == 0 or bs == 0:
         return None
-    return max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, 8 * bs
+    return max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
 def plan_entries(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, req_to_token: torch.Tensor,

@@ -12,7 +12,7 @@ from backends.cuda._pack import Args, KernelCache, Shape
 from backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
-COLUMNS_PER_BLOCK = 2048
+COLUMNS_PER_BLOCK = 1024  # 4 per thread: one round of 4 loads in flight
 
 Key = tuple[()]
 Sizes = tuple[int, int, int, int]  # bs, num_tokens, pool rows, pool columns
@@ -28,7 +28,7 @@ KERNELS = KernelCache(spec)
 def split(bs: int, cols: int, num_tokens: int) -> int:
     """Blocks per request: enough to cover its widest possible row, fewer when the batch alone fills the GPU."""
     want = cdiv(min(cols, num_tokens), COLUMNS_PER_BLOCK)
-    return max(1, min(want, max(1, 4096 // max(bs, 1)), 65535))
+    return max(1, min(want, max(1, 8192 // max(bs, 1)), 65535))
 
 
 def pack(*, flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor,

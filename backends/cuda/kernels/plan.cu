@@ -3,12 +3,14 @@
 // Semantics: backends/torch_ref/plan.py. Every block first computes the rows' exclusive verify offsets itself
 // (bs <= 4096 rows: two 8-byte loads per row and a block scan in shared memory), so no block waits for another
 // and no scratch is needed. Block 0 then writes the stage-1 outputs (scratch if the plan has one, num_valid,
-// enable, write offsets zeroed past bs, seeds, num_valid_reqs); blocks 1.. grid-stride over the entries
-// [0, total) unless the plan overflows, one entry per thread: an upper-bound bisection over the offsets in
-// shared memory gives the row, then coalesced req_to_token / pool reads and four coalesced 8-byte stores.
+// enable, write offsets zeroed past bs, seeds, num_valid_reqs); blocks 1.. cover the entries [0, total)
+// unless the plan overflows: with bs <= kTileRowsMax and sorted offsets (always, unless sums wrap) by tiles of
+// one row each (plan_common.cuh's tile path: no per-entry search, coalesced reads and stores); otherwise
+// grid-striding, each entry's row found by an upper-bound bisection over the offsets in shared memory.
 // The grid depends only on verify_capacity (capturable).
 //
-// Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 8 * max(bs, 1) bytes.
+// Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 32 * max(bs, 1) bytes when
+// bs <= kTileRowsMax (offsets, req_pool_indices, window starts, tile counts), else 8 * bs.
 #include "plan_common.cuh"
 
 #ifndef KVC_THREADS
@@ -37,7 +39,10 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
   __shared__ u64 warp_tmp[KVC_THREADS / 32];
   const PlanInputs in{req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, rtt_rows, rtt_cols,
                       lut, lut_len, window, bs};
-  const u64 vtot = verify_offsets<KVC_THREADS>(in, sm, warp_tmp);
+  const bool tile_rows = bs <= kTileRowsMax;  // the host then sizes shared memory for the tile path's arrays
+  i64* rows_rp = tile_rows ? (i64*)(sm + bs) : nullptr;
+  i64* rows_ws = tile_rows ? (i64*)(sm + 2 * bs) : nullptr;
+  const u64 vtot = verify_offsets<KVC_THREADS>(in, sm, warp_tmp, rows_rp, rows_ws);
   if (blockIdx.x == 0) {
     const OffsetsOutputs out{scratch, write_offsets, write_seeds, out_num_valid, out_enable, write_num_valid_reqs,
                              write_offsets_len, true};
@@ -46,8 +51,14 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
   }
   if ((i64)vtot > verify_capacity) return;  // overflow: enable = 0, entries untouched
   const i64 n = imin((i64)vtot, out_capacity);  // == vtot under the contract (verify_capacity == out_capacity)
+  if (n <= 0) return;
   const TokenPool tp{pool, pool_rows, pool_cols, valid_lens, token_offset};
   const EntryOutputs eo{out_slots, out_tokens, out_positions, out_prevs};
+  if (tile_rows && offsets_sorted<KVC_THREADS>(sm, bs)) {
+    plan_entries_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(
+        in, sm, rows_rp, rows_ws, sm + 3 * bs, warp_tmp, tp, n, (i64)blockIdx.x - 1, (i64)gridDim.x - 1, eo);
+    return;
+  }
   // each thread takes kEntriesPerThread entries a blockwide stride apart (coalesced), then moves on by the grid
   const i64 step = (i64)(gridDim.x - 1) * KVC_THREADS * kEntriesPerThread;
   const i64 first = (i64)(blockIdx.x - 1) * KVC_THREADS * kEntriesPerThread + threadIdx.x;

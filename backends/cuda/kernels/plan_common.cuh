@@ -77,14 +77,21 @@ __device__ u64 block_exclusive_scan(u64* a, i64 n, u64* warp_tmp) {
   return total;
 }
 
-// Each row's verify length into sm[0, bs), then their exclusive scan; returns the total.
+// Each row's verify length into sm[0, bs), then their exclusive scan; returns the total. With `rows` (the
+// tile path's per-row shared arrays) each row's req_pool_index and window start are kept there too.
 template <int kThreads>
-__device__ u64 verify_offsets(const PlanInputs& in, u64* sm, u64* warp_tmp) {
+__device__ u64 verify_offsets(const PlanInputs& in, u64* sm, u64* warp_tmp, i64* rows_rp = nullptr,
+                              i64* rows_ws = nullptr) {
   for (i64 r = threadIdx.x; r < in.bs; r += kThreads) {
     const i64 rp = in.req_pool_indices[r];
     const i64 prefix = in.prefix_lens[r];
-    const i64 len = imax(wsub(prefix, window_start(prefix, in.window)), 0);
+    const i64 ws = window_start(prefix, in.window);
+    const i64 len = imax(wsub(prefix, ws), 0);
     sm[r] = rp != kReqPoolIdxPadding ? (u64)len : 0;
+    if (rows_rp != nullptr) {
+      rows_rp[r] = rp;
+      rows_ws[r] = ws;
+    }
   }
   return block_exclusive_scan<kThreads>(sm, in.bs, warp_tmp);
 }
@@ -208,6 +215,97 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
       out.prevs[e] = prev[u];
     }
   }
+}
+
+// ---- the tile path --------------------------------------------------------------------------------------
+// When the row offsets are sorted (always, unless int64 sums wrap or a hostile scratch is passed), the rows
+// cover contiguous entry ranges: row 0 [0, offs[1]), row r [offs[r], offs[r+1]), the last row [offs[bs-1], n),
+// each clipped to [0, n): exactly what searchsorted(offs, e, right=True) - 1, clamped, picks. Each range is cut
+// into tiles of kTileEntries; block b takes tiles b, b + blocks, ... and finds a tile's row once per tile with a
+// bisection over the rows' exclusive tile counts (in shared memory). Within a tile every entry has the same
+// row: coalesced req_to_token reads, the predecessor slot from the neighbouring lane (a shuffle; lane 0 reads
+// its own), coalesced stores, no per-entry search. Unsorted offsets take the per-entry bisection instead.
+constexpr int kTileRowsMax = 1024;  // rows whose shared arrays (4 x 8 bytes each) the tile path keeps
+
+// Dynamic shared memory of the tile path: offs | rp | ws | tiles, bs words each.
+__host__ __device__ constexpr i64 tile_shared_words(i64 bs) { return 4 * bs; }
+
+template <int kThreads, bool kHasLut, bool kHasPool>
+__device__ void plan_entries_tiles(const PlanInputs& in, u64* offs, const i64* rows_rp, const i64* rows_ws,
+                                   u64* tiles, u64* warp_tmp, const TokenPool& pool, i64 n, i64 block,
+                                   i64 blocks, const EntryOutputs& out) {
+  constexpr int U = kEntriesPerThread;
+  constexpr i64 kTile = (i64)kThreads * U;
+  const i64 bs = in.bs;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  // each row's entry range and tile count
+  for (i64 r = tid; r < bs; r += kThreads) {
+    const i64 lo = r == 0 ? 0 : iclamp((i64)offs[r], 0, n);
+    const i64 hi = r == bs - 1 ? n : iclamp((i64)offs[r + 1], 0, n);
+    tiles[r] = hi > lo ? (u64)((hi - lo + kTile - 1) / kTile) : 0;
+  }
+  const u64 ntiles = block_exclusive_scan<kThreads>(tiles, bs, warp_tmp);
+  for (u64 t = (u64)block; t < ntiles; t += (u64)blocks) {
+    i64 lo_r = 0;
+    i64 hi_r = bs;
+    while (lo_r < hi_r) {  // the last row whose first tile is <= t (rows without tiles share the next's start)
+      const i64 mid = lo_r + ((hi_r - lo_r) >> 1);
+      if (tiles[mid] <= t) {
+        lo_r = mid + 1;
+      } else {
+        hi_r = mid;
+      }
+    }
+    const i64 r = lo_r - 1;
+    const i64 row_lo = r == 0 ? 0 : iclamp((i64)offs[r], 0, n);
+    const i64 row_hi = r == bs - 1 ? n : iclamp((i64)offs[r + 1], 0, n);
+    const i64 rp = rows_rp[r];
+    const i64 base = wsub(rows_ws[r], (i64)offs[r]);  // pos = base + e (wrapping, as the reference)
+    const i64 e0 = row_lo + (i64)(t - tiles[r]) * kTile + tid;
+    i64 vlen = 0;
+    if (kHasPool) vlen = pool.valid_lens[r];
+    i64 slot[U], prev[U], pos[U], tok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const i64 e = e0 + (i64)u * kThreads;
+      pos[u] = wadd(base, e);
+      slot[u] = -1;
+      prev[u] = -1;
+      tok[u] = -1;
+      if (e < row_hi) {
+        slot[u] = read_slot<kHasLut>(in, rp, pos[u]);
+        if (lane == 0 && pos[u] > 0) prev[u] = read_slot<kHasLut>(in, rp, pos[u] - 1);
+        if (kHasPool) {
+          const i64 q = wadd(pos[u], pool.offset);
+          if (q >= 0 && q < vlen && q < pool.cols && rp >= 0 && rp < pool.rows) {
+            tok[u] = (i64)pool.data[rp * pool.cols + q];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      // entry e - 1 is lane - 1's entry u: same row, position pos - 1
+      const i64 left = __shfl_up_sync(kFullMask, slot[u], 1);
+      const i64 e = e0 + (i64)u * kThreads;
+      if (e < row_hi) {
+        const i64 pv = pos[u] > 0 ? (lane == 0 ? prev[u] : left) : (i64)-1;
+        out.slots[e] = slot[u];
+        out.tokens[e] = tok[u];
+        out.positions[e] = pos[u];
+        out.prevs[e] = pv;
+      }
+    }
+  }
+}
+
+// Whether offs[0, bs) is sorted (as int64); block-wide, every thread gets the answer.
+template <int kThreads>
+__device__ __forceinline__ bool offsets_sorted(const u64* offs, i64 bs) {
+  int bad = 0;
+  for (i64 r = 1 + threadIdx.x; r < bs; r += kThreads) bad |= (i64)offs[r] < (i64)offs[r - 1];
+  return !__syncthreads_or(bad);
 }
 
 }  // namespace kvc

@@ -1,10 +1,12 @@
 // plan_entries.cu: plan stage 2 alone (SGLang's launch_plan_entries_kernel): entries [0, min(total, capacity))
 // where total = verify_offsets_scratch[bs], unless verify_enable == 0; later entries are untouched.
 //
-// Semantics: backends/torch_ref/plan_entries.py. Each block copies the scratch's bs offsets into shared memory
-// and grid-strides over the entries, one per thread (the same bisection as torch.searchsorted, so an unsorted
-// scratch picks the reference's rows). The grid depends only on the capacity (capturable).
-// Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 8 * bs bytes (bs >= 1).
+// Semantics: backends/torch_ref/plan_entries.py. Each block copies the scratch's bs offsets into shared memory;
+// with bs <= kTileRowsMax and a sorted scratch it takes tiles of one row each (plan_common.cuh's tile path),
+// otherwise it grid-strides over the entries, each row found by the same bisection as torch.searchsorted (so
+// an unsorted scratch picks the reference's rows). The grid depends only on the capacity (capturable).
+// Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 32 * bs bytes when
+// bs <= kTileRowsMax, else 8 * bs (bs >= 1).
 #include "plan_common.cuh"
 
 #ifndef KVC_THREADS
@@ -29,15 +31,30 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
                      const int* __restrict__ pool, long long pool_rows, long long pool_cols,
                      const long long* __restrict__ valid_lens, long long token_offset) {
   KVC_DYNAMIC_SHARED(u64, sm);
+  __shared__ u64 warp_tmp[KVC_THREADS / 32];
   const i64 total = (i64)ld_nc(scratch + bs);
   const i64 n = *verify_enable != 0 ? iclamp(total, 0, capacity) : 0;
   if (n == 0) return;
-  for (i64 r = threadIdx.x; r < bs; r += KVC_THREADS) sm[r] = ld_nc(scratch + r);
+  const bool tile_rows = bs <= kTileRowsMax;  // the host then sizes shared memory for the tile path's arrays
+  i64* rows_rp = (i64*)(sm + bs);
+  i64* rows_ws = (i64*)(sm + 2 * bs);
+  for (i64 r = threadIdx.x; r < bs; r += KVC_THREADS) {
+    sm[r] = ld_nc(scratch + r);
+    if (tile_rows) {
+      rows_rp[r] = req_pool_indices[r];
+      rows_ws[r] = window_start(prefix_lens[r], window);
+    }
+  }
   __syncthreads();
   const PlanInputs in{req_pool_indices, prefix_lens, nullptr, req_to_token, rtt_rows, rtt_cols,
                       lut, lut_len, window, bs};
   const TokenPool tp{pool, pool_rows, pool_cols, valid_lens, token_offset};
   const EntryOutputs eo{out_slots, out_tokens, out_positions, out_prevs};
+  if (tile_rows && offsets_sorted<KVC_THREADS>(sm, bs)) {
+    plan_entries_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(
+        in, sm, rows_rp, rows_ws, sm + 3 * bs, warp_tmp, tp, n, (i64)blockIdx.x, (i64)gridDim.x, eo);
+    return;
+  }
   const i64 step = (i64)gridDim.x * KVC_THREADS * kEntriesPerThread;
   const i64 first = (i64)blockIdx.x * KVC_THREADS * kEntriesPerThread + threadIdx.x;
   for (i64 e0 = first; e0 < n; e0 += step) {

@@ -5,7 +5,8 @@
 // name one row, the last one covering a column owns it, and writes it only if its flat index is inside flat_in.
 // Launch: grid (bs, Y), 256 threads. Block (r, y) first finds the widest later request naming the same row
 // (a block-wide max over requests r+1..bs-1): columns below that width belong to a later request, so r owns
-// exactly [cover, width_r), which the Y blocks of r split; coalesced 8-byte loads, 4-byte stores, no two
+// exactly [cover, width_r), which the Y blocks of r split; coalesced 8-byte loads (4 per thread in flight),
+// 4-byte stores, no two
 // blocks write one cell. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
@@ -50,8 +51,20 @@ extern "C" __global__ void __launch_bounds__(KVC_SCATTER_THREADS)
   const i64 c1 = imin(c0 + per, width);
   const i64 start = offsets[r];
   int* row = pool + rp * cols;
-  for (i64 c = c0 + tid; c < c1; c += KVC_SCATTER_THREADS) {
-    const i64 s = wadd(start, c);
-    if (s >= 0 && s < num_tokens) row[c] = (int)(u32)ld_nc(flat_in + s);
+  constexpr int U = 4;  // columns per thread per round: all four loads issued before the stores
+  for (i64 c = c0 + tid; c < c1; c += (i64)U * KVC_SCATTER_THREADS) {
+    u64 v[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const i64 cu = c + (i64)u * KVC_SCATTER_THREADS;
+      const i64 s = wadd(start, cu);
+      ok[u] = cu < c1 && s >= 0 && s < num_tokens;
+      v[u] = ok[u] ? ld_nc(flat_in + s) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (ok[u]) row[c + (i64)u * KVC_SCATTER_THREADS] = (int)(u32)v[u];
+    }
   }
 }

@@ -2,14 +2,20 @@
 //
 // Semantics: backends/torch_ref/write.py, byte for byte (ring rows in any order; duplicate slots within a
 // launch and seeds written by the same launch are unspecified).
-// Launch: one block per request row of the write plan (grid = write_req_capacity, fixed, so capturable).
-// Warp 0 of a block walks its request's tokens in tiles of 32: each tile's inputs are loaded (coalesced) one
-// tile ahead, staged in shared memory, and the serial mix3 chain runs over the tile with every operand
-// already in registers or shared memory (no load inside the dependency chain). Every lane keeps the running
-// hash before its own token, then all 32 lanes do their token's checks and stores in parallel, off the chain.
-// With real-KV sources (KVC_NSRC > 0) the block has 3 more warps that fold the strips and store field 3 of
-// each record concurrently with the chain (the chain warp stores fields 0..2), so the fold never sits on the
-// chain's critical path.
+// Launch: grid (cdiv(write_req_capacity, KVC_WRITE_WARPS), 1 + fold rows), KVC_WRITE_WARPS warps per block
+// (fixed by the capacity and the token count's shape, so capturable).
+// - Blocks of row y = 0 are chain blocks: warp w of block x walks request r = x * KVC_WRITE_WARPS + w. Many tiny
+//   requests share a block (few block launches) and the block adds its warps' stored-record counts into
+//   slot_run_counter with one atomic. The request's offsets, seed and input tile are loaded in two rounds
+//   (what depends only on r; then the total, the seed record and the first tile).
+// - The chain: tokens in tiles of 32, lane k of the warp holding token k's inputs in registers (loaded
+//   coalesced one tile ahead). The serial mix3 chain over a full tile is unrolled 32 steps; step k's token and
+//   position come from lane k by register shuffles that do not depend on the chain (ptxas issues them ahead),
+//   and lane k keeps the running hash before its own token with a select off the chain. No shared memory and
+//   no barrier inside the chain. Then all 32 lanes do their token's checks and stores in parallel.
+// - With real-KV sources (KVC_NSRC > 0) rows y >= 1 are fold blocks: together they fold the strips of the
+//   requests of block column x and store field 3 of each record (the chain stores fields 0..2), so the fold
+//   never sits on the chain's critical path and a large fold (ALL, 2 KiB rows) is spread over many SMs.
 //
 // Specializations: KVC_NSRC (0..4), KVC_PARTIAL (0/1), KVC_ASSERT (input assert on), KVC_VEC16 (stride % 16 == 0).
 #include "kvcanary_common.cuh"
@@ -23,15 +29,14 @@
 #ifndef KVC_VEC16
 #define KVC_VEC16 1
 #endif
-#define KVC_WRITE_THREADS (KVC_NSRC > 0 ? 128 : 32)
+#ifndef KVC_WRITE_WARPS
+#define KVC_WRITE_WARPS 8
+#endif
+#define KVC_WRITE_THREADS (KVC_WRITE_WARPS * 32)
 
 using namespace kvc;
 
 namespace {
-
-struct alignas(16) TokPos {
-  u64 tok, pos;
-};
 
 struct Inputs {
   i64 tok, pos, loc;
@@ -62,81 +67,67 @@ __device__ __forceinline__ Inputs load_inputs(const i64* ids, const i64* poss, c
   return in;
 }
 
-}  // namespace
+struct WriteArgs {
+  unsigned char* buf;
+  i64 num_slots;
+  i64 stride;
+  const i64* offsets;
+  const i64* seeds;
+  const int* num_valid_reqs;
+  i64 capacity;
+  const i64* input_ids;
+  const i64* positions;
+  const i64* out_cache_loc;
+  i64 ntok;
+  const i64* exp_tokens;
+  const i64* exp_positions;
+  const int* chain_position_assert;
+};
 
-extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
-    kvc_write(unsigned char* __restrict__ buf, long long num_slots, long long stride,
-              const long long* __restrict__ offsets, const long long* __restrict__ seeds,
-              const int* __restrict__ num_valid_reqs, long long capacity, const long long* __restrict__ input_ids,
-              const long long* __restrict__ positions, const long long* __restrict__ out_cache_loc, long long ntok,
-              const long long* __restrict__ exp_tokens, const long long* __restrict__ exp_positions,
-              const int* __restrict__ chain_position_assert, long long* __restrict__ ring_rows,
-              long long ring_capacity, int* __restrict__ write_index,
-              unsigned long long* __restrict__ slot_run_counter,
-              unsigned long long* __restrict__ kernel_run_counter, long long kind KVC_ALL_SOURCE_PARAMS) {
-  KVC_DECLARE_SOURCES
-  const i64 r = blockIdx.x;
-  if (r == 0 && threadIdx.x == 0) atomicAdd(kernel_run_counter, 1ULL);
-  if (r >= capacity) return;  // capacity 0: the single block only counts the launch
-  // Everything below depends on few device values; they are loaded in two rounds (a tiny request costs two
-  // memory latencies, not five): first what depends only on r, then the total, the seed record, the inputs.
-  const i64 nv = *num_valid_reqs;
-  const i64 o0 = (i64)ld_nc(offsets + r);
-  const i64 o1 = (i64)ld_nc(offsets + r + 1);
-  const i64 seed = (i64)ld_nc(seeds + r);
-  const int cpa = *chain_position_assert;
-  const i64 nreq = iclamp(nv, 0, capacity);
-  if (r >= nreq) return;
-  const i64 start = iclamp(o0, 0, ntok);
-  const i64 end = iclamp(o1, 0, ntok);
+// The chain of request r by one warp; returns the number of records it stored (every lane returns it).
+__device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& ring, const Source* src, i64 r,
+                                             int lane) {
+  (void)src;
+  if (r >= a.capacity) return 0;
+  // Round 1: what depends only on r.
+  const i64 nv = *a.num_valid_reqs;
+  const i64 o0 = (i64)ld_nc(a.offsets + r);
+  const i64 o1 = (i64)ld_nc(a.offsets + r + 1);
+  const i64 seed = (i64)ld_nc(a.seeds + r);
+  const int cpa = *a.chain_position_assert;
+  const i64 nreq = iclamp(nv, 0, a.capacity);
+  if (r >= nreq) return 0;
+  const i64 start = iclamp(o0, 0, a.ntok);
+  const i64 end = iclamp(o1, 0, a.ntok);
   const i64 count = end - start;
-  if (count <= 0) return;
+  if (count <= 0) return 0;
 
-#if KVC_NSRC > 0
-  if (threadIdx.x >= 32) {  // fold warps: field 3 of every stored record
-    if ((i64)ld_nc(offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
-    const i64* locs = out_cache_loc + start;
-    for (i64 j = threadIdx.x - 32; j < count; j += KVC_WRITE_THREADS - 32) {
-      const i64 loc = (i64)ld_nc(locs + j);
-      if (loc < 0 || loc >= num_slots) continue;
-      bool oob = false;
-      const u64 rkv = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
-      st_u64(buf + loc * stride + 8 * kCanaryFieldRealKvHash, rkv);
-    }
-    return;
-  }
-#endif
-
-  // ---- the chain warp ----
-  __shared__ TokPos stage[2][32];
-  const Ring ring{ring_rows, ring_capacity, write_index, kind};
-  const int lane = threadIdx.x;
+  const i64 num_slots = a.num_slots;
   const bool seed_oob = seed == kInvalidSlot || seed >= num_slots;
   const bool seed_ok = seed >= 0 && !seed_oob;
-  const i64* ids = input_ids + start;
-  const i64* poss = positions + start;
-  const i64* locs = out_cache_loc + start;
-  const i64* etoks = KVC_ASSERT ? exp_tokens + start : nullptr;
-  const i64* eposs = KVC_ASSERT ? exp_positions + start : nullptr;
-  // the second round: issued together
-  const i64 total = (i64)ld_nc(offsets + nreq);
+  const i64* ids = a.input_ids + start;
+  const i64* poss = a.positions + start;
+  const i64* locs = a.out_cache_loc + start;
+  const i64* etoks = KVC_ASSERT ? a.exp_tokens + start : nullptr;
+  const i64* eposs = KVC_ASSERT ? a.exp_positions + start : nullptr;
+  // Round 2, issued together: the total (the reference's early exit), the seed record, the first tile.
+  const i64 total = (i64)ld_nc(a.offsets + nreq);
   u64 seed_tok = 0, seed_pos = 0, seed_hash = 0;
   if (seed_ok) {
-    const unsigned char* p = buf + seed * stride;
+    const unsigned char* p = a.buf + seed * a.stride;
     seed_tok = ld_cg(p);
     seed_pos = ld_cg(p + 8);
     seed_hash = ld_cg(p + 16);
   }
   Inputs next = load_inputs(ids, poss, locs, etoks, eposs, lane, count);
-  if (total <= 0) return;  // the reference's early exit: nothing at all
+  if (total <= 0) return 0;  // the reference's early exit: nothing at all
   if (seed_oob && lane == 0) ring.push(seed, -1, -1, -1, 0, r, kIndexOutOfRange);
   u64 running = seed_ok ? mix3(seed_hash, seed_tok, seed_pos) : kAnchorHash;
   i64 carry_pos = seed_ok ? (i64)seed_pos : 0;  // position of the last advancing token (the seed's at first)
   const bool pos_assert = seed_ok && cpa != 0;
 
   u64 written = 0;
-  int b = 0;
-  for (i64 t0 = 0; t0 < count; t0 += 32, b ^= 1) {
+  for (i64 t0 = 0; t0 < count; t0 += 32) {
     const Inputs in = next;
     next = load_inputs(ids, poss, locs, etoks, eposs, t0 + 32 + lane, count);  // one tile ahead
 
@@ -145,23 +136,27 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
     const bool loc_oob = adv && in.loc >= num_slots;
     const bool store = adv && !loc_oob;
     const u32 amask = __ballot_sync(kFullMask, adv);
-    stage[b][lane] = TokPos{(u64)in.tok, (u64)in.pos};
-    __syncwarp();
+    const u64 mytok = (u64)in.tok;
+    const u64 mypos = (u64)in.pos;
 
     u64 myh = running;  // the hash this lane's record stores (the running hash before its token)
     if (amask == kFullMask) {
-#pragma unroll 8  // 8 steps per loop trip: the loop body stays small in the instruction cache
+      // 32 dependent mix3 steps; the shuffles and the select do not depend on `running` except for the
+      // select's input, so nothing but mix3 sits on the chain
+#pragma unroll
       for (int k = 0; k < 32; ++k) {
-        const TokPos tp = stage[b][k];
-        if (lane == k) myh = running;
-        running = mix3(running, tp.tok, tp.pos);
+        const u64 tk = __shfl_sync(kFullMask, mytok, k);
+        const u64 pk = __shfl_sync(kFullMask, mypos, k);
+        myh = lane == k ? running : myh;
+        running = mix3(running, tk, pk);
       }
     } else {
       const int kend = 32 - __clz((int)amask);  // past the last advancing token nothing changes
       for (int k = 0; k < kend; ++k) {
-        const TokPos tp = stage[b][k];
+        const u64 tk = __shfl_sync(kFullMask, mytok, k);
+        const u64 pk = __shfl_sync(kFullMask, mypos, k);
         if (lane == k) myh = running;
-        const u64 h = mix3(running, tp.tok, tp.pos);
+        const u64 h = mix3(running, tk, pk);
         if ((amask >> k) & 1u) running = h;
       }
     }
@@ -185,11 +180,11 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
 #if KVC_NSRC > 0
       if (sources_oob<KVC_NSRC>(src, in.loc)) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, in.pos, kIndexOutOfRange);
 #endif
-      unsigned char* p = buf + in.loc * stride;
+      unsigned char* p = a.buf + in.loc * a.stride;
 #if KVC_VEC16
       st_v2(p, (u64)in.tok, (u64)in.pos);
 #if KVC_NSRC > 0
-      st_u64(p + 16, myh);  // field 3 belongs to the fold warps
+      st_u64(p + 16, myh);  // field 3 belongs to the fold blocks
 #else
       st_v2(p + 16, myh, 0ULL);
 #endif
@@ -203,5 +198,68 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
 #endif
     }
   }
-  if (lane == 0 && written != 0) atomicAdd(slot_run_counter, written);
+  return written;
+}
+
+#if KVC_NSRC > 0
+// Fold block (x, y >= 1): with the other fold blocks of column x, fold the strips of every stored token of the
+// requests of chain block x and store field 3 of their records.
+__device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* src) {
+  const i64 nreq = iclamp((i64)*a.num_valid_reqs, 0, a.capacity);
+  const i64 r0 = (i64)blockIdx.x * KVC_WRITE_WARPS;
+  if (r0 >= nreq) return;
+  if ((i64)ld_nc(a.offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
+  const i64 r1 = imin(r0 + KVC_WRITE_WARPS, nreq);
+  const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
+  const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
+  for (i64 r = r0; r < r1; ++r) {
+    const i64 start = iclamp((i64)ld_nc(a.offsets + r), 0, a.ntok);
+    const i64 end = iclamp((i64)ld_nc(a.offsets + r + 1), 0, a.ntok);
+    const i64* locs = a.out_cache_loc + start;
+    for (i64 j = worker; j < end - start; j += workers) {
+      const i64 loc = (i64)ld_nc(locs + j);
+      if (loc < 0 || loc >= a.num_slots) continue;
+      bool oob = false;
+      const u64 rkv = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
+      st_u64(a.buf + loc * a.stride + 8 * kCanaryFieldRealKvHash, rkv);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
+    kvc_write(unsigned char* __restrict__ buf, long long num_slots, long long stride,
+              const long long* __restrict__ offsets, const long long* __restrict__ seeds,
+              const int* __restrict__ num_valid_reqs, long long capacity, const long long* __restrict__ input_ids,
+              const long long* __restrict__ positions, const long long* __restrict__ out_cache_loc, long long ntok,
+              const long long* __restrict__ exp_tokens, const long long* __restrict__ exp_positions,
+              const int* __restrict__ chain_position_assert, long long* __restrict__ ring_rows,
+              long long ring_capacity, int* __restrict__ write_index,
+              unsigned long long* __restrict__ slot_run_counter,
+              unsigned long long* __restrict__ kernel_run_counter, long long kind KVC_ALL_SOURCE_PARAMS) {
+  KVC_DECLARE_SOURCES
+  __shared__ u64 warp_written[KVC_WRITE_WARPS];
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(kernel_run_counter, 1ULL);
+  const WriteArgs a{buf, num_slots, stride, offsets, seeds, num_valid_reqs, capacity, input_ids, positions,
+                    out_cache_loc, ntok, exp_tokens, exp_positions, chain_position_assert};
+  if (blockIdx.y != 0) {
+#if KVC_NSRC > 0
+    fold_requests(a, src);
+#endif
+    return;
+  }
+  const Ring ring{ring_rows, ring_capacity, write_index, kind};
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const u64 written = chain_request(a, ring, src, (i64)blockIdx.x * KVC_WRITE_WARPS + warp, lane);
+  if (lane == 0) warp_written[warp] = written;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u64 sum = 0;
+#pragma unroll
+    for (int w = 0; w < KVC_WRITE_WARPS; ++w) sum += warp_written[w];
+    if (sum != 0) atomicAdd(slot_run_counter, sum);  // one atomic per block, not per request
+  }
 }
