@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
@@ -58,8 +57,8 @@ def copy_bandwidth(nbytes: int = 1 << 31) -> float:
 if triton is not None:
 
     @triton.jit  # type: ignore[untyped-decorator]
-    def _gather2_kernel(buf: Any, slots: Any, prevs: Any, out: Any, n: Any, stride_words: Any,
-                        BLOCK: tl.constexpr) -> None:
+    def _gather2_kernel(buf: tl.tensor, slots: tl.tensor, prevs: tl.tensor, out: tl.tensor, n: tl.tensor,
+                        stride_words: tl.tensor, BLOCK: tl.constexpr) -> None:
         # each record is loaded as one 32-byte row of 4 int64 (vectorized), for the slot and its predecessor
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -72,8 +71,8 @@ if triton is not None:
         tl.store(out + offs, tl.xor_sum(a ^ b, axis=1), mask=m)
 
     @triton.jit  # type: ignore[untyped-decorator]
-    def _gather_same_kernel(words: Any, slots: Any, prevs: Any, out: Any, n: Any, stride_words: Any,
-                            BLOCK: tl.constexpr) -> None:
+    def _gather_same_kernel(words: tl.tensor, slots: tl.tensor, prevs: tl.tensor, out: tl.tensor, n: tl.tensor,
+                            stride_words: tl.tensor, BLOCK: tl.constexpr) -> None:
         # as _gather2_kernel, over a plan's own indices: a predecessor <= 0 (chain head, check skipped) is
         # not read, as verify does not read it
         pid = tl.program_id(0)
@@ -89,7 +88,7 @@ if triton is not None:
         tl.store(out + offs, tl.xor_sum(a ^ b, axis=1), mask=m)
 
     @triton.jit  # type: ignore[untyped-decorator]
-    def _serial_kernel(out: Any, steps: Any, seed: Any) -> None:
+    def _serial_kernel(out: tl.tensor, steps: tl.tensor, seed: tl.tensor) -> None:
         h = seed.to(tl.uint64)
         tok = (seed * 3 + 1).to(tl.uint64)
         pos = (seed * 5 + 7).to(tl.uint64)
@@ -103,7 +102,7 @@ if triton is not None:
         tl.store(out, h.to(tl.int64, bitcast=True))
 
     @triton.jit  # type: ignore[untyped-decorator]
-    def _empty_kernel(out: Any) -> None:
+    def _empty_kernel(out: tl.tensor) -> None:
         pass
 
 
