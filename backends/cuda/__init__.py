@@ -31,15 +31,14 @@ import torch
 
 from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 
-PRIORITY = 40  # below Triton's 50: Triton's verify and plan were faster on the H200 (bench_backends, 2026-12-03)
-PREFERRED = 60  # above Triton: where this backend was measured faster on the same inputs (see below)
+# Below Triton's 50 on every operation: in benchmarks/bench_backends.py on one H200 (CUDA graphs, two runs on
+# 2026-12-03, cuda vs triton) Triton won verify (16 Mi: 1192 vs 909 us) and plan (20.4 vs 19.2 us) and the
+# write of 64 x 512 tokens (80.9 vs 72.6 us); CUDA won only the single 32 Ki-token write chain (3.78 vs 4.10 ms),
+# and write 1024 x 1 and scatter were ties that swapped between runs. Which write shape a launch has is device
+# data (write_offsets), so the choice cannot be made per call without a host sync.
+PRIORITY = 40
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _ON_CUDA = {"cuda": PRIORITY}
-# benchmarks/bench_backends.py on one H200, CUDA graphs, 2026-12-03 (cuda vs triton): write 1 x 32 Ki tokens
-# 3.79 vs 4.11 ms, write 1024 x 1 token 16.7 vs 17.3 us (Triton won write 64 x 512: 72.6 vs 80.9 us; decode and
-# long prefill decide), scatter 256 x 4096 15.0 vs 15.3 us; verify 16 Mi 1192 vs 909 us and plan 20.4 vs 19.2 us
-# went to Triton.
-_PREFERRED_ON_CUDA = {"cuda": PREFERRED}
 _NOTES = "NVRTC via cuda.core; capturable (no host sync, no allocation)"
 
 
@@ -104,8 +103,8 @@ BACKEND = CudaBackend(
         Op.PLAN_ENTRIES: OpSupport("backends.cuda.plan_entries:plan_entries", _ON_CUDA, capture_safe=True,
                                    notes=_NOTES),
         Op.VERIFY: OpSupport("backends.cuda.verify:verify", _ON_CUDA, capture_safe=True, notes=_NOTES),
-        Op.WRITE: OpSupport("backends.cuda.write:write", _PREFERRED_ON_CUDA, capture_safe=True, notes=_NOTES),
-        Op.SCATTER: OpSupport("backends.cuda.scatter:scatter_req_token_ids", _PREFERRED_ON_CUDA, capture_safe=True,
+        Op.WRITE: OpSupport("backends.cuda.write:write", _ON_CUDA, capture_safe=True, notes=_NOTES),
+        Op.SCATTER: OpSupport("backends.cuda.scatter:scatter_req_token_ids", _ON_CUDA, capture_safe=True,
                               notes=_NOTES),
     },
 )

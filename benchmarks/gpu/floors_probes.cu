@@ -34,33 +34,51 @@ extern "C" __global__ void kvc_probe_serial_loads(unsigned long long* out, const
 // memory floor of verify. Each thread takes U entries a block-width apart (coalesced index loads) and issues
 // all 2U index loads, then all 4U record loads, before it combines anything: 4U loads in flight per thread.
 // Instantiated for U = 1, 2, 4, 8 (floors_cuda.gather_floor_cuda keeps the fastest).
+// The two records of U entries per thread (entry e0 + u * 256): every index load, then every record load,
+// issued before any value is used. Shared by both gather probes so they load alike.
+template <int U>
+struct Records {
+  i64 s[U];
+  U64x2 a0[U], a1[U], b0[U], b1[U];
+};
+
+template <int U>
+__device__ __forceinline__ Records<U> load_records(const unsigned char* buf, const long long* slots,
+                                                   const long long* prevs, long long n, long long stride, i64 e0) {
+  Records<U> r;
+  i64 p[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + (i64)u * 256;
+    r.s[u] = e < n ? (i64)ld_nc(slots + e) : 0;
+    p[u] = e < n ? (i64)ld_nc(prevs + e) : 0;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const unsigned char* a = buf + r.s[u] * stride;
+    const unsigned char* b = buf + p[u] * stride;
+    r.a0[u] = ld_nc_na_v2(a);
+    r.a1[u] = ld_nc_na_v2(a + 16);
+    r.b0[u] = ld_nc_na_v2(b);
+    r.b1[u] = ld_nc_na_v2(b + 16);
+  }
+  return r;
+}
+
+template <int U>
+__device__ __forceinline__ u64 fold_records(const Records<U>& r, int u) {
+  return r.a0[u].x ^ r.a0[u].y ^ r.a1[u].x ^ r.a1[u].y ^ r.b0[u].x ^ r.b0[u].y ^ r.b1[u].x ^ r.b1[u].y;
+}
+
 template <int U>
 __device__ __forceinline__ void gather2(const unsigned char* buf, const long long* slots, const long long* prevs,
                                         long long* out, long long n, long long stride) {
   const i64 e0 = (i64)blockIdx.x * 256 * U + threadIdx.x;
-  i64 s[U], p[U];
+  const Records<U> r = load_records<U>(buf, slots, prevs, n, stride, e0);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const i64 e = e0 + (i64)u * 256;
-    s[u] = e < n ? (i64)ld_nc(slots + e) : 0;
-    p[u] = e < n ? (i64)ld_nc(prevs + e) : 0;
-  }
-  U64x2 a0[U], a1[U], b0[U], b1[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const unsigned char* a = buf + s[u] * stride;
-    const unsigned char* b = buf + p[u] * stride;
-    a0[u] = ld_nc_na_v2(a);
-    a1[u] = ld_nc_na_v2(a + 16);
-    b0[u] = ld_nc_na_v2(b);
-    b1[u] = ld_nc_na_v2(b + 16);
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const i64 e = e0 + (i64)u * 256;
-    if (e < n) {
-      out[e] = (i64)(a0[u].x ^ a0[u].y ^ a1[u].x ^ a1[u].y ^ b0[u].x ^ b0[u].y ^ b1[u].x ^ b1[u].y);
-    }
+    if (e < n) out[e] = (i64)fold_records<U>(r, u);
   }
 }
 
@@ -84,30 +102,14 @@ __device__ __forceinline__ void gather_rkv(const unsigned char* buf, const long 
                                            const unsigned char* src1, long long src_stride, long long nsrc,
                                            long long chunks) {
   const i64 e0 = (i64)blockIdx.x * 256 * U + threadIdx.x;
-  i64 s[U], p[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const i64 e = e0 + (i64)u * 256;
-    s[u] = e < n ? (i64)ld_nc(slots + e) : 0;
-    p[u] = e < n ? (i64)ld_nc(prevs + e) : 0;
-  }
-  U64x2 a0[U], a1[U], b0[U], b1[U];  // combined only at the end: the strip loads go out behind them
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const unsigned char* a = buf + s[u] * stride;
-    const unsigned char* b = buf + p[u] * stride;
-    a0[u] = ld_nc_na_v2(a);
-    a1[u] = ld_nc_na_v2(a + 16);
-    b0[u] = ld_nc_na_v2(b);
-    b1[u] = ld_nc_na_v2(b + 16);
-  }
+  const Records<U> r = load_records<U>(buf, slots, prevs, n, stride, e0);  // the strip loads go out behind them
   u64 acc[U];
 #pragma unroll
   for (int u = 0; u < U; ++u) acc[u] = 0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     for (i64 i = 0; i < nsrc; ++i) {
-      const unsigned char* q = (i == 0 ? src0 : src1) + s[u] * src_stride;
+      const unsigned char* q = (i == 0 ? src0 : src1) + r.s[u] * src_stride;
       i64 c = 0;
       for (; c + 8 <= chunks; c += 8) {
         U64x2 v[8];
@@ -125,7 +127,7 @@ __device__ __forceinline__ void gather_rkv(const unsigned char* buf, const long 
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const i64 e = e0 + (i64)u * 256;
-    acc[u] ^= a0[u].x ^ a0[u].y ^ a1[u].x ^ a1[u].y ^ b0[u].x ^ b0[u].y ^ b1[u].x ^ b1[u].y;
+    acc[u] ^= fold_records<U>(r, u);
     if (e < n) out[e] = (i64)acc[u];
   }
 }

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import kvcanary as kc
-from backends.cuda import BACKEND, PREFERRED, PRIORITY, plan, plan_entries, plan_offsets, scatter, verify, write
+from backends.cuda import BACKEND, PRIORITY, plan, plan_entries, plan_offsets, scatter, verify, write
 from backends.cuda._specs import KEYS, all_specs
 from backends.cuda._toolchain import KERNEL_DIR, Spec
 from kvcanary import consts
@@ -158,8 +158,7 @@ def test_splitmix64_constants_are_the_formats() -> None:
 def test_backend_declares_every_operation_like_the_launchers() -> None:
     assert set(BACKEND.ops) == set(Op)
     for op, support in BACKEND.ops.items():
-        want_priority = PREFERRED if op in (Op.WRITE, Op.SCATTER) else PRIORITY  # measured faster than Triton
-        assert dict(support.devices) == {"cuda": want_priority} and support.capture_safe and not support.host_sync
+        assert dict(support.devices) == {"cuda": PRIORITY} and support.capture_safe and not support.host_sync
         impl = BACKEND.implementation(op)
         want = [p for p in inspect.signature(launcher(op)).parameters.values() if p.name != "backend"]
         got = list(inspect.signature(impl).parameters.values())
@@ -167,13 +166,13 @@ def test_backend_declares_every_operation_like_the_launchers() -> None:
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in got), op
 
 
-def test_preferred_over_triton_on_cuda_exactly_where_measured_faster() -> None:
+def test_ranked_below_triton_on_cuda_where_it_was_not_measured_faster() -> None:
+    """bench_backends on the H200 (see backends/cuda/__init__.py): no operation where CUDA won every shape."""
     from backends.triton import BACKEND as TRITON
 
     for op in Op:
         mine, theirs = BACKEND.ops[op].priority("cuda"), TRITON.ops[op].priority("cuda")
-        assert mine is not None and theirs is not None
-        assert (mine > theirs) == (op in (Op.WRITE, Op.SCATTER)), op
+        assert mine is not None and theirs is not None and mine < theirs, op
 
 
 def test_availability_and_device_reasons_do_not_raise() -> None:
