@@ -130,23 +130,30 @@ GATHER_UNROLLS = (1, 2, 4, 8)
 RKV_UNROLLS = (1, 2, 4)
 
 
-def gather_floor_cuda_detail(buf: torch.Tensor,
-                             sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, int]:
-    """(seconds per gather, entries per thread of the fastest probe) over ``buf`` (uint8 [slots, stride]),
-    gathering exactly the records ``sets`` name (rotated between launches so the indices do not sit in L2)."""
+def _fastest_unroll(name: str, unrolls: Sequence[int], buf: torch.Tensor,
+                    sets: Sequence[tuple[torch.Tensor, torch.Tensor]], *tail: int) -> tuple[float, int]:
+    """(seconds, U) of the fastest ``<name>_u<U>`` probe over ``sets`` (rotated between launches so the
+    indices do not sit in L2); each takes (buf, slots, prevs, out, n, stride, *tail)."""
     n = sets[0][0].shape[0]
     out = torch.empty(n, dtype=torch.int64, device="cuda")
     best: tuple[float, int] | None = None
-    for u in GATHER_UNROLLS:
-        k = probe(f"kvc_probe_gather2_u{u}")
+    for u in unrolls:
+        k = probe(f"{name}_u{u}")
         fns = [lambda s=s, p=p, k=k, u=u: _launch(k, (max(1, cdiv(n, 256 * u)), 1, 256, 0), buf.data_ptr(),
-                                                  s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1])
+                                                  s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1], *tail)
                for s, p in sets]
         t = time_stream(fns * 4, reps=10)
         if best is None or t < best[0]:
             best = (t, u)
     assert best is not None
     return best
+
+
+def gather_floor_cuda_detail(buf: torch.Tensor,
+                             sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, int]:
+    """(seconds per gather, entries per thread of the fastest probe) over ``buf`` (uint8 [slots, stride]),
+    gathering exactly the records ``sets`` name."""
+    return _fastest_unroll("kvc_probe_gather2", GATHER_UNROLLS, buf, sets)
 
 
 def gather_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
@@ -158,17 +165,7 @@ def gather_rkv_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, 
                           sources: Sequence[torch.Tensor], chunks: int) -> float:
     """The gather plus ``chunks`` 16-byte chunks of each source's strip (one slot per row, <= 2 sources);
     the fastest of U = 1, 2, 4 entries per thread."""
-    n = sets[0][0].shape[0]
-    out = torch.empty(n, dtype=torch.int64, device="cuda")
     s0 = sources[0].data_ptr()
     s1 = sources[1].data_ptr() if len(sources) > 1 else s0
     row = sources[0].stride(0) * sources[0].element_size()
-    best = float("inf")
-    for u in RKV_UNROLLS:
-        k = probe(f"kvc_probe_gather_rkv_u{u}")
-        fns = [lambda s=s, p=p, k=k, u=u: _launch(k, (max(1, cdiv(n, 256 * u)), 1, 256, 0), buf.data_ptr(),
-                                                  s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1], s0,
-                                                  s1, row, len(sources), chunks)
-               for s, p in sets]
-        best = min(best, time_stream(fns * 4, reps=10))
-    return best
+    return _fastest_unroll("kvc_probe_gather_rkv", RKV_UNROLLS, buf, sets, s0, s1, row, len(sources), chunks)[0]

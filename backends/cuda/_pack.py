@@ -15,7 +15,6 @@ import torch
 from backends.cuda._toolchain import Compiled, Spec, load
 from kvcanary.consts import REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.sources import RealKvSource
 
 Args = tuple[int, ...]
 Shape = tuple[int, int, int, int]
@@ -24,22 +23,20 @@ SOURCE_PARAMS = 6
 """Kernel parameters per real-KV source: base, rows, row stride (bytes), page size, bytes per token, chunks."""
 
 
-def active_sources(ctx: VerifyOrWriteContext) -> tuple[tuple[RealKvSource, ...], bool]:
-    """The sources the fold reads and whether it is PARTIAL. Mode NONE folds nothing (like no sources)."""
+def fold(ctx: VerifyOrWriteContext) -> tuple[int, bool, Args]:
+    """(number of sources the real-KV fold reads, whether it is PARTIAL, their kernel parameters: 6 per source
+    in fold order). Mode NONE folds nothing, like no sources: the common case, answered first."""
+    sources = ctx.real_kv_sources
     mode = int(ctx.real_kv_hash_mode)
-    if mode == RealKvHashMode.NONE or not ctx.real_kv_sources:
-        return (), True
-    return ctx.real_kv_sources, mode == RealKvHashMode.PARTIAL
-
-
-def source_args(sources: tuple[RealKvSource, ...], partial: bool) -> Args:
-    """The 6 parameters of each source, in fold order."""
+    if not sources or mode == RealKvHashMode.NONE:
+        return 0, True, ()
+    partial = mode == RealKvHashMode.PARTIAL
     out: list[int] = []
     for s in sources:
         t = s.tensor
         chunks = 1 if partial else s.read_bytes // REAL_KV_CHUNK_BYTES
         out += (t.data_ptr(), t.shape[0], t.stride(0) * t.element_size(), s.page_size, s.num_bytes_per_token, chunks)
-    return tuple(out)
+    return len(sources), partial, tuple(out)
 
 
 def ptr(t: torch.Tensor | None) -> int:

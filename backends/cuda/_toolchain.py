@@ -63,10 +63,9 @@ class Spec:
 class Compiled:
     """A loaded kernel and what the launcher needs to size its grid."""
 
-    __slots__ = ("configs", "kernel", "label", "local_bytes", "max_blocks", "num_regs", "spec")
+    __slots__ = ("kernel", "label", "local_bytes", "max_blocks", "num_regs", "spec")
 
     def __init__(self, spec: Spec, kernel: Any, max_blocks: int, num_regs: int, local_bytes: int) -> None:
-        self.configs: dict[tuple[int, int, int, int], Any] = {}  # launch shape -> LaunchConfig (launch's cache)
         self.spec = spec
         self.kernel = kernel
         self.label = spec.label()
@@ -357,7 +356,7 @@ def launch(compiled: Compiled, device_index: int, shape: tuple[int, int, int, in
     """Launch with ``shape`` = (grid x, grid y, threads, shared bytes) on torch's current stream of
     ``device_index`` (asynchronous, capturable).
 
-    The hot path is a few dictionary lookups: the LaunchConfig is cached per kernel and shape, the stream
+    The hot path is a few dictionary lookups: the LaunchConfig is cached per shape, the stream
     wrapper per raw handle, the launch function once, and the context is made current once per thread.
     """
     if _current_device() != device_index:
@@ -367,9 +366,9 @@ def launch(compiled: Compiled, device_index: int, shape: tuple[int, int, int, in
     done: set[int] | None = getattr(_ready, "devices", None)
     if done is None or device_index not in done:
         _make_current(device_index)
-    cfg = compiled.configs.get(shape)
+    cfg = _configs.get(shape)
     if cfg is None:
-        cfg = compiled.configs[shape] = _config(*shape)
+        cfg = _config(*shape)
     handle = int(_raw_stream(device_index)) if _raw_stream is not None else current_stream(device_index)
     stream = _streams.get(handle)
     if stream is None:

@@ -12,16 +12,11 @@ import torch
 
 from backends.cuda._pack import Args, KernelCache, Shape, ptr
 from backends.cuda._toolchain import Spec, cdiv, launch
+from backends.cuda.plan_entries import shared_bytes
 from kvcanary.plans import VerifyPlan, WritePlan
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
-TILE_ROWS_MAX = 1024  # kTileRowsMax in kernels/plan_common.cuh
-
-
-def shared_bytes(bs: int) -> int:
-    """Dynamic shared memory: the tile path's four per-row arrays up to TILE_ROWS_MAX rows, else the offsets."""
-    return 32 * max(bs, 1) if bs <= TILE_ROWS_MAX else 8 * bs
 
 Key = tuple[bool, bool]  # LUT, token pool
 

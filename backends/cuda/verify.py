@@ -6,7 +6,7 @@ over the active entries; the grid depends only on the plan's capacity, so the la
 
 from __future__ import annotations
 
-from backends.cuda._pack import Args, KernelCache, Shape, active_sources, source_args, vec16
+from backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan
@@ -31,15 +31,11 @@ def pack(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expect
     ctx = context
     buf = ctx.canary_buf
     num_slots, stride = buf.shape
-    if ctx.real_kv_sources and int(ctx.real_kv_hash_mode) != 0:
-        sources, partial = active_sources(ctx)
-        extra = source_args(sources, partial)
-    else:  # mode NONE or no source (the common case): nothing to fold
-        sources, partial, extra = (), True, ()
+    nsrc, partial, extra = fold(ctx)
     ring = ctx.violation_ring
     slots = plan.verify_slot_indices
     cap = slots.shape[0]
-    key: Key = (bool(check_verify_expected_token), len(sources), partial,
+    key: Key = (bool(check_verify_expected_token), nsrc, partial,
                 vec16(stride) if vec is None else vec and vec16(stride), threads)
     args = (buf.data_ptr(), num_slots, stride, slots.data_ptr(),
             plan.verify_expected_tokens.data_ptr(), plan.verify_expected_positions.data_ptr(),

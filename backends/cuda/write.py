@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape, active_sources, ptr, source_args
+from backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import WritePlan
@@ -23,10 +23,6 @@ FOLD_TOKENS_PER_ROW = 2048
 MAX_FOLD_ROWS = 64
 
 
-def threads_for(nsrc: int) -> int:
-    return THREADS
-
-
 def fold_rows(nsrc: int, ntok: int) -> int:
     """Rows of fold blocks: none without sources, else about one per 2048 tokens (at most 64)."""
     return 0 if nsrc == 0 else max(1, min(cdiv(ntok, FOLD_TOKENS_PER_ROW), MAX_FOLD_ROWS))
@@ -35,7 +31,7 @@ def fold_rows(nsrc: int, ntok: int) -> int:
 def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool) -> Spec:
     return Spec("write.cu", "kvc_write", (
         ("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial)), ("KVC_ASSERT", int(assert_inputs)),
-        ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS)), threads_for(nsrc))
+        ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS)), THREADS)
 
 
 KERNELS = KernelCache(spec)
@@ -48,16 +44,12 @@ def pack(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Ten
     ctx = context
     buf = ctx.canary_buf
     num_slots, stride = buf.shape
-    if ctx.real_kv_sources and int(ctx.real_kv_hash_mode) != 0:
-        sources, partial = active_sources(ctx)
-        extra = source_args(sources, partial)
-    else:  # mode NONE or no source (the common case): nothing to fold
-        sources, partial, extra = (), True, ()
+    nsrc, partial, extra = fold(ctx)
     ring = ctx.violation_ring
     on = bool(enable_write_input_assert)
     seeds = plan.write_seed_slot_indices
     cap = seeds.shape[0]
-    key: Key = (len(sources), partial, on, stride % 16 == 0)
+    key: Key = (nsrc, partial, on, vec16(stride))
     args = (buf.data_ptr(), num_slots, stride, plan.write_offsets.data_ptr(), seeds.data_ptr(),
             plan.write_num_valid_reqs.data_ptr(), cap, input_ids.data_ptr(), positions.data_ptr(),
             out_cache_loc.data_ptr(), input_ids.shape[0], ptr(expected_input_tokens) if on else 0,
@@ -70,7 +62,7 @@ def pack(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Ten
 def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     """(grid x, grid y, threads, shared bytes): a chain warp per request row, then the fold rows."""
     cap, ntok = sizes
-    return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), threads_for(key[0]), 0
+    return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
 def write(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Tensor, positions: torch.Tensor,
