@@ -11,11 +11,14 @@ Figures (``ratio`` = time / floor; a target of "<= 1.11" is "at least 0.9x the f
   (64 blocks x 512 threads, 8-byte field loads) and the other two combinations as comparison variants;
 - verify PARTIAL (2 sources) and ALL (1 source, 128 B), against the gather floor plus the extra bytes at copy
   bandwidth, and against a probe doing the same gathers without hashing;
-- write: one 32 Ki-token request against the serial mix3 floor (32 Ki steps), real-KV off, PARTIAL, ALL;
+- write: one 32 Ki-token request against the serial mix3 floor (32 Ki steps; the registers-only probe ptxas
+  runs on the uniform datapath, and the same chain from loaded values on the vector datapath), real-KV off,
+  PARTIAL, ALL;
   1024 one-token requests against an empty kernel launch;
 - plan: bs = 256 with 4096-token prefixes (1 Mi entries) against the bytes floor (what it must read and write
-  at copy bandwidth); with the token pool; with an SWA window and LUT;
-- scatter: 256 requests x 4096 tokens against its bytes floor;
+  at copy bandwidth), GPU time in a CUDA graph (and eager, for comparison); with the token pool; with an SWA
+  window and LUT;
+- scatter: 256 requests x 4096 tokens against its bytes floor, in a graph and eager;
 - host time per eager launch of every operation: the public launcher (contract + dispatch + launch), and its
   parts, beside the GPU time of the same launch and a bare cuda.core launch of an empty kernel.
 
@@ -32,7 +35,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,7 @@ from backends.cuda import preload
 from backends.cuda import scatter as cscatter
 from backends.cuda import verify as cverify
 from backends.cuda import write as cwrite
-from backends.cuda._toolchain import core, launch, loaded
+from backends.cuda._toolchain import cdiv, core, launch, loaded
 from backends.torch_ref._hash import mix3, splitmix64
 from backends.torch_ref._records import fold_sources
 from benchmarks import floors_cuda as fc
@@ -203,6 +206,10 @@ def bench_verify(world: VerifyWorld, sizes: list[int], gather_bw: dict[int, floa
                what=f"gather {base * 1e6:.0f} us + {n * extra_bytes / MI:.0f} MiB at copy bandwidth")
         report(f"{name} vs gather x bytes ratio", t, base * (GATHER_BYTES + extra_bytes) / GATHER_BYTES,
                target=1 / 0.85, what=f"extra bytes at the gather's own rate ({GATHER_BYTES}+{extra_bytes} B/entry)")
+        sector_bytes = k * 32 * cdiv(16 * chunks, 32)  # a strip moves in whole 32-byte sectors
+        report(f"{name} vs gather x sectors ratio", t, base * (GATHER_BYTES + sector_bytes) / GATHER_BYTES,
+               target=1 / 0.85, what=f"extra bytes in whole 32-byte sectors ({GATHER_BYTES}+{sector_bytes} B/entry): "
+                                     "a 16-byte strip costs a sector")
         report(f"{name} vs same-gathers probe", t, probe, what="records + strips gathered, no hashing")
         torch.cuda.synchronize()
         assert int(ctx.violation_write_index[0]) == 0, f"the {mode.name} verify benchmark must verify clean"
@@ -225,7 +232,7 @@ def _write_kwargs(ctx: kc.VerifyOrWriteContext, lens: list[int], seeds: list[int
             "expected_input_tokens": None, "expected_input_positions": None}
 
 
-def bench_write(serial_floor: float, empty: dict[str, float], quick: bool) -> None:
+def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float], quick: bool) -> None:
     steps = 32 * 1024
     num_slots = 2 * steps + 8
     buf = torch.zeros(num_slots, 32, dtype=torch.uint8, device=DEV)
@@ -246,7 +253,11 @@ def bench_write(serial_floor: float, empty: dict[str, float], quick: bool) -> No
         t = fc.time_stream([partial(cwrite.write, **kw)], reps=5 if quick else 10)
         report(f"write 1 x 32 Ki tokens, {label}", t, serial_floor * steps, unit="ms",
                target=1.15 if mode == kc.RealKvHashMode.NONE else None,
-               what=f"serial mix3 floor {serial_floor * 1e9:.1f} ns/step x {steps}")
+               what=f"serial mix3 floor {serial_floor * 1e9:.1f} ns/step x {steps} (uniform datapath)")
+        if mode == kc.RealKvHashMode.NONE:
+            report(f"write 1 x 32 Ki tokens, {label}, vs the vector-datapath chain", t, vector_floor * steps,
+                   unit="ms", target=1.15,
+                   what=f"mix3 chain from loaded values {vector_floor * 1e9:.1f} ns/step x {steps}")
         torch.cuda.synchronize()
         assert int(ctx.violation_write_index[0]) == 0 and int(ctx.slot_run_counter[0]) > 0
     # 1024 one-token requests, each continuing a chain (seeded)
@@ -269,6 +280,12 @@ def bench_write(serial_floor: float, empty: dict[str, float], quick: bool) -> No
 
 
 # -- plan -----------------------------------------------------------------------------------------------------
+def rotating_graph(fns: Sequence[Callable[[], object]]) -> float:
+    """GPU seconds per call of ``fns`` (called in turn: their inputs rotate out of L2) replayed in one CUDA
+    graph. Eager back-to-back launches of a kernel shorter than its host launch time measure the host."""
+    return fc.time_graph(lambda: [f() for f in fns], calls=25) / len(fns)
+
+
 def bench_plan(copy_bw: float, quick: bool) -> None:
     bs, prefix, sets = 256, 4096, 4
     cols = prefix + 8
@@ -297,11 +314,15 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
     for label, pool, window in cases:
         kws = [kwargs(i, pool=pool, window=window) for i in range(sets)]
         n = bs * (window if window else prefix)
-        t = fc.time_stream([partial(cplan.plan, **kw) for kw in kws] * 3, reps=7 if quick else 15)
+        fns = [partial(cplan.plan, **kw) for kw in kws]
+        t = rotating_graph(fns)
+        t_eager = fc.time_stream(fns * 3, reps=7 if quick else 15)
         per_entry = 4 + 32 + (4 if pool else 0) + (8 if window else 0)  # rtt read, 4 outputs, pool, LUT
         nbytes = n * per_entry + bs * (24 + 16 + 8 + (8 if pool else 0)) + 16
         report(f"plan {label}", t, nbytes / copy_bw, target=1.15 if not pool and not window else None,
-               what=f"{nbytes / MI:.1f} MiB at copy bandwidth ({n} entries)")
+               what=f"in a CUDA graph: {nbytes / MI:.1f} MiB at copy bandwidth ({n} entries)")
+        report(f"plan {label}, eager back to back", t_eager, nbytes / copy_bw,
+               what="host-bound when the kernel is shorter than a launch (see the host table)")
         torch.cuda.synchronize()
         assert int(vps[0].enable[0]) == 1 and int(vps[0].verify_num_valid[0]) == n
     # the two stages as separate launches, for comparison
@@ -340,9 +361,12 @@ def bench_scatter(copy_bw: float, quick: bool) -> None:
     offsets = torch.arange(0, bs * per + 1, per, device=DEV)
     rpi = torch.arange(1, bs + 1, device=DEV)
     pools = [torch.zeros(bs + 1, per, dtype=torch.int32, device=DEV) for _ in range(4)]
-    t = fc.time_stream([partial(cscatter.scatter_req_token_ids, flat_in=flat, offsets=offsets, req_pool_indices=rpi,
-                                pool_out=p) for p in pools] * 3, reps=7 if quick else 15)
-    report("scatter 256 x 4096 tokens", t, bs * per * 12 / copy_bw, what="8 B read + 4 B written per token")
+    fns = [partial(cscatter.scatter_req_token_ids, flat_in=flat, offsets=offsets, req_pool_indices=rpi, pool_out=p)
+           for p in pools]
+    report("scatter 256 x 4096 tokens", rotating_graph(fns), bs * per * 12 / copy_bw,
+           what="in a CUDA graph: 8 B read + 4 B written per token at copy bandwidth")
+    report("scatter 256 x 4096 tokens, eager back to back", fc.time_stream(fns * 3, reps=7 if quick else 15),
+           bs * per * 12 / copy_bw, what="host-bound when the kernel is shorter than a launch")
 
 
 # -- host overhead --------------------------------------------------------------------------------------------
@@ -484,6 +508,8 @@ def main() -> int:
     floor_value("copy bandwidth (B/s, read + written)", copy_bw, "device-to-device copy")
     serial = fc.serial_step_floor_cuda()
     floor_value("serial mix3 step, CUDA probe (s)", serial, "registers only")
+    vector = fc.serial_vector_step_cuda()
+    floor_value("serial mix3 step, vector datapath (s)", vector, "registers only, started from loaded values")
     floor_value("serial mix3 step, loads in the loop (s)", fc.serial_loads_step_cuda(), "for comparison")
     empty = fc.empty_launch_cuda()
     for k, v in empty.items():
@@ -510,7 +536,7 @@ def main() -> int:
         bench_verify(world, sizes, triton_gather, bw, a.quick)
 
     sections: list[tuple[str, Callable[[], None]]] = [
-        ("verify", verify_section), ("write", partial(bench_write, floor_serial, empty, a.quick)),
+        ("verify", verify_section), ("write", partial(bench_write, floor_serial, vector, empty, a.quick)),
         ("plan", partial(bench_plan, bw, a.quick)), ("scatter", partial(bench_scatter, bw, a.quick)),
         ("host", partial(bench_host, empty))]
     for name, fn in sections:  # one failing section must not hide the others' figures

@@ -5,7 +5,9 @@ compiler, the load width and the launch path. These probes (benchmarks/gpu/floor
 NVRTC through backends.cuda._toolchain and launched through cuda.core like the kernels:
 
 - ``empty_launch_cuda()``: one empty-kernel launch, eager (host + GPU) and in a CUDA graph (GPU only);
-- ``serial_step_floor_cuda(steps)``: seconds per dependent mix3 step with every operand in registers, and
+- ``serial_step_floor_cuda(steps)``: seconds per dependent mix3 step with every operand in registers (kernel
+  parameters: ptxas runs it on the uniform datapath), ``serial_vector_step_cuda`` the same chain started from
+  values loaded from memory (the vector datapath, where any chain over loaded tokens runs), and
   ``serial_loads_step_cuda`` with each step's inputs loaded inside the loop (what prefetching avoids);
 - ``gather_floor_cuda(buf, sets)``: the two-record random gather (16 B of indices in, 8 B out) over the given
   (slots, predecessors) index sets, 16-byte loads, U = 1, 2, 4 or 8 entries per thread with every load of a
@@ -114,6 +116,14 @@ def serial_step_floor_cuda(steps: int = 1 << 15) -> float:
     k = probe("kvc_probe_serial", 32)
     out = torch.empty(1, dtype=torch.int64, device="cuda")
     return time_stream([lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), steps, 12345)], reps=10) / steps
+
+
+def serial_vector_step_cuda(steps: int = 1 << 15) -> float:
+    """Seconds per dependent mix3 step in registers, started from per-lane values loaded from memory (the
+    vector datapath: the floor of any chain over tokens read from memory, see floors_probes.cu)."""
+    k = probe("kvc_probe_serial_vector", 32)
+    io = torch.randint(0, 1 << 40, (96,), dtype=torch.int64, device="cuda")
+    return time_stream([lambda: _launch(k, (1, 1, 32, 0), io.data_ptr(), steps)], reps=10) / steps
 
 
 def serial_loads_step_cuda(steps: int = 1 << 15) -> float:

@@ -36,6 +36,10 @@ from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 # write of 64 x 512 tokens (80.9 vs 72.6 us); CUDA won only the single 32 Ki-token write chain (3.78 vs 4.10 ms),
 # and write 1024 x 1 and scatter were ties that swapped between runs. Which write shape a launch has is device
 # data (write_offsets), so the choice cannot be made per call without a host sync.
+# Later the same day verify moved to L1-allocating record loads (16 Mi: 924 us in bench_cuda, 1.38 ms before)
+# and write to a lane-0 chain (32 Ki tokens: 3.69 ms): against Triton's 913 us and 4.10 ms from the head-to-head
+# run, verify is a tie and the long write chain stays CUDA's only clear win. That needs a new head-to-head
+# run before any priority moves; until then Triton stays ahead everywhere.
 PRIORITY = 40
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _ON_CUDA = {"cuda": PRIORITY}

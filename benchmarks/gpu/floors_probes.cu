@@ -21,6 +21,23 @@ extern "C" __global__ void kvc_probe_serial(unsigned long long* out, long long s
   if (threadIdx.x == 0) out[0] = h;
 }
 
+// The same chain started from values loaded from memory (one per lane): what ptxas then computes on the vector
+// datapath. kvc_probe_serial's operands all come from kernel parameters, and ptxas runs it on the uniform
+// datapath, whose 64-bit multiply chain is faster (74.8 vs 101.3 ns per mix3 step on the H200, 2026-12-03).
+// A chain over tokens read from memory cannot get there: only constant-bank loads fill uniform registers, and
+// ptxas moves values that reach them otherwise (REDUX, ldu) back to vector registers before the arithmetic.
+extern "C" __global__ void kvc_probe_serial_vector(unsigned long long* io, long long steps) {
+  u64 h = io[threadIdx.x];
+  u64 tok = io[32 + threadIdx.x];
+  u64 pos = io[64 + threadIdx.x];
+  for (i64 i = 0; i < steps; ++i) {
+    h = mix3(h, tok, pos);
+    tok += 0x9E3779B97F4A7C15ULL;
+    pos += 1;
+  }
+  io[threadIdx.x] = h;
+}
+
 // The same chain with each step's token and position loaded from memory inside the loop, as a plain loop
 // over the request's tokens does (the compiler schedules the loads).
 extern "C" __global__ void kvc_probe_serial_loads(unsigned long long* out, const long long* toks, const long long* poss,
@@ -33,6 +50,8 @@ extern "C" __global__ void kvc_probe_serial_loads(unsigned long long* out, const
 // The random gather of two 32-byte records per entry (16 B of indices in, 8 B out) with 16-byte loads: the
 // memory floor of verify. Each thread takes U entries a block-width apart (coalesced index loads) and issues
 // all 2U index loads, then all 4U record loads, before it combines anything: 4U loads in flight per thread.
+// The loads allocate in L1, so a record's second half merges into its first half's miss (one L2 request per
+// 32-byte sector; non-allocating loads made two and ran 1.46x slower on the H200).
 // Instantiated for U = 1, 2, 4, 8 (floors_cuda.gather_floor_cuda keeps the fastest).
 // The two records of U entries per thread (entry e0 + u * 256): every index load, then every record load,
 // issued before any value is used. Shared by both gather probes so they load alike.
@@ -57,10 +76,10 @@ __device__ __forceinline__ Records<U> load_records(const unsigned char* buf, con
   for (int u = 0; u < U; ++u) {
     const unsigned char* a = buf + r.s[u] * stride;
     const unsigned char* b = buf + p[u] * stride;
-    r.a0[u] = ld_nc_na_v2(a);
-    r.a1[u] = ld_nc_na_v2(a + 16);
-    r.b0[u] = ld_nc_na_v2(b);
-    r.b1[u] = ld_nc_na_v2(b + 16);
+    r.a0[u] = ld_nc_v2(a);
+    r.a1[u] = ld_nc_v2(a + 16);
+    r.b0[u] = ld_nc_v2(b);
+    r.b1[u] = ld_nc_v2(b + 16);
   }
   return r;
 }

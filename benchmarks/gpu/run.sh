@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One GPU-machine session in phases: ./benchmarks/gpu/run.sh PHASE... (setup is implied)
 #   tests     GPU tests of both backends (parity, graphs, large sizes), the demo on cuda
+#   cudacheck the cuda backend's GPU tests, memcheck and racecheck (after a kernel change)
 #   sanitize  compute-sanitizer memcheck + racecheck over every kernel (cuda and triton)
 #   bench     floors and every benchmark, JSON into $OUT
+#   explore   tuning sweeps (benchmarks/gpu/explore_cuda.py; sections in $EXPLORE)
 #   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
 #   pack      bundle every log and result in $OUT into results.tar
 # Logs go to $OUT/<phase>.log; each phase prints a short verdict.
@@ -56,6 +58,23 @@ phase_bench() {
     timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 --out "$OUT/host_overhead_cuda.json" \
         >"$OUT/host_overhead.log" 2>&1
     echo "host overhead: rc=$?"; tail -8 "$OUT/host_overhead.log"
+}
+
+phase_cudacheck() {  # the cuda backend alone: GPU parity + graph tests, memcheck, racecheck (after a kernel change)
+    timeout 240 python3 -m pytest tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
+        -o addopts="" -q -rfE -p no:cacheprovider -x >"$OUT/tests_cuda.log" 2>&1
+    echo "pytest cuda: rc=$?"; grep -E "passed|failed|error" "$OUT/tests_cuda.log" | tail -3
+    timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+        python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
+    echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        python3 benchmarks/gpu/sanitize_cuda.py --quick --count 2 >"$OUT/racecheck_cuda.log" 2>&1
+    echo "racecheck cuda: rc=$?"; tail -3 "$OUT/racecheck_cuda.log"
+}
+
+phase_explore() {  # tuning sweeps (benchmarks/gpu/explore_cuda.py), one section per argument in $EXPLORE
+    timeout 400 python3 benchmarks/gpu/explore_cuda.py ${EXPLORE:-} >"$OUT/explore.log" 2>&1
+    echo "explore: rc=$?"; cat "$OUT/explore.log" | tail -80
 }
 
 phase_cache() {

@@ -77,19 +77,6 @@ __device__ __forceinline__ U64x2 ld_nc_v2(const void* p) {
   return v;
 }
 
-// Random gathers: do not pollute L1 with lines nobody reads again.
-__device__ __forceinline__ U64x2 ld_nc_na_v2(const void* p) {
-  U64x2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ u64 ld_nc_na(const void* p) {
-  u64 v;
-  asm("ld.global.nc.L1::no_allocate.u64 %0, [%1];" : "=l"(v) : "l"(p));
-  return v;
-}
-
 // Coherent loads: data another block of the same launch may write (write's seed records).
 __device__ __forceinline__ u64 ld_cg(const void* p) {
   u64 v;
@@ -110,8 +97,6 @@ __device__ __forceinline__ u64 ld_nc(const void* p) { return kvc_emu_load(p, 8);
 __device__ __forceinline__ U64x2 ld_nc_v2(const void* p) {
   return U64x2{kvc_emu_load(p, 16), kvc_emu_load((const char*)p + 8, 0)};
 }
-__device__ __forceinline__ U64x2 ld_nc_na_v2(const void* p) { return ld_nc_v2(p); }
-__device__ __forceinline__ u64 ld_nc_na(const void* p) { return ld_nc(p); }
 __device__ __forceinline__ u64 ld_cg(const void* p) { return ld_nc(p); }
 __device__ __forceinline__ void st_u64(void* p, u64 v) { kvc_emu_store(p, v, 8); }
 __device__ __forceinline__ void st_v2(void* p, u64 a, u64 b) {

@@ -175,7 +175,10 @@ __device__ __forceinline__ i64 row_of(const u64* offs, i64 bs, i64 e) {
   return iclamp(lo - 1, 0, bs - 1);
 }
 
-constexpr int kEntriesPerThread = 4;
+#ifndef KVC_PLAN_EPT
+#define KVC_PLAN_EPT 4
+#endif
+constexpr int kEntriesPerThread = KVC_PLAN_EPT;
 
 // Stage 2 for the entries e0, e0 + step, ... (kEntriesPerThread of them, those below n), given the rows'
 // exclusive verify offsets offs[0, bs) (bs >= 1). All loads of the batch are issued before its stores, so a
