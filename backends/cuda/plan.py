@@ -16,7 +16,7 @@ from backends.cuda.plan_entries import shared_bytes
 from kvcanary.plans import VerifyPlan, WritePlan
 
 THREADS = 256
-ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
+ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
 
 Key = tuple[bool, bool]  # LUT, token pool
 

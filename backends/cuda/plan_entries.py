@@ -13,7 +13,7 @@ from backends.cuda._pack import Args, KernelCache, Shape, ptr
 from backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
-ENTRIES_PER_THREAD = 4  # kEntriesPerThread in kernels/plan_common.cuh
+ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
 TILE_ROWS_MAX = 1024  # kTileRowsMax in kernels/plan_common.cuh
 
 
