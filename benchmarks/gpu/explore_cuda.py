@@ -129,6 +129,17 @@ def main() -> None:
                               full_to_swa_index_mapping=None, verify_capacity=entries,
                               req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
                               kv_token_id_vs_position_offset=0)[2] for i in range(nsets)]
+        # the fixed cost: the same batch with 16-token prefixes (4 Ki entries: the prologue, no traffic to speak of)
+        small = torch.full((bs,), 16, dtype=torch.int64, device="cuda")
+        vsmall = kc.VerifyPlan.allocate(verify_capacity=entries, device="cuda")
+        a_small = cplan.pack(verify_plan_out=vsmall, write_plan_out=wps[0], req_pool_indices=rpi, prefix_lens=small,
+                             extend_seq_lens=extend, req_to_token=rtts[0], swa_window_size=0,
+                             full_to_swa_index_mapping=None, verify_capacity=entries,
+                             req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
+                             kv_token_id_vs_position_offset=0)
+        kern0 = cplan.KERNELS.get(0, a_small[0])
+        t = fc.time_graph(partial(launch, kern0, 0, cplan.shape(a_small[0], a_small[1], kern0.max_blocks), a_small[2]))
+        print(f"plan bs=256 x 16 (fixed cost) {t * 1e6:7.2f} us")
         ref = None
         for threads in (256, 512, 1024):
             for ept in (1, 2, 4, 8):
