@@ -31,15 +31,13 @@ import torch
 
 from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 
-# Below Triton's 50 on every operation: in benchmarks/bench_backends.py on one H200 (CUDA graphs, two runs on
-# 2026-12-03, cuda vs triton) Triton won verify (16 Mi: 1192 vs 909 us) and plan (20.4 vs 19.2 us) and the
-# write of 64 x 512 tokens (80.9 vs 72.6 us); CUDA won only the single 32 Ki-token write chain (3.78 vs 4.10 ms),
-# and write 1024 x 1 and scatter were ties that swapped between runs. Which write shape a launch has is device
-# data (write_offsets), so the choice cannot be made per call without a host sync.
-# Later the same day verify moved to L1-allocating record loads (16 Mi: 924 us in bench_cuda, 1.38 ms before)
-# and write to a lane-0 chain (32 Ki tokens: 3.69 ms): against Triton's 913 us and 4.10 ms from the head-to-head
-# run, verify is a tie and the long write chain stays CUDA's only clear win. That needs a new head-to-head
-# run before any priority moves; until then Triton stays ahead everywhere.
+# Below Triton's 50 on every operation. benchmarks/bench_backends.py on one H200 (CUDA graphs, identical
+# inputs, cuda vs triton, 2026-12-03 after verify's L1-allocating loads and write's lane-0 chain): verify is
+# split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi chained 40.8 vs 42.4 us, 16 Mi chained
+# 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one clear win the largest; write is split by
+# shape (one 32 Ki-token chain 3.66 vs 4.10 ms for CUDA, 64 x 512 82.8 vs 73.3 us for Triton, 1024 x 1 a tie);
+# Triton wins plan (21.5 vs 17.0 us) and scatter (17.0 vs 11.2 us). The write shape lives in device data
+# (write_offsets), so the registry cannot choose per call without a host sync.
 PRIORITY = 40
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _ON_CUDA = {"cuda": PRIORITY}

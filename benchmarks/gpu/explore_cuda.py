@@ -166,6 +166,13 @@ def main() -> None:
             t = fc.time_graph(partial(run, kern, (cdiv(n, 256 * u), 1, 256, 0), src.data_ptr(),
                                       *(o.data_ptr() for o in outs), n))
             print(f"stream4 1Mi u{u} graph {t * 1e6:7.2f} us  ({36 * n / t / 1e12:.2f} TB/s)")
+        # four output sets in turn, as the plan benchmark rotates its plans (128 MiB: more than L2 holds)
+        out_sets = [[torch.empty(n, dtype=torch.int64, device="cuda") for _ in range(4)] for _ in range(4)]
+        kern = k("x_stream4_u4")
+        fns = [partial(run, kern, (cdiv(n, 1024), 1, 256, 0), src.data_ptr(), *(o.data_ptr() for o in outs4), n)
+               for outs4 in out_sets]
+        t = fc.time_graph(partial(call_all, fns), calls=25) / 4
+        print(f"stream4 1Mi u4 graph, 4 rotating output sets {t * 1e6:7.2f} us  ({36 * n / t / 1e12:.2f} TB/s)")
         a = torch.empty(36 * n // 8, dtype=torch.int64, device="cuda")
         b = torch.empty_like(a)
         t = fc.time_graph(lambda: b.copy_(a))
