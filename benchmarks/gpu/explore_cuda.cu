@@ -29,59 +29,61 @@ extern "C" __global__ void x_chain_shfl(const long long* toks, const long long* 
   }
 }
 
-// The same with the tile staged in shared memory (broadcast reads, no shuffles).
-extern "C" __global__ void x_chain_smem(const long long* toks, const long long* poss, unsigned long long* out,
-                                        long long n) {
-  __shared__ u64 st[2][32], sp[2][32];
-  const int lane = threadIdx.x & 31;
-  u64 running = kAnchorHash;
-  u64 nt = (u64)toks[lane], np = (u64)poss[lane];
-  int b = 0;
-  for (i64 t0 = 0; t0 < n; t0 += 32, b ^= 1) {
-    st[b][lane] = nt;
-    sp[b][lane] = np;
-    __syncwarp();
-    if (t0 + 32 < n) {
-      nt = (u64)ld_nc(toks + t0 + 32 + lane);
-      np = (u64)ld_nc(poss + t0 + 32 + lane);
-    }
-    u64 myh = running;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-      myh = lane == k ? running : myh;
-      running = mix3(running, st[b][k], sp[b][k]);
-    }
-    out[t0 + lane] = myh;
+// Stage this tile's inputs (nt, np) in shared memory, then load the next tile's into nt, np.
+__device__ __forceinline__ void stage(u64* st, u64* sp, u64& nt, u64& np, const long long* toks,
+                                      const long long* poss, i64 t0, i64 n, int lane) {
+  st[lane] = nt;
+  sp[lane] = np;
+  __syncwarp();
+  if (t0 + 32 < n) {
+    nt = (u64)ld_nc(toks + t0 + 32 + lane);
+    np = (u64)ld_nc(poss + t0 + 32 + lane);
   }
 }
 
-// Lane 0 alone walks the chain over a shared-memory tile and stores every record hash to shared memory.
-extern "C" __global__ void x_chain_lane0(const long long* toks, const long long* poss, unsigned long long* out,
-                                         long long n) {
+// The tile staged in shared memory (broadcast reads, no shuffles). kLane0: lane 0 alone walks the chain and hands
+// each record's hash back through shared memory; else every lane walks it and keeps its own with a select.
+template <bool kLane0>
+__device__ __forceinline__ void chain_staged(const long long* toks, const long long* poss, unsigned long long* out,
+                                             long long n) {
   __shared__ u64 st[2][32], sp[2][32], sh[32];
   const int lane = threadIdx.x & 31;
   u64 running = kAnchorHash;
   u64 nt = (u64)toks[lane], np = (u64)poss[lane];
   int b = 0;
   for (i64 t0 = 0; t0 < n; t0 += 32, b ^= 1) {
-    st[b][lane] = nt;
-    sp[b][lane] = np;
-    __syncwarp();
-    if (t0 + 32 < n) {
-      nt = (u64)ld_nc(toks + t0 + 32 + lane);
-      np = (u64)ld_nc(poss + t0 + 32 + lane);
-    }
-    if (lane == 0) {
+    stage(st[b], sp[b], nt, np, toks, poss, t0, n, lane);
+    if (kLane0) {
+      if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+          sh[k] = running;
+          running = mix3(running, st[b][k], sp[b][k]);
+        }
+      }
+      __syncwarp();
+      out[t0 + lane] = sh[lane];
+      __syncwarp();
+    } else {
+      u64 myh = running;
 #pragma unroll
       for (int k = 0; k < 32; ++k) {
-        sh[k] = running;
+        myh = lane == k ? running : myh;
         running = mix3(running, st[b][k], sp[b][k]);
       }
+      out[t0 + lane] = myh;
     }
-    __syncwarp();
-    out[t0 + lane] = sh[lane];
-    __syncwarp();
   }
+}
+
+extern "C" __global__ void x_chain_smem(const long long* toks, const long long* poss, unsigned long long* out,
+                                        long long n) {
+  chain_staged<false>(toks, poss, out, n);
+}
+
+extern "C" __global__ void x_chain_lane0(const long long* toks, const long long* poss, unsigned long long* out,
+                                         long long n) {
+  chain_staged<true>(toks, poss, out, n);
 }
 
 // ---- streaming at the plan's size: read one int32 per entry, write four int64 per entry ----------------------

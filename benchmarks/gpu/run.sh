@@ -29,47 +29,32 @@ phase_tests() {
     echo "demo on cuda: rc=$?"; tail -4 "$OUT/demo.log"
 }
 
-phase_sanitize() {
-    timeout 60 python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
-    timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
-        python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
-    echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
-    timeout 130 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
-        python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/memcheck_triton.log" 2>&1
-    echo "memcheck triton: rc=$?"; tail -3 "$OUT/memcheck_triton.log"
-    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
-        python3 benchmarks/gpu/sanitize_cuda.py --quick --count 2 >"$OUT/racecheck_cuda.log" 2>&1
-    echo "racecheck cuda: rc=$?"; tail -3 "$OUT/racecheck_cuda.log"
-    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
-        python3 benchmarks/gpu/sanitize_triton.py --quick --count 2 >"$OUT/racecheck_triton.log" 2>&1
-    echo "racecheck triton: rc=$?"; tail -3 "$OUT/racecheck_triton.log"
+memcheck() {  # memcheck BACKEND SECONDS: compute-sanitizer memcheck over sanitize_BACKEND.py
+    timeout "$2" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+        python3 "benchmarks/gpu/sanitize_$1.py" --quick >"$OUT/memcheck_$1.log" 2>&1
+    echo "memcheck $1: rc=$?"; tail -3 "$OUT/memcheck_$1.log"
 }
 
-phase_bench() {
-    timeout 200 python3 benchmarks/bench_cuda.py --out "$OUT/bench_cuda.json" >"$OUT/bench_cuda.log" 2>&1
-    echo "bench cuda: rc=$?"; tail -30 "$OUT/bench_cuda.log"
-    timeout 300 python3 benchmarks/bench_triton.py --out "$OUT/bench_triton.json" --raw "$OUT/bench_triton.raw.json" \
-        >"$OUT/bench_triton.log" 2>&1
-    echo "bench triton: rc=$?"; tail -40 "$OUT/bench_triton.log"
-    timeout 200 python3 benchmarks/bench_backends.py --out "$OUT/bench_backends.json" >"$OUT/bench_backends.log" 2>&1
-    echo "bench backends: rc=$?"; tail -16 "$OUT/bench_backends.log"
-    timeout 120 python3 benchmarks/bench_engine.py --out "$OUT/bench_engine.json" >"$OUT/bench_engine.log" 2>&1
-    echo "bench engine: rc=$?"; tail -12 "$OUT/bench_engine.log"
-    timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 --out "$OUT/host_overhead_cuda.json" \
-        >"$OUT/host_overhead.log" 2>&1
-    echo "host overhead: rc=$?"; tail -8 "$OUT/host_overhead.log"
+racecheck() {  # racecheck BACKEND: compute-sanitizer racecheck over sanitize_BACKEND.py
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        python3 "benchmarks/gpu/sanitize_$1.py" --quick --count 2 >"$OUT/racecheck_$1.log" 2>&1
+    echo "racecheck $1: rc=$?"; tail -3 "$OUT/racecheck_$1.log"
+}
+
+phase_sanitize() {
+    timeout 60 python3 benchmarks/gpu/sanitize_triton.py --quick >"$OUT/warm_triton.log" 2>&1; echo "triton warm: rc=$?"
+    memcheck cuda 150
+    memcheck triton 130
+    racecheck cuda
+    racecheck triton
 }
 
 phase_cudacheck() {  # the cuda backend alone: GPU parity + graph tests, memcheck, racecheck (after a kernel change)
     timeout 240 python3 -m pytest tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
         -o addopts="" -q -rfE -p no:cacheprovider -x >"$OUT/tests_cuda.log" 2>&1
     echo "pytest cuda: rc=$?"; grep -E "passed|failed|error" "$OUT/tests_cuda.log" | tail -3
-    timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
-        python3 benchmarks/gpu/sanitize_cuda.py --quick >"$OUT/memcheck_cuda.log" 2>&1
-    echo "memcheck cuda: rc=$?"; tail -3 "$OUT/memcheck_cuda.log"
-    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
-        python3 benchmarks/gpu/sanitize_cuda.py --quick --count 2 >"$OUT/racecheck_cuda.log" 2>&1
-    echo "racecheck cuda: rc=$?"; tail -3 "$OUT/racecheck_cuda.log"
+    memcheck cuda 150
+    racecheck cuda
 }
 
 phase_explore() {  # tuning sweeps (benchmarks/gpu/explore_cuda.py), one section per argument in $EXPLORE

@@ -33,6 +33,7 @@ from tests.backends.cuda import _nvrtc, _support
 SPECS = all_specs()
 REPO = Path(__file__).resolve().parents[3]
 PROBES = REPO / "benchmarks" / "gpu" / "floors_probes.cu"
+EXPLORE = REPO / "benchmarks" / "gpu" / "explore_cuda.cu"  # the tuning sweeps' kernels
 ARCHS = ("sm_90", "sm_75")  # the H200, and the oldest compute capability the backend accepts
 
 
@@ -101,13 +102,14 @@ def test_nvcc_compiles_the_sources() -> None:
 
         jobs = [(i, s.path(), [f"-D{k}={v}" for k, v in s.define_list()]) for i, s in enumerate(_nvcc_specs())]
         jobs.append((len(jobs), PROBES, []))
+        jobs.append((len(jobs), EXPLORE, []))
         with ThreadPoolExecutor(max_workers=2) as pool:
             errors = [e for e in pool.map(build, jobs) if e]
     assert not errors, "\n".join(errors)
 
 
 def test_sources_include_no_system_header() -> None:
-    files = [*KERNEL_DIR.glob("*.cu"), *KERNEL_DIR.glob("*.cuh"), PROBES]
+    files = [*KERNEL_DIR.glob("*.cu"), *KERNEL_DIR.glob("*.cuh"), PROBES, EXPLORE]
     assert len(files) >= 8
     for f in files:
         text = f.read_text()
