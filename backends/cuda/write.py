@@ -69,9 +69,9 @@ def write(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Te
           out_cache_loc: torch.Tensor, enable_write_input_assert: bool, expected_input_tokens: torch.Tensor | None,
           expected_input_positions: torch.Tensor | None) -> None:
     key, sizes, args = pack(context=context, plan=plan, input_ids=input_ids, positions=positions,
-                          out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
-                          expected_input_tokens=expected_input_tokens,
-                          expected_input_positions=expected_input_positions)
+                            out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
+                            expected_input_tokens=expected_input_tokens,
+                            expected_input_positions=expected_input_positions)
     dev = context.canary_buf.get_device()
     kernel = KERNELS.get(dev, key)
     launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

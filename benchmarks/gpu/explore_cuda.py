@@ -9,7 +9,6 @@ backend's own kernel source with other defines; results go to stdout (benchmarks
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -33,11 +32,6 @@ def k(entry: str, threads: int = 256, defines: tuple[tuple[str, int], ...] = ())
 
 def run(kern: object, shape: tuple[int, int, int, int], *args: int) -> None:
     launch(kern, 0, shape, args)  # type: ignore[arg-type]
-
-
-def call_all(fns: Sequence[Callable[[], object]]) -> None:
-    for f in fns:
-        f()
 
 
 def main() -> None:
@@ -150,7 +144,7 @@ def main() -> None:
                     tiles = cdiv(entries, threads * ept)
                     grid = 1 + (min(tiles, kern.max_blocks) if grid_kind == "persist" else tiles)
                     fns = [partial(launch, kern, 0, (grid, 1, threads, shared_bytes(bs)), a) for a in argsets]
-                    t = fc.time_graph(partial(call_all, fns), calls=25) / nsets
+                    t = bc.rotating_graph(fns)
                     torch.cuda.synchronize()
                     got = vps[0].verify_slot_indices.clone()
                     ok = ref is None or torch.equal(got, ref)
@@ -171,7 +165,7 @@ def main() -> None:
         kern = k("x_stream4_u4")
         fns = [partial(run, kern, (cdiv(n, 1024), 1, 256, 0), src.data_ptr(), *(o.data_ptr() for o in outs4), n)
                for outs4 in out_sets]
-        t = fc.time_graph(partial(call_all, fns), calls=25) / 4
+        t = bc.rotating_graph(fns)
         print(f"stream4 1Mi u4 graph, 4 rotating output sets {t * 1e6:7.2f} us  ({36 * n / t / 1e12:.2f} TB/s)")
         a = torch.empty(36 * n // 8, dtype=torch.int64, device="cuda")
         b = torch.empty_like(a)

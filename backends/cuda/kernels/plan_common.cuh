@@ -224,10 +224,11 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 // When the row offsets are sorted (always, unless int64 sums wrap or a hostile scratch is passed), the rows
 // cover contiguous entry ranges: row 0 [0, offs[1]), row r [offs[r], offs[r+1]), the last row [offs[bs-1], n),
 // each clipped to [0, n): exactly what searchsorted(offs, e, right=True) - 1, clamped, picks. Each range is cut
-// into tiles of kTileEntries; block b takes tiles b, b + blocks, ... and finds a tile's row once per tile with a
-// bisection over the rows' exclusive tile counts (in shared memory). Within a tile every entry has the same
-// row: coalesced req_to_token reads, the predecessor slot from the neighbouring lane (a shuffle; lane 0 reads
-// its own), coalesced stores, no per-entry search. Unsorted offsets take the per-entry bisection instead.
+// into tiles of kTile = kThreads * kEntriesPerThread entries; block b takes tiles b, b + blocks, ... and finds
+// a tile's row once per tile with a bisection over the rows' exclusive tile counts (in shared memory). Within
+// a tile every entry has the same row: coalesced req_to_token reads, the predecessor slot from the
+// neighbouring lane (a shuffle; lane 0 reads its own), coalesced stores, no per-entry search. Unsorted offsets
+// take the per-entry bisection instead.
 constexpr int kTileRowsMax = 1024;  // rows whose shared arrays (4 x 8 bytes each) the tile path keeps
 
 // Dynamic shared memory of the tile path: offs | rp | ws | tiles, bs words each.

@@ -6,8 +6,7 @@
 // Launch: grid (bs, Y), 256 threads. Block (r, y) first finds the widest later request naming the same row
 // (a block-wide max over requests r+1..bs-1): columns below that width belong to a later request, so r owns
 // exactly [cover, width_r), which the Y blocks of r split; coalesced 8-byte loads (4 per thread in flight),
-// 4-byte stores, no two
-// blocks write one cell. Host-side sizes only (capturable).
+// 4-byte stores, no two blocks write one cell. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
 #define KVC_SCATTER_THREADS 256

@@ -150,7 +150,7 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
     const u64 mytok = (u64)in.tok;
     const u64 mypos = (u64)in.pos;
 
-      // the chain, by lane 0 alone over the tile staged in shared memory: its broadcast reads do not depend on
+    // the chain, by lane 0 alone over the tile staged in shared memory: its broadcast reads do not depend on
     // the chain (ptxas issues them ahead), and the hash before each token goes back through shared memory
     tile.tok[lane] = mytok;
     tile.pos[lane] = mypos;
