@@ -277,6 +277,11 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
            what="vs empty CUDA kernel, same launch path, back to back")
     report("write 1024 x 1 token, in a CUDA graph", t_graph, empty["graph"], target=1.5,
            what="vs empty CUDA kernel in a graph (GPU time)")
+    plan = kw["plan"]
+    t_dep = fc.dependent_loads_cuda(plan.write_offsets, plan.write_seed_slot_indices, kw["input_ids"],
+                                    kw["out_cache_loc"], buf.view(torch.int64), warps_per_block=cwrite.WARPS)
+    report("write 1024 x 1 token, in a CUDA graph, vs its dependent loads", t_graph, t_dep,
+           what="a launch doing only the two dependent loads and the store of each request (graph, GPU time)")
 
 
 # -- plan -----------------------------------------------------------------------------------------------------
@@ -286,27 +291,46 @@ def rotating_graph(fns: Sequence[Callable[[], object]]) -> float:
     return fc.time_graph(lambda: [f() for f in fns], calls=25) / len(fns)
 
 
+class PlanWorld:
+    """The plan benchmarks' batch: ``bs`` requests of ``prefix`` cached tokens and one new token each, with
+    ``sets`` req_to_token tensors (and token pools) and plan outputs used in turn, so that a launch's traffic
+    comes from DRAM (four sets of outputs are 128 MiB, more than L2 holds)."""
+
+    def __init__(self, bs: int = 256, prefix: int = 4096, sets: int = 4, *, pools: bool = False) -> None:
+        cols = prefix + 8
+        self.bs, self.prefix, self.entries = bs, prefix, bs * prefix
+        self.rpi = torch.arange(1, bs + 1, device=DEV)
+        self.prefix_lens = torch.full((bs,), prefix, dtype=torch.int64, device=DEV)
+        self.extend = torch.ones(bs, dtype=torch.int64, device=DEV)
+        self.rtts = [torch.randint(1, 1 << 24, (bs + 1, cols), dtype=torch.int32, device=DEV) for _ in range(sets)]
+        self.pools = [torch.randint(0, 50000, (bs + 1, cols), dtype=torch.int32, device=DEV)
+                      for _ in range(sets if pools else 0)]
+        self.valid = torch.full((bs,), cols, dtype=torch.int64, device=DEV)
+        self.vps = [kc.VerifyPlan.allocate(verify_capacity=self.entries, device=DEV) for _ in range(sets)]
+        self.wps = [kc.WritePlan.allocate(write_req_capacity=bs, device=DEV) for _ in range(sets)]
+
+    def kwargs(self, i: int, *, pool: bool = False, window: int = 0, lut: torch.Tensor | None = None,
+               **over: Any) -> dict[str, Any]:
+        """Keyword arguments of a fused plan over set ``i`` (``over`` replaces any of them)."""
+        kw = {"verify_plan_out": self.vps[i], "write_plan_out": self.wps[i], "req_pool_indices": self.rpi,
+              "prefix_lens": self.prefix_lens, "extend_seq_lens": self.extend, "req_to_token": self.rtts[i],
+              "swa_window_size": window, "full_to_swa_index_mapping": lut if window else None,
+              "verify_capacity": self.entries, "req_to_verify_expected_tokens": self.pools[i] if pool else None,
+              "req_to_verify_expected_tokens_valid_lens": self.valid if pool else None,
+              "kv_token_id_vs_position_offset": 0}
+        kw.update(over)
+        return kw
+
+
 def bench_plan(copy_bw: float, quick: bool) -> None:
-    bs, prefix, sets = 256, 4096, 4
-    cols = prefix + 8
-    entries = bs * prefix
-    rpi = torch.arange(1, bs + 1, device=DEV)
-    prefix_t = torch.full((bs,), prefix, dtype=torch.int64, device=DEV)
-    extend = torch.ones(bs, dtype=torch.int64, device=DEV)
-    rtts = [torch.randint(1, 1 << 24, (bs + 1, cols), dtype=torch.int32, device=DEV) for _ in range(sets)]
-    pools = [torch.randint(0, 50000, (bs + 1, cols), dtype=torch.int32, device=DEV) for _ in range(sets)]
-    valid = torch.full((bs,), cols, dtype=torch.int64, device=DEV)
+    world = PlanWorld(pools=True)
+    bs, prefix, sets, entries = world.bs, world.prefix, len(world.rtts), world.entries
+    rpi, prefix_t, extend, rtts, vps, wps = (world.rpi, world.prefix_lens, world.extend, world.rtts, world.vps,
+                                             world.wps)
     lut = torch.randint(0, 1 << 24, (1 << 24,), dtype=torch.int64, device=DEV) if not quick else None
-    vps = [kc.VerifyPlan.allocate(verify_capacity=entries, device=DEV) for _ in range(sets)]
-    wps = [kc.WritePlan.allocate(write_req_capacity=bs, device=DEV) for _ in range(sets)]
 
     def kwargs(i: int, *, pool: bool, window: int) -> dict[str, Any]:
-        return {"verify_plan_out": vps[i], "write_plan_out": wps[i], "req_pool_indices": rpi, "prefix_lens": prefix_t,
-                "extend_seq_lens": extend, "req_to_token": rtts[i], "swa_window_size": window,
-                "full_to_swa_index_mapping": lut if window else None, "verify_capacity": entries,
-                "req_to_verify_expected_tokens": pools[i] if pool else None,
-                "req_to_verify_expected_tokens_valid_lens": valid if pool else None,
-                "kv_token_id_vs_position_offset": 0}
+        return world.kwargs(i, pool=pool, window=window, lut=lut)
 
     cases = [("bs=256 x 4096 prefix", False, 0), ("bs=256 x 4096 prefix + token pool", True, 0)]
     if lut is not None:

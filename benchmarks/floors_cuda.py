@@ -111,6 +111,18 @@ def empty_launch_cuda() -> dict[str, float]:
     return {"host": host_time(one), "eager": time_stream([one] * 200), "graph": time_graph(one, calls=200)}
 
 
+def dependent_loads_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Tensor, locs: torch.Tensor,
+                         recs: torch.Tensor, *, warps_per_block: int = 8) -> float:
+    """GPU seconds (graph-replayed) of a launch that does only a one-token write's dependent loads: per request,
+    offset and seed, then the seed record's hash, the token and the slot, then one store at that slot."""
+    k = probe("kvc_probe_dep2", 32 * warps_per_block)
+    n = seeds.shape[0]
+    out = torch.zeros_like(recs)
+    grid = max(1, -(-n // warps_per_block))
+    return time_graph(lambda: _launch(k, (grid, 1, 32 * warps_per_block, 0), offs.data_ptr(), seeds.data_ptr(),
+                                      ids.data_ptr(), locs.data_ptr(), recs.data_ptr(), out.data_ptr(), n), calls=100)
+
+
 def serial_step_floor_cuda(steps: int = 1 << 15) -> float:
     """Seconds per dependent mix3 step, every operand in registers (one thread)."""
     k = probe("kvc_probe_serial", 32)

@@ -31,14 +31,19 @@ import torch
 
 from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 
-# Below Triton's 50 on every operation. benchmarks/bench_backends.py on one H200 (CUDA graphs, identical
-# inputs, cuda vs triton, 2026-12-03 after verify's L1-allocating loads and write's lane-0 chain): verify is
-# split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi chained 40.8 vs 42.4 us, 16 Mi chained
-# 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one clear win the largest; write is split by
-# shape (one 32 Ki-token chain 3.66 vs 4.10 ms for CUDA, 64 x 512 82.8 vs 73.3 us for Triton, 1024 x 1 a tie);
-# Triton wins plan (21.5 vs 17.0 us) and scatter (17.0 vs 11.2 us). The write shape lives in device data
-# (write_offsets), so the registry cannot choose per call without a host sync.
+# Below Triton's 50 on every operation but the fused plan. benchmarks/bench_backends.py on one H200 (CUDA
+# graphs, identical inputs, cuda vs triton, 2026-12-03 after verify's L1-allocating loads and write's lane-0
+# chain): verify is split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi chained 40.8 vs
+# 42.4 us, 16 Mi chained 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one clear win the
+# largest; write is split by shape (one 32 Ki-token chain 3.66 vs 4.10 ms for CUDA, 64 x 512 82.8 vs 73.3 us
+# for Triton, 1024 x 1 a tie); scatter swapped order between two runs of unchanged kernels (17.0 vs 11.2 us,
+# then 14.6 vs 17.3 us), so it stays with Triton. The write shape lives in device data (write_offsets), so
+# the registry cannot choose per call without a host sync.
+# The fused plan ranks above Triton since its tile path without per-entry checks (2026-12-03, later): 17.0 vs
+# 18.4 us head to head, and 14.1 us in bench_cuda's rotating graphs (15.4 us with the token pool) against
+# bench_triton's 19.0 us (22.8 us with the token pool). plan_offsets and plan_entries alone were not compared.
 PRIORITY = 40
+PLAN_PRIORITY = 60  # above Triton's 50: measured faster (above)
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _ON_CUDA = {"cuda": PRIORITY}
 _NOTES = "NVRTC via cuda.core; capturable (no host sync, no allocation)"
@@ -98,7 +103,7 @@ BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
     ops={
-        Op.PLAN: OpSupport("backends.cuda.plan:plan", _ON_CUDA, capture_safe=True,
+        Op.PLAN: OpSupport("backends.cuda.plan:plan", {"cuda": PLAN_PRIORITY}, capture_safe=True,
                            notes="one launch for both stages; " + _NOTES),
         Op.PLAN_OFFSETS: OpSupport("backends.cuda.plan_offsets:plan_offsets", _ON_CUDA, capture_safe=True,
                                    notes=_NOTES),

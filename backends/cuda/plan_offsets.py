@@ -39,8 +39,8 @@ def pack(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, extend_se
 
 
 def shape(key: Key, bs: int, max_blocks: int) -> Shape:
-    """(grid x, grid y, threads, shared bytes): one block."""
-    return 1, 1, THREADS, 8 * max(bs, 1)
+    """(grid x, grid y, threads, shared bytes): one block, static shared memory only."""
+    return 1, 1, THREADS, 0
 
 
 def plan_offsets(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor,

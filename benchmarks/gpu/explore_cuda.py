@@ -1,14 +1,16 @@
 """Tuning sweeps of the cuda backend on the GPU machine: ``python benchmarks/gpu/explore_cuda.py [SECTION...]``.
 
-Sections: ``verify`` (threads x entries per thread x grid), ``chain`` (ways of walking
-write's chain over a tile, beside the serial floors), ``stream`` (a plain stream of the plan's traffic at its
-size), ``plan`` (threads x entries per thread x grid), ``write`` (tiles per chain batch). Each variant is the
-backend's own kernel source with other defines; results go to stdout (benchmarks/results/raw/explore_*.log).
+Sections: ``verify`` (threads x entries per thread x grid), ``chain`` (ways of walking write's chain over a
+tile, beside the serial floors), ``stream`` (a plain stream of the plan's traffic at its size), ``host`` (the
+steps of an eager launch's host time), ``plan`` (threads x entries per thread x grid, and the fixed cost beside
+an empty kernel of the same grid), ``write`` (tiles per chain batch). Each variant is the backend's own kernel
+source with other defines; results go to stdout (benchmarks/results/raw/explore_*.log).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -35,7 +37,7 @@ def run(kern: object, shape: tuple[int, int, int, int], *args: int) -> None:
 
 
 def main() -> None:
-    what = sys.argv[1:] or ["verify", "chain", "stream", "plan", "write"]
+    what = sys.argv[1:] or ["verify", "chain", "stream", "host", "plan", "write"]
     if "chain" in what:
         steps = 1 << 15
         print(f"chain serial uniform   {fc.serial_step_floor_cuda(steps) * 1e9:7.1f} ns/step")
@@ -110,47 +112,42 @@ def main() -> None:
         from backends.cuda import plan as cplan
         from backends.cuda.plan_entries import shared_bytes
 
-        bs, prefix, nsets = 256, 4096, 4
-        entries = bs * prefix
-        rpi = torch.arange(1, bs + 1, device="cuda")
-        prefix_t = torch.full((bs,), prefix, dtype=torch.int64, device="cuda")
-        extend = torch.ones(bs, dtype=torch.int64, device="cuda")
-        rtts = [torch.randint(1, 1 << 24, (bs + 1, prefix + 8), dtype=torch.int32, device="cuda") for _ in range(nsets)]
-        vps = [kc.VerifyPlan.allocate(verify_capacity=entries, device="cuda") for _ in range(nsets)]
-        wps = [kc.WritePlan.allocate(write_req_capacity=bs, device="cuda") for _ in range(nsets)]
-        argsets = [cplan.pack(verify_plan_out=vps[i], write_plan_out=wps[i], req_pool_indices=rpi,
-                              prefix_lens=prefix_t, extend_seq_lens=extend, req_to_token=rtts[i], swa_window_size=0,
-                              full_to_swa_index_mapping=None, verify_capacity=entries,
-                              req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
-                              kv_token_id_vs_position_offset=0)[2] for i in range(nsets)]
+        pworld = bc.PlanWorld()
+        bs, entries, vps = pworld.bs, pworld.entries, pworld.vps
+        argsets = [cplan.pack(**pworld.kwargs(i))[2] for i in range(len(vps))]
         # the fixed cost: the same batch with 16-token prefixes (4 Ki entries: the prologue, no traffic to speak of)
         small = torch.full((bs,), 16, dtype=torch.int64, device="cuda")
         vsmall = kc.VerifyPlan.allocate(verify_capacity=entries, device="cuda")
-        a_small = cplan.pack(verify_plan_out=vsmall, write_plan_out=wps[0], req_pool_indices=rpi, prefix_lens=small,
-                             extend_seq_lens=extend, req_to_token=rtts[0], swa_window_size=0,
-                             full_to_swa_index_mapping=None, verify_capacity=entries,
-                             req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
-                             kv_token_id_vs_position_offset=0)
+        a_small = cplan.pack(**pworld.kwargs(0, prefix_lens=small, verify_plan_out=vsmall))
         kern0 = cplan.KERNELS.get(0, a_small[0])
-        t = fc.time_graph(partial(launch, kern0, 0, cplan.shape(a_small[0], a_small[1], kern0.max_blocks), a_small[2]))
-        print(f"plan bs=256 x 16 (fixed cost) {t * 1e6:7.2f} us")
+        shp0 = cplan.shape(a_small[0], a_small[1], kern0.max_blocks)
+        t = fc.time_graph(partial(launch, kern0, 0, shp0, a_small[2]))
+        print(f"plan bs=256 x 16 (fixed cost), grid {shp0[0]} {t * 1e6:7.2f} us")
+        empty = fc.probe("kvc_probe_empty")
+        t = fc.time_graph(partial(launch, empty, 0, (shp0[0], 1, 256, shp0[3]), (0,)))
+        print(f"empty kernel, the plan's grid and shared memory {t * 1e6:7.2f} us")
         ref = None
-        for threads in (256, 512, 1024):
-            for ept in (1, 2, 4, 8):
-                spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
-                                                    ("KVC_PLAN_EPT", ept)), threads)
-                kern = load(spec, 0, shared_bytes(bs))
-                for grid_kind in ("persist", "full"):
-                    tiles = cdiv(entries, threads * ept)
-                    grid = 1 + (min(tiles, kern.max_blocks) if grid_kind == "persist" else tiles)
-                    fns = [partial(launch, kern, 0, (grid, 1, threads, shared_bytes(bs)), a) for a in argsets]
-                    t = bc.rotating_graph(fns)
+        for threads, ept in ((256, 4), (256, 2), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 4)):
+            spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
+                                                ("KVC_PLAN_EPT", ept)), threads)
+            kern = load(spec, 0, shared_bytes(bs))
+            tiles = cdiv(entries, threads * ept)
+            grids = {"resident": min(tiles + 1, kern.max_blocks), "resident+1": 1 + min(tiles, kern.max_blocks),
+                     "full": 1 + tiles}
+            for grid_kind, grid in grids.items():
+                for label, arglists in (("4096", argsets), ("16 (fixed)", [a_small[2]])):
+                    fns = [partial(launch, kern, 0, (grid, 1, threads, shared_bytes(bs)), a) for a in arglists]
+                    t = bc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0])
                     torch.cuda.synchronize()
-                    got = vps[0].verify_slot_indices.clone()
-                    ok = ref is None or torch.equal(got, ref)
-                    ref = got if ref is None else ref
-                    print(f"plan t{threads} ept{ept} {grid_kind:7s} grid {grid:5d} regs {kern.num_regs:3d} "
-                          f"{t * 1e6:7.2f} us {'ok' if ok else 'MISMATCH'}")
+                    ok = ""
+                    if len(fns) > 1:
+                        got = vps[0].verify_slot_indices.clone()
+                        ok = "ok" if ref is None or torch.equal(got, ref) else "MISMATCH"
+                        ref = got if ref is None else ref
+                    print(f"plan t{threads} ept{ept} {grid_kind:10s} grid {grid:5d} "
+                          f"regs {kern.num_regs:3d} x{label:10s} {t * 1e6:7.2f} us {ok}")
+    if "host" in what:
+        host_sweep()
     if "stream" in what:
         n = MI
         src = torch.randint(0, 1 << 30, (n,), dtype=torch.int32, device="cuda")
@@ -171,6 +168,37 @@ def main() -> None:
         b = torch.empty_like(a)
         t = fc.time_graph(lambda: b.copy_(a))
         print(f"copy 36 MiB graph {t * 1e6:7.2f} us  ({2 * 36 * n / t / 1e12:.2f} TB/s r+w)")
+
+
+def host_sweep() -> None:
+    """Host microseconds of each step of an eager launch (write 1024 x 1) beside an empty kernel's."""
+    from backends.cuda import _toolchain as tc
+
+    def us(fn: Callable[[], object]) -> str:
+        return f"{fc.host_time(fn) * 1e6:6.2f} us"
+
+    empty = fc.probe("kvc_probe_empty", 32)
+    print("host toolchain launch, empty kernel  ", us(partial(launch, empty, 0, (1, 1, 32, 0), (0,))))
+    print("host _current_device()               ", us(tc._current_device))
+    print("host current_stream(0)               ", us(partial(tc.current_stream, 0)))
+    cc = tc.core()
+    stream = tc._stream(tc.current_stream(0))
+    cfg = tc._config(1, 1, 32, 0)
+    print("host cuda.core launch, empty kernel  ", us(partial(cc.launch, stream, cfg, empty.kernel, 0)))
+    buf = torch.zeros(4096, 32, dtype=torch.uint8, device="cuda")
+    ctx = bc._ctx(buf, (), kc.RealKvHashMode.NONE)
+    ctx.enable_chain_position_assert.zero_()
+    locs = torch.arange(1, 2049, device="cuda")
+    kw = bc._write_kwargs(ctx, [1] * 1024, locs[1024:].tolist(), locs[:1024].contiguous(),
+                          torch.zeros(1024, dtype=torch.int64, device="cuda"))
+    key, sizes, args = cwrite.pack(**kw)
+    kern = cwrite.KERNELS.get(0, key)
+    shp = cwrite.shape(key, sizes, kern.max_blocks)
+    print("host write 1024x1: backend impl      ", us(partial(cwrite.write, **kw)))
+    print("host write 1024x1: pack              ", us(partial(cwrite.pack, **kw)))
+    print("host write 1024x1: toolchain launch  ", us(partial(launch, kern, 0, shp, args)))
+    wcfg = tc._config(*shp)
+    print("host write 1024x1: cuda.core launch  ", us(partial(cc.launch, stream, wcfg, kern.kernel, *args)))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,20 @@ using namespace kvc;
 // An empty kernel: the launch-bound floor.
 extern "C" __global__ void kvc_probe_empty(long long unused) { (void)unused; }
 
+// The dependent loads of a one-token write, and nothing else: lane 0 of warp r reads request r's offset and
+// seed, then the seed record's hash, the token and the slot at that offset, and stores one word at the slot
+// (two dependent loads, then a store at a loaded address). The floor of a write of one-token requests.
+extern "C" __global__ void kvc_probe_dep2(const long long* offs, const long long* seeds, const long long* ids,
+                                          const long long* locs, const unsigned long long* recs,
+                                          unsigned long long* out, long long n) {
+  const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if ((threadIdx.x & 31) != 0 || r >= n) return;
+  const long long o = offs[r];
+  const long long s = seeds[r];
+  const unsigned long long h = recs[s * 4 + 2];
+  out[locs[o] * 4] = h ^ (unsigned long long)ids[o];
+}
+
 // One serial mix3 chain, every operand in registers (the next step's inputs do not depend on the chain):
 // the dependency floor of write's per-request loop.
 extern "C" __global__ void kvc_probe_serial(unsigned long long* out, long long steps, long long seed) {

@@ -4,6 +4,7 @@
 #   cudacheck the cuda backend's GPU tests, memcheck and racecheck (after a kernel change)
 #   sanitize  compute-sanitizer memcheck + racecheck over every kernel (cuda and triton)
 #   bench     floors and every benchmark, JSON into $OUT
+#   benchcuda bench_cuda and bench_backends alone
 #   explore   tuning sweeps (benchmarks/gpu/explore_cuda.py; sections in $EXPLORE)
 #   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
 #   pack      bundle every log and result in $OUT into results.tar
@@ -47,6 +48,28 @@ phase_sanitize() {
     memcheck triton 130
     racecheck cuda
     racecheck triton
+}
+
+bench() {  # bench NAME SECONDS LINES [ARGS...]: benchmarks/NAME.py --out $OUT/NAME.json, the log's last LINES lines
+    local name=$1 secs=$2 lines=$3
+    shift 3
+    timeout "$secs" python3 "benchmarks/$name.py" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1
+    echo "$name: rc=$?"; tail -"$lines" "$OUT/$name.log"
+}
+
+phase_bench() {
+    bench bench_cuda 200 30
+    bench bench_triton 300 40 --raw "$OUT/bench_triton.raw.json"
+    bench bench_backends 200 16
+    bench bench_engine 120 12
+    timeout 60 python3 benchmarks/host_overhead.py --device cuda --calls 5000 --out "$OUT/host_overhead_cuda.json" \
+        >"$OUT/host_overhead.log" 2>&1
+    echo "host overhead: rc=$?"; tail -8 "$OUT/host_overhead.log"
+}
+
+phase_benchcuda() {  # the cuda backend's benchmark and the head-to-head (after a cuda kernel change)
+    bench bench_cuda 200 30
+    bench bench_backends 200 16
 }
 
 phase_cudacheck() {  # the cuda backend alone: GPU parity + graph tests, memcheck, racecheck (after a kernel change)

@@ -58,6 +58,12 @@ __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 iclamp(i64 v, i64 lo, i64 hi) { return imin(imax(v, lo), hi); }
 
+// A predecessor or seed slot the reference reports as out of range: INVALID_SLOT or past the buffer. Negative
+// slots other than INVALID_SLOT are anchors (a chain head), not out of range.
+__device__ __forceinline__ bool index_oob(i64 slot, i64 num_slots) {
+  return slot == kInvalidSlot || slot >= num_slots;
+}
+
 // ---- explicit global-memory accesses -----------------------------------------------------------------------
 struct alignas(16) U64x2 {
   u64 x, y;

@@ -1,13 +1,14 @@
 // plan.cu: the whole plan in one launch (verify entries, write offsets and seeds, overflow decision).
 //
-// Semantics: backends/torch_ref/plan.py. Every block first computes the rows' exclusive verify offsets itself
-// (bs <= 4096 rows: two 8-byte loads per row and a block scan in shared memory), so no block waits for another
-// and no scratch is needed. Block 0 then writes the stage-1 outputs (scratch if the plan has one, num_valid,
-// enable, write offsets zeroed past bs, seeds, num_valid_reqs); blocks 1.. cover the entries [0, total)
-// unless the plan overflows: with bs <= kTileRowsMax and sorted offsets (always, unless sums wrap) by tiles of
-// one row each (plan_common.cuh's tile path: no per-entry search, coalesced reads and stores); otherwise
-// grid-striding, each entry's row found by an upper-bound bisection over the offsets in shared memory.
-// The grid depends only on verify_capacity (capturable).
+// Semantics: backends/torch_ref/plan.py. Block 0 writes the stage-1 outputs (scratch if the plan has one,
+// num_valid, enable, write offsets zeroed past bs, seeds, num_valid_reqs) from one block scan of the rows'
+// (verify length, write length) pairs. Blocks 1.. each scan the rows' verify lengths themselves (bs <= 4096
+// rows: two 8-byte loads per row, two block barriers), so no block waits for another and no scratch is
+// needed, then cover the entries [0, total) unless the plan overflows: with bs <= kTileRowsMax and sorted
+// offsets (always, unless sums wrap) by tiles of one row each (plan_common.cuh's tile path: no per-entry
+// search, coalesced reads and stores, the next tile's loads in flight during this one's stores; the same scan
+// also counts each row's tiles); otherwise grid-striding, each entry's row found by an upper-bound bisection
+// over the offsets in shared memory. The grid depends only on verify_capacity (capturable).
 //
 // Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 32 * max(bs, 1) bytes when
 // bs <= kTileRowsMax (offsets, req_pool_indices, window starts, tile counts), else 8 * bs.
@@ -36,27 +37,61 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
              int* __restrict__ write_num_valid_reqs, const int* __restrict__ pool, long long pool_rows,
              long long pool_cols, const long long* __restrict__ valid_lens, long long token_offset) {
   KVC_DYNAMIC_SHARED(u64, sm);
-  __shared__ u64 warp_tmp[KVC_THREADS / 32];
+  __shared__ u64 warp_tmp[2 * KVC_THREADS / 32];
   const PlanInputs in{req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, rtt_rows, rtt_cols,
                       lut, lut_len, window, bs};
-  const bool tile_rows = bs <= kTileRowsMax;  // the host then sizes shared memory for the tile path's arrays
-  i64* rows_rp = tile_rows ? (i64*)(sm + bs) : nullptr;
-  i64* rows_ws = tile_rows ? (i64*)(sm + 2 * bs) : nullptr;
-  const u64 vtot = verify_offsets<KVC_THREADS>(in, sm, warp_tmp, rows_rp, rows_ws);
   if (blockIdx.x == 0) {
     const OffsetsOutputs out{scratch, write_offsets, write_seeds, out_num_valid, out_enable, write_num_valid_reqs,
                              write_offsets_len, true};
-    offsets_outputs<KVC_THREADS, KVC_HAS_LUT != 0>(in, sm, warp_tmp, vtot, verify_capacity, out);
+    plan_offsets_block<KVC_THREADS, KVC_HAS_LUT != 0>(in, warp_tmp, verify_capacity, out);
     return;
   }
-  if ((i64)vtot > verify_capacity) return;  // overflow: enable = 0, entries untouched
-  const i64 n = imin((i64)vtot, out_capacity);  // == vtot under the contract (verify_capacity == out_capacity)
-  if (n <= 0) return;
   const TokenPool tp{pool, pool_rows, pool_cols, valid_lens, token_offset};
   const EntryOutputs eo{out_slots, out_tokens, out_positions, out_prevs};
-  if (tile_rows && offsets_sorted<KVC_THREADS>(sm, bs)) {
-    plan_entries_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(
-        in, sm, rows_rp, rows_ws, sm + 3 * bs, warp_tmp, tp, n, (i64)blockIdx.x - 1, (i64)gridDim.x - 1, eo);
+  u64 tot[2] = {0, 0};
+  bool sorted = false;
+  const bool tile_rows = bs <= kTileRowsMax;  // the host then sizes shared memory for the tile path's arrays
+  u64* tiles = sm + 3 * bs;
+  i64* rows_rp = (i64*)(sm + bs);
+  i64* rows_ws = (i64*)(sm + 2 * bs);
+  if (tile_rows) {
+    // one scan of the (verify length, tile count) pairs: offsets, tiles, rp and window starts into shared
+    // memory, and whether the offsets are sorted (an int64 sum crossing 2^63 is the only way they are not)
+    constexpr i64 kTile = (i64)KVC_THREADS * kEntriesPerThread;
+    sorted = !block_scan<KVC_THREADS, 2>(
+        bs, warp_tmp, tot,
+        [&](i64 r, u64 (&v)[2]) {
+          const PlanRow row = plan_row(in, r);
+          v[0] = row.len;
+          v[1] = (row.len + (u64)(kTile - 1)) / (u64)kTile;  // len < 2^63: no wrap
+        },
+        [&](i64 r, const u64 (&off)[2], const u64 (&v)[2]) {
+          const PlanRow row = plan_row(in, r);
+          sm[r] = off[0];
+          tiles[r] = off[1];
+          rows_rp[r] = row.rp;
+          rows_ws[r] = row.ws;
+          return r + 1 < bs && (i64)(off[0] + v[0]) < (i64)off[0];  // offs[r + 1] < offs[r]
+        });
+  } else {
+    u64 one[1];
+    block_scan<KVC_THREADS, 1>(
+        bs, warp_tmp, one, [&](i64 r, u64 (&v)[1]) { v[0] = plan_row(in, r).len; },
+        [&](i64 r, const u64 (&off)[1], const u64 (&)[1]) {
+          sm[r] = off[0];
+          return false;
+        });
+    tot[0] = one[0];
+  }
+  if ((i64)tot[0] > verify_capacity) return;  // overflow: enable = 0, entries untouched
+  const i64 n = imin((i64)tot[0], out_capacity);  // == the total under the contract
+  if (n <= 0) return;
+  if (sorted) {
+    // row r's range is then [offs[r], offs[r] + len) clipped to n, so its cdiv(len, kTile) tiles cover it
+    // (tiles past n hold no entry); no overflow bounds their count by total / kTile + bs
+    const TileRows rows{sm, rows_rp, rows_ws, tiles, tot[1]};
+    plan_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(in, rows, tp, n, (i64)blockIdx.x - 1,
+                                                                 (i64)gridDim.x - 1, eo);
     return;
   }
   // each thread takes kEntriesPerThread entries a blockwide stride apart (coalesced), then moves on by the grid

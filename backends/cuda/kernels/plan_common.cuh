@@ -21,79 +21,104 @@ struct PlanInputs {
   i64 bs;
 };
 
+// A req_to_token value as a slot: through the full->SWA LUT when there is one.
+template <bool kHasLut>
+__device__ __forceinline__ i64 translate(const PlanInputs& in, i64 raw) {
+  if (!kHasLut || raw < 0) return raw;
+  return raw < in.lut_len ? in.lut[raw] : kInvalidSlot;
+}
+
 template <bool kHasLut>
 __device__ __forceinline__ i64 read_slot(const PlanInputs& in, i64 rp, i64 pos) {
   const bool ok = rp >= 0 && rp < in.rtt_rows && pos >= 0 && pos < in.rtt_cols;
-  const i64 raw = ok ? (i64)in.req_to_token[rp * in.rtt_cols + pos] : kInvalidSlot;
-  if (!kHasLut || raw < 0) return raw;
-  return raw < in.lut_len ? in.lut[raw] : kInvalidSlot;
+  return translate<kHasLut>(in, ok ? (i64)in.req_to_token[rp * in.rtt_cols + pos] : kInvalidSlot);
 }
 
 __device__ __forceinline__ i64 window_start(i64 prefix, i64 window) {
   return window > 0 ? imax(wsub(prefix, window), 0) : 0;
 }
 
-// Exclusive prefix sum of a[0, n) in place (uint64, wrapping like torch's int64 cumsum), by a block of
-// kThreads threads (each sums a contiguous run, then a warp-shuffle scan of the run totals). Returns the total.
-// `warp_tmp` holds kThreads / 32 values. Starts and ends with a block barrier.
+// The rows [lo, hi) thread threadIdx.x owns in a block scan of n values: contiguous runs of cdiv(n, kThreads).
+struct Run {
+  i64 lo;
+  i64 hi;
+};
 template <int kThreads>
-__device__ u64 block_exclusive_scan(u64* a, i64 n, u64* warp_tmp) {
-  constexpr int kWarps = kThreads / 32;
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  __syncthreads();
+__device__ __forceinline__ Run run_of(i64 n) {
   const i64 per = (n + kThreads - 1) / kThreads;
-  const i64 lo = imin((i64)tid * per, n);
-  const i64 hi = imin(lo + per, n);
-  u64 s = 0;
-  for (i64 i = lo; i < hi; ++i) s += a[i];
-  u64 x = s;
+  const i64 lo = imin((i64)threadIdx.x * per, n);
+  return Run{lo, imin(lo + per, n)};
+}
+
+// Exclusive prefix sums of K value columns over the rows [0, n) at once (uint64, wrapping like torch's int64
+// cumsum), by a block of kThreads threads. Each thread takes its run (run_of): value(r, v) gives row r's K
+// values (called twice per row: to sum the run, then to emit it), emit(r, off, v) receives row r's exclusive
+// offsets and returns whether the row is "bad" (the caller's test). Between the two passes: warp-shuffle scans
+// of the run sums and one exchange of the warp sums through warp_tmp (K * kThreads / 32 values), so the whole
+// scan costs two block barriers and needs no barrier before it. totals[k] gets column k's sum; the result is
+// whether any emit returned true, in every thread. Whatever emit writes to shared memory is visible on return.
+template <int kThreads, int K, class Value, class Emit>
+__device__ bool block_scan(i64 n, u64* warp_tmp, u64 (&totals)[K], Value value, Emit emit) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kWarps <= 32, "a block of 32 to 1024 threads, whole warps");
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const Run run = run_of<kThreads>(n);
+  u64 s[K], x[K], v[K];
 #pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const u64 y = __shfl_up_sync(kFullMask, x, off);
-    if (lane >= off) x += y;
+  for (int k = 0; k < K; ++k) s[k] = 0;
+  for (i64 r = run.lo; r < run.hi; ++r) {
+    value(r, v);
+#pragma unroll
+    for (int k = 0; k < K; ++k) s[k] += v[k];
   }
-  if (lane == 31) warp_tmp[warp] = x;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    x[k] = s[k];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const u64 y = __shfl_up_sync(kFullMask, x[k], off);
+      if (lane >= off) x[k] += y;
+    }
+    if (lane == 31) warp_tmp[k * kWarps + warp] = x[k];
+  }
   __syncthreads();
-  if (warp == 0) {
-    u64 w = lane < kWarps ? warp_tmp[lane] : 0;
+  u64 base[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {  // every warp scans the warp sums itself: no second exchange
+    u64 w = lane < kWarps ? warp_tmp[k * kWarps + lane] : 0;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const u64 y = __shfl_up_sync(kFullMask, w, off);
       if (lane >= off) w += y;
     }
-    if (lane < kWarps) warp_tmp[lane] = w;
+    const u64 before = __shfl_sync(kFullMask, w, warp > 0 ? warp - 1 : 0);
+    totals[k] = __shfl_sync(kFullMask, w, kWarps - 1);
+    base[k] = (warp > 0 ? before : 0) + (x[k] - s[k]);
   }
-  __syncthreads();
-  u64 run = (warp > 0 ? warp_tmp[warp - 1] : 0) + (x - s);
-  const u64 total = warp_tmp[kWarps - 1];
-  for (i64 i = lo; i < hi; ++i) {
-    const u64 v = a[i];
-    a[i] = run;
-    run += v;
+  int bad = 0;
+  for (i64 r = run.lo; r < run.hi; ++r) {
+    value(r, v);
+    bad |= emit(r, base, v) ? 1 : 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) base[k] += v[k];
   }
-  __syncthreads();
-  return total;
+  return __syncthreads_or(bad) != 0;
 }
 
-// Each row's verify length into sm[0, bs), then their exclusive scan; returns the total. With `rows` (the
-// tile path's per-row shared arrays) each row's req_pool_index and window start are kept there too.
-template <int kThreads>
-__device__ u64 verify_offsets(const PlanInputs& in, u64* sm, u64* warp_tmp, i64* rows_rp = nullptr,
-                              i64* rows_ws = nullptr) {
-  for (i64 r = threadIdx.x; r < in.bs; r += kThreads) {
-    const i64 rp = in.req_pool_indices[r];
-    const i64 prefix = in.prefix_lens[r];
-    const i64 ws = window_start(prefix, in.window);
-    const i64 len = imax(wsub(prefix, ws), 0);
-    sm[r] = rp != kReqPoolIdxPadding ? (u64)len : 0;
-    if (rows_rp != nullptr) {
-      rows_rp[r] = rp;
-      rows_ws[r] = ws;
-    }
-  }
-  return block_exclusive_scan<kThreads>(sm, in.bs, warp_tmp);
+// One batch row as both stages read it.
+struct PlanRow {
+  i64 rp;
+  i64 prefix;
+  i64 ws;   // window start
+  u64 len;  // verify entries (0 for a padding row)
+};
+
+__device__ __forceinline__ PlanRow plan_row(const PlanInputs& in, i64 r) {
+  const i64 rp = in.req_pool_indices[r];
+  const i64 prefix = in.prefix_lens[r];
+  const i64 ws = window_start(prefix, in.window);
+  return PlanRow{rp, prefix, ws, rp != kReqPoolIdxPadding ? (u64)imax(wsub(prefix, ws), 0) : 0};
 }
 
 struct OffsetsOutputs {
@@ -107,40 +132,39 @@ struct OffsetsOutputs {
   bool zero_tail;
 };
 
-// Stage 1 by one block, once sm holds the verify offsets (verify_offsets above) with total vtot: the scratch,
-// num_valid and enable, then the write offsets and seeds (sm is reused for the write scan).
+// Stage 1 by one block: one scan of the (verify length, write length) pairs that writes the scratch, the write
+// offsets and the seeds straight from its emit pass (no shared arrays), then the totals, num_valid, enable and
+// num_valid_reqs from thread 0.
 template <int kThreads, bool kHasLut>
-__device__ void offsets_outputs(const PlanInputs& in, u64* sm, u64* warp_tmp, u64 vtot, i64 verify_capacity,
-                                const OffsetsOutputs& out) {
-  const int tid = threadIdx.x;
-  const bool overflow = (i64)vtot > verify_capacity;
-  if (out.verify_offsets_scratch != nullptr) {
-    for (i64 r = tid; r < in.bs; r += kThreads) out.verify_offsets_scratch[r] = (i64)sm[r];
-  }
-  if (tid == 0) {
-    if (out.verify_offsets_scratch != nullptr) out.verify_offsets_scratch[in.bs] = (i64)vtot;
-    *out.verify_num_valid = (int)(u32)(overflow ? (u64)verify_capacity : vtot);  // int32: low 32 bits
+__device__ void plan_offsets_block(const PlanInputs& in, u64* warp_tmp, i64 verify_capacity,
+                                   const OffsetsOutputs& out) {
+  u64 tot[2];
+  block_scan<kThreads, 2>(
+      in.bs, warp_tmp, tot,
+      [&](i64 r, u64 (&v)[2]) {
+        const PlanRow row = plan_row(in, r);
+        v[0] = row.len;
+        v[1] = row.rp != kReqPoolIdxPadding ? (u64)imax(in.extend_seq_lens[r], 0) : 0;
+      },
+      [&](i64 r, const u64 (&off)[2], const u64 (&v)[2]) {
+        if (out.verify_offsets_scratch != nullptr) out.verify_offsets_scratch[r] = (i64)off[0];
+        out.write_offsets[r] = (i64)off[1];
+        const i64 rp = in.req_pool_indices[r];
+        const i64 prefix = in.prefix_lens[r];
+        const bool has_seed = rp != kReqPoolIdxPadding && prefix > 0 && v[1] > 0;
+        out.write_seeds[r] = has_seed ? read_slot<kHasLut>(in, rp, wsub(prefix, 1)) : (i64)-1;
+        return false;
+      });
+  if (threadIdx.x == 0) {
+    const bool overflow = (i64)tot[0] > verify_capacity;
+    if (out.verify_offsets_scratch != nullptr) out.verify_offsets_scratch[in.bs] = (i64)tot[0];
+    *out.verify_num_valid = (int)(u32)(overflow ? (u64)verify_capacity : tot[0]);  // int32: low 32 bits
     *out.verify_enable = overflow ? 0 : 1;
     *out.write_num_valid_reqs = (int)(u32)(u64)in.bs;
+    out.write_offsets[in.bs] = (i64)tot[1];
   }
-  __syncthreads();  // sm is rewritten below
-  for (i64 r = tid; r < in.bs; r += kThreads) {
-    const i64 rp = in.req_pool_indices[r];
-    const i64 ext = in.extend_seq_lens[r];
-    sm[r] = rp != kReqPoolIdxPadding ? (u64)imax(ext, 0) : 0;
-  }
-  const u64 wtot = block_exclusive_scan<kThreads>(sm, in.bs, warp_tmp);
-  for (i64 r = tid; r < in.bs; r += kThreads) {
-    const i64 rp = in.req_pool_indices[r];
-    const i64 prefix = in.prefix_lens[r];
-    const i64 wlen = rp != kReqPoolIdxPadding ? imax(in.extend_seq_lens[r], 0) : 0;
-    const bool has_seed = rp != kReqPoolIdxPadding && prefix > 0 && wlen > 0;
-    out.write_offsets[r] = (i64)sm[r];
-    out.write_seeds[r] = has_seed ? read_slot<kHasLut>(in, rp, wsub(prefix, 1)) : (i64)-1;
-  }
-  if (tid == 0) out.write_offsets[in.bs] = (i64)wtot;
   if (out.zero_tail) {
-    for (i64 i = in.bs + 1 + tid; i < out.write_offsets_len; i += kThreads) out.write_offsets[i] = 0;
+    for (i64 i = in.bs + 1 + threadIdx.x; i < out.write_offsets_len; i += kThreads) out.write_offsets[i] = 0;
   }
 }
 
@@ -226,62 +250,118 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 // each clipped to [0, n): exactly what searchsorted(offs, e, right=True) - 1, clamped, picks. Each range is cut
 // into tiles of kTile = kThreads * kEntriesPerThread entries; block b takes tiles b, b + blocks, ... and finds
 // a tile's row once per tile with a bisection over the rows' exclusive tile counts (in shared memory). Within
-// a tile every entry has the same row: coalesced req_to_token reads, the predecessor slot from the
-// neighbouring lane (a shuffle; lane 0 reads its own), coalesced stores, no per-entry search. Unsorted offsets
-// take the per-entry bisection instead.
+// a tile every entry has the same row, and warp w takes its 32 * kEntriesPerThread consecutive entries in
+// kEntriesPerThread coalesced rounds of 32: each entry's predecessor slot is the neighbouring lane's (lane 0:
+// lane 31's of the round before, by the same shuffle; only round 0's lane 0 reads its own).
+//
+// The kernel is bound by instructions issued, not bytes (Nsight Compute: 0.42 issued per scheduler cycle at
+// 13.6% of DRAM bandwidth with per-entry checks), so a tile whose entries all lie below the row's end and
+// whose req_to_token (and pool) positions are all in range takes a path without per-entry checks: one base
+// pointer per array, rounds at immediate offsets, 32-bit shuffles without a LUT. Other tiles check each entry.
+// Unsorted offsets take the per-entry bisection instead.
 constexpr int kTileRowsMax = 1024;  // rows whose shared arrays (4 x 8 bytes each) the tile path keeps
 
 // Dynamic shared memory of the tile path: offs | rp | ws | tiles, bs words each.
 __host__ __device__ constexpr i64 tile_shared_words(i64 bs) { return 4 * bs; }
 
+// The rows' shared arrays of the tile path (offs: exclusive verify offsets, tiles: exclusive tile counts).
+struct TileRows {
+  const u64* offs;
+  const i64* rp;
+  const i64* ws;
+  const u64* tiles;
+  u64 ntiles;
+};
+
+// Whether [lo, lo + count) (count >= 1, wrapping arithmetic) lies inside [0, limit) without wrapping.
+__device__ __forceinline__ bool span_in(i64 lo, i64 count, i64 limit) {
+  const i64 last = wadd(lo, count - 1);
+  return lo >= 0 && last >= lo && last < limit;
+}
+
+// The predecessor slot from lane - 1 (lane 0: from lane 31, which gives `carry`, its slot of the round before).
+template <bool kHasLut>
+__device__ __forceinline__ i64 left_slot(i64 mine, i64 carry, int lane) {
+  const i64 give = lane == 31 ? carry : mine;
+  if (kHasLut) return __shfl_sync(kFullMask, give, (lane + 31) & 31);
+  return (i64)__shfl_sync(kFullMask, (int)give, (lane + 31) & 31);  // without a LUT a slot is an int32 value
+}
+
 template <int kThreads, bool kHasLut, bool kHasPool>
-__device__ void plan_entries_tiles(const PlanInputs& in, u64* offs, const i64* rows_rp, const i64* rows_ws,
-                                   u64* tiles, u64* warp_tmp, const TokenPool& pool, i64 n, i64 block,
-                                   i64 blocks, const EntryOutputs& out) {
+__device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const TokenPool& pool, i64 n, i64 block,
+                           i64 blocks, const EntryOutputs& out) {
   constexpr int U = kEntriesPerThread;
   constexpr i64 kTile = (i64)kThreads * U;
   const i64 bs = in.bs;
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  // each row's entry range and tile count
-  for (i64 r = tid; r < bs; r += kThreads) {
-    const i64 lo = r == 0 ? 0 : iclamp((i64)offs[r], 0, n);
-    const i64 hi = r == bs - 1 ? n : iclamp((i64)offs[r + 1], 0, n);
-    tiles[r] = hi > lo ? (u64)((hi - lo + kTile - 1) / kTile) : 0;
-  }
-  const u64 ntiles = block_exclusive_scan<kThreads>(tiles, bs, warp_tmp);
-  for (u64 t = (u64)block; t < ntiles; t += (u64)blocks) {
+  const int lane = threadIdx.x & 31;
+  const int lane_first = (threadIdx.x >> 5) * 32 * U + lane;  // this lane's round-0 entry within a tile
+  for (u64 t = (u64)block; t < rows.ntiles; t += (u64)blocks) {
     i64 lo_r = 0;
     i64 hi_r = bs;
     while (lo_r < hi_r) {  // the last row whose first tile is <= t (rows without tiles share the next's start)
       const i64 mid = lo_r + ((hi_r - lo_r) >> 1);
-      if (tiles[mid] <= t) {
+      if (rows.tiles[mid] <= t) {
         lo_r = mid + 1;
       } else {
         hi_r = mid;
       }
     }
     const i64 r = lo_r - 1;
-    const i64 row_lo = r == 0 ? 0 : iclamp((i64)offs[r], 0, n);
-    const i64 row_hi = r == bs - 1 ? n : iclamp((i64)offs[r + 1], 0, n);
-    const i64 rp = rows_rp[r];
-    const i64 base = wsub(rows_ws[r], (i64)offs[r]);  // pos = base + e (wrapping, as the reference)
-    const i64 e0 = row_lo + (i64)(t - tiles[r]) * kTile + tid;
-    i64 vlen = 0;
-    if (kHasPool) vlen = pool.valid_lens[r];
-    i64 slot[U], prev[U], pos[U], tok[U];
+    const i64 row_lo = r == 0 ? 0 : iclamp((i64)rows.offs[r], 0, n);
+    const i64 hi = r == bs - 1 ? n : iclamp((i64)rows.offs[r + 1], 0, n);
+    const i64 rp = rows.rp[r];
+    const i64 base = wsub(rows.ws[r], (i64)rows.offs[r]);  // pos = base + e (wrapping, as the reference)
+    const i64 tile_lo = row_lo + (i64)(t - rows.tiles[r]) * kTile;
+    const i64 e = tile_lo + lane_first;
+    const i64 vlen = kHasPool ? pool.valid_lens[r] : 0;
+    const i64 p_lo = wadd(base, tile_lo);
+    bool fast = hi - tile_lo >= kTile && rp >= 0 && rp < in.rtt_rows && span_in(p_lo, kTile, in.rtt_cols);
+    if (kHasPool) {
+      fast = fast && rp >= 0 && rp < pool.rows && span_in(wadd(p_lo, pool.offset), kTile, imin(vlen, pool.cols));
+    }
+    i64 slot[U];
+    i64 tok[U];
+    i64 prev0 = -1;  // round 0's predecessor slot (lane 0 only)
+    if (fast) {
+      const i64 p0 = p_lo + lane_first;  // no wrap: inside the span just checked
+      const int* src = in.req_to_token + rp * in.rtt_cols + p0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) slot[u] = translate<kHasLut>(in, (i64)src[32 * u]);
+      if (lane == 0 && p0 > 0) prev0 = translate<kHasLut>(in, (i64)src[-1]);  // p0 - 1 is in range too
+      if (kHasPool) {
+        const int* tp = pool.data + rp * pool.cols + (p0 + pool.offset);
+#pragma unroll
+        for (int u = 0; u < U; ++u) tok[u] = (i64)tp[32 * u];
+      }
+      i64* const o_slot = out.slots + e;
+      i64* const o_tok = out.tokens + e;
+      i64* const o_pos = out.positions + e;
+      i64* const o_prev = out.prevs + e;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        o_pos[32 * u] = p0 + 32 * u;
+        o_tok[32 * u] = kHasPool ? tok[u] : (i64)-1;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const i64 left = left_slot<kHasLut>(slot[u], slot[u > 0 ? u - 1 : 0], lane);
+        o_slot[32 * u] = slot[u];
+        // every position here is > 0 but lane 0's of round 0 (whose prev0 stays -1 at position 0)
+        o_prev[32 * u] = (u == 0 && lane == 0) ? prev0 : left;
+      }
+      continue;
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const i64 e = e0 + (i64)u * kThreads;
-      pos[u] = wadd(base, e);
+      const i64 eu = e + 32 * u;
+      const i64 pos = wadd(base, eu);
       slot[u] = -1;
-      prev[u] = -1;
       tok[u] = -1;
-      if (e < row_hi) {
-        slot[u] = read_slot<kHasLut>(in, rp, pos[u]);
-        if (lane == 0 && pos[u] > 0) prev[u] = read_slot<kHasLut>(in, rp, pos[u] - 1);
+      if (eu < hi) {
+        slot[u] = read_slot<kHasLut>(in, rp, pos);
+        if (u == 0 && lane == 0 && pos > 0) prev0 = read_slot<kHasLut>(in, rp, pos - 1);
         if (kHasPool) {
-          const i64 q = wadd(pos[u], pool.offset);
+          const i64 q = wadd(pos, pool.offset);
           if (q >= 0 && q < vlen && q < pool.cols && rp >= 0 && rp < pool.rows) {
             tok[u] = (i64)pool.data[rp * pool.cols + q];
           }
@@ -290,26 +370,17 @@ __device__ void plan_entries_tiles(const PlanInputs& in, u64* offs, const i64* r
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      // entry e - 1 is lane - 1's entry u: same row, position pos - 1
-      const i64 left = __shfl_up_sync(kFullMask, slot[u], 1);
-      const i64 e = e0 + (i64)u * kThreads;
-      if (e < row_hi) {
-        const i64 pv = pos[u] > 0 ? (lane == 0 ? prev[u] : left) : (i64)-1;
-        out.slots[e] = slot[u];
-        out.tokens[e] = tok[u];
-        out.positions[e] = pos[u];
-        out.prevs[e] = pv;
+      const i64 left = __shfl_sync(kFullMask, lane == 31 ? slot[u > 0 ? u - 1 : 0] : slot[u], (lane + 31) & 31);
+      const i64 eu = e + 32 * u;
+      if (eu < hi) {
+        const i64 pos = wadd(base, eu);
+        out.positions[eu] = pos;
+        out.tokens[eu] = tok[u];
+        out.slots[eu] = slot[u];
+        out.prevs[eu] = pos > 0 ? ((lane == 0 && u == 0) ? prev0 : left) : (i64)-1;
       }
     }
   }
-}
-
-// Whether offs[0, bs) is sorted (as int64); block-wide, every thread gets the answer.
-template <int kThreads>
-__device__ __forceinline__ bool offsets_sorted(const u64* offs, i64 bs) {
-  int bad = 0;
-  for (i64 r = 1 + threadIdx.x; r < bs; r += kThreads) bad |= (i64)offs[r] < (i64)offs[r - 1];
-  return !__syncthreads_or(bad);
 }
 
 }  // namespace kvc

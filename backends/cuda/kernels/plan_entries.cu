@@ -38,6 +38,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
   const bool tile_rows = bs <= kTileRowsMax;  // the host then sizes shared memory for the tile path's arrays
   i64* rows_rp = (i64*)(sm + bs);
   i64* rows_ws = (i64*)(sm + 2 * bs);
+  u64* tiles = sm + 3 * bs;
   for (i64 r = threadIdx.x; r < bs; r += KVC_THREADS) {
     sm[r] = ld_nc(scratch + r);
     if (tile_rows) {
@@ -50,10 +51,27 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
                       lut, lut_len, window, bs};
   const TokenPool tp{pool, pool_rows, pool_cols, valid_lens, token_offset};
   const EntryOutputs eo{out_slots, out_tokens, out_positions, out_prevs};
-  if (tile_rows && offsets_sorted<KVC_THREADS>(sm, bs)) {
-    plan_entries_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(
-        in, sm, rows_rp, rows_ws, sm + 3 * bs, warp_tmp, tp, n, (i64)blockIdx.x, (i64)gridDim.x, eo);
-    return;
+  if (tile_rows) {
+    // each row's tiles over its entry range clipped to [0, n), scanned; and whether the scratch is sorted
+    constexpr i64 kTile = (i64)KVC_THREADS * kEntriesPerThread;
+    u64 ntiles[1];
+    const bool unsorted = block_scan<KVC_THREADS, 1>(
+        bs, warp_tmp, ntiles,
+        [&](i64 r, u64 (&v)[1]) {
+          const i64 lo = r == 0 ? 0 : iclamp((i64)sm[r], 0, n);
+          const i64 hi = r == bs - 1 ? n : iclamp((i64)sm[r + 1], 0, n);
+          v[0] = hi > lo ? (u64)((hi - lo + kTile - 1) / kTile) : 0;
+        },
+        [&](i64 r, const u64 (&off)[1], const u64 (&)[1]) {
+          tiles[r] = off[0];
+          return r + 1 < bs && (i64)sm[r + 1] < (i64)sm[r];
+        });
+    if (!unsorted) {
+      const TileRows rows{sm, rows_rp, rows_ws, tiles, ntiles[0]};
+      plan_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(in, rows, tp, n, (i64)blockIdx.x,
+                                                                   (i64)gridDim.x, eo);
+      return;
+    }
   }
   const i64 step = (i64)gridDim.x * KVC_THREADS * kEntriesPerThread;
   const i64 first = (i64)blockIdx.x * KVC_THREADS * kEntriesPerThread + threadIdx.x;

@@ -2,8 +2,9 @@
 // offset into the scratch (total at [bs]), the write offsets [0..bs], the seeds [0, bs), num_valid, enable and
 // num_valid_reqs. Entries past bs are left as they are (unlike the fused plan, which zeroes write_offsets).
 //
-// Semantics: backends/torch_ref/plan_offsets.py. Launch: one block (bs <= 4096 rows), two block scans in
-// shared memory. Specializations: KVC_THREADS, KVC_HAS_LUT. Dynamic shared memory: 8 * max(bs, 1) bytes.
+// Semantics: backends/torch_ref/plan_offsets.py. Launch: one block (bs <= 4096 rows), one block scan of the
+// (verify length, write length) pairs that writes every output from its second pass. Specializations:
+// KVC_THREADS, KVC_HAS_LUT. No dynamic shared memory.
 #include "plan_common.cuh"
 
 #ifndef KVC_THREADS
@@ -23,12 +24,10 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
                      long long* __restrict__ write_offsets, long long write_offsets_len,
                      long long* __restrict__ write_seeds, int* __restrict__ out_num_valid,
                      int* __restrict__ out_enable, int* __restrict__ write_num_valid_reqs) {
-  KVC_DYNAMIC_SHARED(u64, sm);
-  __shared__ u64 warp_tmp[KVC_THREADS / 32];
+  __shared__ u64 warp_tmp[2 * KVC_THREADS / 32];
   const PlanInputs in{req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, rtt_rows, rtt_cols,
                       lut, lut_len, window, bs};
-  const u64 vtot = verify_offsets<KVC_THREADS>(in, sm, warp_tmp);
   const OffsetsOutputs out{scratch, write_offsets, write_seeds, out_num_valid, out_enable, write_num_valid_reqs,
                            write_offsets_len, false};
-  offsets_outputs<KVC_THREADS, KVC_HAS_LUT != 0>(in, sm, warp_tmp, vtot, verify_capacity, out);
+  plan_offsets_block<KVC_THREADS, KVC_HAS_LUT != 0>(in, warp_tmp, verify_capacity, out);
 }

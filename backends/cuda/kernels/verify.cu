@@ -104,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       live[u] = slot[u] > 0 && slot[u] < num_slots;  // 0: padding, never verified; outside: reported below
-      const bool prev_oob = prev[u] == kInvalidSlot || prev[u] >= num_slots;
+      const bool prev_oob = index_oob(prev[u], num_slots);
       const bool link = live[u] && prev[u] > 0 && !prev_oob;
       cur[u] = Record{0, 0, 0, 0};
       pre[u] = Record{0, 0, 0, 0};
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
         continue;
       }
       const i64 p = prev[u];
-      const bool prev_oob = p == kInvalidSlot || p >= num_slots;
+      const bool prev_oob = index_oob(p, num_slots);
       const bool prev_link = p > 0 && !prev_oob;
       const bool prev_anchor = p < 0 && !prev_oob;
       const bool prev_reach = p != 0 && !prev_oob;

@@ -114,7 +114,7 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
   if (count <= 0) return 0;
 
   const i64 num_slots = a.num_slots;
-  const bool seed_oob = seed == kInvalidSlot || seed >= num_slots;
+  const bool seed_oob = index_oob(seed, num_slots);
   const bool seed_ok = seed >= 0 && !seed_oob;
   const i64* ids = a.input_ids + start;
   const i64* poss = a.positions + start;

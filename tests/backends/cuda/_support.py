@@ -372,14 +372,19 @@ def big_write_call(seed: int, *, requests: int, max_len: int, nsrc: int, mode: i
     return Call(Op.WRITE, make, _outputs, ring_base=0, order_sensitive=False, label="big write")
 
 
-def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool, window: int = 0) -> Call:
+def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool, window: int = 0,
+                  cols: int | None = None, stray_rows: bool = False) -> Call:
+    """A plan over random rows. ``cols`` below ``max_prefix`` puts the ends of long rows past req_to_token (and
+    the pool); ``stray_rows`` points a few requests past both tensors' rows."""
     rng = random.Random(seed)
     gen = _gen(seed)
     max_reqs = bs + 3
-    cols = max_prefix + 4
+    cols = max_prefix + 4 if cols is None else cols
     full_slots = bs * max_prefix + 10
     r2t = torch.randint(0, full_slots, (max_reqs, cols), dtype=torch.int32, generator=gen)
     rpi = [rng.randrange(1, max_reqs) if rng.random() < 0.95 else 0 for _ in range(bs)]
+    if stray_rows:
+        rpi = [r if rng.random() < 0.8 else rng.choice([max_reqs, max_reqs + 7, -3]) for r in rpi]
     prefix = [rng.choice([0, 1, rng.randint(0, max_prefix), max_prefix]) for _ in range(bs)]
     extend = [rng.choice([0, 1, rng.randint(1, 64), -2]) for _ in range(bs)]
     lut_t = (torch.randint(0, full_slots, (full_slots - 5,), dtype=torch.int64, generator=gen)

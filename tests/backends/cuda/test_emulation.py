@@ -58,6 +58,11 @@ LARGER: dict[str, Callable[[], _support.Call]] = {
     "write NONE": lambda: S.big_write_call(4, requests=5, max_len=150, nsrc=0, mode=0, assert_inputs=False),
     "plan LUT+pool": lambda: S.big_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
     "plan SWA+pool": lambda: S.big_plan_call(6, bs=30, max_prefix=200, lut=False, pool=True, window=50),
+    # rows of whole tiles (the tile path without per-entry checks) beside rows running past req_to_token
+    "plan long rows": lambda: S.big_plan_call(8, bs=6, max_prefix=3000, lut=False, pool=False, cols=2600,
+                                              stray_rows=True),
+    "plan long rows SWA+LUT+pool": lambda: S.big_plan_call(9, bs=6, max_prefix=3000, lut=True, pool=True,
+                                                           window=2100, cols=2900, stray_rows=True),
     "scatter": lambda: S.big_scatter_call(7, bs=30, rows=20, cols=500),
 }
 
