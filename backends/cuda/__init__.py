@@ -36,12 +36,14 @@ from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 # chain): verify is split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi chained 40.8 vs
 # 42.4 us, 16 Mi chained 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one clear win the
 # largest; write is split by shape (one 32 Ki-token chain 3.66 vs 4.10 ms for CUDA, 64 x 512 82.8 vs 73.3 us
-# for Triton, 1024 x 1 a tie); scatter swapped order between two runs of unchanged kernels (17.0 vs 11.2 us,
-# then 14.6 vs 17.3 us), so it stays with Triton. The write shape lives in device data (write_offsets), so
-# the registry cannot choose per call without a host sync.
+# for Triton, 1024 x 1 a tie); scatter changed order between runs of unchanged kernels (cuda vs triton 17.0 vs
+# 11.2 us, then 14.6 vs 17.3 and 10.1 vs 16.2 us: a one-launch graph over L2-warm inputs is that noisy), so it
+# stays with Triton until a rotating head-to-head settles it. The write shape lives in device data
+# (write_offsets), so the registry cannot choose per call without a host sync.
 # The fused plan ranks above Triton since its tile path without per-entry checks (2026-12-03, later): 17.0 vs
-# 18.4 us head to head, and 14.1 us in bench_cuda's rotating graphs (15.4 us with the token pool) against
-# bench_triton's 19.0 us (22.8 us with the token pool). plan_offsets and plan_entries alone were not compared.
+# 18.4 us and 15.4 vs 16.7 us in two head-to-head runs, and 14.1-14.3 us in bench_cuda's rotating graphs (15.4 us
+# with the token pool) against bench_triton's 19.0 us (22.8 us with the token pool). plan_offsets and
+# plan_entries alone were not compared.
 PRIORITY = 40
 PLAN_PRIORITY = 60  # above Triton's 50: measured faster (above)
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
