@@ -118,7 +118,7 @@ def dependent_loads_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Ten
     k = probe("kvc_probe_dep2", 32 * warps_per_block)
     n = seeds.shape[0]
     out = torch.zeros_like(recs)
-    grid = max(1, -(-n // warps_per_block))
+    grid = max(1, cdiv(n, warps_per_block))
     return time_graph(lambda: _launch(k, (grid, 1, 32 * warps_per_block, 0), offs.data_ptr(), seeds.data_ptr(),
                                       ids.data_ptr(), locs.data_ptr(), recs.data_ptr(), out.data_ptr(), n), calls=100)
 

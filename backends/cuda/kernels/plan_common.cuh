@@ -280,11 +280,13 @@ __device__ __forceinline__ bool span_in(i64 lo, i64 count, i64 limit) {
 }
 
 // The predecessor slot from lane - 1 (lane 0: from lane 31, which gives `carry`, its slot of the round before).
-template <bool kHasLut>
+// kWide: a slot may not fit in 32 bits (a LUT value, or INVALID_SLOT off the checked path); otherwise it is an
+// int32 req_to_token value and one 32-bit shuffle moves it.
+template <bool kWide>
 __device__ __forceinline__ i64 left_slot(i64 mine, i64 carry, int lane) {
   const i64 give = lane == 31 ? carry : mine;
-  if (kHasLut) return __shfl_sync(kFullMask, give, (lane + 31) & 31);
-  return (i64)__shfl_sync(kFullMask, (int)give, (lane + 31) & 31);  // without a LUT a slot is an int32 value
+  if (kWide) return __shfl_sync(kFullMask, give, (lane + 31) & 31);
+  return (i64)__shfl_sync(kFullMask, (int)give, (lane + 31) & 31);
 }
 
 template <int kThreads, bool kHasLut, bool kHasPool>
@@ -317,7 +319,7 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
     const i64 p_lo = wadd(base, tile_lo);
     bool fast = hi - tile_lo >= kTile && rp >= 0 && rp < in.rtt_rows && span_in(p_lo, kTile, in.rtt_cols);
     if (kHasPool) {
-      fast = fast && rp >= 0 && rp < pool.rows && span_in(wadd(p_lo, pool.offset), kTile, imin(vlen, pool.cols));
+      fast = fast && rp < pool.rows && span_in(wadd(p_lo, pool.offset), kTile, imin(vlen, pool.cols));
     }
     i64 slot[U];
     i64 tok[U];
@@ -370,7 +372,7 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const i64 left = __shfl_sync(kFullMask, lane == 31 ? slot[u > 0 ? u - 1 : 0] : slot[u], (lane + 31) & 31);
+      const i64 left = left_slot<true>(slot[u], slot[u > 0 ? u - 1 : 0], lane);
       const i64 eu = e + 32 * u;
       if (eu < hi) {
         const i64 pos = wadd(base, eu);
