@@ -41,9 +41,10 @@ from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 # stays with Triton until a rotating head-to-head settles it. The write shape lives in device data
 # (write_offsets), so the registry cannot choose per call without a host sync.
 # The fused plan ranks above Triton since its tile path without per-entry checks (2026-12-03, later): 17.0 vs
-# 18.4 us and 15.4 vs 16.7 us in two head-to-head runs, and 14.1-14.3 us in bench_cuda's rotating graphs (15.4 us
-# with the token pool) against bench_triton's 19.0 us (22.8 us with the token pool). plan_offsets and
-# plan_entries alone were not compared.
+# 18.4 us and 15.4 vs 16.7 us in two head-to-head runs (17.0 vs 20.0 us in a third, after the tile shares),
+# and 14.1-14.3 us in bench_cuda's rotating graphs (15.4 us with the token pool) against bench_triton's 19.0 us
+# (22.8 us with the token pool). plan_offsets and plan_entries alone were not compared. Scatter in the third
+# run: 9.9 vs 10.8 us, still within the spread above.
 PRIORITY = 40
 PLAN_PRIORITY = 60  # above Triton's 50: measured faster (above)
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)

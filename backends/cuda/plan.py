@@ -2,11 +2,13 @@
 
 Every block scans the batch rows' verify lengths in shared memory itself, so the fused launch needs no scratch
 and no second launch; it still fills ``verify_offsets_scratch`` when the plan has one (as the reference does).
-Grid: block 0 (stage-1 outputs) + ``min(cdiv(capacity, 1024), resident blocks - 1)`` entry blocks (256
-threads, 4 entries each per round), so every block is resident from the start: it depends only on the
-capacity, so the launch is capturable. Tuning (benchmarks/results/raw/explore_cuda_3.log, H200, 4096-token
-rows): 256 threads x 16 entries (13.6 us) and 512 x 8 (13.5 us) were 2-3% faster than 256 x 4 (13.9 us), about
-the run-to-run spread, and their 4096-entry tiles would leave most threads idle on short rows: 256 x 4 stays.
+Grid: block 0 (stage-1 outputs) + ``min(max_tiles(bs, capacity), resident blocks - 1)`` entry blocks (256
+threads, 4 entries each per round), so every block is resident from the start. It depends only on shapes, so
+the launch is capturable. Tiles never span two rows, so a batch has up to ``cdiv(capacity, 1024) + bs`` of
+them: sizing the grid from the capacity alone left 4 blocks for 256 rows of 16 tokens (67 us; now 3.4 us).
+Tuning (benchmarks/results/raw/explore_cuda_3.log, H200, 4096-token rows): 256 threads x 16 entries (13.6 us)
+and 512 x 8 (13.5 us) were 2-3% faster than 256 x 4 (13.9 us), about the run-to-run spread, and their
+4096-entry tiles would leave most threads idle on short rows: 256 x 4 stays.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from backends.cuda._pack import Args, KernelCache, Shape, ptr
-from backends.cuda._toolchain import Spec, cdiv, launch
-from backends.cuda.plan_entries import shared_bytes
+from backends.cuda._toolchain import Spec, launch
+from backends.cuda.plan_entries import max_tiles, shared_bytes
 from kvcanary.plans import VerifyPlan, WritePlan
 
 THREADS = 256
@@ -61,7 +63,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     """(grid x, grid y, threads, shared bytes): block 0 for stage 1, then the entry blocks, all resident at
     once (a block past the resident ones would start only when block 0 ends, and then run its tiles alone)."""
     bs, cap = sizes
-    return 1 + max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
+    return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
 def plan(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,

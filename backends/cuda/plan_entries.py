@@ -1,7 +1,7 @@
 """plan_entries: stage 2 alone, ``kernels/plan_entries.cu`` (semantics: backends/torch_ref/plan_entries.py).
 
-Grid: ``min(cdiv(capacity, 1024), blocks that fit)`` blocks of 256 threads, 4 entries each per round (fixed by
-the capacity: capturable). With no entry capacity or no batch row nothing can be written, and nothing is
+Grid: ``min(max_tiles(bs, capacity), blocks that fit)`` blocks of 256 threads, 4 entries each per round (fixed
+by shapes: capturable). With no entry capacity or no batch row nothing can be written, and nothing is
 launched (the reference does nothing either).
 """
 
@@ -20,6 +20,13 @@ TILE_ROWS_MAX = 1024  # kTileRowsMax in kernels/plan_common.cuh
 def shared_bytes(bs: int) -> int:
     """Dynamic shared memory: the tile path's four per-row arrays up to TILE_ROWS_MAX rows, else the offsets."""
     return 32 * max(bs, 1) if bs <= TILE_ROWS_MAX else 8 * bs
+
+
+def max_tiles(bs: int, capacity: int) -> int:
+    """The most tiles of THREADS * ENTRIES_PER_THREAD entries a plan can have: tiles never span two rows, so
+    each row adds at most one partial tile to the capacity's."""
+    return cdiv(capacity, THREADS * ENTRIES_PER_THREAD) + bs
+
 
 Key = tuple[bool, bool]  # LUT, token pool
 
@@ -58,7 +65,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     bs, cap = sizes
     if cap == 0 or bs == 0:
         return None
-    return max(1, min(cdiv(cap, THREADS * ENTRIES_PER_THREAD), max_blocks)), 1, THREADS, shared_bytes(bs)
+    return max(1, min(max_tiles(bs, cap), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
 def plan_entries(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, req_to_token: torch.Tensor,

@@ -2,9 +2,9 @@
 
 Sections: ``verify`` (threads x entries per thread x grid), ``chain`` (ways of walking write's chain over a
 tile, beside the serial floors), ``stream`` (a plain stream of the plan's traffic at its size), ``host`` (the
-steps of an eager launch's host time), ``plan`` (threads x entries per thread x grid, and the fixed cost beside
-an empty kernel of the same grid), ``write`` (tiles per chain batch). Each variant is the backend's own kernel
-source with other defines; results go to stdout (benchmarks/results/raw/explore_*.log).
+steps of an eager launch's host time), ``plan`` (threads x entries per thread x register cap x grid, and the
+fixed cost beside an empty kernel of the same grid), ``write`` (tiles per chain batch). Each variant is the
+backend's own kernel source with other defines; results go to stdout (benchmarks/results/raw/explore_*.log).
 """
 
 from __future__ import annotations
@@ -127,13 +127,16 @@ def main() -> None:
         t = fc.time_graph(partial(launch, empty, 0, (shp0[0], 1, 256, shp0[3]), (0,)))
         print(f"empty kernel, the plan's grid and shared memory {t * 1e6:7.2f} us")
         ref = None
-        for threads, ept in ((256, 4), (256, 2), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 4)):
+        # (threads, entries per thread, blocks per SM ptxas must fit: a register cap, 0 = ptxas's choice)
+        for threads, ept, min_blocks in ((256, 4, 0), (256, 4, 3), (256, 4, 5), (256, 4, 6), (256, 8, 0),
+                                         (256, 8, 5), (256, 16, 0), (512, 8, 0)):
             spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
-                                                ("KVC_PLAN_EPT", ept)), threads)
+                                                ("KVC_PLAN_EPT", ept), ("KVC_PLAN_MIN_BLOCKS", min_blocks)), threads)
             kern = load(spec, 0, shared_bytes(bs))
             tiles = cdiv(entries, threads * ept)
-            grids = {"resident": min(tiles + 1, kern.max_blocks), "resident+1": 1 + min(tiles, kern.max_blocks),
-                     "full": 1 + tiles}
+            grids = {"resident": min(tiles + 1, kern.max_blocks)}
+            if min_blocks == 0 and ept == 4:
+                grids["full"] = 1 + tiles
             for grid_kind, grid in grids.items():
                 for label, arglists in (("4096", argsets), ("16 (fixed)", [a_small[2]])):
                     fns = [partial(launch, kern, 0, (grid, 1, threads, shared_bytes(bs)), a) for a in arglists]
@@ -144,7 +147,7 @@ def main() -> None:
                         got = vps[0].verify_slot_indices.clone()
                         ok = "ok" if ref is None or torch.equal(got, ref) else "MISMATCH"
                         ref = got if ref is None else ref
-                    print(f"plan t{threads} ept{ept} {grid_kind:10s} grid {grid:5d} "
+                    print(f"plan t{threads} ept{ept} minb{min_blocks} {grid_kind:10s} grid {grid:5d} "
                           f"regs {kern.num_regs:3d} x{label:10s} {t * 1e6:7.2f} us {ok}")
     if "host" in what:
         host_sweep()

@@ -83,6 +83,21 @@ __device__ __forceinline__ U64x2 ld_nc_v2(const void* p) {
   return v;
 }
 
+// Read-only loads issued where they stand: volatile, so the compiler cannot sink one past an early exit into
+// the branch that first needs it (write's per-request inputs: each sunk load was one more dependent round trip
+// before the request's work, five in all instead of two).
+__device__ __forceinline__ u64 ld_now(const void* p) {
+  u64 v;
+  asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int ld_now_s32(const int* p) {
+  int v;
+  asm volatile("ld.volatile.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Coherent loads: data another block of the same launch may write (write's seed records).
 __device__ __forceinline__ u64 ld_cg(const void* p) {
   u64 v;
@@ -102,6 +117,11 @@ __device__ __forceinline__ void st_v2(void* p, u64 a, u64 b) {
 __device__ __forceinline__ u64 ld_nc(const void* p) { return kvc_emu_load(p, 8); }
 __device__ __forceinline__ U64x2 ld_nc_v2(const void* p) {
   return U64x2{kvc_emu_load(p, 16), kvc_emu_load((const char*)p + 8, 0)};
+}
+__device__ __forceinline__ u64 ld_now(const void* p) { return ld_nc(p); }
+__device__ __forceinline__ int ld_now_s32(const int* p) {
+  if (((uintptr_t)p % 4) != 0) kvc_emu_fault(p);
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 __device__ __forceinline__ u64 ld_cg(const void* p) { return ld_nc(p); }
 __device__ __forceinline__ void st_u64(void* p, u64 v) { kvc_emu_store(p, v, 8); }

@@ -6,9 +6,9 @@
 // rows: two 8-byte loads per row, two block barriers), so no block waits for another and no scratch is
 // needed, then cover the entries [0, total) unless the plan overflows: with bs <= kTileRowsMax and sorted
 // offsets (always, unless sums wrap) by tiles of one row each (plan_common.cuh's tile path: no per-entry
-// search, coalesced reads and stores, the next tile's loads in flight during this one's stores; the same scan
-// also counts each row's tiles); otherwise grid-striding, each entry's row found by an upper-bound bisection
-// over the offsets in shared memory. The grid depends only on verify_capacity (capturable).
+// search, coalesced reads and stores; the same scan counts each row's tiles and finds the row of the block's
+// first tile); otherwise grid-striding, each entry's row found by an upper-bound bisection over the offsets in
+// shared memory. The grid depends only on shapes: the capacity and bs (capturable).
 //
 // Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 32 * max(bs, 1) bytes when
 // bs <= kTileRowsMax (offsets, req_pool_indices, window starts, tile counts), else 8 * bs.
@@ -23,10 +23,18 @@
 #ifndef KVC_HAS_POOL
 #define KVC_HAS_POOL 0
 #endif
+#ifndef KVC_PLAN_MIN_BLOCKS
+#define KVC_PLAN_MIN_BLOCKS 0  // > 0: blocks per SM ptxas must fit (a register cap the sweeps try); 0: its choice
+#endif
+#if KVC_PLAN_MIN_BLOCKS > 0
+#define KVC_PLAN_BOUNDS __launch_bounds__(KVC_THREADS, KVC_PLAN_MIN_BLOCKS)
+#else
+#define KVC_PLAN_BOUNDS __launch_bounds__(KVC_THREADS)
+#endif
 
 using namespace kvc;
 
-extern "C" __global__ void __launch_bounds__(KVC_THREADS)
+extern "C" __global__ void KVC_PLAN_BOUNDS
     kvc_plan(const long long* __restrict__ req_pool_indices, const long long* __restrict__ prefix_lens,
              const long long* __restrict__ extend_seq_lens, const int* __restrict__ req_to_token, long long rtt_rows,
              long long rtt_cols, const long long* __restrict__ lut, long long lut_len, long long window, long long bs,
@@ -38,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
              long long pool_cols, const long long* __restrict__ valid_lens, long long token_offset) {
   KVC_DYNAMIC_SHARED(u64, sm);
   __shared__ u64 warp_tmp[2 * KVC_THREADS / 32];
+  __shared__ i64 first_row;  // the tile path's row of this block's first tile (set by the scan's emit pass)
   const PlanInputs in{req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, rtt_rows, rtt_cols,
                       lut, lut_len, window, bs};
   if (blockIdx.x == 0) {
@@ -71,6 +80,10 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
           tiles[r] = off[1];
           rows_rp[r] = row.rp;
           rows_ws[r] = row.ws;
+          // tot holds the totals once the emit pass runs: the row of this block's first tile
+          if (row_holds_tile(off[1], v[1], tile_share(tot[1], (i64)blockIdx.x - 1, (i64)gridDim.x - 1))) {
+            first_row = r;
+          }
           return r + 1 < bs && (i64)(off[0] + v[0]) < (i64)off[0];  // offs[r + 1] < offs[r]
         });
   } else {
@@ -89,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
   if (sorted) {
     // row r's range is then [offs[r], offs[r] + len) clipped to n, so its cdiv(len, kTile) tiles cover it
     // (tiles past n hold no entry); no overflow bounds their count by total / kTile + bs
-    const TileRows rows{sm, rows_rp, rows_ws, tiles, tot[1]};
+    const TileRows rows{sm, rows_rp, rows_ws, tiles, tot[1], first_row};
     plan_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(in, rows, tp, n, (i64)blockIdx.x - 1,
                                                                  (i64)gridDim.x - 1, eo);
     return;

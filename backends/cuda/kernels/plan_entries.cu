@@ -4,7 +4,8 @@
 // Semantics: backends/torch_ref/plan_entries.py. Each block copies the scratch's bs offsets into shared memory;
 // with bs <= kTileRowsMax and a sorted scratch it takes tiles of one row each (plan_common.cuh's tile path),
 // otherwise it grid-strides over the entries, each row found by the same bisection as torch.searchsorted (so
-// an unsorted scratch picks the reference's rows). The grid depends only on the capacity (capturable).
+// an unsorted scratch picks the reference's rows). The grid depends only on shapes: the capacity and bs
+// (capturable).
 // Specializations: KVC_THREADS, KVC_HAS_LUT, KVC_HAS_POOL. Dynamic shared memory: 32 * bs bytes when
 // bs <= kTileRowsMax, else 8 * bs (bs >= 1).
 #include "plan_common.cuh"
@@ -32,6 +33,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
                      const long long* __restrict__ valid_lens, long long token_offset) {
   KVC_DYNAMIC_SHARED(u64, sm);
   __shared__ u64 warp_tmp[KVC_THREADS / 32];
+  __shared__ i64 first_row;  // the tile path's row of this block's first tile (set by the scan's emit pass)
   const i64 total = (i64)ld_nc(scratch + bs);
   const i64 n = *verify_enable != 0 ? iclamp(total, 0, capacity) : 0;
   if (n == 0) return;
@@ -62,12 +64,14 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
           const i64 hi = r == bs - 1 ? n : iclamp((i64)sm[r + 1], 0, n);
           v[0] = hi > lo ? (u64)((hi - lo + kTile - 1) / kTile) : 0;
         },
-        [&](i64 r, const u64 (&off)[1], const u64 (&)[1]) {
+        [&](i64 r, const u64 (&off)[1], const u64 (&v)[1]) {
           tiles[r] = off[0];
+          // ntiles holds the total once the emit pass runs: the row of this block's first tile
+          if (row_holds_tile(off[0], v[0], tile_share(ntiles[0], (i64)blockIdx.x, (i64)gridDim.x))) first_row = r;
           return r + 1 < bs && (i64)sm[r + 1] < (i64)sm[r];
         });
     if (!unsorted) {
-      const TileRows rows{sm, rows_rp, rows_ws, tiles, ntiles[0]};
+      const TileRows rows{sm, rows_rp, rows_ws, tiles, ntiles[0], first_row};
       plan_tiles<KVC_THREADS, KVC_HAS_LUT != 0, KVC_HAS_POOL != 0>(in, rows, tp, n, (i64)blockIdx.x,
                                                                    (i64)gridDim.x, eo);
       return;

@@ -7,7 +7,8 @@
 // - Blocks of row y = 0 are chain blocks: warp w of block x walks request r = x * KVC_WRITE_WARPS + w. Many tiny
 //   requests share a block (few block launches) and the block adds its warps' stored-record counts into
 //   slot_run_counter with one atomic. The request's offsets, seed and input tile are loaded in two rounds
-//   (what depends only on r; then the total, the seed record and the first tile).
+//   (what depends only on r; then the total, the seed record and the first tile), both issued before any
+//   early exit: 1024 one-token requests took five dependent rounds when the compiler sank loads into branches.
 // - The chain: tokens in tiles of 32, lane k of the warp loading token k's inputs (coalesced, one tile ahead)
 //   and staging its token and position in the warp's shared tile. Lane 0 alone walks the serial mix3 chain
 //   over the tile (unrolled 32 steps for a full tile): its shared-memory reads do not depend on the chain, so
@@ -100,18 +101,17 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
                                              i64 r, int lane) {
   (void)src;
   if (r >= a.capacity) return 0;
-  // Round 1: what depends only on r.
-  const i64 nv = *a.num_valid_reqs;
-  const i64 o0 = (i64)ld_nc(a.offsets + r);
-  const i64 o1 = (i64)ld_nc(a.offsets + r + 1);
-  const i64 seed = (i64)ld_nc(a.seeds + r);
-  const int cpa = *a.chain_position_assert;
+  // Every load of both rounds is issued before the first early exit. Round 1, what depends only on r (ld_now:
+  // the compiler would sink each load into the branch that first needs it, one round trip each):
+  const i64 nv = ld_now_s32(a.num_valid_reqs);
+  const int cpa = ld_now_s32(a.chain_position_assert);
+  const i64 o0 = (i64)ld_now(a.offsets + r);
+  const i64 o1 = (i64)ld_now(a.offsets + r + 1);  // r < capacity: offsets holds capacity + 1
+  const i64 seed = (i64)ld_now(a.seeds + r);
   const i64 nreq = iclamp(nv, 0, a.capacity);
-  if (r >= nreq) return 0;
   const i64 start = iclamp(o0, 0, a.ntok);
   const i64 end = iclamp(o1, 0, a.ntok);
   const i64 count = end - start;
-  if (count <= 0) return 0;
 
   const i64 num_slots = a.num_slots;
   const bool seed_oob = index_oob(seed, num_slots);
@@ -122,7 +122,7 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
   const i64* etoks = KVC_ASSERT ? a.exp_tokens + start : nullptr;
   const i64* eposs = KVC_ASSERT ? a.exp_positions + start : nullptr;
   // Round 2, issued together: the total (the reference's early exit), the seed record, the first tile.
-  const i64 total = (i64)ld_nc(a.offsets + nreq);
+  const i64 total = (i64)ld_now(a.offsets + nreq);
   u64 seed_tok = 0, seed_pos = 0, seed_hash = 0;
   if (seed_ok) {
     const unsigned char* p = a.buf + seed * a.stride;
@@ -131,6 +131,7 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
     seed_hash = ld_cg(p + 16);
   }
   Inputs next = load_inputs(ids, poss, locs, etoks, eposs, lane, count);
+  if (r >= nreq || count <= 0) return 0;
   if (total <= 0) return 0;  // the reference's early exit: nothing at all
   if (seed_oob && lane == 0) ring.push(seed, -1, -1, -1, 0, r, kIndexOutOfRange);
   u64 running = seed_ok ? mix3(seed_hash, seed_tok, seed_pos) : kAnchorHash;

@@ -84,6 +84,9 @@ def _nvcc_specs() -> list[Spec]:
         write.KERNELS.spec(1, True, True, True),
         plan.KERNELS.spec(False, False), plan.KERNELS.spec(True, True),
         plan_offsets.KERNELS.spec(True), plan_entries.KERNELS.spec(True, True), scatter.KERNELS.spec(),
+        # a variant explore_cuda's plan sweep builds: more entries per thread, a register cap
+        Spec("plan.cu", "kvc_plan", (("KVC_THREADS", 256), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
+                                     ("KVC_PLAN_EPT", 8), ("KVC_PLAN_MIN_BLOCKS", 5)), 256),
     }
     return sorted(picks, key=Spec.label)
 
@@ -265,9 +268,11 @@ def test_launch_shapes_depend_only_on_capacities() -> None:
     assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan.THREADS, 32 * 256)  # all resident
     assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan.THREADS, 8 * 4096)
     assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan.THREADS, 32 * 8)  # at least one entry block
+    # tiles never span rows: 256 rows of 16 entries are 256 tiles, not cdiv(4096, 1024) = 4
+    assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan.THREADS, 32 * 256)
     assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 0)
     assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
-    assert plan_entries.shape((False, False), (3, 600), 9) == (1, 1, plan_entries.THREADS, 96)
+    assert plan_entries.shape((False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)
     assert plan_entries.shape((False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 96)
     assert scatter.shape((), (0, 5, 3, 4), 0) is None and scatter.shape((), (2, 0, 3, 4), 0) is None
     assert scatter.shape((), (2, 5, 3, 4), 0) == (2, 1, scatter.THREADS, 0)

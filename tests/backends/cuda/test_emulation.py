@@ -72,6 +72,17 @@ def test_larger_calls(name: str) -> None:
     assert _support.check_call(LARGER[name](), "cpu", EMU) == []
 
 
+@pytest.mark.parametrize("blocks", [2, 5, 17])
+def test_plan_tile_shares_cover_every_tile_for_any_grid(blocks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entry block of the plan takes a contiguous share of the tiles, its first row found by the scan and
+    later rows by a search from there: any grid size covers every tile once (rows without entries between
+    rows of many tiles, rows past req_to_token and the pool)."""
+    monkeypatch.setattr(_emu, "MAX_BLOCKS", blocks)
+    for call in (S.big_plan_call(10, bs=50, max_prefix=2500, lut=False, pool=True, cols=2400, stray_rows=True),
+                 S.big_plan_call(11, bs=40, max_prefix=300, lut=True, pool=False)):
+        assert _support.check_call(call, "cpu", EMU) == []
+
+
 def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
     """The 100-step decode script of test_gpu_graph (scatter, plan, HEAD and TAIL verify/write; faults) runs
     eagerly on the emulated kernels exactly as on torch_ref (the GPU test adds graph capture and replay)."""

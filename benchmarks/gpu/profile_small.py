@@ -1,0 +1,62 @@
+"""Where short launches spend their time: ``python benchmarks/gpu/profile_small.py CASE [--ncu]``.
+
+Cases: ``write1`` (1024 one-token write requests, bench_cuda's case), ``plan16`` (the fused plan over 256
+requests of 16 cached tokens: its fixed cost) and ``plan4096`` (bs=256 x 4096, bench_cuda's case). Without
+``--ncu`` each case prints its CUDA-graph time; with it, each case launches its kernel four times eagerly, for
+``ncu --launch-skip 2 --launch-count 1`` (source-level stall sampling shows what the prologue waits on).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+
+import kvcanary as kc
+from backends.cuda import plan as cplan
+from backends.cuda import write as cwrite
+from benchmarks import bench_cuda as bc
+from benchmarks import floors_cuda as fc
+
+
+def write_one_token() -> list[Callable[[], None]]:
+    """bench_cuda's 1024 x 1 case: each request continues a seeded chain by one token."""
+    reqs, num_slots = 1024, 1 << 16
+    buf = torch.zeros(num_slots, 32, dtype=torch.uint8, device="cuda")
+    locs = torch.randperm(num_slots - 1, device="cuda") + 1
+    ctx = bc._ctx(buf, (), kc.RealKvHashMode.NONE)
+    kw = bc._write_kwargs(ctx, [1] * reqs, locs[reqs: 2 * reqs].tolist(), locs[:reqs].contiguous(),
+                          torch.zeros(reqs, dtype=torch.int64, device="cuda"))
+    ctx.enable_chain_position_assert.zero_()
+    return [partial(cwrite.write, **kw)]
+
+
+def plan(prefix: int) -> list[Callable[[], None]]:
+    world = bc.PlanWorld(prefix=prefix)
+    return [partial(cplan.plan, **world.kwargs(i)) for i in range(len(world.vps))]
+
+
+CASES: dict[str, Callable[[], list[Callable[[], None]]]] = {
+    "write1": write_one_token, "plan16": partial(plan, 16), "plan4096": partial(plan, 4096)}
+
+
+def main() -> None:
+    case = sys.argv[1]
+    fns = CASES[case]()
+    if "--ncu" in sys.argv:
+        for _ in range(4 // len(fns) + 1):
+            for f in fns:
+                f()
+    else:
+        t = bc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0], calls=100)
+        print(f"{case}: {t * 1e6:.2f} us per launch (graph)")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
