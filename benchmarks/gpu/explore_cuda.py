@@ -95,17 +95,20 @@ def main() -> None:
                                              torch.zeros(1024, dtype=torch.int64, device="cuda"))}
         # 0: the backend's write.cu; 1, 2, 4: a candidate benchmarks/gpu/write_batch.cu (KVC_WRITE_BATCH), if present
         batches = (0, 1, 2, 4) if (Path(DIR) / "write_batch.cu").exists() else (0,)
-        for batch in batches:
-            defines = (("KVC_NSRC", 0), ("KVC_PARTIAL", 1), ("KVC_ASSERT", 0), ("KVC_VEC16", 1), ("KVC_WRITE_WARPS", 8))
-            spec = (Spec("write.cu", "kvc_write", defines, 256) if batch == 0 else
+        # (batch, chain warps per block): the backend's write.cu has batch 0 and 8 warps
+        variants = [(b, 8) for b in batches] + [(0, w) for w in (2, 4, 16, 32)]
+        for batch, warps in variants:
+            defines = (("KVC_NSRC", 0), ("KVC_PARTIAL", 1), ("KVC_ASSERT", 0), ("KVC_VEC16", 1),
+                       ("KVC_WRITE_WARPS", warps))
+            spec = (Spec("write.cu", "kvc_write", defines, 32 * warps) if batch == 0 else
                     Spec("write_batch.cu", "kvc_write", (*defines, ("KVC_WRITE_BATCH", batch)), 256, extra_include=DIR))
             kern = load(spec, 0)
             for name, kw in shapes.items():
-                key, sizes, args = cwrite.pack(**kw)
-                shp = cwrite.shape(key, sizes, kern.max_blocks)
+                _, sizes, args = cwrite.pack(**kw)
+                shp = (cdiv(sizes[0], warps), 1, 32 * warps, 0)  # no fold rows: real-KV off
                 t = fc.time_graph(partial(launch, kern, 0, shp, args), calls=20)
                 per = f"{t / steps * 1e9:6.1f} ns/step" if name == "1x32Ki" else ""
-                print(f"write batch {batch} {name:7s} regs {kern.num_regs:3d} {t * 1e6:9.2f} us {per}")
+                print(f"write batch {batch} warps {warps:2d} {name:7s} regs {kern.num_regs:3d} {t * 1e6:9.2f} us {per}")
         torch.cuda.synchronize()
         print("write violations:", int(ctx.violation_write_index[0]))
     if "plan" in what:
