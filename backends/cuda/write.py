@@ -1,8 +1,13 @@
 """write: the CUDA launch of ``kernels/write.cu`` (semantics: backends/torch_ref/write.py).
 
-Grid ``(cdiv(write_req_capacity, 8), 1 + fold rows)`` of 8 warps: row 0 holds one chain warp per request row of
+Grid ``(cdiv(write_req_capacity, 4), 1 + fold rows)`` of 4 warps: row 0 holds one chain warp per request row of
 the write plan; with real-KV sources, ``fold rows = clamp(cdiv(tokens, 2048), 1, 64)`` rows of fold blocks
 hash the strips. Every size comes from shapes (capacity, token count), so the launch is capturable.
+
+Four chain warps per block, one per SM sub-partition's scheduler (benchmarks/results/raw/explore_cuda_4.log,
+H200): 64 requests of 512 tokens took 58.8 us against 75.6 us with 8 warps, two chains sharing a scheduler;
+2 warps 59.4 us, 16 warps 108.9 us. 1024 one-token requests pay for the extra blocks: 3.06 against 2.92 us.
+One 32 Ki-token chain is the same (109.6 ns per step).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from kvcanary.plans import WritePlan
 Key = tuple[int, bool, bool, bool]  # sources, partial, input assert, 16-byte records
 
 
-WARPS = 8  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
+WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
 THREADS = 32 * WARPS
 FOLD_TOKENS_PER_ROW = 2048
 MAX_FOLD_ROWS = 64

@@ -95,8 +95,8 @@ def main() -> None:
                                              torch.zeros(1024, dtype=torch.int64, device="cuda"))}
         # 0: the backend's write.cu; 1, 2, 4: a candidate benchmarks/gpu/write_batch.cu (KVC_WRITE_BATCH), if present
         batches = (0, 1, 2, 4) if (Path(DIR) / "write_batch.cu").exists() else (0,)
-        # (batch, chain warps per block): the backend's write.cu has batch 0 and 8 warps
-        variants = [(b, 8) for b in batches] + [(0, w) for w in (2, 4, 16, 32)]
+        # (batch, chain warps per block): the backend's write.cu has batch 0 and cwrite.WARPS warps
+        variants = [(b, cwrite.WARPS) for b in batches] + [(0, w) for w in (2, 4, 8, 16, 32) if w != cwrite.WARPS]
         for batch, warps in variants:
             defines = (("KVC_NSRC", 0), ("KVC_PARTIAL", 1), ("KVC_ASSERT", 0), ("KVC_VEC16", 1),
                        ("KVC_WRITE_WARPS", warps))

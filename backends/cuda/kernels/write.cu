@@ -34,7 +34,7 @@
 #define KVC_VEC16 1
 #endif
 #ifndef KVC_WRITE_WARPS
-#define KVC_WRITE_WARPS 8
+#define KVC_WRITE_WARPS 4  // one chain warp per scheduler (write.py says why)
 #endif
 #define KVC_WRITE_THREADS (KVC_WRITE_WARPS * 32)
 
