@@ -83,9 +83,10 @@ __device__ __forceinline__ U64x2 ld_nc_v2(const void* p) {
   return v;
 }
 
-// Read-only loads issued where they stand: volatile, so the compiler cannot sink one past an early exit into
-// the branch that first needs it (write's per-request inputs: each sunk load was one more dependent round trip
-// before the request's work, five in all instead of two).
+// Read-only loads issued where they stand: volatile asm, so the compiler cannot sink one past an early exit
+// into the branch that first needs it (write's per-request inputs: each sunk load was one more dependent round
+// trip before the request's work, five in all instead of two). ptxas still sank a 32-bit ld.global.nc whose
+// value is used only after the exits, so the int32 flags take a volatile (strong) load, which it keeps in place.
 __device__ __forceinline__ u64 ld_now(const void* p) {
   u64 v;
   asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");

@@ -55,7 +55,8 @@ __device__ __forceinline__ Run run_of(i64 n) {
 // values (called twice per row: to sum the run, then to emit it), emit(r, off, v) receives row r's exclusive
 // offsets and returns whether the row is "bad" (the caller's test). Between the two passes: warp-shuffle scans
 // of the run sums and one exchange of the warp sums through warp_tmp (K * kThreads / 32 values), so the whole
-// scan costs two block barriers and needs no barrier before it. totals[k] gets column k's sum; the result is
+// scan costs two block barriers and needs no barrier before it. totals[k] gets column k's sum before the emit
+// pass (so emit may read it through a captured reference to the caller's array); the result is
 // whether any emit returned true, in every thread. Whatever emit writes to shared memory is visible on return.
 template <int kThreads, int K, class Value, class Emit>
 __device__ bool block_scan(i64 n, u64* warp_tmp, u64 (&totals)[K], Value value, Emit emit) {
@@ -250,7 +251,7 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 // each clipped to [0, n): exactly what searchsorted(offs, e, right=True) - 1, clamped, picks. Each range is cut
 // into tiles of kTile = kThreads * kEntriesPerThread entries; block b takes a contiguous share of the tiles
 // (tile_share), so consecutive tiles mostly lie in one row: the share's first row comes from the scan's emit
-// pass (first_tile_row), and only a change of row costs a bisection over the rows' exclusive tile counts in
+// pass (TileRows::first_row), and only a change of row costs a bisection over the rows' exclusive tile counts in
 // shared memory (a bisection per tile was 15% of the kernel's warp time under Nsight Compute). Within
 // a tile every entry has the same row, and warp w takes its 32 * kEntriesPerThread consecutive entries in
 // kEntriesPerThread coalesced rounds of 32: each entry's predecessor slot is the neighbouring lane's (lane 0:
@@ -267,7 +268,7 @@ constexpr int kTileRowsMax = 1024;  // rows whose shared arrays (4 x 8 bytes eac
 __host__ __device__ constexpr i64 tile_shared_words(i64 bs) { return 4 * bs; }
 
 // The rows' shared arrays of the tile path (offs: exclusive verify offsets, tiles: exclusive tile counts), and
-// the row of the block's first tile (first_tile_row; meaningful when the block's share is not empty).
+// the row of the block's first tile (meaningful when the block's share is not empty).
 struct TileRows {
   const u64* offs;
   const i64* rp;

@@ -56,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
   if (tile_rows) {
     // each row's tiles over its entry range clipped to [0, n), scanned; and whether the scratch is sorted
     constexpr i64 kTile = (i64)KVC_THREADS * kEntriesPerThread;
-    u64 ntiles[1];
+    u64 ntiles[1] = {0};  // block_scan fills it before its emit pass, which reads it
     const bool unsorted = block_scan<KVC_THREADS, 1>(
         bs, warp_tmp, ntiles,
         [&](i64 r, u64 (&v)[1]) {
