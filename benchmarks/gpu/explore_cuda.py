@@ -3,8 +3,10 @@
 Sections: ``verify`` (threads x entries per thread x grid), ``chain`` (ways of walking write's chain over a
 tile, beside the serial floors), ``stream`` (a plain stream of the plan's traffic at its size), ``host`` (the
 steps of an eager launch's host time), ``plan`` (threads x entries per thread x register cap x grid, and the
-fixed cost beside an empty kernel of the same grid), ``write`` (tiles per chain batch). Each variant is the
-backend's own kernel source with other defines; results go to stdout (benchmarks/results/raw/explore_*.log).
+fixed cost beside an empty kernel of the same grid), ``write`` (tiles per chain batch, chain warps per block),
+``planshape`` (entries per thread against batch shapes, from few long rows to many short ones). Each variant
+is the backend's own kernel source with other defines; results go to stdout
+(benchmarks/results/raw/explore_*.log).
 """
 
 from __future__ import annotations
@@ -152,6 +154,8 @@ def main() -> None:
                         ref = got if ref is None else ref
                     print(f"plan t{threads} ept{ept} minb{min_blocks} {grid_kind:10s} grid {grid:5d} "
                           f"regs {kern.num_regs:3d} x{label:10s} {t * 1e6:7.2f} us {ok}")
+    if "planshape" in what:
+        plan_shape_sweep()
     if "host" in what:
         host_sweep()
     if "stream" in what:
@@ -174,6 +178,28 @@ def main() -> None:
         b = torch.empty_like(a)
         t = fc.time_graph(lambda: b.copy_(a))
         print(f"copy 36 MiB graph {t * 1e6:7.2f} us  ({2 * 36 * n / t / 1e12:.2f} TB/s r+w)")
+
+
+def plan_shape_sweep() -> None:
+    """Entries per thread (the tile size) against batch shapes: larger tiles cut per-tile work but leave fewer
+    tiles, hence fewer busy blocks, for a batch of few long rows."""
+    from backends.cuda import plan as cplan
+    from backends.cuda.plan_entries import shared_bytes
+
+    for bs, prefix in ((256, 4096), (64, 16384), (8, 131072), (2, 262144)):
+        world = bc.PlanWorld(bs=bs, prefix=prefix)
+        argsets = [cplan.pack(**world.kwargs(i))[2] for i in range(len(world.vps))]
+        for ept in (4, 8, 16):
+            spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", 256), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
+                                                ("KVC_PLAN_EPT", ept)), 256)
+            kern = load(spec, 0, shared_bytes(bs))
+            grid = 1 + min(cdiv(world.entries, 256 * ept) + bs, kern.max_blocks - 1)
+            fns = [partial(launch, kern, 0, (grid, 1, 256, shared_bytes(bs)), a) for a in argsets]
+            t = bc.rotating_graph(fns)
+            torch.cuda.synchronize()
+            ok = int(world.vps[0].verify_num_valid[0]) == world.entries and int(world.vps[0].enable[0]) == 1
+            print(f"planshape bs {bs:4d} x {prefix:6d} ept{ept:2d} grid {grid:4d} regs {kern.num_regs:3d} "
+                  f"{t * 1e6:7.2f} us {'ok' if ok else 'BAD'}")
 
 
 def host_sweep() -> None:

@@ -58,11 +58,12 @@ LARGER: dict[str, Callable[[], _support.Call]] = {
     "write NONE": lambda: S.big_write_call(4, requests=5, max_len=150, nsrc=0, mode=0, assert_inputs=False),
     "plan LUT+pool": lambda: S.big_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
     "plan SWA+pool": lambda: S.big_plan_call(6, bs=30, max_prefix=200, lut=False, pool=True, window=50),
-    # rows of whole tiles (the tile path without per-entry checks) beside rows running past req_to_token
-    "plan long rows": lambda: S.big_plan_call(8, bs=6, max_prefix=3000, lut=False, pool=False, cols=2600,
+    # rows of several whole tiles (the tile path without per-entry checks, for tiles of up to 4096 entries)
+    # beside rows running past req_to_token
+    "plan long rows": lambda: S.big_plan_call(8, bs=6, max_prefix=10000, lut=False, pool=False, cols=9000,
                                               stray_rows=True),
-    "plan long rows SWA+LUT+pool": lambda: S.big_plan_call(9, bs=6, max_prefix=3000, lut=True, pool=True,
-                                                           window=2100, cols=2900, stray_rows=True),
+    "plan long rows SWA+LUT+pool": lambda: S.big_plan_call(9, bs=6, max_prefix=10000, lut=True, pool=True,
+                                                           window=8500, cols=9800, stray_rows=True),
     "scatter": lambda: S.big_scatter_call(7, bs=30, rows=20, cols=500),
 }
 
@@ -78,7 +79,7 @@ def test_plan_tile_shares_cover_every_tile_for_any_grid(blocks: int, monkeypatch
     later rows by a search from there: any grid size covers every tile once (rows without entries between
     rows of many tiles, rows past req_to_token and the pool)."""
     monkeypatch.setattr(_emu, "MAX_BLOCKS", blocks)
-    for call in (S.big_plan_call(10, bs=50, max_prefix=2500, lut=False, pool=True, cols=2400, stray_rows=True),
+    for call in (S.big_plan_call(10, bs=50, max_prefix=9000, lut=False, pool=True, cols=8800, stray_rows=True),
                  S.big_plan_call(11, bs=40, max_prefix=300, lut=True, pool=False)):
         assert _support.check_call(call, "cpu", EMU) == []
 
