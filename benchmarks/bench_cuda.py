@@ -232,6 +232,14 @@ def _write_kwargs(ctx: kc.VerifyOrWriteContext, lens: list[int], seeds: list[int
             "expected_input_tokens": None, "expected_input_positions": None}
 
 
+def one_token_writes(ctx: kc.VerifyOrWriteContext, locs: torch.Tensor, reqs: int = 1024) -> dict[str, Any]:
+    """Write kwargs of ``reqs`` one-token requests at slots locs[:reqs], each continuing a chain from a seed at
+    locs[reqs: 2 * reqs]. The seeds are arbitrary slots, so this turns ``ctx``'s chain-position assert off."""
+    ctx.enable_chain_position_assert.zero_()
+    return _write_kwargs(ctx, [1] * reqs, locs[reqs: 2 * reqs].tolist(), locs[:reqs].contiguous(),
+                         torch.zeros(reqs, dtype=torch.int64, device=DEV))
+
+
 def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float], quick: bool) -> None:
     steps = 32 * 1024
     num_slots = 2 * steps + 8
@@ -261,12 +269,7 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
         torch.cuda.synchronize()
         assert int(ctx.violation_write_index[0]) == 0 and int(ctx.slot_run_counter[0]) > 0
     # 1024 one-token requests, each continuing a chain (seeded)
-    reqs = 1024
-    ctx = _ctx(buf, (), kc.RealKvHashMode.NONE)
-    seeds = locs[reqs: 2 * reqs].tolist()
-    kw = _write_kwargs(ctx, [1] * reqs, seeds, locs[:reqs].contiguous(), torch.zeros(reqs, dtype=torch.int64,
-                                                                                    device=DEV))
-    ctx.enable_chain_position_assert.zero_()
+    kw = one_token_writes(_ctx(buf, (), kc.RealKvHashMode.NONE), locs)
 
     def one() -> None:
         cwrite.write(**kw)

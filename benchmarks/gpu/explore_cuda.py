@@ -34,6 +34,12 @@ def k(entry: str, threads: int = 256, defines: tuple[tuple[str, int], ...] = ())
     return load(Spec("explore_cuda.cu", entry, defines, threads, extra_include=DIR), 0)
 
 
+def plan_variant(threads: int, ept: int, min_blocks: int = 0) -> Spec:
+    """The backend's fused plan (no LUT, no pool) with other threads, entries per thread and register cap."""
+    return Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
+                                        ("KVC_PLAN_EPT", ept), ("KVC_PLAN_MIN_BLOCKS", min_blocks)), threads)
+
+
 def run(kern: object, shape: tuple[int, int, int, int], *args: int) -> None:
     launch(kern, 0, shape, args)  # type: ignore[arg-type]
 
@@ -89,12 +95,10 @@ def main() -> None:
         buf = torch.zeros(nslots, 32, dtype=torch.uint8, device="cuda")
         locs = (torch.randperm(nslots - 1, device="cuda") + 1)[:steps]
         ctx = bc._ctx(buf, (), kc.RealKvHashMode.NONE)
-        ctx.enable_chain_position_assert.zero_()  # the 1024 x 1 seeds are arbitrary slots
         shapes = {"1x32Ki": bc._write_kwargs(ctx, [steps], [-1], locs, torch.arange(steps, device="cuda")),
                   "64x512": bc._write_kwargs(ctx, [512] * 64, [-1] * 64, locs,
                                              torch.arange(512, device="cuda").repeat(64)),
-                  "1024x1": bc._write_kwargs(ctx, [1] * 1024, locs[1024:2048].tolist(), locs[:1024].contiguous(),
-                                             torch.zeros(1024, dtype=torch.int64, device="cuda"))}
+                  "1024x1": bc.one_token_writes(ctx, locs)}  # turns ctx's position assert off: arbitrary seeds
         # 0: the backend's write.cu; 1, 2, 4: a candidate benchmarks/gpu/write_batch.cu (KVC_WRITE_BATCH), if present
         batches = (0, 1, 2, 4) if (Path(DIR) / "write_batch.cu").exists() else (0,)
         # (batch, chain warps per block): the backend's write.cu has batch 0 and cwrite.WARPS warps
@@ -135,9 +139,7 @@ def main() -> None:
         # (threads, entries per thread, blocks per SM ptxas must fit: a register cap, 0 = ptxas's choice)
         for threads, ept, min_blocks in ((256, 4, 0), (256, 4, 3), (256, 4, 5), (256, 4, 6), (256, 8, 0),
                                          (256, 8, 5), (256, 16, 0), (512, 8, 0)):
-            spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
-                                                ("KVC_PLAN_EPT", ept), ("KVC_PLAN_MIN_BLOCKS", min_blocks)), threads)
-            kern = load(spec, 0, shared_bytes(bs))
+            kern = load(plan_variant(threads, ept, min_blocks), 0, shared_bytes(bs))
             tiles = cdiv(entries, threads * ept)
             grids = {"resident": min(tiles + 1, kern.max_blocks)}
             if min_blocks == 0 and ept == 4:
@@ -190,9 +192,7 @@ def plan_shape_sweep() -> None:
         world = bc.PlanWorld(bs=bs, prefix=prefix)
         argsets = [cplan.pack(**world.kwargs(i))[2] for i in range(len(world.vps))]
         for ept in (4, 8, 16):
-            spec = Spec("plan.cu", "kvc_plan", (("KVC_THREADS", 256), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
-                                                ("KVC_PLAN_EPT", ept)), 256)
-            kern = load(spec, 0, shared_bytes(bs))
+            kern = load(plan_variant(256, ept), 0, shared_bytes(bs))
             grid = 1 + min(cdiv(world.entries, 256 * ept) + bs, kern.max_blocks - 1)
             fns = [partial(launch, kern, 0, (grid, 1, 256, shared_bytes(bs)), a) for a in argsets]
             t = bc.rotating_graph(fns)
@@ -218,11 +218,7 @@ def host_sweep() -> None:
     cfg = tc._config(1, 1, 32, 0)
     print("host cuda.core launch, empty kernel  ", us(partial(cc.launch, stream, cfg, empty.kernel, 0)))
     buf = torch.zeros(4096, 32, dtype=torch.uint8, device="cuda")
-    ctx = bc._ctx(buf, (), kc.RealKvHashMode.NONE)
-    ctx.enable_chain_position_assert.zero_()
-    locs = torch.arange(1, 2049, device="cuda")
-    kw = bc._write_kwargs(ctx, [1] * 1024, locs[1024:].tolist(), locs[:1024].contiguous(),
-                          torch.zeros(1024, dtype=torch.int64, device="cuda"))
+    kw = bc.one_token_writes(bc._ctx(buf, (), kc.RealKvHashMode.NONE), torch.arange(1, 2049, device="cuda"))
     key, sizes, args = cwrite.pack(**kw)
     kern = cwrite.KERNELS.get(0, key)
     shp = cwrite.shape(key, sizes, kern.max_blocks)

@@ -26,14 +26,10 @@ from benchmarks import floors_cuda as fc
 
 def write_one_token() -> list[Callable[[], None]]:
     """bench_cuda's 1024 x 1 case: each request continues a seeded chain by one token."""
-    reqs, num_slots = 1024, 1 << 16
+    num_slots = 1 << 16
     buf = torch.zeros(num_slots, 32, dtype=torch.uint8, device="cuda")
     locs = torch.randperm(num_slots - 1, device="cuda") + 1
-    ctx = bc._ctx(buf, (), kc.RealKvHashMode.NONE)
-    kw = bc._write_kwargs(ctx, [1] * reqs, locs[reqs: 2 * reqs].tolist(), locs[:reqs].contiguous(),
-                          torch.zeros(reqs, dtype=torch.int64, device="cuda"))
-    ctx.enable_chain_position_assert.zero_()
-    return [partial(cwrite.write, **kw)]
+    return [partial(cwrite.write, **bc.one_token_writes(bc._ctx(buf, (), kc.RealKvHashMode.NONE), locs))]
 
 
 def plan(prefix: int) -> list[Callable[[], None]]:
