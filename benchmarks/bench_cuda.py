@@ -528,10 +528,7 @@ def main() -> int:
     else:
         ft_ok = False
     if copy_bw is None:
-        a_ = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
-        b_ = torch.empty_like(a_)
-        copy_bw = 2 * (1 << 30) / fc.time_stream([lambda: b_.copy_(a_)], reps=10)
-        del a_, b_
+        copy_bw = fc.copy_bandwidth_cuda()
     floor_value("copy bandwidth (B/s, read + written)", copy_bw, "device-to-device copy")
     serial = fc.serial_step_floor_cuda()
     floor_value("serial mix3 step, CUDA probe (s)", serial, "registers only")

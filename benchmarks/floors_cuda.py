@@ -101,6 +101,13 @@ def host_time(fn: Callable[[], object], *, calls: int = 2000, reps: int = 5) -> 
 
 
 # -- probes ---------------------------------------------------------------------------------------------------
+def copy_bandwidth_cuda(nbytes: int = 1 << 30) -> float:
+    """Bytes per second (read + written) of a device-to-device copy of ``nbytes``."""
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    return 2 * nbytes / time_stream([lambda: b.copy_(a)], reps=10)
+
+
 def empty_launch_cuda() -> dict[str, float]:
     """Seconds per empty-kernel launch: host time, eager back-to-back (GPU-visible), and graph-replayed."""
     k = probe("kvc_probe_empty", 32)
