@@ -24,7 +24,8 @@ Figures (``ratio`` = time / floor; a target of "<= 1.11" is "at least 0.9x the f
 
 ``--out`` gets one record per printed figure, as a JSON list in the schema of kvcanary/docsgen/benchmarks.py
 (benchmark, case, figure, floor, unit, ratio, machine, date); everything else (floors, targets, the host
-table, kernel resources, notes) goes to ``benchmarks/results/raw/<out stem>_raw.json``. Inputs are built so
+table, kernel resources, notes) goes beside it, to ``<out stem>_raw.json`` (so the GPU machine's run.sh brings
+it back from $OUT; it is kept under ``benchmarks/results/raw/``). Inputs are built so
 that verification passes (no ring rows), and the benchmark checks that it did.
 """
 
@@ -35,7 +36,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,6 @@ GATHER_BYTES = 2 * 32 + 16 + 8  # what the gather floor moves per entry: two rec
 DEV = "cuda"
 RESULTS: dict[str, Any] = {"figures": {}, "floors": {}, "host": {}, "notes": []}
 RECORDS: list[dict[str, Any]] = []  # one per printed figure: the schema of kvcanary/docsgen/benchmarks.py
-RAW_DIR = Path(__file__).resolve().parent / "results" / "raw"
 SUMMARY: list[str] = []
 
 
@@ -288,10 +288,6 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
 
 
 # -- plan -----------------------------------------------------------------------------------------------------
-def rotating_graph(fns: Sequence[Callable[[], object]]) -> float:
-    """GPU seconds per call of ``fns`` (called in turn: their inputs rotate out of L2) replayed in one CUDA
-    graph. Eager back-to-back launches of a kernel shorter than its host launch time measure the host."""
-    return fc.time_graph(lambda: [f() for f in fns], calls=25) / len(fns)
 
 
 class PlanWorld:
@@ -342,7 +338,7 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
         kws = [kwargs(i, pool=pool, window=window) for i in range(sets)]
         n = bs * (window if window else prefix)
         fns = [partial(cplan.plan, **kw) for kw in kws]
-        t = rotating_graph(fns)
+        t = fc.rotating_graph(fns)
         t_eager = fc.time_stream(fns * 3, reps=7 if quick else 15)
         per_entry = 4 + 32 + (4 if pool else 0) + (8 if window else 0)  # rtt read, 4 outputs, pool, LUT
         nbytes = n * per_entry + bs * (24 + 16 + 8 + (8 if pool else 0)) + 16
@@ -352,6 +348,21 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
                what="host-bound when the kernel is shorter than a launch (see the host table)")
         torch.cuda.synchronize()
         assert int(vps[0].enable[0]) == 1 and int(vps[0].verify_num_valid[0]) == n
+        if not pool and not window:
+            streams = fc.plan_stream_cuda(n, sets)
+            best = min(streams, key=streams.__getitem__)
+            tried = ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in streams.items())
+            report(f"plan {label} vs a plain stream of its traffic", t, streams[best],
+                   what=f"probe kvc_probe_stream_plan {best} (of {tried}), same rotation")
+    # rows that are no multiple of the 4096-entry tile: each row's last tile is partial
+    odd = PlanWorld(prefix=4000)
+    fns = [partial(cplan.plan, **odd.kwargs(i)) for i in range(sets)]
+    nbytes = odd.entries * 36 + bs * 48 + 16
+    report("plan bs=256 x 4000 prefix (rows no multiple of a tile)", fc.rotating_graph(fns), nbytes / copy_bw,
+           what=f"in a CUDA graph: {nbytes / MI:.1f} MiB at copy bandwidth ({odd.entries} entries)")
+    torch.cuda.synchronize()
+    assert int(odd.vps[0].enable[0]) == 1 and int(odd.vps[0].verify_num_valid[0]) == odd.entries
+    del odd, fns
     # the two stages as separate launches, for comparison
     kw = kwargs(0, pool=False, window=0)
     scratch = vps[0].verify_offsets_scratch
@@ -390,7 +401,7 @@ def bench_scatter(copy_bw: float, quick: bool) -> None:
     pools = [torch.zeros(bs + 1, per, dtype=torch.int32, device=DEV) for _ in range(4)]
     fns = [partial(cscatter.scatter_req_token_ids, flat_in=flat, offsets=offsets, req_pool_indices=rpi, pool_out=p)
            for p in pools]
-    report("scatter 256 x 4096 tokens", rotating_graph(fns), bs * per * 12 / copy_bw,
+    report("scatter 256 x 4096 tokens", fc.rotating_graph(fns), bs * per * 12 / copy_bw,
            what="in a CUDA graph: 8 B read + 4 B written per token at copy bandwidth")
     report("scatter 256 x 4096 tokens, eager back to back", fc.time_stream(fns * 3, reps=7 if quick else 15),
            bs * per * 12 / copy_bw, what="host-bound when the kernel is shorter than a launch")
@@ -583,8 +594,7 @@ def main() -> int:
         rec["machine"], rec["date"] = machine, date
     out = Path(a.out)
     out.write_text(json.dumps(RECORDS, indent=2, default=float))
-    RAW_DIR.mkdir(parents=True, exist_ok=True)
-    raw = RAW_DIR / f"{out.stem}_raw.json"
+    raw = out.with_name(f"{out.stem}_raw.json")
     raw.write_text(json.dumps(RESULTS, indent=2, default=float))
     print("\n=== summary (time, floor, time/floor) ===")
     print("\n".join(SUMMARY))

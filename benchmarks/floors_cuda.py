@@ -86,6 +86,12 @@ def time_graph(fn: Callable[[], object], *, calls: int = 100, reps: int = 20) ->
     return float(statistics.median(out))
 
 
+def rotating_graph(fns: Sequence[Callable[[], object]]) -> float:
+    """GPU seconds per call of ``fns`` (called in turn: their inputs rotate out of L2) replayed in one CUDA
+    graph. Eager back-to-back launches of a kernel shorter than its host launch time measure the host."""
+    return time_graph(lambda: [f() for f in fns], calls=25) / len(fns)
+
+
 def host_time(fn: Callable[[], object], *, calls: int = 2000, reps: int = 5) -> float:
     """Median host seconds per call of ``fn`` (wall clock; the GPU work is left queued, synced after)."""
     fn()
@@ -198,3 +204,24 @@ def gather_rkv_floor_cuda(buf: torch.Tensor, sets: Sequence[tuple[torch.Tensor, 
     s1 = sources[1].data_ptr() if len(sources) > 1 else s0
     row = sources[0].stride(0) * sources[0].element_size()
     return _fastest_unroll("kvc_probe_gather_rkv", RKV_UNROLLS, buf, sets, s0, s1, row, len(sources), chunks)[0]
+
+
+STREAM_PLAN_VARIANTS = ((4, 1), (16, 1), (2, 2), (8, 2))
+"""(rounds per thread U, entries per store W) of the ``kvc_probe_stream_plan_u<U>_w<W>`` probes."""
+
+
+def plan_stream_cuda(n: int, sets: int = 4) -> dict[str, float]:
+    """GPU seconds per plain stream of the plan's traffic over ``n`` entries (one int32 read, four int64
+    written per entry), each ``kvc_probe_stream_plan`` variant timed in a CUDA graph over ``sets`` output sets
+    in turn (four sets of 1 Mi entries are 128 MiB, more than L2 holds, as in the plan benchmark), by variant
+    label ``u<U>w<W>``; ``min`` of the values is the floor."""
+    src = torch.randint(0, 1 << 30, (n,), dtype=torch.int32, device="cuda")
+    outs = [[torch.empty(n, dtype=torch.int64, device="cuda") for _ in range(4)] for _ in range(sets)]
+    times: dict[str, float] = {}
+    for u, w in STREAM_PLAN_VARIANTS:
+        k = probe(f"kvc_probe_stream_plan_u{u}_w{w}")
+        grid = max(1, cdiv(n, 256 * u * w))
+        fns = [lambda o=o, k=k, grid=grid: _launch(k, (grid, 1, 256, 0), src.data_ptr(), *(t.data_ptr() for t in o), n)
+               for o in outs]
+        times[f"u{u}w{w}"] = rotating_graph(fns)
+    return times

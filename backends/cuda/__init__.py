@@ -41,7 +41,10 @@ from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 # The fused plan ranks above Triton since its tile path without per-entry checks: 17.0 vs 18.4 us, 15.4 vs
 # 16.7 us, 17.0 vs 20.0 and 16.1 vs 17.5 us in four head-to-head runs, and 14.1-14.3 us in bench_cuda's rotating
 # graphs (15.4 us with the token pool) against bench_triton's 19.0 us (22.8 us with the token pool).
-# plan_offsets and plan_entries alone were not compared.
+# Two more runs with the per-warp fast path (the first with a scan change then dropped; the second recorded in
+# benchmarks/results/bench_backends.json): plan 17.0 vs 17.2 and 15.6 vs 16.9 us; scatter 9.6 vs 10.6 and 11.3
+# vs 16.3 us, CUDA ahead three runs in a row, still no rotating head-to-head. plan_offsets and plan_entries
+# alone were not compared.
 # write ranks above Triton since its chain blocks hold 4 warps, not 8 (one per scheduler): one 32 Ki-token
 # chain 3.62 vs 4.10 ms (CUDA ahead in every run), 64 x 512 63.9 vs 72.0 us (it was 80-83 vs 70-73 us with 8
 # warps; 58.8 us in explore_cuda_4.log), 1024 x 1 a tie in every run (9.41 vs 9.44, 16.8 vs 18.0 us). The

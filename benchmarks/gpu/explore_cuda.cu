@@ -1,5 +1,5 @@
 // explore_cuda.cu: kernels for the cuda backend's tuning sweeps (explore_cuda.py): ways of walking write's chain
-// over a tile, and a plain stream with the plan's memory traffic. The floors themselves live in floors_probes.cu.
+// over a tile. The floors themselves (the plan's plain stream among them) live in floors_probes.cu.
 #include "kvcanary_common.cuh"
 
 using namespace kvc;
@@ -85,34 +85,3 @@ extern "C" __global__ void x_chain_lane0(const long long* toks, const long long*
                                          long long n) {
   chain_staged<true>(toks, poss, out, n);
 }
-
-// ---- streaming at the plan's size: read one int32 per entry, write four int64 per entry ----------------------
-template <int U>
-__device__ __forceinline__ void stream4(const int* in, long long* o0, long long* o1, long long* o2, long long* o3,
-                                        long long n) {
-  const i64 e0 = (i64)blockIdx.x * 256 * U + threadIdx.x;
-  int v[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const i64 e = e0 + (i64)u * 256;
-    v[u] = e < n ? in[e] : 0;
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const i64 e = e0 + (i64)u * 256;
-    if (e < n) {
-      o0[e] = v[u];
-      o1[e] = v[u] + 1;
-      o2[e] = e;
-      o3[e] = v[u] - 1;
-    }
-  }
-}
-
-#define X_STREAM(U)                                                                                            \
-  extern "C" __global__ void __launch_bounds__(256) x_stream4_u##U(const int* in, long long* o0, long long* o1, \
-                                                                  long long* o2, long long* o3, long long n) {  \
-    stream4<U>(in, o0, o1, o2, o3, n);                                                                          \
-  }
-X_STREAM(1)
-X_STREAM(4)

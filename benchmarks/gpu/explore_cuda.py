@@ -34,9 +34,9 @@ def k(entry: str, threads: int = 256, defines: tuple[tuple[str, int], ...] = ())
     return load(Spec("explore_cuda.cu", entry, defines, threads, extra_include=DIR), 0)
 
 
-def plan_variant(threads: int, ept: int, min_blocks: int = 0) -> Spec:
-    """The backend's fused plan (no LUT, no pool) with other threads, entries per thread and register cap."""
-    return Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
+def plan_variant(threads: int, ept: int, min_blocks: int = 0, *, lut: bool = False) -> Spec:
+    """The backend's fused plan (no pool) with other threads, entries per thread and register cap."""
+    return Spec("plan.cu", "kvc_plan", (("KVC_THREADS", threads), ("KVC_HAS_LUT", int(lut)), ("KVC_HAS_POOL", 0),
                                         ("KVC_PLAN_EPT", ept), ("KVC_PLAN_MIN_BLOCKS", min_blocks)), threads)
 
 
@@ -147,7 +147,7 @@ def main() -> None:
             for grid_kind, grid in grids.items():
                 for label, arglists in (("4096", argsets), ("16 (fixed)", [a_small[2]])):
                     fns = [partial(launch, kern, 0, (grid, 1, threads, shared_bytes(bs)), a) for a in arglists]
-                    t = bc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0])
+                    t = fc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0])
                     torch.cuda.synchronize()
                     ok = ""
                     if len(fns) > 1:
@@ -162,24 +162,20 @@ def main() -> None:
         host_sweep()
     if "stream" in what:
         n = MI
-        src = torch.randint(0, 1 << 30, (n,), dtype=torch.int32, device="cuda")
-        outs = [torch.empty(n, dtype=torch.int64, device="cuda") for _ in range(4)]
-        for u in (1, 4):
-            kern = k(f"x_stream4_u{u}")
-            t = fc.time_graph(partial(run, kern, (cdiv(n, 256 * u), 1, 256, 0), src.data_ptr(),
-                                      *(o.data_ptr() for o in outs), n))
-            print(f"stream4 1Mi u{u} graph {t * 1e6:7.2f} us  ({36 * n / t / 1e12:.2f} TB/s)")
+        for label, t in fc.plan_stream_cuda(n, 1).items():
+            print(f"stream plan traffic 1Mi {label} graph, 1 output set        {t * 1e6:7.2f} us  "
+                  f"({36 * n / t / 1e12:.2f} TB/s)")
         # four output sets in turn, as the plan benchmark rotates its plans (128 MiB: more than L2 holds)
-        out_sets = [[torch.empty(n, dtype=torch.int64, device="cuda") for _ in range(4)] for _ in range(4)]
-        kern = k("x_stream4_u4")
-        fns = [partial(run, kern, (cdiv(n, 1024), 1, 256, 0), src.data_ptr(), *(o.data_ptr() for o in outs4), n)
-               for outs4 in out_sets]
-        t = bc.rotating_graph(fns)
-        print(f"stream4 1Mi u4 graph, 4 rotating output sets {t * 1e6:7.2f} us  ({36 * n / t / 1e12:.2f} TB/s)")
+        for label, t in fc.plan_stream_cuda(n, 4).items():
+            print(f"stream plan traffic 1Mi {label} graph, 4 rotating output sets {t * 1e6:7.2f} us  "
+                  f"({36 * n / t / 1e12:.2f} TB/s)")
         a = torch.empty(36 * n // 8, dtype=torch.int64, device="cuda")
         b = torch.empty_like(a)
         t = fc.time_graph(lambda: b.copy_(a))
         print(f"copy 36 MiB graph {t * 1e6:7.2f} us  ({2 * 36 * n / t / 1e12:.2f} TB/s r+w)")
+        fills = [torch.empty(32 * n // 8, dtype=torch.int64, device="cuda") for _ in range(4)]
+        t = fc.rotating_graph([partial(torch.Tensor.fill_, f, 7) for f in fills])
+        print(f"fill 32 MiB graph, 4 rotating buffers {t * 1e6:7.2f} us  ({32 * n / t / 1e12:.2f} TB/s written)")
 
 
 def plan_shape_sweep() -> None:
@@ -188,18 +184,23 @@ def plan_shape_sweep() -> None:
     from backends.cuda import plan as cplan
     from backends.cuda.plan_entries import shared_bytes
 
-    for bs, prefix in ((256, 4096), (64, 16384), (8, 131072), (2, 262144)):
+    lut = torch.randint(0, 1 << 24, (1 << 24,), dtype=torch.int64, device="cuda")
+    # (bs, prefix, SWA window): few long rows to many short ones, rows no multiple of any tile, SWA + LUT
+    for bs, prefix, window in ((256, 4096, 0), (256, 4000, 0), (256, 1000, 0), (1024, 1000, 0), (256, 16, 0),
+                               (64, 16384, 0), (8, 131072, 0), (2, 262144, 0), (256, 4096, 1024)):
         world = bc.PlanWorld(bs=bs, prefix=prefix)
-        argsets = [cplan.pack(**world.kwargs(i))[2] for i in range(len(world.vps))]
+        n = bs * (window or prefix)
+        argsets = [cplan.pack(**world.kwargs(i, window=window, lut=lut))[2] for i in range(len(world.vps))]
         for ept in (4, 8, 16):
-            kern = load(plan_variant(256, ept), 0, shared_bytes(bs))
+            kern = load(plan_variant(256, ept, lut=window > 0), 0, shared_bytes(bs))
             grid = 1 + min(cdiv(world.entries, 256 * ept) + bs, kern.max_blocks - 1)
             fns = [partial(launch, kern, 0, (grid, 1, 256, shared_bytes(bs)), a) for a in argsets]
-            t = bc.rotating_graph(fns)
+            t = fc.rotating_graph(fns)
             torch.cuda.synchronize()
-            ok = int(world.vps[0].verify_num_valid[0]) == world.entries and int(world.vps[0].enable[0]) == 1
-            print(f"planshape bs {bs:4d} x {prefix:6d} ept{ept:2d} grid {grid:4d} regs {kern.num_regs:3d} "
-                  f"{t * 1e6:7.2f} us {'ok' if ok else 'BAD'}")
+            ok = int(world.vps[0].verify_num_valid[0]) == n and int(world.vps[0].enable[0]) == 1
+            print(f"planshape bs {bs:4d} x {prefix:6d} window {window:4d} ept{ept:2d} grid {grid:4d} "
+                  f"regs {kern.num_regs:3d} {t * 1e6:7.2f} us {'ok' if ok else 'BAD'}")
+        del world, argsets
 
 
 def host_sweep() -> None:

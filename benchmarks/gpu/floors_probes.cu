@@ -175,3 +175,60 @@ __device__ __forceinline__ void gather_rkv(const unsigned char* buf, const long 
 KVC_GATHER_RKV(1)
 KVC_GATHER_RKV(2)
 KVC_GATHER_RKV(4)
+
+// The plan's memory traffic and nothing else: per entry one int32 read and four int64 written, a plain coalesced
+// stream (the verify entries' slot, token, position and predecessor). The floor of the plan at its size, as a
+// kernel can move those bytes: each thread takes U rounds of W consecutive entries (W = 2: 16-byte stores),
+// every load issued before any store. Instantiated for a few (U, W); floors_cuda.plan_stream_cuda keeps the
+// fastest.
+struct alignas(16) I64x2 {
+  long long a;
+  long long b;
+};
+
+template <int U, int W>
+__device__ __forceinline__ void stream_plan(const int* in, long long* o0, long long* o1, long long* o2, long long* o3,
+                                            long long n) {
+  static_assert(W == 1 || W == 2, "one or two entries per store");
+  constexpr i64 kRound = 256 * W;
+  const i64 e0 = (i64)blockIdx.x * kRound * U + (i64)threadIdx.x * W;
+  long long v[U][W];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const i64 e = e0 + u * kRound + w;
+      v[u][w] = e < n ? in[e] : 0;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const i64 e = e0 + u * kRound;
+    if (W == 2 && e + 1 < n) {  // n even and the bases 16-byte aligned (the caller's tensors): one store each
+      *(I64x2*)(o0 + e) = I64x2{v[u][0], v[u][W - 1]};
+      *(I64x2*)(o1 + e) = I64x2{v[u][0] + 1, v[u][W - 1] + 1};
+      *(I64x2*)(o2 + e) = I64x2{e, e + 1};
+      *(I64x2*)(o3 + e) = I64x2{v[u][0] - 1, v[u][W - 1] - 1};
+      continue;
+    }
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      if (e + w < n) {
+        o0[e + w] = v[u][w];
+        o1[e + w] = v[u][w] + 1;
+        o2[e + w] = e + w;
+        o3[e + w] = v[u][w] - 1;
+      }
+    }
+  }
+}
+
+#define KVC_STREAM_PLAN(U, W)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256) kvc_probe_stream_plan_u##U##_w##W(                         \
+      const int* in, long long* o0, long long* o1, long long* o2, long long* o3, long long n) {                 \
+    stream_plan<U, W>(in, o0, o1, o2, o3, n);                                                                   \
+  }
+KVC_STREAM_PLAN(4, 1)
+KVC_STREAM_PLAN(16, 1)
+KVC_STREAM_PLAN(2, 2)
+KVC_STREAM_PLAN(8, 2)

@@ -1,8 +1,8 @@
 """Where the fused plan's time goes (bs=256 x 4096, four rotating plans): ``python benchmarks/gpu/profile_plan.py``.
 
 Times, as CUDA-graph replays: the fused plan, stage 2 alone (``plan_entries`` from a precomputed scratch, so
-no row scan), and the plain stream of the same traffic (explore_cuda's ``x_stream4_u4``); with ``--ncu``,
-launches each kernel once per set instead (no graphs), for ``ncu --kernel-name NAME --launch-skip 2
+no row scan), and the plain streams of the same traffic (floors_cuda.plan_stream_cuda); with ``--ncu``,
+launches the plan kernels once per set instead (no graphs), for ``ncu --kernel-name NAME --launch-skip 2
 --launch-count 1``.
 """
 
@@ -19,10 +19,8 @@ import torch
 from backends.cuda import plan as cplan
 from backends.cuda import plan_entries as cent
 from backends.cuda import plan_offsets as coff
-from backends.cuda._toolchain import Spec, cdiv, launch, load
 from benchmarks import bench_cuda as bc
-
-DIR = str(Path(__file__).resolve().parent)
+from benchmarks import floors_cuda as fc
 
 
 def main() -> None:
@@ -47,20 +45,17 @@ def main() -> None:
                                out_verify_expected_positions=vp.verify_expected_positions,
                                out_verify_prev_slot_indices=vp.verify_prev_slot_indices,
                                kv_token_id_vs_position_offset=0, swa_window_size=0))
-    sets = len(world.vps)
-    src = torch.randint(0, 1 << 30, (n,), dtype=torch.int32, device="cuda")
-    outs = [[torch.empty(n, dtype=torch.int64, device="cuda") for _ in range(4)] for _ in range(sets)]
-    stream = load(Spec("explore_cuda.cu", "x_stream4_u4", (), 256, extra_include=DIR), 0)
-    streams = [partial(launch, stream, 0, (cdiv(n, 1024), 1, 256, 0), (src.data_ptr(), *(o.data_ptr() for o in o4), n))
-               for o4 in outs]
     profiling = "--ncu" in sys.argv  # under ncu: no graphs, each kernel launched once per set
-    for name, fns in (("fused plan", plans), ("plan_entries alone", entries), ("stream of the same traffic", streams)):
+    for name, fns in (("fused plan", plans), ("plan_entries alone", entries)):
         if profiling:
             for f in fns:
                 f()
             continue
-        t = bc.rotating_graph(fns)
+        t = fc.rotating_graph(fns)
         print(f"{name:28s} {t * 1e6:7.2f} us per launch (graph, 4 rotating sets)")
+    if not profiling:
+        for label, t in fc.plan_stream_cuda(n, len(world.vps)).items():
+            print(f"{'stream of the same traffic ' + label:28s} {t * 1e6:7.2f} us per launch (graph, 4 rotating sets)")
     torch.cuda.synchronize()
     print("plan checks:", int(world.vps[1].enable[0]), int(world.vps[1].verify_num_valid[0]) == n)
 

@@ -55,7 +55,7 @@ def main() -> None:
             for f in fns:
                 f()
     else:
-        t = bc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0], calls=100)
+        t = fc.rotating_graph(fns) if len(fns) > 1 else fc.time_graph(fns[0], calls=100)
         floors = {"an empty launch": fc.empty_launch_cuda()["graph"]}
         if nbytes:
             floors["its bytes at copy bandwidth"] = nbytes / fc.copy_bandwidth_cuda()

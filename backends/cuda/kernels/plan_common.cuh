@@ -260,9 +260,10 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 //
 // With per-entry checks the kernel was bound by instructions issued, not bytes (Nsight Compute: 0.42 issued per
 // scheduler cycle at 13.6% of DRAM bandwidth; after the fast path its tile phase keeps L2 85-90% busy with
-// stores), so a tile whose entries all lie below the row's end and
-// whose req_to_token (and pool) positions are all in range takes a path without per-entry checks: one base
-// pointer per array, rounds at immediate offsets, 32-bit shuffles without a LUT. Other tiles check each entry.
+// stores), so a warp whose entries of the tile all lie below the row's end and whose req_to_token (and pool)
+// positions are all in range takes a path without per-entry checks: one base pointer per array, rounds at
+// immediate offsets, 32-bit shuffles without a LUT. Other warps check each entry. Deciding per warp, not per
+// tile, keeps a row that is no multiple of the tile on the fast path up to its last partial warp.
 // Unsorted offsets take the per-entry bisection instead.
 constexpr int kTileRowsMax = 1024;  // rows whose shared arrays (4 x 8 bytes each) the tile path keeps
 
@@ -328,9 +329,10 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
                            i64 blocks, const EntryOutputs& out) {
   constexpr int U = kEntriesPerThread;
   constexpr i64 kTile = (i64)kThreads * U;
+  constexpr i64 kSeg = 32 * U;  // a warp's consecutive entries within a tile
   const i64 bs = in.bs;
   const int lane = threadIdx.x & 31;
-  const int lane_first = (threadIdx.x >> 5) * 32 * U + lane;  // this lane's round-0 entry within a tile
+  const i64 seg_first = (i64)(threadIdx.x >> 5) * kSeg;  // this warp's first entry within a tile
   const u64 t_begin = tile_share(rows.ntiles, block, blocks);
   const u64 t_end = tile_share(rows.ntiles, block + 1, blocks);
   if (t_begin >= t_end) return;
@@ -353,18 +355,21 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
       r = row_of_tile(rows.tiles, r + 1, bs, t);
       enter_row();
     }
-    const i64 tile_lo = row_lo + (i64)(t - first_tile) * kTile;
-    const i64 e = tile_lo + lane_first;
-    const i64 p_lo = wadd(base, tile_lo);
-    bool fast = hi - tile_lo >= kTile && rp >= 0 && rp < in.rtt_rows && span_in(p_lo, kTile, in.rtt_cols);
+    const i64 seg_lo = row_lo + (i64)(t - first_tile) * kTile + seg_first;  // < the row's end + kTile: no wrap
+    if (seg_lo >= hi) continue;  // the row ends before this warp's entries (warp-uniform: no shuffle skipped)
+    const i64 e = seg_lo + lane;
+    const i64 p_lo = wadd(base, seg_lo);
+    // the fast path per warp, not per tile: a row that is no multiple of the tile still takes it up to its
+    // last partial segment
+    bool fast = hi - seg_lo >= kSeg && rp >= 0 && rp < in.rtt_rows && span_in(p_lo, kSeg, in.rtt_cols);
     if (kHasPool) {
-      fast = fast && rp < pool.rows && span_in(wadd(p_lo, pool.offset), kTile, imin(vlen, pool.cols));
+      fast = fast && rp < pool.rows && span_in(wadd(p_lo, pool.offset), kSeg, imin(vlen, pool.cols));
     }
     i64 slot[U];
     i64 tok[U];
     i64 prev0 = -1;  // round 0's predecessor slot (lane 0 only)
     if (fast) {
-      const i64 p0 = p_lo + lane_first;  // no wrap: inside the span just checked
+      const i64 p0 = p_lo + lane;  // no wrap: inside the span just checked
       const int* src = in.req_to_token + rp * in.rtt_cols + p0;
 #pragma unroll
       for (int u = 0; u < U; ++u) slot[u] = translate<kHasLut>(in, (i64)src[32 * u]);

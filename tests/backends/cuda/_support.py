@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -373,9 +373,12 @@ def big_write_call(seed: int, *, requests: int, max_len: int, nsrc: int, mode: i
 
 
 def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool, window: int = 0,
-                  cols: int | None = None, stray_rows: bool = False) -> Call:
+                  cols: int | None = None, stray_rows: bool = False, prefixes: Sequence[int] | None = None,
+                  slack: int | None = None) -> Call:
     """A plan over random rows. ``cols`` below ``max_prefix`` puts the ends of long rows past req_to_token (and
-    the pool); ``stray_rows`` points a few requests past both tensors' rows."""
+    the pool); ``stray_rows`` points a few requests past both tensors' rows. ``prefixes`` fixes the rows'
+    prefix lengths (then no row is padding); ``slack`` entries of capacity past the total must stay untouched
+    (random 0 or 5 otherwise)."""
     rng = random.Random(seed)
     gen = _gen(seed)
     max_reqs = bs + 3
@@ -386,6 +389,10 @@ def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool,
     if stray_rows:
         rpi = [r if rng.random() < 0.8 else rng.choice([max_reqs, max_reqs + 7, -3]) for r in rpi]
     prefix = [rng.choice([0, 1, rng.randint(0, max_prefix), max_prefix]) for _ in range(bs)]
+    if prefixes is not None:
+        assert len(prefixes) == bs and not stray_rows
+        prefix = list(prefixes)
+        rpi = [rng.randrange(1, max_reqs) for _ in range(bs)]
     extend = [rng.choice([0, 1, rng.randint(1, 64), -2]) for _ in range(bs)]
     lut_t = (torch.randint(0, full_slots, (full_slots - 5,), dtype=torch.int64, generator=gen)
              if lut or window else None)  # an SWA window needs the LUT
@@ -393,7 +400,7 @@ def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool,
     valid = torch.tensor([rng.randint(0, cols + 3) for _ in range(bs)], dtype=torch.int64) if pool else None
     ws = [max(0, p - window) if window else 0 for p in prefix]
     total = sum(p - w for p, w, r in zip(prefix, ws, rpi, strict=True) if r != 0)
-    cap = total + rng.choice([0, 5])
+    cap = total + (rng.choice([0, 5]) if slack is None else slack)
     wcap = bs + 2
     token_offset = rng.choice([0, 1])
 
@@ -430,6 +437,11 @@ def big_plan_call(seed: int, *, bs: int, max_prefix: int, lut: bool, pool: bool,
         return out
 
     return Call(Op.PLAN, make, outputs, label="big plan")
+
+
+# rows ending just inside a warp's entries of a tile (32 x 4 = 128 of them; 512 with 16 entries per thread),
+# the last one too, so that a warp storing past its row's end would overwrite the next row or the slack
+ROWS_ENDING_MID_WARP = (2 * 4096 + 3 * 512 + 300, 511, 1, 4096 + 129, 5 * 512 - 1, 127, 4095, 4096 + 500)
 
 
 def big_scatter_call(seed: int, *, bs: int, rows: int, cols: int) -> Call:

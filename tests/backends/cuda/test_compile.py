@@ -269,8 +269,11 @@ def test_launch_shapes_depend_only_on_capacities() -> None:
     assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan.THREADS, 32 * 256)  # all resident
     assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan.THREADS, 8 * 4096)
     assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan.THREADS, 32 * 8)  # at least one entry block
-    # tiles never span rows: 256 rows of 16 entries are 256 tiles, not cdiv(4096, 1024) = 4
+    # tiles (256 x 4 = 1024 entries) never span rows: 256 rows of 16 entries are 256 tiles, not
+    # cdiv(4096, 1024) = 4
+    assert plan.THREADS * plan.ENTRIES_PER_THREAD == 1024
     assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan.THREADS, 32 * 256)
+    assert plan.shape((False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan.THREADS, 32 * 256)
     assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 0)
     assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
     assert plan_entries.shape((False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)

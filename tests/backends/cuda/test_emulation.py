@@ -64,6 +64,15 @@ LARGER: dict[str, Callable[[], _support.Call]] = {
                                               stray_rows=True),
     "plan long rows SWA+LUT+pool": lambda: S.big_plan_call(9, bs=6, max_prefix=10000, lut=True, pool=True,
                                                            window=8500, cols=9800, stray_rows=True),
+    "plan rows ending mid-warp": lambda: S.big_plan_call(
+        12, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=False, pool=False,
+        prefixes=S.ROWS_ENDING_MID_WARP, slack=600),
+    "plan rows ending mid-warp LUT+pool": lambda: S.big_plan_call(
+        13, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=True, pool=True,
+        prefixes=S.ROWS_ENDING_MID_WARP, slack=600),
+    # several rows per scanning thread (bs > the 256 threads of a block)
+    "plan 700 rows pool": lambda: S.big_plan_call(14, bs=700, max_prefix=40, lut=False, pool=True),
+    "plan 1024 rows SWA+LUT": lambda: S.big_plan_call(15, bs=1024, max_prefix=30, lut=True, pool=False, window=9),
     "scatter": lambda: S.big_scatter_call(7, bs=30, rows=20, cols=500),
 }
 

@@ -82,10 +82,14 @@ LARGER: dict[str, Callable[[], _support.Call]] = {  # built lazily: collection s
     "plan 256 x 4096": lambda: S.big_plan_call(17, bs=256, max_prefix=4096, lut=False, pool=False),
     "plan 256 x 2048 SWA+pool": lambda: S.big_plan_call(18, bs=256, max_prefix=2048, lut=True, pool=True, window=700),
     "plan 4096 x 64 pool": lambda: S.big_plan_call(19, bs=4096, max_prefix=64, lut=False, pool=True),
+    "plan 1000 x 1000": lambda: S.big_plan_call(23, bs=1000, max_prefix=1000, lut=False, pool=False),
     "plan 64 x 9000 past req_to_token": lambda: S.big_plan_call(20, bs=64, max_prefix=9000, lut=False, pool=True,
                                                                 cols=8000, stray_rows=True),
     "plan 64 x 9000 SWA+LUT": lambda: S.big_plan_call(21, bs=64, max_prefix=9000, lut=True, pool=False,
                                                       window=5000, cols=8500, stray_rows=True),
+    "plan rows ending mid-warp LUT+pool": lambda: S.big_plan_call(
+        22, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=True, pool=True, prefixes=S.ROWS_ENDING_MID_WARP,
+        slack=600),
     "scatter 512 x 4096": lambda: S.big_scatter_call(20, bs=512, rows=600, cols=4096),
     "scatter 3 x 40000": lambda: S.big_scatter_call(21, bs=3, rows=2, cols=40000),
 }
