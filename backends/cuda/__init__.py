@@ -33,11 +33,11 @@ from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 
 # Below Triton's 50 on every operation but the fused plan, write and scatter. benchmarks/bench_backends.py on
 # one H200 (CUDA graphs, identical inputs, cuda vs triton, 2026-12-03 after verify's L1-allocating loads and
-# write's lane-0 chain): verify is split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi chained 40.8 vs
-# 42.4 us, 16 Mi chained 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one clear win the
-# largest; scatter changed order between runs of unchanged kernels (cuda vs triton 17.0 vs 11.2 us, then 14.6
-# vs 17.3, 10.1 vs 16.2, 9.9 vs 10.8 and 17.2 vs 17.2 us: a one-launch graph over L2-warm inputs is that noisy),
-# so it waited for a head-to-head over rotating inputs (below).
+# write's lane-0 chain): verify is split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi
+# chained 40.8 vs 42.4 us, 16 Mi chained 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one
+# clear win the largest; scatter changed order between runs of unchanged kernels (cuda vs triton 17.0 vs
+# 11.2 us, then 14.6 vs 17.3, 10.1 vs 16.2, 9.9 vs 10.8 and 17.2 vs 17.2 us: a one-launch graph over L2-warm
+# inputs is that noisy), so it waited for a head-to-head over rotating inputs (below).
 # The fused plan ranks above Triton since its tile path without per-entry checks: 17.0 vs 18.4 us, 15.4 vs
 # 16.7 us, 17.0 vs 20.0 and 16.1 vs 17.5 us in four head-to-head runs, and 14.1-14.3 us in bench_cuda's rotating
 # graphs (15.4 us with the token pool) against bench_triton's 19.0 us (22.8 us with the token pool).
