@@ -56,8 +56,8 @@ def ctx(num_slots: int, mode: kc.RealKvHashMode, sources: int = 0, nbpt: int = 1
 def consistent_world(num_slots: int, kv: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Records where every upper-half slot s chains to lower-half slot p(s) (so random entries verify clean),
     with real-KV hashes of the PARTIAL fold over ``kv``; returns (records for NONE, records for PARTIAL)."""
-    from backends.torch_ref._hash import mix3, splitmix64
-    from backends.torch_ref._records import fold_sources
+    from kvcanary.backends.torch_ref._hash import mix3, splitmix64
+    from kvcanary.backends.torch_ref._records import fold_sources
 
     half = num_slots // 2
     rec = torch.randint(-(2**62), 2**62, (num_slots, 4), dtype=torch.int64, device=DEV)
@@ -76,7 +76,7 @@ def consistent_world(num_slots: int, kv: list[torch.Tensor]) -> tuple[torch.Tens
 
 
 def prev_of(slots: torch.Tensor, half: int) -> torch.Tensor:
-    from backends.torch_ref._hash import splitmix64
+    from kvcanary.backends.torch_ref._hash import splitmix64
 
     return 1 + (splitmix64(slots) & ((1 << 62) - 1)) % (half - 1)
 

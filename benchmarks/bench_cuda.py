@@ -46,17 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import kvcanary as kc
-from backends.cuda import plan as cplan
-from backends.cuda import plan_entries as cplan_entries
-from backends.cuda import plan_offsets as cplan_offsets
-from backends.cuda import preload
-from backends.cuda import scatter as cscatter
-from backends.cuda import verify as cverify
-from backends.cuda import write as cwrite
-from backends.cuda._toolchain import cdiv, core, launch, loaded
-from backends.torch_ref._hash import mix3, splitmix64
-from backends.torch_ref._records import fold_sources
 from benchmarks import floors_cuda as fc
+from kvcanary.backends.cuda import plan as cplan
+from kvcanary.backends.cuda import plan_entries as cplan_entries
+from kvcanary.backends.cuda import plan_offsets as cplan_offsets
+from kvcanary.backends.cuda import preload
+from kvcanary.backends.cuda import scatter as cscatter
+from kvcanary.backends.cuda import verify as cverify
+from kvcanary.backends.cuda import write as cwrite
+from kvcanary.backends.cuda._toolchain import cdiv, core, launch, loaded
+from kvcanary.backends.torch_ref._hash import mix3, splitmix64
+from kvcanary.backends.torch_ref._records import fold_sources
 from kvcanary.registry import REGISTRY, Op
 
 try:

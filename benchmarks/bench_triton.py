@@ -55,11 +55,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 import kvcanary as kc
-from backends.triton import write as triton_write
-from backends.triton._jit import TUNING
+from kvcanary.backends.triton import write as triton_write
+from kvcanary.backends.triton._jit import TUNING
 
-if "triton" not in kc.backends():  # a checkout that is not pip-installed has no entry-point metadata
-    from backends.triton import BACKEND as _TRITON
+if "triton" not in kc.registered_backends():  # a checkout that is not pip-installed has no entry-point metadata
+    from kvcanary.backends.triton import BACKEND as _TRITON
 
     kc.register_backend(_TRITON)
 
@@ -220,8 +220,8 @@ def random_verify_setup(dev: torch.device, *, num_slots: int, n: int, sets: int,
     """Independent random slots and predecessors (``bench_cuda.py``'s VerifyWorld): a slot of the upper half
     of the buffer chains to ``p(s)`` in the lower half (a hash of ``s``, so every set agrees); records are
     random, the verified slots' chain hashes and real-KV hashes are stamped consistent (torch_ref's hashing)."""
-    from backends.torch_ref._hash import mix3, splitmix64
-    from backends.torch_ref._records import fold_sources
+    from kvcanary.backends.torch_ref._hash import mix3, splitmix64
+    from kvcanary.backends.torch_ref._records import fold_sources
 
     buf = torch.zeros(num_slots, kc.CANARY_SLOT_BYTES, dtype=torch.uint8, device=dev)
     rec = buf.view(torch.int64)

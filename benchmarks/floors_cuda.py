@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
+from kvcanary.backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
 
 PROBE_DIR = Path(__file__).with_name("gpu")
 

@@ -5,15 +5,15 @@ The same declaration yields the runtime checks (compiled to plain ``if``s, no de
 Nothing in this package knows about any particular product.
 """
 
-from contracts.checks import Check
-from contracts.codebook import CodeBook
-from contracts.compiler import Checker, Compiled
-from contracts.contract import Contract, ContractInfo, all_contracts
-from contracts.errors import ContractDefinitionError, ContractError, ContractTypeError
-from contracts.expr import Expr
-from contracts.family import DEFAULT_KIND_DOCS, DEFAULT_MESSAGES, Family
-from contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
-from contracts.specs import Dim, ItemsArg, ScalarArg, StructArg, TensorArg
+from kvcanary.contracts.checks import Check
+from kvcanary.contracts.codebook import CodeBook
+from kvcanary.contracts.compiler import Checker, Compiled
+from kvcanary.contracts.contract import Contract, ContractInfo, all_contracts
+from kvcanary.contracts.errors import ContractDefinitionError, ContractError, ContractTypeError
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.family import DEFAULT_KIND_DOCS, DEFAULT_MESSAGES, Family
+from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
+from kvcanary.contracts.specs import Dim, ItemsArg, ScalarArg, StructArg, TensorArg
 
 __all__ = [
     "DEFAULT_KIND_DOCS",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from contracts.errors import ContractError
+from kvcanary.contracts.errors import ContractError
 
 # Phases run in this order; inside a phase, checks run in declaration order.
 TYPE = 0

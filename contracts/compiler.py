@@ -16,14 +16,14 @@ from typing import Any, Union, get_args, get_origin
 
 import torch
 
-from contracts import checks as ph
-from contracts.checks import Check
-from contracts.errors import ContractDefinitionError, ContractError
-from contracts.expr import Expr
-from contracts.family import Family
-from contracts.rules import AllOrNone, ForbiddenUnless, RequiredIf, RequiredWhen, Rule
-from contracts.rules import Relation as RelationRule
-from contracts.specs import Dim, ItemsArg, ScalarArg, Spec, StructArg, TensorArg
+from kvcanary.contracts import checks as ph
+from kvcanary.contracts.checks import Check
+from kvcanary.contracts.errors import ContractDefinitionError, ContractError
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.family import Family
+from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, RequiredIf, RequiredWhen, Rule
+from kvcanary.contracts.rules import Relation as RelationRule
+from kvcanary.contracts.specs import Dim, ItemsArg, ScalarArg, Spec, StructArg, TensorArg
 
 Checker = Callable[..., "torch.device | None"]
 

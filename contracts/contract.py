@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from contracts.checks import Check
-from contracts.compiler import Checker, Compiled, compile_contract
-from contracts.errors import ContractDefinitionError
-from contracts.family import Family
-from contracts.rules import Rule
-from contracts.specs import ItemsArg, ScalarArg, Spec, StructArg, TensorArg
+from kvcanary.contracts.checks import Check
+from kvcanary.contracts.compiler import Checker, Compiled, compile_contract
+from kvcanary.contracts.errors import ContractDefinitionError
+from kvcanary.contracts.family import Family
+from kvcanary.contracts.rules import Rule
+from kvcanary.contracts.specs import ItemsArg, ScalarArg, Spec, StructArg, TensorArg
 
 _REGISTRY: dict[str, type[Contract]] = {}
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from contracts.checks import Check
+    from kvcanary.contracts.checks import Check
 
 
 class ContractError(ValueError):

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from contracts.checks import Check
-from contracts.compiler import Compiled, Node
-from contracts.contract import Contract
-from contracts.errors import ContractError
-from contracts.expr import Expr
-from contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
-from contracts.specs import Dim, ItemsArg, ScalarArg, TensorArg
+from kvcanary.contracts.checks import Check
+from kvcanary.contracts.compiler import Compiled, Node
+from kvcanary.contracts.contract import Contract
+from kvcanary.contracts.errors import ContractError
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
+from kvcanary.contracts.specs import Dim, ItemsArg, ScalarArg, TensorArg
 
 Call = dict[str, Any]
 

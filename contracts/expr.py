@@ -11,7 +11,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contracts.errors import ContractDefinitionError
+from kvcanary.contracts.errors import ContractDefinitionError
 
 _ALLOWED_CALLS = frozenset({"len", "min", "max", "abs", "int", "isinstance", "tuple", "str", "type"})
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from contracts.codebook import CodeBook
+from kvcanary.contracts.codebook import CodeBook
 
 DEFAULT_MESSAGES: Mapping[str, str] = MappingProxyType(
     {

@@ -15,7 +15,7 @@ def caller_origin() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
-        if name != "contracts" and not name.startswith("contracts.") and name not in ("typing", "pydantic"):
+        if name != "kvcanary.contracts" and not name.startswith("kvcanary.contracts.") and name not in ("typing", "pydantic"):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"  # pragma: no cover

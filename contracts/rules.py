@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from contracts.errors import ContractDefinitionError, ContractError
-from contracts.expr import Expr
-from contracts.origin import caller_origin
+from kvcanary.contracts.errors import ContractDefinitionError, ContractError
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.origin import caller_origin
 
 
 @dataclass(frozen=True)

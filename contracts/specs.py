@@ -19,9 +19,9 @@ import torch
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import core_schema
 
-from contracts.errors import ContractDefinitionError, ContractError
-from contracts.expr import Expr
-from contracts.origin import caller_origin
+from kvcanary.contracts.errors import ContractDefinitionError, ContractError
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.origin import caller_origin
 
 DimSpec = int | str | None
 

@@ -8,7 +8,6 @@ Every public name is importable from here, with SGLang kv-canary's names, so an 
 import line.
 """
 
-from contracts import ContractError, ContractTypeError
 from kvcanary.consts import (
     _PLAN_BS_BLOCK_SIZE,
     _SCATTER_COL_BLOCK,
@@ -48,6 +47,7 @@ from kvcanary.consts import (
     RealKvHashMode,
 )
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.contracts import ContractError, ContractTypeError
 from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.plan_entries import launch_plan_entries_kernel
@@ -63,8 +63,8 @@ from kvcanary.registry import (
     OpSupport,
     Reason,
     ReasonKind,
-    backends,
     register_backend,
+    registered_backends,
     use_backend,
 )
 from kvcanary.sources import RealKvSource
@@ -125,7 +125,6 @@ __all__ = [
     "ViolationLog",
     "ViolationSnapshot",
     "WritePlan",
-    "backends",
     "chain_prev_hashes",
     "format_violation",
     "launch_canary_plan_kernels",
@@ -136,6 +135,7 @@ __all__ = [
     "launch_scatter_req_token_ids_kernel",
     "record_hash",
     "register_backend",
+    "registered_backends",
     "splitmix64",
     "splitmix64_mix3",
     "use_backend",

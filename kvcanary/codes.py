@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from contracts import Check, Contract, all_contracts
+from kvcanary.contracts import Check, Contract, all_contracts
 from kvcanary.errors import FAMILY
 
 CONTRACT_MODULES: tuple[str, ...] = (

@@ -308,5 +308,5 @@ def use_backend(name: str | None) -> Iterator[None]:
         _forced_ctx.reset(token)
 
 
-def backends() -> dict[str, Backend]:
+def registered_backends() -> dict[str, Backend]:
     return REGISTRY.backends()

@@ -79,7 +79,7 @@ class CudaBackend(Backend):
 
 
 def _availability() -> list[Reason]:
-    from backends.cuda._toolchain import core_missing, nvrtc_missing
+    from kvcanary.backends.cuda._toolchain import core_missing, nvrtc_missing
 
     reasons = []
     missing = core_missing()
@@ -112,16 +112,16 @@ BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
     ops={
-        Op.PLAN: OpSupport("backends.cuda.plan:plan", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
+        Op.PLAN: OpSupport("kvcanary.backends.cuda.plan:plan", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
                            notes="one launch for both stages; " + _NOTES),
-        Op.PLAN_OFFSETS: OpSupport("backends.cuda.plan_offsets:plan_offsets", _ON_CUDA, capture_safe=True,
+        Op.PLAN_OFFSETS: OpSupport("kvcanary.backends.cuda.plan_offsets:plan_offsets", _ON_CUDA, capture_safe=True,
                                    notes=_NOTES),
-        Op.PLAN_ENTRIES: OpSupport("backends.cuda.plan_entries:plan_entries", _ON_CUDA, capture_safe=True,
+        Op.PLAN_ENTRIES: OpSupport("kvcanary.backends.cuda.plan_entries:plan_entries", _ON_CUDA, capture_safe=True,
                                    notes=_NOTES),
-        Op.VERIFY: OpSupport("backends.cuda.verify:verify", _ON_CUDA, capture_safe=True, notes=_NOTES),
-        Op.WRITE: OpSupport("backends.cuda.write:write", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
+        Op.VERIFY: OpSupport("kvcanary.backends.cuda.verify:verify", _ON_CUDA, capture_safe=True, notes=_NOTES),
+        Op.WRITE: OpSupport("kvcanary.backends.cuda.write:write", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
                             notes=_NOTES),
-        Op.SCATTER: OpSupport("backends.cuda.scatter:scatter_req_token_ids", {"cuda": AHEAD_PRIORITY},
+        Op.SCATTER: OpSupport("kvcanary.backends.cuda.scatter:scatter_req_token_ids", {"cuda": AHEAD_PRIORITY},
                               capture_safe=True, notes=_NOTES),
     },
 )
@@ -132,8 +132,8 @@ def preload(device: torch.device | str | int = "cuda", ops: Iterable[Op] | None 
 
     Call it before capturing CUDA graphs that will use specializations not yet launched eagerly.
     """
-    from backends.cuda._specs import KEYS
-    from backends.cuda._toolchain import arch_of, compile_all
+    from kvcanary.backends.cuda._specs import KEYS
+    from kvcanary.backends.cuda._toolchain import arch_of, compile_all
 
     dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from backends.cuda._toolchain import Compiled, Spec, load
+from kvcanary.backends.cuda._toolchain import Compiled, Spec, load
 from kvcanary.consts import REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
-from backends.cuda._pack import KernelCache
-from backends.cuda._toolchain import Spec
+from kvcanary.backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from kvcanary.backends.cuda._pack import KernelCache
+from kvcanary.backends.cuda._toolchain import Spec
 from kvcanary.consts import MAX_REAL_KV_SOURCES
 from kvcanary.registry import Op
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape, ptr
-from backends.cuda._toolchain import Spec, launch
-from backends.cuda.plan_entries import max_tiles, shared_bytes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
+from kvcanary.backends.cuda._toolchain import Spec, launch
+from kvcanary.backends.cuda.plan_entries import max_tiles, shared_bytes
 from kvcanary.plans import VerifyPlan, WritePlan
 
 THREADS = 256

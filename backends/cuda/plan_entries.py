@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape, ptr
-from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
+from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape, ptr
-from backends.cuda._toolchain import Spec, launch
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
+from kvcanary.backends.cuda._toolchain import Spec, launch
 
 THREADS = 512
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape
-from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape
+from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
 COLUMNS_PER_BLOCK = 1024  # 4 per thread: one round of 4 loads in flight

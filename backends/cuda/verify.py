@@ -6,8 +6,8 @@ over the active entries; the grid depends only on the plan's capacity, so the la
 
 from __future__ import annotations
 
-from backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
-from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
+from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan
 

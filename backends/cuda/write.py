@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
-from backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
+from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import WritePlan
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from backends.torch_ref._hash import splitmix64
+from kvcanary.backends.torch_ref._hash import splitmix64
 from kvcanary.consts import REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.sources import RealKvSource
 

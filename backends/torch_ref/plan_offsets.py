@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.torch_ref._plan_common import offsets_stage
+from kvcanary.backends.torch_ref._plan_common import offsets_stage
 
 
 def plan_offsets(

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.torch_ref._hash import ANCHOR_I64, mix3
-from backends.torch_ref._records import append_rows, fold_sources, records
+from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
+from kvcanary.backends.torch_ref._records import append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, FailReason
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan

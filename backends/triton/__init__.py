@@ -34,7 +34,7 @@ class TritonBackend(Backend):
         return ()
 
     def device_reasons(self, op: Op, device: torch.device) -> Sequence[Reason]:
-        jit = sys.modules.get("backends.triton._jit")
+        jit = sys.modules.get("kvcanary.backends.triton._jit")
         built_interpreted = bool(getattr(jit, "INTERPRET", _interpreting())) if jit is not None else _interpreting()
         if device.type == "cpu" and not built_interpreted:
             why = ("triton runs on the CPU only through its interpreter, and TRITON_INTERPRET=1 was not set"
@@ -51,7 +51,7 @@ class TritonBackend(Backend):
 
 
 def _op(path: str, notes: str = "") -> OpSupport:
-    return OpSupport(f"backends.triton.{path}", _PRIORITY, capture_safe=True, notes=notes)
+    return OpSupport(f"kvcanary.backends.triton.{path}", _PRIORITY, capture_safe=True, notes=notes)
 
 
 BACKEND = TritonBackend(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from backends.triton._jit import device_fn
+from kvcanary.backends.triton._jit import device_fn
 from kvcanary.consts import INVALID_SLOT, FailReason
 from kvcanary.hashing import ANCHOR_HASH, to_int64
 

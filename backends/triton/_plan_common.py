@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from backends.triton._hash import INVALID
-from backends.triton._jit import device_fn
+from kvcanary.backends.triton._hash import INVALID
+from kvcanary.backends.triton._jit import device_fn
 
 
 @device_fn

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import triton.language as tl
 
-from backends.triton._hash import as_u64, splitmix64
-from backends.triton._jit import device_fn, intern_key, type_key
+from kvcanary.backends.triton._hash import as_u64, splitmix64
+from kvcanary.backends.triton._jit import device_fn, intern_key, type_key
 from kvcanary.consts import MAX_REAL_KV_SOURCES, REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 

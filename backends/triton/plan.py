@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher, cdiv, kernel, num_sms, type_key
-from backends.triton._plan_common import chunk_rows, expected_token, offsets_stage, read_slot, window_start
+from kvcanary.backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher, cdiv, kernel, num_sms, type_key
+from kvcanary.backends.triton._plan_common import chunk_rows, expected_token, offsets_stage, read_slot, window_start
 from kvcanary.plans import VerifyPlan, WritePlan
 
 

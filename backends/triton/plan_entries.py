@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
-from backends.triton._plan_common import expected_token, read_slot, window_start
+from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
+from kvcanary.backends.triton._plan_common import expected_token, read_slot, window_start
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, Launcher, kernel, type_key
-from backends.triton._plan_common import offsets_stage
+from kvcanary.backends.triton._jit import TUNING, Launcher, kernel, type_key
+from kvcanary.backends.triton._plan_common import offsets_stage
 
 
 @kernel()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from backends.triton._jit import TUNING, Launcher, cdiv, kernel, type_key
+from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, kernel, type_key
 
 
 @kernel()

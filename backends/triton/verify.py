@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from backends.triton._hash import (
+from kvcanary.backends.triton._hash import (
     ANCHOR_HASH_I64,
     CHAIN_BIT,
     INVALID,
@@ -27,8 +27,8 @@ from backends.triton._hash import (
     as_i64,
     record_link,
 )
-from backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
-from backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
+from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
+from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan
 

@@ -32,7 +32,7 @@ from collections.abc import Hashable
 import torch
 import triton.language as tl
 
-from backends.triton._hash import (
+from kvcanary.backends.triton._hash import (
     ANCHOR_HASH_I64,
     INVALID,
     OOB_BIT,
@@ -43,8 +43,8 @@ from backends.triton._hash import (
     mix3,
     record_link,
 )
-from backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel
-from backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
+from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel
+from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import WritePlan
 

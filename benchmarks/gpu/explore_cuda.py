@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 import kvcanary as kc
-from backends.cuda import write as cwrite
-from backends.cuda._toolchain import Spec, cdiv, launch, load
 from benchmarks import bench_cuda as bc
 from benchmarks import floors_cuda as fc
+from kvcanary.backends.cuda import write as cwrite
+from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch, load
 
 DIR = str(Path(__file__).resolve().parent)
 MI = 1 << 20
@@ -71,7 +71,7 @@ def main() -> None:
         plans = [world.plan(s, p) for s, p in sets]
         if "verify" in what:
             ctx = bc._ctx(world.buf, (), kc.RealKvHashMode.NONE)
-            from backends.cuda.verify import pack
+            from kvcanary.backends.cuda.verify import pack
 
             for threads in (256, 512):
                 for ept in (1, 2, 4, 8):
@@ -118,8 +118,8 @@ def main() -> None:
         torch.cuda.synchronize()
         print("write violations:", int(ctx.violation_write_index[0]))
     if "plan" in what:
-        from backends.cuda import plan as cplan
-        from backends.cuda.plan_entries import shared_bytes
+        from kvcanary.backends.cuda import plan as cplan
+        from kvcanary.backends.cuda.plan_entries import shared_bytes
 
         pworld = bc.PlanWorld()
         bs, entries, vps = pworld.bs, pworld.entries, pworld.vps
@@ -181,8 +181,8 @@ def main() -> None:
 def plan_shape_sweep() -> None:
     """Entries per thread (the tile size) against batch shapes: larger tiles cut per-tile work but leave fewer
     tiles, hence fewer busy blocks, for a batch of few long rows."""
-    from backends.cuda import plan as cplan
-    from backends.cuda.plan_entries import shared_bytes
+    from kvcanary.backends.cuda import plan as cplan
+    from kvcanary.backends.cuda.plan_entries import shared_bytes
 
     lut = torch.randint(0, 1 << 24, (1 << 24,), dtype=torch.int64, device="cuda")
     # (bs, prefix, SWA window): few long rows to many short ones, rows no multiple of any tile, SWA + LUT
@@ -205,7 +205,7 @@ def plan_shape_sweep() -> None:
 
 def host_sweep() -> None:
     """Host microseconds of each step of an eager launch (write 1024 x 1) beside an empty kernel's."""
-    from backends.cuda import _toolchain as tc
+    from kvcanary.backends.cuda import _toolchain as tc
 
     def us(fn: Callable[[], object]) -> str:
         return f"{fc.host_time(fn) * 1e6:6.2f} us"

@@ -37,7 +37,7 @@ except Exception as exc:
 import kvcanary as kc  # noqa: E402
 from kvcanary.testing import golden as g  # noqa: E402
 
-print("backends:", sorted(kc.backends()))
+print("backends:", sorted(kc.registered_backends()))
 dev = torch.device("cuda")
 bad = 0
 t = time.time()

@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
-from backends.cuda import plan as cplan
-from backends.cuda import plan_entries as cent
-from backends.cuda import plan_offsets as coff
 from benchmarks import bench_cuda as bc
 from benchmarks import floors_cuda as fc
+from kvcanary.backends.cuda import plan as cplan
+from kvcanary.backends.cuda import plan_entries as cent
+from kvcanary.backends.cuda import plan_offsets as coff
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 import kvcanary as kc
-from backends.cuda import plan as cplan
-from backends.cuda import write as cwrite
 from benchmarks import bench_cuda as bc
 from benchmarks import floors_cuda as fc
+from kvcanary.backends.cuda import plan as cplan
+from kvcanary.backends.cuda import write as cwrite
 
 Case = tuple[list[Callable[[], None]], int]
 """The launches of a case (called in turn), and the bytes one launch must move at least (0: negligible)."""

@@ -38,8 +38,8 @@ from kvcanary.testing.parity import check_call, compare_outputs
 from kvcanary.testing.scenarios import GENERATORS, Call
 from tests.backends.triton import _large, _support
 
-if "triton" not in kc.backends():  # a checkout that is not pip-installed has no entry-point metadata
-    from backends.triton import BACKEND as _TRITON
+if "triton" not in kc.registered_backends():  # a checkout that is not pip-installed has no entry-point metadata
+    from kvcanary.backends.triton import BACKEND as _TRITON
 
     kc.register_backend(_TRITON)
 

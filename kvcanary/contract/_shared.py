@@ -3,10 +3,10 @@
 
 import torch
 
-from contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
-from contracts.examples import Misalign
 from kvcanary.consts import MAX_REAL_KV_SOURCES, PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
+from kvcanary.contracts.examples import Misalign
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 

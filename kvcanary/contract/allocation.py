@@ -5,7 +5,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, Relation, ScalarArg
+from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg
 from kvcanary.errors import FAMILY
 
 _FIX = "Size it from the engine's capacities (see `CanaryCapacities`); it must hold at least one entry."

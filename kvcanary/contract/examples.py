@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 import torch
 
-from contracts.examples import ExampleSet, Variant
 from kvcanary.consts import CANARY_SLOT_BYTES, PLAN_OFFSETS_SCRATCH_LEN, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.contracts.examples import ExampleSet, Variant
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 

@@ -10,9 +10,9 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.contract import _plan_inputs as p
 from kvcanary.contract._shared import verify_plan_struct, write_plan_struct
+from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import VerifyPlan, WritePlan
 

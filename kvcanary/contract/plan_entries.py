@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.contract import _plan_inputs as p
+from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 
 NAME = "launch_plan_entries_kernel"

@@ -10,9 +10,9 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.contract import _plan_inputs as p
+from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 
 NAME = "launch_plan_offsets_kernel"

@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
-from contracts.examples import PadStride
+from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
+from kvcanary.contracts.examples import PadStride
 from kvcanary.errors import FAMILY
 
 _WHY_VIEW = "The source must be a view of the live KV pool so the hash reads the bytes attention reads."

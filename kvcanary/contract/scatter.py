@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
+from kvcanary.contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
 from kvcanary.errors import FAMILY
 
 _TYPE_ERR = {"dtype": ContractTypeError}

@@ -5,9 +5,9 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract._shared import CONTEXT, verify_plan_struct
+from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import VerifyPlan
 

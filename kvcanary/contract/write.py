@@ -6,9 +6,9 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import Contract, ContractInfo, ForbiddenUnless, RequiredIf, ScalarArg, TensorArg
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract._shared import CONTEXT, write_plan_struct
+from kvcanary.contracts import Contract, ContractInfo, ForbiddenUnless, RequiredIf, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import WritePlan
 

@@ -20,14 +20,14 @@ from typing import Any
 import torch
 
 import kvcanary
-from contracts import Check, Contract, ContractTypeError
-from contracts.checks import PHASE_NAMES
-from contracts.compiler import Node
-from contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
-from contracts.expr import Expr
-from contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
+from kvcanary.contracts import Check, Contract, ContractTypeError
+from kvcanary.contracts.checks import PHASE_NAMES
+from kvcanary.contracts.compiler import Node
+from kvcanary.contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
+from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
 

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import kvcanary
-from contracts import Check, Contract
-from contracts.checks import PHASE_NAMES
-from contracts.compiler import Node
-from contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
-from contracts.specs import ItemsArg, ScalarArg, StructArg, TensorArg
 from kvcanary import codes
+from kvcanary.contracts import Check, Contract
+from kvcanary.contracts.checks import PHASE_NAMES
+from kvcanary.contracts.compiler import Node
+from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
+from kvcanary.contracts.specs import ItemsArg, ScalarArg, StructArg, TensorArg
 from kvcanary.docsgen.catalog import anchor, declared
 from kvcanary.errors import FAMILY
 

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from contracts import (
+from kvcanary.contracts import (
     AllOrNone,
     CodeBook,
     Contract,

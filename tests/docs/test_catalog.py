@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts import ContractError
 from kvcanary import codes
 from kvcanary.cli import main
+from kvcanary.contracts import ContractError
 from kvcanary.docsgen import catalog as cat
 from kvcanary.docsgen import generate
 from kvcanary.errors import CODEBOOK_PATH

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
+from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from kvcanary.docsgen.catalog import namespace
 from kvcanary.registry import use_backend
 from tests.contracts.toy import Plan, ToyLaunch, valid

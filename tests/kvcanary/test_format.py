@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 import kvcanary as kc
-from backends.torch_ref import _hash
 from kvcanary import consts
+from kvcanary.backends.torch_ref import _hash
 from kvcanary.hashing import MASK64, chain_prev_hashes, fold_real_kv_bytes, real_kv_hash, to_int64, to_uint64
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

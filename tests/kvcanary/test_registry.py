@@ -53,7 +53,7 @@ def fakes() -> Iterator[None]:
 
 
 def test_entry_points_register_the_three_backends() -> None:
-    assert {"torch_ref", "triton", "cuda"} <= set(kc.backends())
+    assert {"torch_ref", "triton", "cuda"} <= set(kc.registered_backends())
 
 
 def test_priority_and_per_call_limits(fakes: None) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
-from backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text
+from kvcanary.backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text
 from kvcanary.registry import Backend, Op, OpSupport
 
 EMU_DIR = Path(__file__).with_name("emulation")

@@ -232,8 +232,8 @@ def _gen(seed: int) -> torch.Generator:
 def _records_with_chains(num_slots: int, chains: torch.Tensor, mode: int, sources: list[Any], seed: int
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """int64 records [num_slots, 4] (random, then each chain stamped consistently) and each chain slot's token."""
-    from backends.torch_ref._hash import ANCHOR_I64, mix3
-    from backends.torch_ref._records import fold_sources
+    from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
+    from kvcanary.backends.torch_ref._records import fold_sources
 
     gen = _gen(seed)
     rec = torch.randint(-(2**62), 2**62, (num_slots, 4), dtype=torch.int64, generator=gen)
@@ -481,7 +481,7 @@ def cuda_skip_reason() -> str | None:
     """Why the GPU tests cannot run here (None: they can)."""
     if not torch.cuda.is_available():
         return "no CUDA device"
-    from backends.cuda import BACKEND
+    from kvcanary.backends.cuda import BACKEND
 
     reasons = list(BACKEND.availability()) + list(BACKEND.device_reasons(Op.VERIFY, torch.device("cuda")))
     return "; ".join(str(r) for r in reasons) or None

@@ -21,10 +21,20 @@ import pytest
 import torch
 
 import kvcanary as kc
-from backends.cuda import AHEAD_PRIORITY, BACKEND, PRIORITY, plan, plan_entries, plan_offsets, scatter, verify, write
-from backends.cuda._specs import KEYS, all_specs
-from backends.cuda._toolchain import KERNEL_DIR, Spec
 from kvcanary import consts
+from kvcanary.backends.cuda import (
+    AHEAD_PRIORITY,
+    BACKEND,
+    PRIORITY,
+    plan,
+    plan_entries,
+    plan_offsets,
+    scatter,
+    verify,
+    write,
+)
+from kvcanary.backends.cuda._specs import KEYS, all_specs
+from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
 from kvcanary.hashing import ANCHOR_HASH
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing.parity import launcher
@@ -176,7 +186,7 @@ def test_backend_declares_every_operation_like_the_launchers() -> None:
 def test_ranked_above_triton_on_cuda_only_where_it_was_measured_faster() -> None:
     """bench_backends and bench_cuda on the H200 (see backends/cuda/__init__.py): the fused plan, write and
     scatter."""
-    from backends.triton import BACKEND as TRITON
+    from kvcanary.backends.triton import BACKEND as TRITON
 
     for op in Op:
         mine, theirs = BACKEND.ops[op].priority("cuda"), TRITON.ops[op].priority("cuda")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kvcanary as kc
-from backends.cuda import preload
+from kvcanary.backends.cuda import preload
 from kvcanary.registry import Op
 from kvcanary.testing import golden as g
 from kvcanary.testing.parity import compare_outputs, run_call
@@ -102,8 +102,8 @@ def test_larger_calls(name: str) -> None:
 
 
 def test_every_specialization_loads_and_reports_its_resources() -> None:
-    from backends.cuda._specs import KEYS
-    from backends.cuda._toolchain import loaded
+    from kvcanary.backends.cuda._specs import KEYS
+    from kvcanary.backends.cuda._toolchain import loaded
 
     assert preload(DEV) == sum(len(k) for _, k in KEYS.values())
     kernels = loaded()

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import kvcanary as kc
-from backends.triton import BACKEND, TritonBackend
+from kvcanary.backends.triton import BACKEND, TritonBackend
 from kvcanary.registry import REGISTRY
 
 
 def test_registered_through_the_entry_point() -> None:
-    assert kc.backends()["triton"] is BACKEND
+    assert kc.registered_backends()["triton"] is BACKEND
     assert isinstance(BACKEND, TritonBackend)
 
 
@@ -34,7 +34,7 @@ def test_cpu_selection_keeps_torch_ref_and_cuda_prefers_triton() -> None:
 
 
 def test_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    import backends.triton._jit as jit
+    import kvcanary.backends.triton._jit as jit
 
     monkeypatch.setattr(jit, "INTERPRET", False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
