@@ -13,77 +13,30 @@ Cases (GPU defaults: bs=128, 4096-token contexts; ``--device cpu`` shrinks every
 - ``canary_vs_attention``: canary_step / attention_paged.
 - ``engine_step`` / ``canary_share``: kvcanary's own engine, decode steps with and without the canary.
 
-Prints each figure beside its floor and writes a JSON list of
-``{benchmark, case, figure, floor, unit, ratio, machine, date}`` to ``--out``.
+Each figure is printed beside its floor (benchmarks/report.py: records to ``--out``, details to ``raw/``);
+times are benchmarks/timing.py's (CUDA events on a GPU, the wall clock on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks import floors, timing
+from benchmarks.report import Report, machine
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
 
 BENCH = "bench_engine"
-SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6}
-
-
-@dataclass(frozen=True)
-class Record:
-    benchmark: str
-    case: str
-    figure: float
-    floor: float
-    unit: str
-    ratio: float | None  # figure / floor; None where there is no meaningful floor
-    machine: str
-    date: str
-
-
-def machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads (cpu)"
-
-
-def timeit(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, reps: int = 20) -> float:
-    """Median seconds per call (CUDA events on a GPU)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(reps):
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-    else:
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return float(statistics.median(times))
-
-
-def copy_bandwidth(device: torch.device, nbytes: int) -> float:
-    """Bytes read + written per second by a large device copy."""
-    a = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    return nbytes / timeit(lambda: b.copy_(a), device, reps=10)
 
 
 # -- the canary's per-step work ------------------------------------------------------------------------------
@@ -198,7 +151,7 @@ def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], C
 def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> tuple[float, float]:
     """Median decode-step seconds of kvcanary's engine without and with the canary: two engines serving
     the same requests, their steps interleaved so that drift in the machine hits both alike."""
-    from kvcanary.engine import Engine, EngineConfig
+    from kvcanary.demo.engine import Engine, EngineConfig
 
     engines = []
     for canary in (None, CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=backend,
@@ -217,13 +170,7 @@ def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: st
     times: list[list[float]] = [[], []]
     for _ in range(steps):
         for i, eng in enumerate(engines):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            eng.step()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times[i].append(time.perf_counter() - t)
+            times[i].append(timing.wall(eng.step, reps=1, warmup=0, include_gpu=True))
     return statistics.median(times[0]), statistics.median(times[1])
 
 
@@ -250,45 +197,33 @@ def main(argv: list[str] | None = None) -> int:
     bs = args.bs or (4 if cpu else 128)
     ctx = args.ctx or (256 if cpu else 4096)
     mode = RealKvHashMode[args.real_data.upper()]
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    where = machine(dev)
-    records: list[Record] = []
-
-    def emit(case: str, seconds: float, floor_seconds: float, unit: str) -> None:
-        """Record a figure in ``unit`` (time units are converted from seconds; "x" is a plain ratio)."""
-        s = SCALE.get(unit, 1.0)
-        figure, floor = seconds * s, floor_seconds * s
-        ratio = figure / floor if floor > 0 else None
-        records.append(Record(BENCH, case, figure, floor, unit, ratio, where, when))
-        shown = f"{ratio:7.2f}x" if ratio is not None else "      -"
-        print(f"{case:<64} {figure:12.2f} {unit:<3} floor {floor:12.2f} {unit:<3} ratio {shown}")
-
-    print(f"{BENCH} on {where}: bs={bs} ctx={ctx} q_heads={args.q_heads} kv_heads={args.kv_heads} "
+    r = Report(BENCH, machine(dev))
+    print(f"{BENCH} on {r.machine}: bs={bs} ctx={ctx} q_heads={args.q_heads} kv_heads={args.kv_heads} "
           f"head_dim={args.head_dim} real_data={args.real_data}")
-    bw = copy_bandwidth(dev, 1 << (24 if cpu else 31))
-    print(f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write)")
+    bw = floors.copy_bandwidth(dev, 1 << (24 if cpu else 31))
+    r.floor("copy bandwidth (B/s, read + written)", bw, "a device copy")
     t0 = time.perf_counter()
     world = CanaryWorld(bs=bs, ctx=ctx, kv_heads=args.kv_heads, head_dim=args.head_dim, device=dev, mode=mode,
                         backend=args.backend, chunk=min(ctx, 512))
     print(f"  set-up (records for {bs * ctx} tokens) {time.perf_counter() - t0:.1f}s")
     tag = f"bs={bs} ctx={ctx} real_data={args.real_data}"
     reps = 5 if cpu else 20
-    canary = timeit(world.step, dev, warmup=1 if cpu else 3, reps=reps)
+    canary = timing.device_time(world.step, dev, warmup=1 if cpu else 3, reps=reps)
     canary_floor = world.bytes_floor() / bw
-    emit(f"canary_step eager {tag}", canary, canary_floor, "us")
+    r.add(f"canary_step eager {tag}", canary, canary_floor)
     replay = world.graph_step()
     if replay is not None:
-        emit(f"canary_step cuda_graph {tag}", timeit(replay, dev, reps=reps), canary_floor, "us")
+        r.add(f"canary_step cuda_graph {tag}", timing.device_time(replay, dev, reps=reps), canary_floor)
     world.manager.end_step()
     world.manager.flush()
     if world.manager.total_violations:
         print(f"  WARNING: {world.manager.total_violations} violations on a clean pool (first: "
               f"{world.manager.events[0].message.splitlines()[0]})")
     paged, contiguous, kv_bytes = attention(world, args.q_heads)
-    attn = timeit(paged, dev, reps=reps)
-    emit(f"attention_paged bf16 q{args.q_heads}/kv{args.kv_heads}/d{args.head_dim} {tag}", attn, kv_bytes / bw, "us")
-    emit(f"attention_sdpa bf16 contiguous {tag}", timeit(contiguous, dev, reps=reps), kv_bytes / bw, "us")
-    emit(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), "x")
+    attn = timing.device_time(paged, dev, reps=reps)
+    r.add(f"attention_paged bf16 q{args.q_heads}/kv{args.kv_heads}/d{args.head_dim} {tag}", attn, kv_bytes / bw)
+    r.add(f"attention_sdpa bf16 contiguous {tag}", timing.device_time(contiguous, dev, reps=reps), kv_bytes / bw)
+    r.value(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), unit="x")
     del world
     if not args.skip_engine:
         ebs = args.engine_bs or (4 if cpu else 64)
@@ -296,14 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.engine_steps or (8 if cpu else 20)
         off, on = engine_step_times(device=args.device, bs=ebs, ctx=ectx, steps=steps, backend=args.backend)
         etag = f"kvcanary engine bs={ebs} ctx={ectx}"
-        emit(f"engine_step without canary {etag}", off, off, "ms")
-        emit(f"engine_step with canary {etag}", on, off, "ms")
-        records.append(Record(BENCH, f"canary_share {etag}", (on - off) / on * 100, 0.0, "%", None, where, when))
-        print(f"{'canary_share ' + etag:<64} {(on - off) / on * 100:12.1f} %   of the engine's decode step")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump([r.__dict__ for r in records], f, indent=1)
-        print(f"wrote {len(records)} records to {args.out}")
+        r.add(f"engine_step without canary {etag}", off, off, unit="ms")
+        r.add(f"engine_step with canary {etag}", on, off, unit="ms")
+        r.value(f"canary_share {etag}", (on - off) / on * 100, None, unit="%", note="of the engine's decode step")
+    r.write(args.out)
     return 0
 
 

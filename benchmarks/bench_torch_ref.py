@@ -1,142 +1,84 @@
 """torch_ref on the CPU: verify of 10^6 entries, write of 64 requests x 512 tokens, plan bs=256 x 4096.
 
 Target (issue 3): each under one second on the 2-core CI machine. The floor printed beside each time is the
-bytes the operation must move at the CPU copy bandwidth measured in the same run (a 256 MiB ``copy_``, bytes
-read + written): verify 88 B per entry (two 32-byte records, two 8-byte indices in, 8 B out), write 56 B per
-token (the 32-byte record written, ids, positions and location read), plan 36 B per entry (32 B of entries
+bytes the operation must move at the CPU copy bandwidth measured in the same run (a 256 MiB copy, bytes read +
+written): verify 88 B per entry (two 32-byte records, two 8-byte indices in, 8 B out), write 56 B per token
+(the 32-byte record written, ids, positions and location read), plan 36 B per entry (32 B of entries
 written, 4 B of ``req_to_token`` read); real-KV bytes are not counted. The ratio says how far a vectorized
-torch reference sits from memory speed.
+torch reference sits from memory speed. Inputs come from ``kvcanary.testing.scenarios``: the verify reads
+clean random-predecessor records, the writes start fresh chains. ``--scale 0.01`` runs every case tiny.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
+import sys
 from collections.abc import Callable
-from datetime import date
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
 import kvcanary as kc
-
-
-def timed(fn: Callable[[], None], reps: int = 3) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
-
+from benchmarks import floors, timing
+from benchmarks.report import Report, machine
+from kvcanary.testing import scenarios as sc
 
 BYTES_PER_ELEMENT = {"verify": 88, "write": 56, "plan": 36}
+MODES = (kc.RealKvHashMode.NONE, kc.RealKvHashMode.PARTIAL)
+CPU = "cpu"
 
 
-def copy_bandwidth(nbytes: int = 1 << 28) -> float:
-    """Bytes per second (read + written) of a large CPU tensor copy."""
-    a = torch.ones(nbytes // 2, dtype=torch.uint8)
-    b = torch.empty_like(a)
-
-    def run() -> None:
-        b.copy_(a)
-
-    return nbytes / timed(run, reps=5)
-
-
-def context(num_slots: int, mode: kc.RealKvHashMode) -> kc.VerifyOrWriteContext:
-    kv = torch.randint(0, 256, (num_slots, 256), dtype=torch.uint8)
-    return kc.VerifyOrWriteContext(
-        canary_buf=torch.zeros(num_slots, 32, dtype=torch.uint8), kernel_kind=kc.CanaryLaunchTag.TAIL_K_FULL,
-        violation_ring=torch.zeros(1024, 8, dtype=torch.int64), violation_write_index=torch.zeros(1, dtype=torch.int32),
-        slot_run_counter=torch.zeros(1, dtype=torch.int64), kernel_run_counter=torch.zeros(1, dtype=torch.int64),
-        real_kv_sources=(kc.RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256),),
-        real_kv_hash_mode=mode, enable_chain_position_assert=torch.ones(1, dtype=torch.int32))
+def verify_runs(n: int) -> list[tuple[str, Callable[[], None]]]:
+    """A verify of ``n`` random entries per real-KV mode, over one world of ``n`` slots."""
+    world = sc.RandomPrevRecords(n, CPU)
+    kv = sc.byte_sources(n, 256, 1, CPU)
+    (slots, prevs), = world.index_sets(n, 1)
+    plan = world.plan(slots, prevs)
+    runs: list[tuple[str, Callable[[], None]]] = []
+    for mode in MODES:
+        def run(mode: kc.RealKvHashMode = mode) -> None:
+            ctx = world.context(kv if mode != kc.RealKvHashMode.NONE else (), mode)
+            kc.launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False,
+                                           backend="torch_ref")
+        runs.append((f"{n:,} entries, real-KV {mode.name}", run))
+    return runs
 
 
-def bench_write(reqs: int, tokens: int, mode: kc.RealKvHashMode) -> tuple[float, kc.VerifyOrWriteContext]:
+def write_run(reqs: int, tokens: int, mode: kc.RealKvHashMode) -> Callable[[], None]:
     n = reqs * tokens
-    ctx = context(n + 1, mode)
-    plan = kc.WritePlan.allocate(write_req_capacity=reqs, device="cpu")
-    plan.write_offsets.copy_(torch.arange(reqs + 1) * tokens)
-    plan.write_seed_slot_indices.fill_(-1)
-    plan.write_num_valid_reqs.fill_(reqs)
-    ids = torch.randint(0, 50000, (n,))
-    pos = (torch.arange(n) % tokens).to(torch.int64)
-    loc = torch.randperm(n) + 1
-
-    def run() -> None:
-        kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=ids, positions=pos, out_cache_loc=loc,
-                                      enable_write_input_assert=False, expected_input_tokens=None,
-                                      expected_input_positions=None, backend="torch_ref")
-
-    return timed(run), ctx
-
-
-def bench_verify(n: int, mode: kc.RealKvHashMode) -> float:
-    ctx = context(n + 1, mode)
-    plan = kc.VerifyPlan.allocate(verify_capacity=n, device="cpu")
-    plan.verify_slot_indices.copy_(torch.randperm(n) + 1)
-    plan.verify_prev_slot_indices.copy_(torch.randint(1, n, (n,)))
-    plan.verify_expected_positions.zero_()
-    plan.verify_expected_tokens.fill_(-1)
-    plan.verify_num_valid.fill_(n)
-
-    def run() -> None:
-        ctx.violation_write_index.zero_()
-        kc.launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False, backend="torch_ref")
-
-    return timed(run)
-
-
-def bench_plan(bs: int, prefix: int) -> float:
-    vp = kc.VerifyPlan.allocate(verify_capacity=bs * prefix, device="cpu")
-    wp = kc.WritePlan.allocate(write_req_capacity=bs, device="cpu")
-    r2t = torch.randint(1, 1 << 20, (bs + 1, prefix + 8), dtype=torch.int32)
-
-    def run() -> None:
-        kc.launch_canary_plan_kernels(
-            verify_plan_out=vp, write_plan_out=wp, req_pool_indices=torch.arange(1, bs + 1),
-            prefix_lens=torch.full((bs,), prefix), extend_seq_lens=torch.ones(bs, dtype=torch.int64), req_to_token=r2t,
-            swa_window_size=0, full_to_swa_index_mapping=None, verify_capacity=bs * prefix,
-            req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
-            kv_token_id_vs_position_offset=0, backend="torch_ref")
-
-    return timed(run)
+    ctx = sc.context(CPU, num_slots=n + 1, sources=sc.byte_sources(n + 1, 256, 1, CPU), mode=mode)
+    kw = sc.chain_writes(ctx, [tokens] * reqs, torch.randperm(n) + 1)
+    return partial(kc.launch_canary_write_kernel, **kw, backend="torch_ref")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default=None, help="write results as JSON here")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the records here (details go to raw/ beside it)")
+    ap.add_argument("--scale", type=float, default=1.0, help="shrink every case (e.g. 0.01 for a quick check)")
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    rows = []
-    for mode in (kc.RealKvHashMode.NONE, kc.RealKvHashMode.PARTIAL):
-        t = bench_verify(1_000_000, mode)
-        rows.append(("verify", f"1e6 entries, real-KV {mode.name}", t, 1_000_000))
-    for mode in (kc.RealKvHashMode.NONE, kc.RealKvHashMode.PARTIAL):
-        t, _ = bench_write(64, 512, mode)
-        rows.append(("write", f"64 requests x 512 tokens, real-KV {mode.name}", t, 64 * 512))
-    t = bench_plan(256, 4096)
-    rows.append(("plan", "bs=256, 4096-token prefixes (1 Mi entries)", t, 256 * 4096))
-    bandwidth = copy_bandwidth()
-    print(f"CPU copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + written)")
-    machine = f"{platform.machine()} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
-    results = []
-    print(f"{'op':<8} {'case':<46} {'time':>10} {'floor':>10} {'ratio':>8}  target")
-    for op, case, t, n in rows:
-        floor = n * BYTES_PER_ELEMENT[op] / bandwidth
-        print(f"{op:<8} {case:<46} {t * 1e3:8.1f} ms {floor * 1e3:7.2f} ms {t / floor:7.1f}x  "
-              f"< 1000 ms: {'yes' if t < 1 else 'NO'}")
-        results.append({"benchmark": "torch_ref_cpu", "case": f"{op}: {case}", "figure": t * 1e3,
-                        "floor": floor * 1e3, "unit": "ms", "ratio": t / floor, "machine": machine,
-                        "date": date.today().isoformat()})
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+
+    def scaled(x: int) -> int:
+        return max(1, int(x * args.scale))
+
+    r = Report("torch_ref_cpu", machine(CPU))
+    bandwidth = floors.copy_bandwidth(CPU)
+    r.floor("CPU copy bandwidth (B/s, read + written)", bandwidth, "a 256 MiB copy")
+    n_verify, bs, prefix = scaled(1_000_000), scaled(256), scaled(4096)
+    cases: list[tuple[str, str, Callable[[], None], int]] = [
+        ("verify", label, run, n_verify) for label, run in verify_runs(n_verify)]
+    cases += [("write", f"64 requests x {scaled(512)} tokens, real-KV {mode.name}", write_run(64, scaled(512), mode),
+               64 * scaled(512)) for mode in MODES]
+    batch = sc.PlanBatch(bs, prefix, device=CPU, num_slots=1 << 20)
+    cases.append(("plan", f"bs={bs}, {prefix}-token prefixes ({bs * prefix} entries)",
+                  partial(kc.launch_canary_plan_kernels, **batch.kwargs(0), backend="torch_ref"), bs * prefix))
+    for op, case, run, n in cases:
+        t = timing.wall(run, reps=3)
+        r.add(f"{op}: {case}", t, n * BYTES_PER_ELEMENT[op] / bandwidth, unit="ms",
+              note=f"< 1000 ms: {'yes' if t < 1 else 'NO'}")
+    r.write(args.out)
 
 
 if __name__ == "__main__":

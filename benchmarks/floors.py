@@ -1,6 +1,7 @@
-"""Hardware floors, measured in the same run as the figures compared with them (GPU only).
+"""Hardware floors, measured in the same run as the figures compared with them.
 
-- ``copy_bandwidth()``: device-to-device copy, bytes read + written per second.
+- ``copy_bandwidth(device)``: bytes read + written per second of a large copy, on the CPU or a GPU (the floor
+  of every figure that moves bytes).
 - ``gather_floor(n)``: a random gather of two 32-byte records per entry (16 B of indices in, 8 B out), the
   least memory traffic a verify of ``n`` entries can do; returns seconds.
 - ``gather_floor_for(buf, slots, prevs)``: the same gather over *given* index arrays (a verify plan's slots
@@ -9,49 +10,47 @@
 - ``serial_step_floor(steps)``: seconds per serial mix3 chain step with every operand in registers (the
   write chain's dependency floor).
 - ``empty_launch()``: seconds per eager launch of an empty Triton kernel (host launch cost included);
-  ``empty_launch_graph()``: the same kernel replayed from a CUDA graph (the device-side floor).
+  ``empty_launch_graph()``: the same kernel replayed from a CUDA graph (the device-side floor);
+- ``common(report)``: the copy, serial step and empty launches at once, recorded in a report.
 
-Probes are Triton kernels, timed with CUDA events (median of many repetitions, inputs rotated so they do
-not sit in L2).
+All but the copy are Triton kernels (GPU only; :data:`TRITON` says whether Triton imported), timed with
+benchmarks/timing.py, index sets rotated so they do not sit in L2. The CUDA C++ probes, built and launched
+like the cuda backend's kernels, are in floors_cuda.py.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import torch
+
+from benchmarks import timing
+from benchmarks.report import Report
 
 try:
     import triton
     import triton.language as tl
-except ImportError:  # pragma: no cover - floors need a GPU stack
+except ImportError:  # pragma: no cover - the Triton probes need a GPU stack
     triton = None
 
-
-def time_cuda(fn: Callable[[], object], *, warmup: int = 5, reps: int = 30) -> float:
-    """Median seconds of ``fn`` timed with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times: list[float] = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+TRITON = triton is not None
 
 
-def copy_bandwidth(nbytes: int = 1 << 31) -> float:
-    """Bytes per second (read + written) of a large device-to-device copy."""
-    a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+def copy_bandwidth(device: torch.device | str = "cuda", nbytes: int | None = None) -> float:
+    """Bytes per second (read + written) of a copy of ``nbytes`` / 2 bytes (default 2 GiB moved on a GPU,
+    256 MiB on the CPU)."""
+    dev = torch.device(device)
+    nbytes = nbytes or (1 << 31 if dev.type == "cuda" else 1 << 28)
+    a = torch.ones(nbytes // 2, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
-    t = time_cuda(lambda: b.copy_(a))
-    return nbytes / t
+    return nbytes / timing.device_time(lambda: b.copy_(a), dev, reps=10 if dev.type == "cuda" else 5, warmup=1)
+
+
+def _need_triton() -> None:
+    if triton is None:
+        raise RuntimeError("the Triton floor probes need Triton (pip install triton) and a CUDA device")
 
 
 if triton is not None:
@@ -108,20 +107,18 @@ if triton is not None:
 
 def gather_floor(n: int, buf_bytes: int = 1 << 31, sets: int = 4) -> float:
     """Seconds for the two-record random gather of ``n`` entries over a ``buf_bytes`` canary buffer."""
+    _need_triton()
     slots_n = buf_bytes // 32
     buf = torch.randint(0, 1 << 62, (slots_n * 4,), dtype=torch.int64, device="cuda")
     idx = [(torch.randint(0, slots_n, (n,), device="cuda"), torch.randint(0, slots_n, (n,), device="cuda"))
            for _ in range(sets)]
     out = torch.empty(n, dtype=torch.int64, device="cuda")
     block = 1024
-    k = [0]
 
-    def run() -> None:
-        s, p = idx[k[0] % sets]
-        k[0] += 1
+    def run(s: torch.Tensor, p: torch.Tensor) -> None:
         _gather2_kernel[(triton.cdiv(n, block),)](buf, s, p, out, n, 4, BLOCK=block)
 
-    return time_cuda(run)
+    return timing.events([partial(run, s, p) for s, p in idx], reps=30, warmup=5)
 
 
 def gather_floor_for(buf: torch.Tensor, slots: torch.Tensor | Sequence[torch.Tensor],
@@ -133,6 +130,7 @@ def gather_floor_for(buf: torch.Tensor, slots: torch.Tensor | Sequence[torch.Ten
     like the figure they are the floor of (so the index arrays do not sit in L2). 16 B of indices in and
     8 B out per entry, as ``gather_floor``.
     """
+    _need_triton()
     s_sets = [slots] if isinstance(slots, torch.Tensor) else list(slots)
     p_sets = [prevs] if isinstance(prevs, torch.Tensor) else list(prevs)
     if len(s_sets) != len(p_sets) or not s_sets:
@@ -143,49 +141,50 @@ def gather_floor_for(buf: torch.Tensor, slots: torch.Tensor | Sequence[torch.Ten
     n = int(s_sets[0].shape[0])
     out = torch.empty(n, dtype=torch.int64, device=buf.device)
     block = 1024
-    k = [0]
 
-    def run() -> None:
-        i = k[0] % len(s_sets)
-        k[0] += 1
-        _gather_same_kernel[(triton.cdiv(n, block),)](words, s_sets[i], p_sets[i], out, n, stride_words, BLOCK=block)
+    def run(s: torch.Tensor, p: torch.Tensor) -> None:
+        _gather_same_kernel[(triton.cdiv(n, block),)](words, s, p, out, n, stride_words, BLOCK=block)
 
-    return time_cuda(run)
+    return timing.events([partial(run, s, p) for s, p in zip(s_sets, p_sets, strict=True)], reps=30, warmup=5)
 
 
 def serial_step_floor(steps: int = 1 << 15) -> float:
     """Seconds per dependent mix3 step (three splitmix64 rounds), registers only."""
+    _need_triton()
     out = torch.empty(1, dtype=torch.int64, device="cuda")
-    t = time_cuda(lambda: _serial_kernel[(1,)](out, steps, 12345), reps=10)
-    return t / steps
+    return timing.events(lambda: _serial_kernel[(1,)](out, steps, 12345), reps=10) / steps
 
 
 def empty_launch_graph(n: int = 256) -> float:
     """Seconds per empty kernel when ``n`` of them are replayed from one CUDA graph (GPU-side floor)."""
+    _need_triton()
     out = torch.empty(1, device="cuda")
-    _empty_kernel[(1,)](out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            _empty_kernel[(1,)](out)
-    return time_cuda(graph.replay, reps=20) / n
+    return timing.graph(lambda: _empty_kernel[(1,)](out), rounds=n)
 
 
 def empty_launch() -> float:
     """Seconds of one eager launch of an empty kernel (the launch-bound floor)."""
+    _need_triton()
     out = torch.empty(1, device="cuda")
-    reps = 200
-
-    def many() -> None:
-        for _ in range(reps):
-            _empty_kernel[(1,)](out)
-
-    return time_cuda(many, reps=10) / reps
+    return timing.events([lambda: _empty_kernel[(1,)](out)] * 200, reps=10)
 
 
-def report(name: str, seconds: float, floor: float, unit: str = "us", what: str = "") -> str:
-    """One line: the figure, the floor, and the ratio figure/floor (1.0 = at the floor)."""
-    scale = {"us": 1e6, "ms": 1e3, "ns": 1e9}[unit]
-    return (f"{name:<48} {seconds * scale:10.2f} {unit}   floor {floor * scale:10.2f} {unit}   "
-            f"ratio {seconds / floor:6.2f}x  {what}")
+@dataclass(frozen=True)
+class Common:
+    """The floors most GPU benchmarks compare with, in bytes per second and seconds."""
+
+    copy_bandwidth: float
+    serial_step: float
+    empty_launch: float
+    empty_launch_graph: float
+
+
+def common(report: Report, device: torch.device | str = "cuda") -> Common:
+    """Copy bandwidth, Triton's serial mix3 step and empty launches (eager, graph), measured now and recorded
+    in ``report``'s details."""
+    c = Common(copy_bandwidth(device), serial_step_floor(), empty_launch(), empty_launch_graph())
+    report.floor("copy bandwidth (B/s, read + written)", c.copy_bandwidth, "device-to-device copy")
+    report.floor("serial mix3 step (s)", c.serial_step, "Triton probe, registers only")
+    report.floor("empty launch, eager (s)", c.empty_launch, "Triton probe, host launch cost included")
+    report.floor("empty launch, in a CUDA graph (s)", c.empty_launch_graph, "Triton probe")
+    return c

@@ -1,10 +1,10 @@
 """CUDA C++ floor probes, compiled and launched exactly like the cuda backend's kernels (GPU only).
 
 Why beside benchmarks/floors.py's Triton probes: a ratio is fair when the floor and the figure share the
-compiler, the load width and the launch path. These probes (benchmarks/gpu/floors_probes.cu) are built by
-NVRTC through backends.cuda._toolchain and launched through cuda.core like the kernels:
+compiler, the load width and the launch path. These probes (benchmarks/floors_probes.cu) are built by NVRTC
+through backends.cuda._toolchain and launched through cuda.core like the kernels:
 
-- ``empty_launch_cuda()``: one empty-kernel launch, eager (host + GPU) and in a CUDA graph (GPU only);
+- ``empty_launch_cuda()``: one empty-kernel launch: host time, eager (host + GPU) and in a CUDA graph (GPU);
 - ``serial_step_floor_cuda(steps)``: seconds per dependent mix3 step with every operand in registers (kernel
   parameters: ptxas runs it on the uniform datapath), ``serial_vector_step_cuda`` the same chain started from
   values loaded from memory (the vector datapath, where any chain over loaded tokens runs), and
@@ -12,25 +12,26 @@ NVRTC through backends.cuda._toolchain and launched through cuda.core like the k
 - ``gather_floor_cuda(buf, sets)``: the two-record random gather (16 B of indices in, 8 B out) over the given
   (slots, predecessors) index sets, 16-byte loads, U = 1, 2, 4 or 8 entries per thread with every load of a
   thread issued before any use; the fastest U is the floor (``gather_floor_cuda_detail`` says which);
-- ``gather_rkv_floor_cuda``: the same plus the real-KV strips verify reads, without hashing.
+- ``gather_rkv_floor_cuda``: the same plus the real-KV strips verify reads, without hashing;
+- ``dependent_loads_cuda``: only the dependent loads and the store of one-token writes;
+- ``plan_stream_cuda``: a plain stream of the fused plan's traffic.
 
-Timing: :func:`time_stream` issues several launches between two events, so the host enqueues ahead and the
-figure is GPU time whenever a launch takes longer on the GPU than on the host; :func:`time_graph` replays a
-captured graph of launches (GPU time even for tiny kernels).
+Timing is benchmarks/timing.py's: :func:`~benchmarks.timing.events` over launches issued back to back (GPU
+time whenever a launch takes longer on the GPU than on the host), :func:`~benchmarks.timing.graph` for
+launches shorter than their host cost.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from benchmarks import timing
 from kvcanary.backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
 
-PROBE_DIR = Path(__file__).with_name("gpu")
+PROBE_DIR = Path(__file__).resolve().parent  # floors_probes.cu
 
 
 def probe(entry: str, threads: int = 256) -> Compiled:
@@ -42,78 +43,7 @@ def _launch(kernel: Compiled, shape: tuple[int, int, int, int], *args: int) -> N
     launch(kernel, torch.cuda.current_device(), shape, args)
 
 
-# -- timing ---------------------------------------------------------------------------------------------------
-def _event() -> torch.cuda.Event:
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-
-
-def time_stream(fns: Sequence[Callable[[], object]], *, reps: int = 20, warmup: int = 3) -> float:
-    """Median seconds per call of ``fns`` (called in order, back to back, between two events)."""
-    for _ in range(warmup):
-        for f in fns:
-            f()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        start, end = _event(), _event()
-        start.record()
-        for f in fns:
-            f()
-        end.record()
-        end.synchronize()
-        out.append(float(start.elapsed_time(end)) / 1e3 / len(fns))
-    return float(statistics.median(out))
-
-
-def time_graph(fn: Callable[[], object], *, calls: int = 100, reps: int = 20) -> float:
-    """Median seconds per call of ``fn`` captured ``calls`` times in one CUDA graph (GPU time)."""
-    fn()  # compile and load outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        start, end = _event(), _event()
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        out.append(float(start.elapsed_time(end)) / 1e3 / calls)
-    return float(statistics.median(out))
-
-
-def rotating_graph(fns: Sequence[Callable[[], object]]) -> float:
-    """GPU seconds per call of ``fns`` (called in turn: their inputs rotate out of L2) replayed in one CUDA
-    graph. Eager back-to-back launches of a kernel shorter than its host launch time measure the host."""
-    return time_graph(lambda: [f() for f in fns], calls=25) / len(fns)
-
-
-def host_time(fn: Callable[[], object], *, calls: int = 2000, reps: int = 5) -> float:
-    """Median host seconds per call of ``fn`` (wall clock; the GPU work is left queued, synced after)."""
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) / calls)
-        torch.cuda.synchronize()
-    return float(statistics.median(out))
-
-
 # -- probes ---------------------------------------------------------------------------------------------------
-def copy_bandwidth_cuda(nbytes: int = 1 << 30) -> float:
-    """Bytes per second (read + written) of a device-to-device copy of ``nbytes``."""
-    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    return 2 * nbytes / time_stream([lambda: b.copy_(a)], reps=10)
-
-
 def empty_launch_cuda() -> dict[str, float]:
     """Seconds per empty-kernel launch: host time, eager back-to-back (GPU-visible), and graph-replayed."""
     k = probe("kvc_probe_empty", 32)
@@ -121,7 +51,8 @@ def empty_launch_cuda() -> dict[str, float]:
     def one() -> None:
         _launch(k, (1, 1, 32, 0), 0)
 
-    return {"host": host_time(one), "eager": time_stream([one] * 200), "graph": time_graph(one, calls=200)}
+    return {"host": timing.wall(one, calls=2000), "eager": timing.events([one] * 200),
+            "graph": timing.graph(one, rounds=200)}
 
 
 def dependent_loads_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Tensor, locs: torch.Tensor,
@@ -132,15 +63,16 @@ def dependent_loads_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Ten
     n = seeds.shape[0]
     out = torch.zeros_like(recs)
     grid = max(1, cdiv(n, warps_per_block))
-    return time_graph(lambda: _launch(k, (grid, 1, 32 * warps_per_block, 0), offs.data_ptr(), seeds.data_ptr(),
-                                      ids.data_ptr(), locs.data_ptr(), recs.data_ptr(), out.data_ptr(), n), calls=100)
+    return timing.graph(lambda: _launch(k, (grid, 1, 32 * warps_per_block, 0), offs.data_ptr(), seeds.data_ptr(),
+                                        ids.data_ptr(), locs.data_ptr(), recs.data_ptr(), out.data_ptr(), n),
+                        rounds=100)
 
 
 def serial_step_floor_cuda(steps: int = 1 << 15) -> float:
     """Seconds per dependent mix3 step, every operand in registers (one thread)."""
     k = probe("kvc_probe_serial", 32)
     out = torch.empty(1, dtype=torch.int64, device="cuda")
-    return time_stream([lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), steps, 12345)], reps=10) / steps
+    return timing.events(lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), steps, 12345), reps=10) / steps
 
 
 def serial_vector_step_cuda(steps: int = 1 << 15) -> float:
@@ -148,7 +80,7 @@ def serial_vector_step_cuda(steps: int = 1 << 15) -> float:
     vector datapath: the floor of any chain over tokens read from memory, see floors_probes.cu)."""
     k = probe("kvc_probe_serial_vector", 32)
     io = torch.randint(0, 1 << 40, (96,), dtype=torch.int64, device="cuda")
-    return time_stream([lambda: _launch(k, (1, 1, 32, 0), io.data_ptr(), steps)], reps=10) / steps
+    return timing.events(lambda: _launch(k, (1, 1, 32, 0), io.data_ptr(), steps), reps=10) / steps
 
 
 def serial_loads_step_cuda(steps: int = 1 << 15) -> float:
@@ -157,8 +89,8 @@ def serial_loads_step_cuda(steps: int = 1 << 15) -> float:
     toks = torch.randint(0, 50000, (steps,), device="cuda")
     poss = torch.arange(steps, device="cuda")
     out = torch.empty(1, dtype=torch.int64, device="cuda")
-    return time_stream([lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), toks.data_ptr(), poss.data_ptr(), steps)],
-                       reps=10) / steps
+    return timing.events(lambda: _launch(k, (1, 1, 32, 0), out.data_ptr(), toks.data_ptr(), poss.data_ptr(), steps),
+                         reps=10) / steps
 
 
 GATHER_UNROLLS = (1, 2, 4, 8)
@@ -177,7 +109,7 @@ def _fastest_unroll(name: str, unrolls: Sequence[int], buf: torch.Tensor,
         fns = [lambda s=s, p=p, k=k, u=u: _launch(k, (max(1, cdiv(n, 256 * u)), 1, 256, 0), buf.data_ptr(),
                                                   s.data_ptr(), p.data_ptr(), out.data_ptr(), n, buf.shape[1], *tail)
                for s, p in sets]
-        t = time_stream(fns * 4, reps=10)
+        t = timing.events(fns * 4, reps=10)
         if best is None or t < best[0]:
             best = (t, u)
     assert best is not None
@@ -223,5 +155,5 @@ def plan_stream_cuda(n: int, sets: int = 4) -> dict[str, float]:
         grid = max(1, cdiv(n, 256 * u * w))
         fns = [lambda o=o, k=k, grid=grid: _launch(k, (grid, 1, 256, 0), src.data_ptr(), *(t.data_ptr() for t in o), n)
                for o in outs]
-        times[f"u{u}w{w}"] = rotating_graph(fns)
+        times[f"u{u}w{w}"] = timing.graph(fns)
     return times

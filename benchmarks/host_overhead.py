@@ -4,29 +4,33 @@ For each launcher, the same call is timed two ways, with a do-nothing backend so
 - kvcanary: the public launcher (generated checker, then ``REGISTRY.run`` to the no-op backend);
 - hand-written: plain ``if`` checks in SGLang's style (one helper per check kind) doing the same checks on
   the same tensors, then a direct call of the no-op.
-The floor is the hand-written figure; the goal is a ratio of at most 1.2x.
+The floor is the hand-written figure; the goal is a ratio of at most 1.2x. The calls are
+``kvcanary.testing.calls``' small valid ones, built on ``--device``; timing and report are benchmarks/timing.py
+and benchmarks/report.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
+import sys
 from collections.abc import Callable
-from datetime import date
+from functools import partial
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
 import kvcanary as kc
+from benchmarks import timing
+from benchmarks.report import Report, machine
 from kvcanary.registry import REGISTRY
 from kvcanary.testing import calls
 
 
-def _noop(**kwargs: Any) -> None:
-    return None
+def _noop(*args: object, **kwargs: object) -> None:
+    """The do-nothing backend's implementation of every operation (it receives the call object)."""
 
 
 NOOP = kc.Backend("noop", "does nothing (host-overhead benchmark)",
@@ -248,77 +252,35 @@ def hand_scatter(*, flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indic
     _noop()
 
 
-CASES: list[tuple[str, Callable[..., None], Callable[..., None], Callable[[], dict[str, Any]]]] = [
+CASES: list[tuple[str, Callable[..., None], Callable[..., None], Callable[[str], dict[str, Any]]]] = [
     ("launch_canary_verify_kernel", kc.launch_canary_verify_kernel, hand_verify, calls.verify),
-    ("launch_canary_write_kernel", kc.launch_canary_write_kernel, hand_write, lambda: calls.write(assert_inputs=True)),
-    ("launch_canary_plan_kernels", kc.launch_canary_plan_kernels, hand_plan, lambda: calls.plan(pool=True)),
+    ("launch_canary_write_kernel", kc.launch_canary_write_kernel, hand_write, partial(calls.write, assert_inputs=True)),
+    ("launch_canary_plan_kernels", kc.launch_canary_plan_kernels, hand_plan, partial(calls.plan, pool=True)),
     ("launch_plan_offsets_kernel", kc.launch_plan_offsets_kernel, hand_plan_offsets, calls.plan_offsets),
     ("launch_plan_entries_kernel", kc.launch_plan_entries_kernel, hand_plan_entries,
-     lambda: calls.plan_entries(pool=True)),
+     partial(calls.plan_entries, pool=True)),
     ("launch_scatter_req_token_ids_kernel", kc.launch_scatter_req_token_ids_kernel, hand_scatter, calls.scatter),
 ]
 
 
-def per_call(fn: Callable[[], None], n: int) -> float:
-    """Median over 7 rounds of the mean seconds per call."""
-    fn()
-    rounds = []
-    for _ in range(7):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - t) / n)
-    return statistics.median(rounds)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--out", default=None, help="write results as JSON here")
+    ap.add_argument("--out", default=None, help="write the records here (details go to raw/ beside it)")
     args = ap.parse_args()
     REGISTRY.register(NOOP, replace=True)
-    results = []
-    print(f"{'launcher':<38} {'kvcanary':>10} {'hand-written':>13} {'ratio':>7}   (goal <= 1.20x)")
-    for name, launch, hand, build in CASES:
-        kw = build() if args.device == "cpu" else _to(build(), args.device)
-
-        def ours(launch: Callable[..., None] = launch, kw: dict[str, Any] = kw) -> None:
-            launch(**kw, backend="noop")
-
-        def theirs(hand: Callable[..., None] = hand, kw: dict[str, Any] = kw) -> None:
-            hand(**kw)
-
-        t_ours, t_hand = per_call(ours, args.calls), per_call(theirs, args.calls)
-        print(f"{name:<38} {t_ours * 1e6:8.2f} us {t_hand * 1e6:10.2f} us {t_ours / t_hand:6.2f}x")
-        results.append({"benchmark": "host_overhead", "case": name, "figure": t_ours * 1e6, "floor": t_hand * 1e6,
-                        "unit": "us", "ratio": t_ours / t_hand,
-                        "machine": f"{platform.machine()} {platform.python_implementation()} "
-                                   f"{platform.python_version()}, torch {torch.__version__}, {args.device}",
-                        "date": date.today().isoformat()})
-    REGISTRY.unregister("noop")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-
-
-def _to(kw: dict[str, Any], device: str) -> dict[str, Any]:
-    """The same call with every tensor moved to ``device`` (plans and contexts rebuilt)."""
-    import dataclasses
-
-    def move(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.to(device)
-        if isinstance(v, tuple):
-            return tuple(move(x) for x in v)
-        if isinstance(v, kc.RealKvSource):
-            return kc.RealKvSource(tensor=v.tensor.to(device), page_size=v.page_size,
-                                   num_bytes_per_token=v.num_bytes_per_token, read_bytes=v.read_bytes)
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return dataclasses.replace(v, **{f.name: move(getattr(v, f.name)) for f in dataclasses.fields(v)})
-        return v
-
-    return {k: move(v) for k, v in kw.items()}
+    r = Report("host_overhead", machine(args.device, "python " + sys.version.split()[0], f"on {args.device}"))
+    r.note("figure: the public launcher to a no-op backend; floor: the same checks hand-written, SGLang style")
+    try:
+        for name, launch, hand, build in CASES:
+            kw = build(args.device)
+            ours = timing.wall(partial(launch, **kw, backend="noop"), calls=args.calls, reps=7)
+            theirs = timing.wall(partial(hand, **kw), calls=args.calls, reps=7)
+            r.add(name, ours, theirs, target=1.2)
+    finally:
+        REGISTRY.unregister("noop")
+    r.write(args.out)
 
 
 if __name__ == "__main__":

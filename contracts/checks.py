@@ -22,6 +22,7 @@ RANK = 50
 SIZE = 60
 RELATION = 70
 DEVICE = 80
+ALIAS = 90
 
 PHASE_NAMES: Mapping[int, str] = {
     TYPE: "type",
@@ -33,6 +34,7 @@ PHASE_NAMES: Mapping[int, str] = {
     SIZE: "size",
     RELATION: "relation",
     DEVICE: "device",
+    ALIAS: "aliasing",
 }
 
 
@@ -60,4 +62,5 @@ class Check:
     @property
     def family_kind(self) -> str:
         """The kind a reader groups by: ``size`` and ``min_size`` are both "size", etc."""
-        return {"min_size": "size", "min_rank": "rank"}.get(self.kind, self.kind)
+        return {"min_size": "size", "min_rank": "rank", "bool_as_int": "scalar", "int64": "scalar",
+                "meta_device": "device"}.get(self.kind, self.kind)

@@ -4,11 +4,20 @@ The checker takes the launcher's keyword arguments, runs every check in phase or
 statements (no per-call allocation beyond what the ``if``s need, no reads of tensor *values*: only dtype,
 shape, strides and device), and returns the device the launch runs on. On the first failing check it calls
 ``_fail``, which renders that check's message from the checker's locals and raises its ContractError.
+
+Besides what the specs and rules declare, these checks are generated: an ``int`` scalar must be no ``bool``
+and fit in int64; unless the family allows meta tensors, the launch's device (its ``device_key`` tensor's)
+must not be ``meta``; and no tensor the launch writes may overlap another tensor argument in memory
+(compared as byte ranges ``[data_ptr, data_ptr + extent)``: views of one buffer that do not overlap are
+fine; read-only arguments may share memory with each other; meta tensors, which have no memory, are not
+compared).
 """
 
 from __future__ import annotations
 
 import itertools
+import linecache
+import operator
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +96,9 @@ def _is_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-class _Compiler:
+class ContractCompiler:
+    """Compiles one contract (its fields' specs and its rules): ``ContractCompiler(...).compile()``."""
+
     def __init__(
         self,
         *,
@@ -97,6 +108,8 @@ class _Compiler:
         rules: Sequence[Rule],
         constants: Mapping[str, object],
         device_key: str | None,
+        writes: Sequence[str] = (),
+        origin: str = "",
     ) -> None:
         self.name = name
         self.family = family
@@ -104,7 +117,9 @@ class _Compiler:
         self.rules = rules
         self.constants = dict(constants)
         self.device_key = device_key
-        self.env: dict[str, object] = {"_Tensor": torch.Tensor, "_lbl": _label}
+        self.writes = tuple(writes)
+        self.origin = origin
+        self.env: dict[str, object] = {"_Tensor": torch.Tensor, "_lbl": _label, "_extent": extent}
         self.checks: list[Check] = []
         self.steps: list[Step] = []
         self.nodes: list[Node] = []
@@ -126,14 +141,14 @@ class _Compiler:
         self.env[key] = obj
         return key
 
-    def add_check(self, check: Check, fail_cond: str, node: Node | None, phase: int, guard: str | None) -> None:
+    def add_check(self, check: Check, fail_cond: str, node: Node | None, phase: int, guard: str | None,
+                  order: int | None = None) -> None:
         idx = len(self.checks)
         self.checks.append(check)
         cond = fail_cond if not guard else f"({guard}) and {fail_cond}"
-        self.steps.append(
-            Step(phase, node.order if node else next(self.order), node.loop if node else None,
-                 [f"if {cond}: _fail({idx}, locals())"])
-        )
+        if order is None:
+            order = node.order if node else next(self.order)
+        self.steps.append(Step(phase, order, node.loop if node else None, [f"if {cond}: _fail({idx}, locals())"]))
 
     def add_lines(self, phase: int, node: Node | None, lines: list[str], order: int | None = None) -> None:
         o = order if order is not None else (node.order if node else next(self.order))
@@ -284,6 +299,8 @@ class _Compiler:
                             fmt={"expected_type": repr(tname), "type": f"type({node.local}).__name__"}),
             fail, node, ph.TYPE, type_guard,
         )
+        if isinstance(spec, ScalarArg) and spec.type is int:
+            self._int_scalar(node, type_guard)
         # children loads right after the type check (TYPE phase, same order slot)
         if isinstance(spec, StructArg):
             loads = []
@@ -301,6 +318,24 @@ class _Compiler:
 
     def _slug(self, node: Node) -> str:
         return node.label.replace("{i}", "")
+
+    def _int_scalar(self, node: Node, guard: str | None) -> None:
+        """An int argument is no bool (True would mean 1) and fits in int64 (the kernels' argument type)."""
+        v = node.local
+        given = f"{v} is not None and " if node.optional else ""
+        slug = self._slug(node)
+        msgs = node.spec.messages
+        self.add_check(
+            self.make_check(node, "bool_as_int", f"{slug}:not_bool", ph.TYPE, self.family.template("bool_as_int", msgs),
+                            f"{node.label} must be an int, not a bool", fmt={"value": f"repr({v})"}),
+            f"{given}type({v}) is bool", node, ph.TYPE, guard,
+        )
+        self.add_check(
+            self.make_check(node, "int64", f"{slug}:int64", ph.TYPE, self.family.template("int64", msgs),
+                            f"{node.label} must fit in int64", info={"min": INT64_MIN, "max": INT64_MAX},
+                            fmt={"value": f"repr({v})"}),
+            f"{given}not ({INT64_MIN} <= {v} <= {INT64_MAX})", node, ph.TYPE, guard,
+        )
 
     def _tensor(self, node: Node, guard: str | None) -> None:
         spec = node.spec
@@ -554,7 +589,14 @@ class _Compiler:
         key = self.by_label.get(self.device_key) or self.by_path.get(self.device_key)
         if key is None or not isinstance(key.spec, TensorArg) or key.optional or key.loop is not None:
             raise ContractDefinitionError(f"{self.name}: device_key {self.device_key!r} must name a required tensor")
-        self.add_lines(ph.DEVICE, None, [f"_dev = {key.local}.device"], order=-1)
+        self.add_lines(ph.DEVICE, None, [f"_dev = {key.local}.device", f"_meta = {key.local}.is_meta"], order=-1)
+        if not self.family.allow_meta:
+            self.add_check(
+                self.make_check(key, "meta_device", f"{self._slug(key)}:not_meta", ph.DEVICE,
+                                self.family.template("meta_device", key.spec.messages),
+                                f"{key.label} (the launch's device) must not be on meta", fmt={"device": "str(_dev)"}),
+                "_meta", key, ph.DEVICE, None, order=-1,
+            )
         for node in self.nodes:
             spec = node.spec
             if node is key or not isinstance(spec, TensorArg) or not spec.same_device:
@@ -569,6 +611,122 @@ class _Compiler:
                 f"{node.local}.device != _dev", node, ph.DEVICE, node.guard,
             )
 
+    # -- aliasing -----------------------------------------------------------------------------------
+    def written(self) -> list[Node]:
+        """The tensor nodes the launch writes: ``TensorArg(writes=True)`` or named in ``writes``."""
+        names = set(self.writes)
+        known = {n.path for n in self.nodes} | {n.label for n in self.nodes}
+        unknown = sorted(names - known)
+        if unknown:
+            raise ContractDefinitionError(f"{self.name}: writes names unknown arguments {unknown}")
+        out = []
+        for node in self.nodes:
+            if node.path in names or node.label in names or getattr(node.spec, "writes", False):
+                if not isinstance(node.spec, TensorArg) or node.loop is not None:
+                    raise ContractDefinitionError(
+                        f"{self.name}: {node.label} is declared written but is not a tensor outside a collection")
+                out.append(node)
+        return out
+
+    def emit_alias(self) -> None:
+        """One check: no written tensor overlaps another tensor argument (byte ranges, no device reads).
+
+        The checker lists every tensor's first byte (``data_ptr()``) and end (plus a constant size where the
+        spec fixes shape and dtype, else ``nbytes``, or the strided extent). Sorted apart, the k-th smallest
+        end never exceeds the (k+1)-th smallest start exactly when no two ranges overlap: the usual case
+        costs two sorts and one comparison pass, all in C. Only otherwise does :func:`first_overlap` look
+        for a pair with a written tensor in it. Each tensor has a code (node index << 20 | item index) that
+        names it in the message. Empty tensors overlap nothing.
+        """
+        written = self.written()
+        if not written:
+            return
+        tensors = [n for n in self.nodes if isinstance(n.spec, TensorArg)]
+        labels = tuple(n.label for n in tensors)
+        top = [(k, n) for k, n in enumerate(tensors) if n.loop is None]
+        static = tuple((int(n in written), k << 20) for k, n in top)
+
+        def name(span: Span) -> str:
+            return _label(labels[span[3] >> 20], span[3] & 0xFFFFF)
+
+        def find(starts: list[int], ends: list[int], loop_codes: Sequence[int]) -> tuple[Span, Span] | None:
+            codes = static + tuple((0, c) for c in loop_codes)
+            return first_overlap([(a, b, w, c) for a, b, (w, c) in zip(starts, ends, codes, strict=True)])
+
+        def which(a: Span, b: Span) -> str:
+            return "both" if a[2] and b[2] else name(a if a[2] else b)
+
+        # Ranges verified before (an engine launches with the same few buffer sets every step) are not sorted
+        # again: a bounded set of their keys, added to only when the check passed.
+        seen: set[tuple[int, ...]] = set()
+
+        def passed(key: tuple[int, ...]) -> None:
+            if len(seen) >= _ALIAS_SEEN_MAX:
+                seen.clear()
+            seen.add(key)
+
+        self.env.update(_alias=find, _alias_name=name, _alias_written=which, _alias_seen=seen, _alias_pass=passed,
+                        _gt=operator.gt)
+        starts, ends = [], []
+        for j, (_k, node) in enumerate(top):
+            v = node.local
+            size = self._static_size(node) or (f"{v}.nbytes" if _contiguous(node) else f"_extent({v})")
+            if node.guard:
+                starts.append(f"(_p{j} := {v}.data_ptr() if {node.guard} else 0)")
+                ends.append(f"(_p{j} + {size} if {node.guard} else 0)")
+            else:
+                starts.append(f"(_p{j} := {v}.data_ptr())")
+                ends.append(f"_p{j} + {size}")
+        self.add_lines(ph.ALIAS, None, [f"_s = [{', '.join(starts)}]", f"_e = [{', '.join(ends)}]"], order=0)
+        looped = [(k, n) for k, n in enumerate(tensors) if n.loop is not None]
+        if looped:
+            self.add_lines(ph.ALIAS, None, ["_lc = []"], order=1)
+            for k, node in looped:
+                v = node.local
+                size = f"{v}.nbytes" if _contiguous(node) else f"_extent({v})"
+                self.add_lines(ph.ALIAS, node, [
+                    f"_p = {v}.data_ptr(); _s.append(_p); _e.append(_p + {size}); "
+                    f"_lc.append({k << 20} | {node.loop_var})"], order=2)
+        key = "tuple(_s + _e)"
+        self.add_lines(ph.ALIAS, None, ["_h = None", f"_k = None if _meta else {key}" if self.device_key
+                                        else f"_k = {key}", "_new = _k is not None and _k not in _alias_seen"],
+                       order=3)
+        fail = (f"any(map(_gt, sorted(_e), sorted(_s)[1:])) and "
+                f"(_h := _alias(_s, _e, {'_lc' if looped else '()'})) is not None")
+        self.add_check(
+            self.make_check(None, "aliasing", "aliasing", ph.ALIAS, self.family.template("aliasing"),
+                            "no tensor the launch writes may share memory with another argument",
+                            info={"written": tuple(n.label for n in written)},
+                            fmt={"first": "_alias_name(_h[0])", "second": "_alias_name(_h[1])",
+                                 "shared": "min(_h[0][1], _h[1][1]) - _h[1][0]",
+                                 "written": "_alias_written(_h[0], _h[1])"},
+                            arguments=tuple(n.label for n in written),
+                            origin=self.origin or written[0].spec.origin),
+            fail, None, ph.ALIAS, "_new", order=4,
+        )
+        self.add_lines(ph.ALIAS, None, ["if _new and _h is None: _alias_pass(_k)"], order=5)
+
+    def _static_size(self, node: Node) -> str | None:
+        """The byte size of a contiguous tensor whose spec fixes its dtype and every dimension (constants, or
+        symbols bound by a required tensor), as an expression over the checker's locals; else None."""
+        spec = node.spec
+        assert isinstance(spec, TensorArg)
+        dims = spec.dims
+        if not spec.contiguous or len(spec.dtypes) != 1 or dims is None:
+            return None
+        n = torch.empty((), dtype=spec.dtypes[0]).element_size()
+        factors: list[str] = []
+        for d in dims:
+            if d.kind == "const":
+                n *= d.value
+                continue
+            simple = d.expr.simple_symbol if d.kind == "symbol" and d.expr is not None else None
+            if simple is None or simple[0] not in self.bound or simple[0] in self.top_names:
+                return None
+            sym, off = simple
+            factors.append(f"(s_{sym} + {off})" if off else f"s_{sym}")
+        return " * ".join([*factors, str(n)])
+
     # -- assembly -----------------------------------------------------------------------------------
     def compile(self) -> Compiled:
         self.build()
@@ -582,8 +740,11 @@ class _Compiler:
         for rule in self.rules:
             self.emit_rule(rule)
         self.emit_device()
+        self.emit_alias()
         source = self.assemble()
-        code = compile(source, f"<contract {self.name}>", "exec")
+        filename = f"<contract {self.name}>"
+        register_source(filename, source)
+        code = compile(source, filename, "exec")
         checks = self.checks
         family = self.family
         env = self.env
@@ -648,19 +809,58 @@ class _Missing(dict[str, Any]):
         return "{" + key + "}"
 
 
+def register_source(filename: str, source: str) -> None:
+    """Make generated ``source`` visible to tracebacks and :mod:`inspect` under ``filename``."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+
+
 def _label(template: str, i: int) -> str:
     return template.replace("{i}", str(i))
 
 
-def compile_contract(
-    *,
-    name: str,
-    family: Family,
-    fields: Sequence[tuple[str, Any, Spec, str]],
-    rules: Sequence[Rule],
-    constants: Mapping[str, object],
-    device_key: str | None,
-) -> Compiled:
-    """Compile one contract; see the module docstring."""
-    return _Compiler(name=name, family=family, fields=fields, rules=rules, constants=constants,
-                     device_key=device_key).compile()
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_ALIAS_SEEN_MAX = 256  # byte-range sets a checker remembers as verified (cleared when full)
+
+Span = tuple[int, int, int, int]
+"""``(start, end, written, code)``: one tensor's byte range, whether the launch writes it, and its name code."""
+
+
+def _contiguous(node: Node) -> bool:
+    """Whether the node's spec requires a contiguous tensor (then its bytes are ``[data_ptr, + nbytes)``)."""
+    return isinstance(node.spec, TensorArg) and node.spec.contiguous
+
+
+def first_overlap(spans: list[Span]) -> tuple[Span, Span] | None:
+    """Two spans that overlap with at least one of them written (earlier start first), or None.
+
+    Sorted by start, a span overlaps an earlier one exactly when it starts before the largest end seen so
+    far; the sweep keeps that end over all spans and over written ones (and the spans that reach them), so a
+    written span is tested against every earlier span and a read one against earlier written ones.
+    """
+    spans.sort()
+    end_all = end_written = -1
+    far_all: Span | None = None
+    far_written: Span | None = None
+    for span in spans:
+        start, end, w = span[0], span[1], span[2]
+        if start == end:
+            continue
+        if start < end_written:
+            assert far_written is not None
+            return far_written, span
+        if w and start < end_all:
+            assert far_all is not None
+            return far_all, span
+        if end > end_all:
+            end_all, far_all = end, span
+        if w and end > end_written:
+            end_written, far_written = end, span
+    return None
+
+
+def extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element to just past its last, whatever its strides (0 when empty)."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))) * t.element_size()

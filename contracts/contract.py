@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from kvcanary.contracts.checks import Check
-from kvcanary.contracts.compiler import Checker, Compiled, compile_contract
+from kvcanary.contracts.compiler import Checker, Compiled, ContractCompiler
 from kvcanary.contracts.errors import ContractDefinitionError
 from kvcanary.contracts.family import Family
+from kvcanary.contracts.origin import caller_origin
 from kvcanary.contracts.rules import Rule
 from kvcanary.contracts.specs import ItemsArg, ScalarArg, Spec, StructArg, TensorArg
 
@@ -35,6 +36,14 @@ class ContractInfo:
     device_key: str | None = None
     rules: tuple[Rule, ...] = ()
     constants: Mapping[str, object] = field(default_factory=dict)
+    # Tensors the launch writes, by label or path (``context.violation_ring``), besides those declared with
+    # ``TensorArg(writes=True)``: no other argument may overlap their memory.
+    writes: tuple[str, ...] = ()
+    origin: str = field(default="", compare=False)  # module:line of the declaration (catalog, aliasing check)
+
+    def __post_init__(self) -> None:
+        if not self.origin:
+            object.__setattr__(self, "origin", caller_origin())
 
 
 class Contract(BaseModel):
@@ -73,14 +82,16 @@ class Contract(BaseModel):
         if isinstance(done, Compiled):
             return done
         info = cls.contract
-        result = compile_contract(
+        result = ContractCompiler(
             name=info.name,
             family=info.family,
             fields=cls.fields_for_compiler(),
             rules=info.rules,
             constants=info.constants,
             device_key=info.device_key,
-        )
+            writes=info.writes,
+            origin=info.origin,
+        ).compile()
         book = info.family.codebook
         for check in result.checks:
             check.code = book.lookup(info.name, check.slug) or book.placeholder(info.letter)

@@ -27,11 +27,12 @@ from typing import Any
 
 import torch
 
-from kvcanary.contracts.checks import Check
+from kvcanary.contracts.checks import TYPE, Check
 from kvcanary.contracts.compiler import Compiled, Node
 from kvcanary.contracts.contract import Contract
 from kvcanary.contracts.errors import ContractError
 from kvcanary.contracts.expr import Expr
+from kvcanary.contracts.mutations import Misalign, PadStride, Resize
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.contracts.specs import Dim, ItemsArg, ScalarArg, TensorArg
 
@@ -73,43 +74,6 @@ class ExampleSet:
     extra: Mapping[str, object] = field(default_factory=dict)
 
 
-# -- tensor mutations a rule may declare in ``breaks`` -------------------------------------------------
-@dataclass(frozen=True)
-class Misalign:
-    """The same shape, dtype, device and strides, starting ``nbytes`` past an aligned address."""
-
-    nbytes: int = 8
-
-    def apply(self, t: torch.Tensor) -> torch.Tensor:
-        k = max(1, self.nbytes // t.element_size())
-        base = torch.zeros(t.numel() + k, dtype=t.dtype, device=t.device)
-        return base[k:].view(t.shape)
-
-    def describe(self, name: str) -> str:
-        return f"`{name}` starts {self.nbytes} bytes past an aligned address"
-
-
-@dataclass(frozen=True)
-class PadStride:
-    """The same shape and dtype, with dimension ``dim``'s stride ``nbytes`` longer (a slice of a wider tensor)."""
-
-    dim: int = 0
-    nbytes: int = 8
-
-    def apply(self, t: torch.Tensor) -> torch.Tensor:
-        k = max(1, self.nbytes // t.element_size())
-        wide = list(t.shape)
-        wide[self.dim + 1] += k
-        base = torch.zeros(wide, dtype=t.dtype, device=t.device)
-        index = [slice(None)] * t.dim()
-        index[self.dim + 1] = slice(0, t.shape[self.dim + 1])
-        return base[tuple(index)]
-
-    def describe(self, name: str) -> str:
-        return f"`{name}`'s dim-{self.dim} stride is {self.nbytes} bytes longer than its rows"
-
-
-TensorMutation = Misalign | PadStride
 
 
 def unchecked(cls: type[Any], **fields: Any) -> Any:
@@ -148,6 +112,7 @@ class Counterexample:
     unchecked: frozenset[int] = frozenset()
     preempted: tuple[tuple[str, str], ...] = ()
     also_breaks: tuple[Check, ...] = ()
+    views: Mapping[int, tuple[torch.Tensor, str]] = field(default_factory=dict)  # see render_call
 
     @property
     def valid(self) -> Call:
@@ -208,6 +173,7 @@ class _Builder:
     def __init__(self) -> None:
         self.unchecked: dict[int, Any] = {}
         self.preempted: list[tuple[str, str]] = []  # (object, code its constructor raised)
+        self.views: dict[int, tuple[torch.Tensor, str]] = {}  # id of a view -> (its base, Python that makes it)
 
     def rebuild(self, obj: Any, attr: str, value: Any, label: str) -> Any:
         if isinstance(obj, types.SimpleNamespace):
@@ -364,7 +330,17 @@ class _Engine:
                 return list(hits)
 
             self._collect = collect
-        return [self.compiled.checks[i] for i in dict.fromkeys(self._collect(**call))]
+        out: list[Check] = []
+        broken: set[str] = set()  # arguments whose type (or int range) is already wrong: later checks are moot
+        for i in dict.fromkeys(self._collect(**call)):
+            check = self.compiled.checks[i]
+            names = set(_argument_names(check))
+            if names & broken:
+                continue
+            out.append(check)
+            if check.phase == TYPE:
+                broken |= names
+        return out
 
     # mutations by kind ------------------------------------------------------------------------------
     def attempts(self, check: Check, call: Call) -> Iterator[_Attempt]:
@@ -376,6 +352,13 @@ class _Engine:
         if kind == "relation":
             yield from self._relation(check, call)
             return
+        if kind == "aliasing":
+            yield from self._aliasing(check, call)
+            return
+        if kind == "meta_device":
+            b = _Builder()
+            yield _Attempt(_on_meta(call, b), "every tensor is on the meta device", tuple(call), builder=b)
+            return
         assert path is not None
         steps = _steps(path)
         value = _get(call, steps)
@@ -386,6 +369,14 @@ class _Engine:
         if kind == "type":
             wrong, what = self._wrong_object(value, check)
             yield self._make(b, call, steps, wrong, f"`{name}` is {what}", name)
+            return
+        if kind == "bool_as_int":
+            yield self._make(b, call, steps, True, f"`{name}` is the bool True instead of an int", name)
+            return
+        if kind == "int64":
+            for big, what in ((2**63, "2**63, one past the largest int64"),
+                              (-(2**63) - 1, "-2**63 - 1, one below the smallest int64")):
+                yield self._make(_Builder(), call, steps, big, f"`{name}` is {what}", name)
             return
         if kind == "max_len":
             limit = _info_int(check, "max_len")
@@ -458,6 +449,41 @@ class _Engine:
             return ns, f"a SimpleNamespace with {type(value).__name__}'s fields, not a {type(value).__name__}"
         return str(value), "a str"
 
+    def _aliasing(self, check: Check, call: Call) -> Iterator[_Attempt]:
+        """Another tensor argument replaced by a written tensor of its shape and dtype (one object, two roles)."""
+        written = check.info.get("written", ())
+        assert isinstance(written, tuple)
+        tensors = [n for n in self.compiled.nodes if isinstance(n.spec, TensorArg)]
+        for w in tensors:
+            if w.label not in written:
+                continue
+            tw = _get(call, _steps(w.path))
+            if not isinstance(tw, torch.Tensor):
+                continue
+            for o in tensors:
+                to = _get(call, _steps(o.path))
+                if o is w or not isinstance(to, torch.Tensor) or to.shape != tw.shape or to.dtype != tw.dtype:
+                    continue
+                b = _Builder()
+                target, source = _display(o.path), _display(w.path)
+                yield self._make(b, call, _steps(o.path), tw, f"`{target}` is the very tensor `{source}` is "
+                                 "(the launch writes it)", target, source)
+        for w in tensors:  # no tensor of the same shape and dtype: a view of the written one's bytes
+            tw = _get(call, _steps(w.path))
+            if w.label not in written or not isinstance(tw, torch.Tensor) or not tw.is_contiguous():
+                continue
+            for o in tensors:
+                to = _get(call, _steps(o.path))
+                if o is w or not isinstance(to, torch.Tensor) or to.dim() != 1 or tw.nbytes % to.element_size():
+                    continue
+                suffix = f".view({to.dtype}).view(-1)"
+                view = tw.view(to.dtype).view(-1)
+                b = _Builder()
+                b.views[id(view)] = (tw, suffix)
+                target, source = _display(o.path), _display(w.path)
+                yield self._make(b, call, _steps(o.path), view, f"`{target}` is a view of the bytes of `{source}` "
+                                 "(which the launch writes)", target, source)
+
     def _presence(self, check: Check, call: Call) -> Iterator[_Attempt]:
         rule = check.subject
         assert isinstance(rule, (RequiredIf, ForbiddenUnless, RequiredWhen, AllOrNone))
@@ -511,7 +537,7 @@ class _Engine:
                 raise ValueError(f"{check.contract}/{check.slug}: breaks names {name!r}, which is neither an "
                                  "argument, an attribute nor a symbol of the contract")
             kind, where = target
-            if isinstance(how, (Misalign, PadStride)):
+            if isinstance(how, (Misalign, PadStride, Resize)):
                 t = _get(new, _steps(where))
                 if not isinstance(t, torch.Tensor):
                     return
@@ -576,6 +602,32 @@ _MIRROR: Mapping[type[ast.cmpop], type[ast.cmpop]] = {
 }
 
 
+def _argument_names(check: Check) -> list[str]:
+    """The names of what a check reads: its arguments' labels and its field's path (``[i]`` for entries)."""
+    names = [a.replace("{i}", "i") for a in check.arguments]
+    return [*names, check.field_path] if check.field_path else names
+
+
+def _on_meta(value: Any, b: _Builder, label: str = "") -> Any:
+    """``value`` with every tensor it holds (through dicts, tuples and dataclasses) replaced by a meta tensor."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta")
+    if isinstance(value, dict):
+        return {k: _on_meta(v, b, k) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        items = [_on_meta(v, b, f"{label}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if isinstance(value, tuple) else items
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = value
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _on_meta(old, b, f"{label}.{f.name}")
+            if new is not old:
+                out = b.rebuild(out, f.name, new, label)
+        return out
+    return value
+
+
 def _info_int(check: Check, key: str) -> int:
     value = check.info[key]
     assert isinstance(value, int), (check.slug, key, value)
@@ -618,6 +670,7 @@ def counterexample(contract: type[Contract], examples: ExampleSet, check: Check)
     """The first mutation of a valid call that raises exactly ``check``; raises :class:`NoCounterexample`."""
     eng = _engine(contract, examples)
     tried: list[str] = []
+    first: Counterexample | None = None
     for variant in examples.variants:
         base = variant.build()
         try:
@@ -636,14 +689,20 @@ def counterexample(contract: type[Contract], examples: ExampleSet, check: Check)
                 for fix in fixes:
                     eng.checker(**fix.call)  # a way out that does not pass is a bug of the engine
                 others = tuple(c for c in eng.failures(attempt.call) if c is not check)
-                return Counterexample(
+                found = Counterexample(
                     check=check, variant=variant.name, failing=attempt.call, fixes=fixes, change=attempt.change,
                     paths=attempt.paths, error=exc,
                     unchecked=frozenset(builder.unchecked) if builder else frozenset(),
                     preempted=tuple(builder.preempted) if builder else (), also_breaks=others,
+                    views=dict(builder.views) if builder else {},
                 )
+                if not others:
+                    return found
+                first = first or found  # breaks more than this check: keep looking for one that does not
             else:
                 tried.append(f"{variant.name}: {attempt.change} -> passed")
+    if first is not None:
+        return first
     raise NoCounterexample(check, tried)
 
 
@@ -724,12 +783,13 @@ def _render_list(value: list[Any]) -> str:
 
 
 class _Renderer:
-    def __init__(self, unchecked_ids: frozenset[int]) -> None:
+    def __init__(self, unchecked_ids: frozenset[int], shared: Mapping[int, str] | None = None) -> None:
         self.unchecked_ids = unchecked_ids
+        self.shared = dict(shared or {})  # id of a tensor that appears more than once -> its variable
 
     def value(self, v: Any, depth: int) -> str:
         if isinstance(v, torch.Tensor):
-            return render_tensor(v)
+            return self.shared.get(id(v)) or render_tensor(v)
         if isinstance(v, enum.Enum):
             return f"{type(v).__name__}.{v.name}"
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -762,11 +822,55 @@ def _is_struct(v: Any) -> bool:
     return isinstance(v, types.SimpleNamespace) or (dataclasses.is_dataclass(v) and not isinstance(v, type))
 
 
+def _tensor_uses(value: Any, name: str, out: dict[int, tuple[torch.Tensor, list[str]]]) -> None:
+    """Every tensor reachable from ``value`` (by id), with the attribute or argument names it appears under."""
+    if isinstance(value, torch.Tensor):
+        out.setdefault(id(value), (value, []))[1].append(name)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _tensor_uses(v, str(k), out)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _tensor_uses(v, name, out)
+    elif isinstance(value, types.SimpleNamespace):
+        for k, v in vars(value).items():
+            _tensor_uses(v, k, out)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _tensor_uses(getattr(value, f.name), f.name, out)
+
+
 def render_call(callee: str, call: Mapping[str, Any], extra: Mapping[str, object] | None = None, *,
-                unchecked_ids: frozenset[int] = frozenset()) -> str:
-    """The call as Python: one assignment per struct argument, then ``callee(...)`` one argument per line."""
-    r = _Renderer(unchecked_ids)
-    lines: list[str] = []
+                unchecked_ids: frozenset[int] = frozenset(),
+                views: Mapping[int, tuple[torch.Tensor, str]] | None = None) -> str:
+    """The call as Python: one assignment per struct argument, then ``callee(...)`` one argument per line.
+
+    A tensor that appears more than once (one object passed in two roles), or that ``views`` (id of a tensor
+    -> its base tensor, and the Python suffix that makes it from the base) derives another from, is assigned
+    to a variable first, named after its first use; every use names that variable (a view: the variable
+    and the suffix), so the rendered call shares memory exactly as ``call`` does.
+    """
+    views = dict(views or {})
+    uses: dict[int, tuple[torch.Tensor, list[str]]] = {}
+    _tensor_uses(dict(call), "", uses)
+    bases = {id(base) for key, (base, _) in views.items() if key in uses}
+    taken = set(call)
+    shared: dict[int, str] = {}
+    hoisted: list[str] = []
+    for key, (tensor, names) in uses.items():
+        if key in views or (len(names) < 2 and key not in bases):
+            continue
+        var = names[0]
+        while var in taken:
+            var += "_"
+        taken.add(var)
+        shared[key] = var
+        hoisted.append(f"{var} = {render_tensor(tensor)}")
+    for key, (base, suffix) in views.items():
+        if key in uses and id(base) in shared:
+            shared[key] = shared[id(base)] + suffix
+    r = _Renderer(unchecked_ids, shared)
+    lines: list[str] = list(hoisted)
     args: list[str] = []
     for name, value in call.items():
         if _is_struct(value):

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from kvcanary.contracts.codebook import CodeBook
+
+if TYPE_CHECKING:
+    from kvcanary.contracts.contract import ContractInfo
 
 DEFAULT_MESSAGES: Mapping[str, str] = MappingProxyType(
     {
@@ -30,6 +34,10 @@ DEFAULT_MESSAGES: Mapping[str, str] = MappingProxyType(
         "required_if": "{flag}=True requires {names}; missing: {missing}",
         "forbidden_unless": "{names} must be None when {flag}=False; given: {given}",
         "required_when": "{names} required when {when}",
+        "bool_as_int": "{name} must be an int, got the bool {value}",
+        "int64": "{name} must fit in int64 [-2**63, 2**63 - 1], got {value}",
+        "meta_device": "{name} is on the meta device, which holds no data; launch on a real device",
+        "aliasing": "{first} and {second} share {shared} bytes of memory, and the launch writes {written}",
     }
 )
 
@@ -77,13 +85,40 @@ DEFAULT_KIND_DOCS: Mapping[str, tuple[str, str]] = MappingProxyType(
             "The kernel ABI has a fixed number of entries for this collection.",
             "Pass fewer entries.",
         ),
+        "bool_as_int": (
+            "This argument is a number, and a bool is an int in Python: True would silently mean 1. A flag "
+            "where a number is meant is a wiring mistake.",
+            "Pass the number (an int, or an IntEnum member) the argument describes.",
+        ),
+        "int64": (
+            "The kernels receive this argument as a 64-bit signed integer; a Python int outside that range "
+            "cannot be passed and would fail later, part-way through a launch.",
+            "Pass a value in [-2**63, 2**63 - 1]; a count or size that large is itself a bug upstream.",
+        ),
+        "meta_device": (
+            "Meta tensors have shapes but no memory: every check of shapes passes, and then no kernel can "
+            "read or write them.",
+            "Launch with tensors on a real device (use meta tensors only for shape reasoning, never for a "
+            "launch).",
+        ),
+        "aliasing": (
+            "A kernel writes these bytes while it reads or writes the same bytes through another argument; "
+            "the result would depend on the order threads run in, and outputs would corrupt inputs (or each "
+            "other) silently.",
+            "Give every tensor the launch writes memory of its own: allocate it separately (views of one "
+            "buffer are fine when their byte ranges do not overlap).",
+        ),
     }
 )
 
 
 @dataclass(frozen=True)
 class Family:
-    """Everything the contracts of one product share."""
+    """Everything the contracts of one product share.
+
+    ``allow_meta=False`` adds a check to every contract with a device key: the launch's tensors must not be
+    on the meta device (shape checks pass on meta tensors; kernels cannot run on them).
+    """
 
     name: str
     prefix: str
@@ -91,6 +126,7 @@ class Family:
     pointer: str = "[{code}] {contract}: {summary}"
     messages: Mapping[str, str] = field(default_factory=lambda: DEFAULT_MESSAGES)
     kind_docs: Mapping[str, tuple[str, str]] = field(default_factory=lambda: DEFAULT_KIND_DOCS)
+    allow_meta: bool = True
 
     def template(self, kind: str, override: Mapping[str, str] | None = None) -> str:
         if override and kind in override:
@@ -98,6 +134,13 @@ class Family:
         if kind in self.messages:
             return self.messages[kind]
         return DEFAULT_MESSAGES[kind]
+
+    def contract(self, name: str, letter: str, summary: str, **options: Any) -> ContractInfo:
+        """The :class:`ContractInfo` of one of this family's contracts (``options``: its ContractInfo fields:
+        ``device_key``, ``rules``, ``constants``)."""
+        from kvcanary.contracts.contract import ContractInfo
+
+        return ContractInfo(name=name, family=self, letter=letter, summary=summary, **options)
 
     def kind_doc(self, kind: str) -> tuple[str, str]:
         return self.kind_docs.get(kind) or DEFAULT_KIND_DOCS.get(kind) or ("", "")

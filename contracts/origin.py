@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+_PACKAGE = __name__.rpartition(".")[0]  # this framework, under whatever name it is installed
+
 
 def caller_origin() -> str:
     """``module:line`` of the nearest frame outside this package.
@@ -15,7 +17,7 @@ def caller_origin() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
-        if name != "kvcanary.contracts" and not name.startswith("kvcanary.contracts.") and name not in ("typing", "pydantic"):
+        if name != _PACKAGE and not name.startswith(_PACKAGE + ".") and name not in ("typing", "pydantic"):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"  # pragma: no cover

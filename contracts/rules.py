@@ -28,7 +28,7 @@ class Rule:
     origin: str = field(default="", compare=False)
     # How to break the rule, for the error catalog's counterexample (contracts.examples): argument,
     # attribute or symbol name -> an int/bool/None, an expression over the valid call (a str), or a tensor
-    # mutation (contracts.examples.Misalign, PadStride). Only needed where none can be derived.
+    # mutation (kvcanary.contracts.mutations: Misalign, PadStride, Resize). Only needed where none can be derived.
     breaks: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     kind = "rule"

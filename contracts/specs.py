@@ -105,7 +105,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class TensorArg(_Spec):
-    """A tensor argument: dtype (or a set), shape with symbolic sizes, rank, contiguity, device."""
+    """A tensor argument: dtype (or a set), shape with symbolic sizes, rank, contiguity, device.
+
+    ``writes=True`` declares that the launch writes the tensor: the contract then rejects any other argument
+    whose memory overlaps it (a contract can also name written arguments in ``ContractInfo.writes``).
+    """
 
     dtype: torch.dtype | tuple[torch.dtype, ...] | None = None
     shape: tuple[DimSpec, ...] | None = None
@@ -117,6 +121,7 @@ class TensorArg(_Spec):
     doc: str = ""
     messages: Mapping[str, str] = field(default_factory=dict)
     errors: Mapping[str, type[ContractError]] = field(default_factory=dict)
+    writes: bool = False
     origin: str = field(default="", compare=False)
 
     @property
@@ -139,6 +144,8 @@ class TensorArg(_Spec):
             out["x-min-rank"] = self.min_rank
         out["x-contiguous"] = self.contiguous
         out["x-same-device"] = self.same_device
+        if self.writes:
+            out["x-writes"] = True
         if self.doc:
             out["description"] = self.doc
         return out
@@ -146,7 +153,11 @@ class TensorArg(_Spec):
 
 @dataclass(frozen=True)
 class ScalarArg(_Spec):
-    """A Python scalar argument (``int`` or ``bool``), checked by type; ranges are :class:`~contracts.Relation`s."""
+    """A Python scalar argument (``int`` or ``bool``), checked by type; ranges are :class:`~contracts.Relation`s.
+
+    An ``int`` argument must also be no ``bool`` and fit in int64 (the kernels take it as one): both are
+    checks of their own, generated for every ``ScalarArg(int)``.
+    """
 
     type: type = int
     optional: bool | None = None

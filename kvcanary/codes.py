@@ -24,10 +24,14 @@ CONTRACT_MODULES: tuple[str, ...] = (
 
 
 def contracts() -> list[type[Contract]]:
-    """Every contract of kvcanary's family, in a stable order."""
+    """Every contract of kvcanary's family, in a stable order: by module as listed in ``CONTRACT_MODULES``,
+    then as declared. (Declaration order alone follows import order, which depends on the name a program
+    touches first, and the generated pages must not.)"""
     for name in CONTRACT_MODULES:
         importlib.import_module(name)
-    return all_contracts(FAMILY)
+    declared = all_contracts(FAMILY)
+    rank = {name: i for i, name in enumerate(CONTRACT_MODULES)}
+    return sorted(declared, key=lambda c: (rank.get(c.__module__, len(rank)), declared.index(c)))
 
 
 def checks() -> list[Check]:

@@ -64,8 +64,10 @@ PLAN_ENTRIES_BLOCKS_PER_SM: int = 8
 # --- kvcanary's own -----------------------------------------------------------------------------------------
 INVALID_SLOT: int = -(2**63)
 """Slot index the plan writes where it cannot name a real slot (a ``req_to_token`` read outside the tensor,
-or a full→SWA translation outside the LUT). Verify and write report it as INDEX_OUT_OF_RANGE instead of
-reading a clamped, valid-looking slot. Every other negative predecessor or seed still means "chain head"."""
+or a full→SWA translation outside the LUT), instead of a clamped, valid-looking slot. As a verify entry's
+slot or predecessor, or as a write seed, it is reported as INDEX_OUT_OF_RANGE (every other negative
+predecessor or seed still means "chain head"). As an ``out_cache_loc`` it is negative like any skipped
+token: write skips it without a row and without advancing the chain, on every backend."""
 
 NUM_LAUNCH_TAGS: int = 12
 

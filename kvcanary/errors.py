@@ -18,6 +18,7 @@ FAMILY = Family(
     prefix="kv-canary: ",
     codebook=CodeBook(CODEBOOK_PATH, "KVC"),
     pointer="[{code}] {contract}: {summary}. Run `kvcanary explain {code}` for the full page.",
+    allow_meta=False,  # a launch on meta tensors passes every shape check, then no kernel can run: refuse it
 )
 
 __all__ = ["CODEBOOK_PATH", "FAMILY", "ContractError", "ContractTypeError"]

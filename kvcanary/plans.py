@@ -60,8 +60,12 @@ class VerifyPlan:
     def verify_capacity(self) -> int:
         return int(self.verify_slot_indices.shape[0])
 
-    def zero_for_testing_(self) -> None:
-        """Zero everything but the expected tokens (set to -1, "no token check"); also zeroes ``enable``."""
+    def zero_for_testing_(self) -> VerifyPlan:
+        """Zero everything but the expected tokens (set to -1, "no token check"); also zeroes ``enable``.
+
+        Returns the plan itself, as the reference does, so ``VerifyPlan.allocate(...).zero_for_testing_()``
+        chains.
+        """
         self.verify_slot_indices.zero_()
         self.verify_expected_tokens.fill_(-1)
         self.verify_expected_positions.zero_()
@@ -70,6 +74,7 @@ class VerifyPlan:
         self.enable.zero_()
         if self.verify_offsets_scratch is not None:
             self.verify_offsets_scratch.zero_()
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +102,9 @@ class WritePlan:
     def write_req_capacity(self) -> int:
         return int(self.write_seed_slot_indices.shape[0])
 
-    def zero_for_testing_(self) -> None:
+    def zero_for_testing_(self) -> WritePlan:
+        """Zero every array; returns the plan itself, as the reference does (so it chains after ``allocate``)."""
         self.write_offsets.zero_()
         self.write_seed_slot_indices.zero_()
         self.write_num_valid_reqs.zero_()
+        return self

@@ -67,8 +67,8 @@ class Reason:
         return self.message + (f" (hint: {self.hint})" if self.hint else "")
 
 
-Impl = Callable[..., None]
-Limits = Callable[[Mapping[str, Any]], Sequence[Reason]]
+Impl = Callable[[Any], None]  # takes the operation's call object (an instance of its contract model)
+Limits = Callable[[Any], Sequence[Reason]]
 
 
 @dataclass(frozen=True)
@@ -253,8 +253,7 @@ class Registry:
         self._cache[key] = result
         return result
 
-    def select(self, op: Op, device: torch.device, backend: str | None = None,
-               call: Mapping[str, Any] | None = None) -> Choice:
+    def select(self, op: Op, device: torch.device, backend: str | None = None, call: Any = None) -> Choice:
         """The backend that runs ``op`` on ``device`` for this call (see the module docstring)."""
         forced = backend or _forced_ctx.get() or os.environ.get(ENV_BACKEND) or None
         choices, declined = self._candidates(op, device, forced)
@@ -265,7 +264,7 @@ class Registry:
                 return choice
             reasons: list[Reason] = []
             if support.limits is not None:
-                reasons.extend(support.limits(call or {}))
+                reasons.extend(support.limits(call))
             if not support.capture_safe and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 reasons.append(Reason(ReasonKind.CAPTURE, f"{choice.backend.name} {op.value} syncs with the host "
                                       "and cannot run under CUDA-graph capture"))
@@ -274,9 +273,14 @@ class Registry:
             extra[choice.backend.name] = reasons
         raise BackendError(op, device, forced, {**declined, **extra})
 
-    def run(self, op: Op, device: torch.device | None, backend: str | None, kwargs: dict[str, Any]) -> None:
-        """Select and call: what every launcher does after its contract check (which returns the device)."""
-        self.select(op, device if device is not None else _CPU, backend, kwargs).impl(**kwargs)
+    def runner(self, op: Op) -> Callable[[Any, torch.device | None, str | None], None]:
+        """What a launcher calls after its contract check: select a backend for ``op`` and run the call."""
+        select = self.select
+
+        def run(call: Any, device: torch.device | None, backend: str | None) -> None:
+            select(op, device if device is not None else _CPU, backend, call).impl(call)
+
+        return run
 
     def explain(self, op: Op, device: torch.device) -> dict[str, list[Reason]]:
         """Every backend's reasons for ``op`` on ``device`` (empty list: it can serve)."""

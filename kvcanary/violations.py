@@ -82,7 +82,10 @@ class Violation:
 
 
 def format_violation(v: Violation, *, total_violations: int, ring_capacity: int, step_when_pumped: int) -> str:
-    """SGLang's report block for one violation (REFERENCE 6.5); the first line is the parseable one."""
+    """SGLang's report block for one violation; the first line is the parseable one.
+
+    The format is described in docs/compatibility.md, Violation rows.
+    """
     labels = v.reason_labels
     plus = "+".join(labels) if labels else "none"
     spaced = " ".join(labels) if labels else "none"

@@ -29,32 +29,10 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from kvcanary.backends.priority import devices
 from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
 
-# Below Triton's 50 on every operation but the fused plan, write and scatter. benchmarks/bench_backends.py on
-# one H200 (CUDA graphs, identical inputs, cuda vs triton, 2026-12-03 after verify's L1-allocating loads and
-# write's lane-0 chain): verify is split (16 Mi random 835 vs 836 us, 1 Mi random 62.6 vs 60.9 us, 1 Mi
-# chained 40.8 vs 42.4 us, 16 Mi chained 539 vs 472 us, PARTIAL 16 Mi 1645 vs 1636 us), with Triton's one
-# clear win the largest; scatter changed order between runs of unchanged kernels (cuda vs triton 17.0 vs
-# 11.2 us, then 14.6 vs 17.3, 10.1 vs 16.2, 9.9 vs 10.8 and 17.2 vs 17.2 us: a one-launch graph over L2-warm
-# inputs is that noisy), so it waited for a head-to-head over rotating inputs (below).
-# The fused plan ranks above Triton since its tile path without per-entry checks: 17.0 vs 18.4 us, 15.4 vs
-# 16.7 us, 17.0 vs 20.0 and 16.1 vs 17.5 us in four head-to-head runs, and 14.1-14.3 us in bench_cuda's rotating
-# graphs (15.4 us with the token pool) against bench_triton's 19.0 us (22.8 us with the token pool).
-# Two more runs with the per-warp fast path (the first with a scan change then dropped): plan 17.0 vs 17.2 and
-# 15.6 vs 16.9 us; scatter 9.6 vs 10.6 and 11.3 vs 16.3 us. Then bench_backends rotated its inputs (plan: 4
-# sets of outputs, 128 MiB; scatter: 8 sets, 96 MiB, so neither replays out of L2; recorded in
-# benchmarks/results/bench_backends.json): plan 14.7 vs 15.1 us, scatter 7.26 vs 8.58 us. scatter therefore
-# ranks above Triton too (CUDA ahead in the last four runs). plan_offsets and plan_entries alone were not
-# compared.
-# write ranks above Triton since its chain blocks hold 4 warps, not 8 (one per scheduler): one 32 Ki-token
-# chain 3.62 vs 4.10 ms (CUDA ahead in every run), 64 x 512 63.9 vs 72.0 us (it was 80-83 vs 70-73 us with 8
-# warps; 58.8 us in explore_cuda_4.log), 1024 x 1 a tie in every run (9.41 vs 9.44, 16.8 vs 18.0 us). The
-# write shape lives in device data (write_offsets), so the registry could not choose per shape anyway.
-PRIORITY = 40
-AHEAD_PRIORITY = 60  # above Triton's 50: plan, write and scatter, measured faster (above)
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
-_ON_CUDA = {"cuda": PRIORITY}
 _NOTES = "NVRTC via cuda.core; capturable (no host sync, no allocation)"
 
 
@@ -108,21 +86,21 @@ def _capability_reasons(index: int) -> list[Reason]:
     return []
 
 
+def _op(op: Op, path: str, notes: str = "") -> OpSupport:
+    return OpSupport(f"kvcanary.backends.cuda.{path}", devices("cuda", op), capture_safe=True,
+                     notes=f"{notes}; {_NOTES}" if notes else _NOTES)
+
+
 BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
     ops={
-        Op.PLAN: OpSupport("kvcanary.backends.cuda.plan:plan", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
-                           notes="one launch for both stages; " + _NOTES),
-        Op.PLAN_OFFSETS: OpSupport("kvcanary.backends.cuda.plan_offsets:plan_offsets", _ON_CUDA, capture_safe=True,
-                                   notes=_NOTES),
-        Op.PLAN_ENTRIES: OpSupport("kvcanary.backends.cuda.plan_entries:plan_entries", _ON_CUDA, capture_safe=True,
-                                   notes=_NOTES),
-        Op.VERIFY: OpSupport("kvcanary.backends.cuda.verify:verify", _ON_CUDA, capture_safe=True, notes=_NOTES),
-        Op.WRITE: OpSupport("kvcanary.backends.cuda.write:write", {"cuda": AHEAD_PRIORITY}, capture_safe=True,
-                            notes=_NOTES),
-        Op.SCATTER: OpSupport("kvcanary.backends.cuda.scatter:scatter_req_token_ids", {"cuda": AHEAD_PRIORITY},
-                              capture_safe=True, notes=_NOTES),
+        Op.PLAN: _op(Op.PLAN, "plan:plan", "one launch for both stages"),
+        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets"),
+        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries"),
+        Op.VERIFY: _op(Op.VERIFY, "verify:verify"),
+        Op.WRITE: _op(Op.WRITE, "write:write"),
+        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids"),
     },
 )
 

@@ -14,49 +14,32 @@ us); rows of 4000 took 17.9 against 13.9 us, rows of 1000 43.5 against 19.1 us (
 
 from __future__ import annotations
 
-import torch
+from kvcanary.backends.cuda._pack import Args, Shape, ptr
+from kvcanary.backends.cuda._toolchain import launch
+from kvcanary.backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
+from kvcanary.contract.plan import PlanLaunch
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
-from kvcanary.backends.cuda._toolchain import Spec, launch
-from kvcanary.backends.cuda.plan_entries import max_tiles, shared_bytes
-from kvcanary.plans import VerifyPlan, WritePlan
-
-THREADS = 256
-ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
-
-Key = tuple[bool, bool]  # LUT, token pool
+KERNELS = plan_kernels("plan.cu", "kvc_plan")
 
 
-def spec(has_lut: bool, has_pool: bool) -> Spec:
-    return Spec("plan.cu", "kvc_plan", (
-        ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool))), THREADS)
-
-
-KERNELS = KernelCache(spec)
-
-
-def pack(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,
-         prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, req_to_token: torch.Tensor, swa_window_size: int,
-         full_to_swa_index_mapping: torch.Tensor | None, verify_capacity: int,
-         req_to_verify_expected_tokens: torch.Tensor | None,
-         req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
-         kv_token_id_vs_position_offset: int) -> tuple[Key, tuple[int, int], Args]:
+def pack(call: PlanLaunch) -> tuple[Key, tuple[int, int], Args]:
     """(specialization key, (batch size, entry capacity), kernel arguments) of one launch."""
-    vp, wp = verify_plan_out, write_plan_out
-    lut, pool = full_to_swa_index_mapping, req_to_verify_expected_tokens
-    bs = req_pool_indices.shape[0]
+    vp, wp = call.verify_plan_out, call.write_plan_out
+    lut, pool = call.full_to_swa_index_mapping, call.req_to_verify_expected_tokens
+    bs = call.req_pool_indices.shape[0]
     cap = vp.verify_slot_indices.shape[0]
-    rows, cols = req_to_token.shape
+    rows, cols = call.req_to_token.shape
     prow, pcol = pool.shape if pool is not None else (0, 0)
     key: Key = (lut is not None, pool is not None)
-    args = (req_pool_indices.data_ptr(), prefix_lens.data_ptr(), extend_seq_lens.data_ptr(), req_to_token.data_ptr(),
-            rows, cols, ptr(lut), lut.shape[0] if lut is not None else 0, swa_window_size, bs, verify_capacity, cap,
-            vp.verify_slot_indices.data_ptr(), vp.verify_expected_tokens.data_ptr(),
-            vp.verify_expected_positions.data_ptr(), vp.verify_prev_slot_indices.data_ptr(),
-            vp.verify_num_valid.data_ptr(), vp.enable.data_ptr(), ptr(vp.verify_offsets_scratch),
-            wp.write_offsets.data_ptr(), wp.write_offsets.shape[0], wp.write_seed_slot_indices.data_ptr(),
-            wp.write_num_valid_reqs.data_ptr(), ptr(pool), prow, pcol,
-            ptr(req_to_verify_expected_tokens_valid_lens) if pool is not None else 0, kv_token_id_vs_position_offset)
+    args = (call.req_pool_indices.data_ptr(), call.prefix_lens.data_ptr(), call.extend_seq_lens.data_ptr(),
+            call.req_to_token.data_ptr(), rows, cols, ptr(lut), lut.shape[0] if lut is not None else 0,
+            call.swa_window_size, bs, call.verify_capacity, cap, vp.verify_slot_indices.data_ptr(),
+            vp.verify_expected_tokens.data_ptr(), vp.verify_expected_positions.data_ptr(),
+            vp.verify_prev_slot_indices.data_ptr(), vp.verify_num_valid.data_ptr(), vp.enable.data_ptr(),
+            ptr(vp.verify_offsets_scratch), wp.write_offsets.data_ptr(), wp.write_offsets.shape[0],
+            wp.write_seed_slot_indices.data_ptr(), wp.write_num_valid_reqs.data_ptr(), ptr(pool), prow, pcol,
+            ptr(call.req_to_verify_expected_tokens_valid_lens) if pool is not None else 0,
+            call.kv_token_id_vs_position_offset)
     return key, (bs, cap), args
 
 
@@ -67,18 +50,8 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
-def plan(*, verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,
-         prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, req_to_token: torch.Tensor, swa_window_size: int,
-         full_to_swa_index_mapping: torch.Tensor | None, verify_capacity: int,
-         req_to_verify_expected_tokens: torch.Tensor | None,
-         req_to_verify_expected_tokens_valid_lens: torch.Tensor | None, kv_token_id_vs_position_offset: int) -> None:
-    key, sizes, args = pack(
-        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
-        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
-        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
-        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset)
-    dev = verify_plan_out.verify_slot_indices.get_device()
+def plan(call: PlanLaunch) -> None:
+    key, sizes, args = pack(call)
+    dev = call.verify_plan_out.verify_slot_indices.get_device()
     kernel = KERNELS.get(dev, key)
     launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

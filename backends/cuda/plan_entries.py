@@ -7,10 +7,9 @@ launched (the reference does nothing either).
 
 from __future__ import annotations
 
-import torch
-
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.contract.plan_entries import PlanEntriesLaunch
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
@@ -31,32 +30,33 @@ def max_tiles(bs: int, capacity: int) -> int:
 Key = tuple[bool, bool]  # LUT, token pool
 
 
-def spec(has_lut: bool, has_pool: bool) -> Spec:
-    return Spec("plan_entries.cu", "kvc_plan_entries", (
-        ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool))), THREADS)
+def plan_kernels(source: str, entry: str) -> KernelCache:
+    """The specializations of a plan kernel (this stage alone, or the fused plan): LUT and token pool."""
+
+    def spec(has_lut: bool, has_pool: bool) -> Spec:
+        return Spec(source, entry, (
+            ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool))), THREADS)
+
+    return KernelCache(spec)
 
 
-KERNELS = KernelCache(spec)
+KERNELS = plan_kernels("plan_entries.cu", "kvc_plan_entries")
 
 
-def pack(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, req_to_token: torch.Tensor,
-         full_to_swa_index_mapping: torch.Tensor | None, verify_offsets_scratch: torch.Tensor,
-         verify_enable: torch.Tensor, req_to_verify_expected_tokens: torch.Tensor | None,
-         req_to_verify_expected_tokens_valid_lens: torch.Tensor | None, out_verify_slot_indices: torch.Tensor,
-         out_verify_expected_tokens: torch.Tensor, out_verify_expected_positions: torch.Tensor,
-         out_verify_prev_slot_indices: torch.Tensor, kv_token_id_vs_position_offset: int,
-         swa_window_size: int) -> tuple[Key, tuple[int, int], Args]:
+def pack(call: PlanEntriesLaunch) -> tuple[Key, tuple[int, int], Args]:
     """(specialization key, (batch size, entry capacity), kernel arguments) of one launch."""
-    lut, pool = full_to_swa_index_mapping, req_to_verify_expected_tokens
-    bs = req_pool_indices.shape[0]
-    cap = out_verify_slot_indices.shape[0]
-    rows, cols = req_to_token.shape
+    lut, pool = call.full_to_swa_index_mapping, call.req_to_verify_expected_tokens
+    bs = call.req_pool_indices.shape[0]
+    cap = call.out_verify_slot_indices.shape[0]
+    rows, cols = call.req_to_token.shape
     prow, pcol = pool.shape if pool is not None else (0, 0)
-    args = (req_pool_indices.data_ptr(), prefix_lens.data_ptr(), req_to_token.data_ptr(), rows, cols, ptr(lut),
-            lut.shape[0] if lut is not None else 0, swa_window_size, bs, verify_offsets_scratch.data_ptr(),
-            verify_enable.data_ptr(), cap, out_verify_slot_indices.data_ptr(), out_verify_expected_tokens.data_ptr(),
-            out_verify_expected_positions.data_ptr(), out_verify_prev_slot_indices.data_ptr(), ptr(pool), prow, pcol,
-            ptr(req_to_verify_expected_tokens_valid_lens) if pool is not None else 0, kv_token_id_vs_position_offset)
+    args = (call.req_pool_indices.data_ptr(), call.prefix_lens.data_ptr(), call.req_to_token.data_ptr(), rows, cols,
+            ptr(lut), lut.shape[0] if lut is not None else 0, call.swa_window_size, bs,
+            call.verify_offsets_scratch.data_ptr(), call.verify_enable.data_ptr(), cap,
+            call.out_verify_slot_indices.data_ptr(), call.out_verify_expected_tokens.data_ptr(),
+            call.out_verify_expected_positions.data_ptr(), call.out_verify_prev_slot_indices.data_ptr(), ptr(pool),
+            prow, pcol, ptr(call.req_to_verify_expected_tokens_valid_lens) if pool is not None else 0,
+            call.kv_token_id_vs_position_offset)
     return (lut is not None, pool is not None), (bs, cap), args
 
 
@@ -68,25 +68,11 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     return max(1, min(max_tiles(bs, cap), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
-def plan_entries(*, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor, req_to_token: torch.Tensor,
-                 full_to_swa_index_mapping: torch.Tensor | None, verify_offsets_scratch: torch.Tensor,
-                 verify_enable: torch.Tensor, req_to_verify_expected_tokens: torch.Tensor | None,
-                 req_to_verify_expected_tokens_valid_lens: torch.Tensor | None, out_verify_slot_indices: torch.Tensor,
-                 out_verify_expected_tokens: torch.Tensor, out_verify_expected_positions: torch.Tensor,
-                 out_verify_prev_slot_indices: torch.Tensor, kv_token_id_vs_position_offset: int,
-                 swa_window_size: int) -> None:
-    key, sizes, args = pack(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, req_to_token=req_to_token,
-        full_to_swa_index_mapping=full_to_swa_index_mapping, verify_offsets_scratch=verify_offsets_scratch,
-        verify_enable=verify_enable, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
-        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
-        out_verify_slot_indices=out_verify_slot_indices, out_verify_expected_tokens=out_verify_expected_tokens,
-        out_verify_expected_positions=out_verify_expected_positions,
-        out_verify_prev_slot_indices=out_verify_prev_slot_indices,
-        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset, swa_window_size=swa_window_size)
+def plan_entries(call: PlanEntriesLaunch) -> None:
+    key, sizes, args = pack(call)
     if shape(key, sizes, 1) is None:
         return
-    dev = verify_offsets_scratch.get_device()
+    dev = call.verify_offsets_scratch.get_device()
     kernel = KERNELS.get(dev, key)
     s = shape(key, sizes, kernel.max_blocks)
     assert s is not None

@@ -6,10 +6,9 @@ every size comes from shapes, so the launch is capturable. Nothing is launched w
 
 from __future__ import annotations
 
-import torch
-
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary.contract.scatter import ScatterLaunch
 
 THREADS = 256
 COLUMNS_PER_BLOCK = 1024  # 4 per thread: one round of 4 loads in flight
@@ -31,14 +30,13 @@ def split(bs: int, cols: int, num_tokens: int) -> int:
     return max(1, min(want, max(1, 8192 // max(bs, 1)), 65535))
 
 
-def pack(*, flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor,
-         pool_out: torch.Tensor) -> tuple[Key, Sizes, Args]:
+def pack(call: ScatterLaunch) -> tuple[Key, Sizes, Args]:
     """(specialization key, sizes, kernel arguments) of one launch."""
-    bs = req_pool_indices.shape[0]
-    ntok = flat_in.shape[0]
-    rows, cols = pool_out.shape
-    args = (flat_in.data_ptr(), ntok, offsets.data_ptr(), req_pool_indices.data_ptr(), bs, pool_out.data_ptr(),
-            rows, cols)
+    bs = call.req_pool_indices.shape[0]
+    ntok = call.flat_in.shape[0]
+    rows, cols = call.pool_out.shape
+    args = (call.flat_in.data_ptr(), ntok, call.offsets.data_ptr(), call.req_pool_indices.data_ptr(), bs,
+            call.pool_out.data_ptr(), rows, cols)
     return (), (bs, ntok, rows, cols), args
 
 
@@ -50,11 +48,10 @@ def shape(key: Key, sizes: Sizes, max_blocks: int) -> Shape | None:
     return bs, split(bs, cols, ntok), THREADS, 0
 
 
-def scatter_req_token_ids(*, flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor,
-                          pool_out: torch.Tensor) -> None:
-    key, sizes, args = pack(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
+def scatter_req_token_ids(call: ScatterLaunch) -> None:
+    key, sizes, args = pack(call)
     s = shape(key, sizes, 0)
     if s is None:
         return
-    dev = pool_out.get_device()
+    dev = call.pool_out.get_device()
     launch(KERNELS.get(dev, key), dev, s, args)

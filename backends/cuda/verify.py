@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import VerifyPlan
+from kvcanary.contract.verify import VerifyLaunch
 
 THREADS = 256
 
@@ -25,23 +24,22 @@ def spec(check: bool, nsrc: int, partial: bool, vec: bool, threads: int = THREAD
 KERNELS = KernelCache(spec)
 
 
-def pack(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool,
-         threads: int = THREADS, vec: bool | None = None) -> tuple[Key, int, Args]:
+def pack(call: VerifyLaunch, *, threads: int = THREADS, vec: bool | None = None) -> tuple[Key, int, Args]:
     """(specialization key, plan capacity, kernel arguments) of one launch."""
-    ctx = context
+    ctx = call.context
     buf = ctx.canary_buf
     num_slots, stride = buf.shape
     nsrc, partial, extra = fold(ctx)
     ring = ctx.violation_ring
-    slots = plan.verify_slot_indices
+    slots = call.plan.verify_slot_indices
     cap = slots.shape[0]
-    key: Key = (bool(check_verify_expected_token), nsrc, partial,
+    key: Key = (bool(call.check_verify_expected_token), nsrc, partial,
                 vec16(stride) if vec is None else vec and vec16(stride), threads)
-    args = (buf.data_ptr(), num_slots, stride, slots.data_ptr(),
-            plan.verify_expected_tokens.data_ptr(), plan.verify_expected_positions.data_ptr(),
-            plan.verify_prev_slot_indices.data_ptr(), plan.verify_num_valid.data_ptr(), plan.enable.data_ptr(), cap,
-            ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(),
-            ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
+    args = (buf.data_ptr(), num_slots, stride, slots.data_ptr(), call.plan.verify_expected_tokens.data_ptr(),
+            call.plan.verify_expected_positions.data_ptr(), call.plan.verify_prev_slot_indices.data_ptr(),
+            call.plan.verify_num_valid.data_ptr(), call.plan.enable.data_ptr(), cap, ring.data_ptr(), ring.shape[0],
+            ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(), ctx.kernel_run_counter.data_ptr(),
+            int(ctx.kernel_kind), *extra)
     return key, cap, args
 
 
@@ -51,22 +49,20 @@ def shape(key: Key, cap: int, max_blocks: int) -> Shape:
     return max(1, min(cdiv(cap, threads), max_blocks)), 1, threads, 0
 
 
-def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool) -> None:
-    key, cap, args = pack(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
-    dev = context.canary_buf.get_device()
+def verify(call: VerifyLaunch) -> None:
+    key, cap, args = pack(call)
+    dev = call.context.canary_buf.get_device()
     kernel = KERNELS.get(dev, key)
     launch(kernel, dev, shape(key, cap, kernel.max_blocks), args)
 
 
-def verify_variant(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool,
-                   grid: int | None, threads: int, vec: bool) -> None:
+def verify_variant(call: VerifyLaunch, *, grid: int | None, threads: int, vec: bool) -> None:
     """The same kernel with another launch shape (benchmarks: SGLang's 64 x 512 with 8-byte loads, ...).
 
     ``grid=None`` sizes the grid as :func:`verify` does.
     """
-    key, cap, args = pack(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token,
-                          threads=threads, vec=vec)
-    dev = context.canary_buf.get_device()
+    key, cap, args = pack(call, threads=threads, vec=vec)
+    dev = call.context.canary_buf.get_device()
     kernel = KERNELS.get(dev, key)
     gx, gy, block, shmem = shape(key, cap, kernel.max_blocks)
     launch(kernel, dev, (gx if grid is None else grid, gy, block, shmem), args)

@@ -12,12 +12,9 @@ One 32 Ki-token chain is the same (109.6 ns per step).
 
 from __future__ import annotations
 
-import torch
-
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import WritePlan
+from kvcanary.contract.write import WriteLaunch
 
 Key = tuple[int, bool, bool, bool]  # sources, partial, input assert, 16-byte records
 
@@ -42,26 +39,24 @@ def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool) -> Spec:
 KERNELS = KernelCache(spec)
 
 
-def pack(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Tensor, positions: torch.Tensor,
-         out_cache_loc: torch.Tensor, enable_write_input_assert: bool, expected_input_tokens: torch.Tensor | None,
-         expected_input_positions: torch.Tensor | None) -> tuple[Key, tuple[int, int], Args]:
+def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
     """(specialization key, (request capacity, token count), kernel arguments) of one launch."""
-    ctx = context
+    ctx = call.context
     buf = ctx.canary_buf
     num_slots, stride = buf.shape
     nsrc, partial, extra = fold(ctx)
     ring = ctx.violation_ring
-    on = bool(enable_write_input_assert)
-    seeds = plan.write_seed_slot_indices
+    on = bool(call.enable_write_input_assert)
+    seeds = call.plan.write_seed_slot_indices
     cap = seeds.shape[0]
     key: Key = (nsrc, partial, on, vec16(stride))
-    args = (buf.data_ptr(), num_slots, stride, plan.write_offsets.data_ptr(), seeds.data_ptr(),
-            plan.write_num_valid_reqs.data_ptr(), cap, input_ids.data_ptr(), positions.data_ptr(),
-            out_cache_loc.data_ptr(), input_ids.shape[0], ptr(expected_input_tokens) if on else 0,
-            ptr(expected_input_positions) if on else 0, ctx.enable_chain_position_assert.data_ptr(),
+    args = (buf.data_ptr(), num_slots, stride, call.plan.write_offsets.data_ptr(), seeds.data_ptr(),
+            call.plan.write_num_valid_reqs.data_ptr(), cap, call.input_ids.data_ptr(), call.positions.data_ptr(),
+            call.out_cache_loc.data_ptr(), call.input_ids.shape[0], ptr(call.expected_input_tokens) if on else 0,
+            ptr(call.expected_input_positions) if on else 0, ctx.enable_chain_position_assert.data_ptr(),
             ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(),
             ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
-    return key, (cap, input_ids.shape[0]), args
+    return key, (cap, call.input_ids.shape[0]), args
 
 
 def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
@@ -70,13 +65,8 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
-def write(*, context: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Tensor, positions: torch.Tensor,
-          out_cache_loc: torch.Tensor, enable_write_input_assert: bool, expected_input_tokens: torch.Tensor | None,
-          expected_input_positions: torch.Tensor | None) -> None:
-    key, sizes, args = pack(context=context, plan=plan, input_ids=input_ids, positions=positions,
-                            out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
-                            expected_input_tokens=expected_input_tokens,
-                            expected_input_positions=expected_input_positions)
-    dev = context.canary_buf.get_device()
+def write(call: WriteLaunch) -> None:
+    key, sizes, args = pack(call)
+    dev = call.context.canary_buf.get_device()
     kernel = KERNELS.get(dev, key)
     launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

@@ -7,20 +7,25 @@ operation is the default.
 
 from __future__ import annotations
 
+from kvcanary.backends.priority import devices
 from kvcanary.registry import Backend, Op, OpSupport
 
-_ANY = {"*": 10}
+
+def _op(op: Op, path: str, *, host_sync: bool = False, notes: str = "") -> OpSupport:
+    return OpSupport(f"kvcanary.backends.torch_ref.{path}", devices("torch_ref", op), capture_safe=not host_sync,
+                     host_sync=host_sync, notes=notes)
+
 
 BACKEND = Backend(
     name="torch_ref",
     description="Reference implementation in torch ops (the specification; any device).",
     ops={
-        Op.PLAN: OpSupport("kvcanary.backends.torch_ref.plan:plan", _ANY, capture_safe=True),
-        Op.PLAN_OFFSETS: OpSupport("kvcanary.backends.torch_ref.plan_offsets:plan_offsets", _ANY, capture_safe=True),
-        Op.PLAN_ENTRIES: OpSupport("kvcanary.backends.torch_ref.plan_entries:plan_entries", _ANY, capture_safe=True),
-        Op.VERIFY: OpSupport("kvcanary.backends.torch_ref.verify:verify", _ANY, capture_safe=True),
-        Op.WRITE: OpSupport("kvcanary.backends.torch_ref.write:write", _ANY, host_sync=True,
-                            notes="loops over the longest request's tokens; sizes the loop on the host"),
-        Op.SCATTER: OpSupport("kvcanary.backends.torch_ref.scatter:scatter_req_token_ids", _ANY, host_sync=True),
+        Op.PLAN: _op(Op.PLAN, "plan:plan"),
+        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets"),
+        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries"),
+        Op.VERIFY: _op(Op.VERIFY, "verify:verify"),
+        Op.WRITE: _op(Op.WRITE, "write:write", host_sync=True,
+                      notes="loops over the longest request's tokens; sizes the loop on the host"),
+        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids", host_sync=True),
     },
 )

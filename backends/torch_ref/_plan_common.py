@@ -3,6 +3,13 @@
 Slot reads follow one rule everywhere: ``req_to_token[rp, pos]`` outside the tensor reads INVALID_SLOT; a
 value below 0 passes the full→SWA translation unchanged (INVALID_SLOT included); a value at or past the
 LUT's length translates to INVALID_SLOT (never clamped to a wrong but valid slot).
+
+Lengths and offsets never wrap around, whatever the (device) prefix and extend lengths hold: a row's window
+start is ``prefix - swa_window_size`` only when that is positive (computed without overflow), its verify
+length is ``clamp(prefix, 0, swa_window_size)`` (``max(prefix, 0)`` for a FULL group), and the offsets are
+exact prefix sums *saturated* at INT64_MAX (2**63 - 1). A saturated total exceeds every real capacity, so
+the plan overflows (``enable = 0``) instead of wrapping to a small total that would name entries past the
+arrays. Every backend computes the same saturated values.
 """
 
 from __future__ import annotations
@@ -29,10 +36,38 @@ def read_slot(
     return torch.where(raw < 0, raw, torch.where(inside, looked, INVALID_SLOT))
 
 
+INT64_MAX = 2**63 - 1
+_LOW32 = 2**32 - 1
+
+
 def window_start(prefix_lens: torch.Tensor, swa_window_size: int) -> torch.Tensor:
+    """``prefix - swa_window_size`` where that is positive (an SWA group), else 0; never wraps (the window is
+    in ``[0, INT64_MAX]``, so the difference is only taken where it is positive)."""
     if swa_window_size > 0:
-        return (prefix_lens - swa_window_size).clamp(min=0)
+        return torch.where(prefix_lens > swa_window_size, prefix_lens - swa_window_size, 0)
     return torch.zeros_like(prefix_lens)
+
+
+def _from_limbs(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """``min(hi * 2**32 + lo, INT64_MAX)`` for exact non-negative limb sums (no intermediate overflows)."""
+    hi = hi + (lo >> 32)
+    lo = lo & _LOW32
+    return torch.where(hi >= 2**31, INT64_MAX, (hi.clamp(max=2**31 - 1) << 32) | lo)
+
+
+def saturated_offsets(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exclusive prefix sums of non-negative ``lengths`` and their total, each saturated at INT64_MAX.
+
+    Exact below the saturation point: the sums are taken over 32-bit limbs (``bs <= 4096`` rows of at most
+    2**32 each cannot overflow a limb sum), then recombined with saturation.
+    """
+    lo = lengths & _LOW32
+    hi = lengths >> 32
+    clo = torch.cumsum(lo, 0)
+    chi = torch.cumsum(hi, 0)
+    exclusive = _from_limbs(chi - hi, clo - lo)
+    total = _from_limbs(hi.sum().reshape(1), lo.sum().reshape(1))
+    return exclusive, total
 
 
 @dataclass
@@ -60,17 +95,15 @@ def offsets_stage(
     ws = window_start(prefix_lens, swa_window_size)
     vlen = torch.where(active, (prefix_lens - ws).clamp(min=0), 0)
     wlen = torch.where(active, extend_seq_lens.clamp(min=0), 0)
-    vinc = torch.cumsum(vlen, 0)
-    winc = torch.cumsum(wlen, 0)
-    vtot = vlen.sum().reshape(1)
-    wtot = wlen.sum().reshape(1)
+    vexcl, vtot = saturated_offsets(vlen)
+    wexcl, wtot = saturated_offsets(wlen)
     has_seed = active & (prefix_lens > 0) & (wlen > 0)
     seed = read_slot(req_to_token, lut, req_pool_indices, prefix_lens - 1)
     overflow = vtot > verify_capacity
     return Offsets(
-        verify_exclusive=vinc - vlen,
+        verify_exclusive=vexcl,
         verify_total=vtot,
-        write_exclusive=winc - wlen,
+        write_exclusive=wexcl,
         write_total=wtot,
         seeds=torch.where(has_seed, seed, -1),
         num_valid=torch.where(overflow, verify_capacity, vtot).to(torch.int32),
@@ -96,7 +129,12 @@ def entries_stage(
     out_positions: torch.Tensor,
     out_prev: torch.Tensor,
 ) -> None:
-    """Entries ``e < min(total, capacity)`` (none when ``enable == 0``); later entries keep their values."""
+    """Entries ``e < min(total, capacity)`` (none when ``enable == 0``); later entries keep their values.
+
+    From offsets the plan computed itself every position is exact. Stage 2 alone (``plan_entries``) takes
+    stage 1's scratch as given: from a hostile one, ``pos = window_start + (e - offsets[r])`` is computed in
+    wrapping int64 arithmetic, identically on every backend, and every read it leads to is bounds-checked.
+    """
     cap = out_slots.shape[0]
     bs = req_pool_indices.shape[0]
     if cap == 0 or bs == 0:

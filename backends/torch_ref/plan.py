@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import torch
-
 from kvcanary.backends.torch_ref._plan_common import entries_stage, offsets_stage
-from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary.contract.plan import PlanLaunch
 
 
-def plan(
-    *,
-    verify_plan_out: VerifyPlan,
-    write_plan_out: WritePlan,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor,
-    req_to_token: torch.Tensor,
-    swa_window_size: int,
-    full_to_swa_index_mapping: torch.Tensor | None,
-    verify_capacity: int,
-    req_to_verify_expected_tokens: torch.Tensor | None,
-    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
-    kv_token_id_vs_position_offset: int,
-) -> None:
-    bs = req_pool_indices.shape[0]
-    lut = full_to_swa_index_mapping
-    off = offsets_stage(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, lut=lut, swa_window_size=swa_window_size, verify_capacity=verify_capacity,
-    )
-    vp, wp = verify_plan_out, write_plan_out
+def plan(call: PlanLaunch) -> None:
+    bs = call.req_pool_indices.shape[0]
+    lut = call.full_to_swa_index_mapping
+    off = offsets_stage(req_pool_indices=call.req_pool_indices, prefix_lens=call.prefix_lens,
+                        extend_seq_lens=call.extend_seq_lens, req_to_token=call.req_to_token, lut=lut,
+                        swa_window_size=call.swa_window_size, verify_capacity=call.verify_capacity)
+    vp, wp = call.verify_plan_out, call.write_plan_out
     wp.write_offsets.zero_()
     wp.write_offsets[:bs] = off.write_exclusive
     wp.write_offsets[bs : bs + 1] = off.write_total
@@ -40,11 +23,10 @@ def plan(
         vp.verify_offsets_scratch[bs : bs + 1] = off.verify_total
     vp.verify_num_valid.copy_(off.num_valid)
     vp.enable.copy_(off.enable)
-    entries_stage(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, req_to_token=req_to_token, lut=lut,
-        swa_window_size=swa_window_size, offsets=off.verify_exclusive, total=off.verify_total, enable=off.enable,
-        pool=req_to_verify_expected_tokens, valid_lens=req_to_verify_expected_tokens_valid_lens,
-        token_offset=kv_token_id_vs_position_offset, out_slots=vp.verify_slot_indices,
-        out_tokens=vp.verify_expected_tokens, out_positions=vp.verify_expected_positions,
-        out_prev=vp.verify_prev_slot_indices,
-    )
+    entries_stage(req_pool_indices=call.req_pool_indices, prefix_lens=call.prefix_lens, req_to_token=call.req_to_token,
+                  lut=lut, swa_window_size=call.swa_window_size, offsets=off.verify_exclusive, total=off.verify_total,
+                  enable=off.enable, pool=call.req_to_verify_expected_tokens,
+                  valid_lens=call.req_to_verify_expected_tokens_valid_lens,
+                  token_offset=call.kv_token_id_vs_position_offset, out_slots=vp.verify_slot_indices,
+                  out_tokens=vp.verify_expected_tokens, out_positions=vp.verify_expected_positions,
+                  out_prev=vp.verify_prev_slot_indices)

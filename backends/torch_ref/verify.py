@@ -21,8 +21,7 @@ import torch
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary.backends.torch_ref._records import append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, FailReason
-from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import VerifyPlan
+from kvcanary.contract.verify import VerifyLaunch
 
 _CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
 _POS = int(FailReason.VERIFY_POSITION_MISMATCH)
@@ -31,22 +30,22 @@ _TOK = int(FailReason.VERIFY_TOKEN_MISMATCH)
 _OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 
 
-def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool) -> None:
-    ctx = context
+def verify(call: VerifyLaunch) -> None:
+    ctx = call.context
     ctx.kernel_run_counter.add_(1)
-    cap = plan.verify_slot_indices.shape[0]
-    active = torch.where(plan.enable != 0, plan.verify_num_valid.to(torch.int64).clamp(0, cap), 0)  # [1]
+    cap = call.plan.verify_slot_indices.shape[0]
+    active = torch.where(call.plan.enable != 0, call.plan.verify_num_valid.to(torch.int64).clamp(0, cap), 0)  # [1]
     ctx.slot_run_counter.add_(active)
     n = int(active[0]) if active.device.type == "cpu" else cap
     if n == 0:
         return
     dev = ctx.canary_buf.device
     live = torch.arange(n, device=dev) < active
-    slot = plan.verify_slot_indices[:n]
-    prev = plan.verify_prev_slot_indices[:n]
-    exp_pos = plan.verify_expected_positions[:n]
-    if check_verify_expected_token:
-        exp_tok = plan.verify_expected_tokens[:n]
+    slot = call.plan.verify_slot_indices[:n]
+    prev = call.plan.verify_prev_slot_indices[:n]
+    exp_pos = call.plan.verify_expected_positions[:n]
+    if call.check_verify_expected_token:
+        exp_tok = call.plan.verify_expected_tokens[:n]
     else:
         exp_tok = torch.full((n,), -1, dtype=torch.int64, device=dev)
 
@@ -69,7 +68,7 @@ def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expe
     bits = (prev_reach & (chain != exp_chain)).to(torch.int64) * _CHAIN
     bits |= (pos != exp_pos).to(torch.int64) * _POS
     bits |= (rkv != exp_rkv).to(torch.int64) * _RKV
-    if check_verify_expected_token:
+    if call.check_verify_expected_token:
         bits |= ((exp_tok != -1) & (tok != exp_tok)).to(torch.int64) * _TOK
     bits |= (prev_oob | src_oob).to(torch.int64) * _OOB
     bits = torch.where(slot_oob, _OOB, bits)

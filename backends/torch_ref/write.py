@@ -23,36 +23,25 @@ import torch
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary.backends.torch_ref._records import append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, FailReason
-from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import WritePlan
+from kvcanary.contract.write import WriteLaunch
 
 _WTOK = int(FailReason.WRITE_TOKEN_MISMATCH)
 _WPOS = int(FailReason.WRITE_POSITION_MISMATCH)
 _OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 
 
-def write(
-    *,
-    context: VerifyOrWriteContext,
-    plan: WritePlan,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    enable_write_input_assert: bool,
-    expected_input_tokens: torch.Tensor | None,
-    expected_input_positions: torch.Tensor | None,
-) -> None:
-    ctx = context
+def write(call: WriteLaunch) -> None:
+    ctx = call.context
     ctx.kernel_run_counter.add_(1)
-    cap = plan.write_seed_slot_indices.shape[0]
-    nreq = min(max(int(plan.write_num_valid_reqs[0]), 0), cap)
+    cap = call.plan.write_seed_slot_indices.shape[0]
+    nreq = min(max(int(call.plan.write_num_valid_reqs[0]), 0), cap)
     if nreq == 0:
         return
-    offsets = plan.write_offsets[: nreq + 1]
+    offsets = call.plan.write_offsets[: nreq + 1]
     if int(offsets[nreq]) <= 0:
         return
     dev = ctx.canary_buf.device
-    ntok = input_ids.shape[0]
+    ntok = call.input_ids.shape[0]
     starts = offsets[:nreq].clamp(0, ntok)
     ends = offsets[1:].clamp(0, ntok)
     counts = (ends - starts).clamp(min=0)
@@ -65,7 +54,7 @@ def write(
     kind = int(ctx.kernel_kind)
 
     # seeds (read before any store)
-    seed = plan.write_seed_slot_indices[:nreq]
+    seed = call.plan.write_seed_slot_indices[:nreq]
     seed_oob = (seed == INVALID_SLOT) | (seed >= num_slots)
     seed_ok = (seed >= 0) & ~seed_oob
     s = rec[torch.where(seed_ok, seed, 0), :4]
@@ -76,9 +65,9 @@ def write(
     j = torch.arange(width, device=dev)
     valid = j[None, :] < counts[:, None]
     idx = torch.where(valid, starts[:, None] + j[None, :], 0)
-    loc = out_cache_loc[idx]
-    tok = input_ids[idx]
-    pos = positions[idx]
+    loc = call.out_cache_loc[idx]
+    tok = call.input_ids[idx]
+    pos = call.positions[idx]
     adv = valid & (loc >= 0)
     loc_oob = adv & (loc >= num_slots)
     store = adv & ~loc_oob
@@ -102,10 +91,10 @@ def write(
 
     kcol = torch.full_like(loc, kind)
     oob_row = torch.stack([kcol, loc, pos, tok, tok, hashes, pos, torch.full_like(loc, _OOB)], dim=-1)
-    if enable_write_input_assert:
-        assert expected_input_tokens is not None and expected_input_positions is not None
-        etok = expected_input_tokens[idx]
-        epos = expected_input_positions[idx]
+    if call.enable_write_input_assert:
+        assert call.expected_input_tokens is not None and call.expected_input_positions is not None
+        etok = call.expected_input_tokens[idx]
+        epos = call.expected_input_positions[idx]
         ibits = (tok != etok).to(torch.int64) * _WTOK | (pos != epos).to(torch.int64) * _WPOS
         in_row = torch.stack([kcol, loc, pos, tok, etok, hashes, epos, ibits], dim=-1)
         in_keep = store & (ibits != 0)

@@ -6,6 +6,10 @@ clamped). Every load is masked to its tensor.
 
 Batch rows are processed in chunks of ``CHUNK`` rows (a constexpr; the number of chunks is a loop bound
 read from ``bs``), so a small batch touches one chunk and no batch size recompiles.
+
+Nothing wraps around (torch_ref's ``_plan_common`` rules): the window start is taken only where it is
+positive, and offsets and totals are exact prefix sums saturated at INT64_MAX, summed over 32-bit limbs
+(:func:`sat_scan`, :func:`sat_sum`) and carried across chunks with a saturating add (:func:`sat_add`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,44 @@ import triton.language as tl
 from kvcanary.backends.triton._hash import INVALID
 from kvcanary.backends.triton._jit import device_fn
 
+I64_MAX = tl.constexpr(2**63 - 1)
+
 
 @device_fn
 def window_start(prefix: tl.tensor, swa: tl.tensor) -> tl.tensor:
-    """First verified position: ``max(0, prefix - swa)`` for an SWA group (swa > 0), else 0."""
-    return tl.where(swa > 0, tl.maximum(prefix - swa, 0), 0)
+    """First verified position: ``prefix - swa`` where that is positive, for an SWA group (swa > 0), else 0
+    (never wraps: the difference is used only where it is positive)."""
+    return tl.where((swa > 0) & (prefix > swa), prefix - swa, 0)
+
+
+@device_fn
+def sat_add(a: tl.tensor, b: tl.tensor) -> tl.tensor:
+    """``min(a + b, INT64_MAX)`` for ``a, b`` in ``[0, INT64_MAX]``, without an intermediate overflow."""
+    return a + tl.minimum(b, I64_MAX - a)
+
+
+@device_fn
+def from_limbs(hi: tl.tensor, lo: tl.tensor) -> tl.tensor:
+    """``min(hi * 2**32 + lo, INT64_MAX)`` for exact non-negative limb sums (each far below 2**62)."""
+    carry = lo >> 32
+    hi = hi + carry
+    lo = lo - (carry << 32)
+    return tl.where(hi > 2147483647, I64_MAX, (tl.minimum(hi, 2147483647) << 32) + lo)
+
+
+@device_fn
+def sat_scan(lens: tl.tensor) -> tuple[tl.tensor, tl.tensor]:
+    """Exclusive prefix sums of a chunk of non-negative int64 lengths and their sum, both saturated."""
+    hi = lens >> 32
+    lo = lens - (hi << 32)
+    return from_limbs(tl.cumsum(hi, 0) - hi, tl.cumsum(lo, 0) - lo), from_limbs(tl.sum(hi, 0), tl.sum(lo, 0))
+
+
+@device_fn
+def sat_sum(lens: tl.tensor) -> tl.tensor:
+    """The sum of a chunk of non-negative int64 lengths, saturated at INT64_MAX."""
+    hi = lens >> 32
+    return from_limbs(tl.sum(hi, 0), tl.sum(lens - (hi << 32), 0))
 
 
 @device_fn
@@ -76,8 +113,8 @@ def offsets_stage(rpi: tl.tensor, prefix: tl.tensor, extend: tl.tensor, bs: tl.t
                   CHUNK: tl.constexpr) -> None:
     """Stage 1: verify offsets (scratch), write offsets, seeds, num_valid, enable, num_valid_reqs.
 
-    Rows go in chunks of ``CHUNK`` with running totals (a loop over ``cdiv(bs, CHUNK)`` chunks, so a small
-    batch costs one chunk and no batch size recompiles). ``ZERO_TAIL`` also zeroes ``write_offsets`` past
+    Rows go in chunks of ``CHUNK`` with running (saturated) totals (a loop over ``cdiv(bs, CHUNK)`` chunks, so
+    a small batch costs one chunk and no batch size recompiles). ``ZERO_TAIL`` also zeroes ``write_offsets`` past
     index ``bs`` (the fused plan does, plan_offsets does not). Every element is stored by one thread.
     """
     vcarry = (bs * 0).to(tl.int64)
@@ -89,11 +126,15 @@ def offsets_stage(rpi: tl.tensor, prefix: tl.tensor, extend: tl.tensor, bs: tl.t
         has_seed = active & (pl > 0) & (wlen > 0)
         seed = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pl - 1, has_seed, HAS_LUT)
         tl.store(seeds_out + rows, tl.where(has_seed, seed, -1), mask=rm)
-        tl.store(write_offsets + rows, wcarry + tl.cumsum(wlen, 0) - wlen, mask=rm)
+        wex, wsum = sat_scan(wlen)
+        tl.store(write_offsets + rows, sat_add(wcarry, wex), mask=rm)
         if HAS_SCRATCH:
-            tl.store(scratch + rows, vcarry + tl.cumsum(vlen, 0) - vlen, mask=rm)
-        vcarry += tl.sum(vlen)
-        wcarry += tl.sum(wlen)
+            vex, vsum = sat_scan(vlen)
+            tl.store(scratch + rows, sat_add(vcarry, vex), mask=rm)
+            vcarry = sat_add(vcarry, vsum)
+        else:
+            vcarry = sat_add(vcarry, sat_sum(vlen))
+        wcarry = sat_add(wcarry, wsum)
     tl.store(write_offsets + bs, wcarry)
     if HAS_SCRATCH:
         tl.store(scratch + bs, vcarry)

@@ -18,8 +18,16 @@ import torch
 import triton.language as tl
 
 from kvcanary.backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher, cdiv, kernel, num_sms, type_key
-from kvcanary.backends.triton._plan_common import chunk_rows, expected_token, offsets_stage, read_slot, window_start
-from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary.backends.triton._plan_common import (
+    chunk_rows,
+    expected_token,
+    offsets_stage,
+    read_slot,
+    sat_add,
+    sat_sum,
+    window_start,
+)
+from kvcanary.contract.plan import PlanLaunch
 
 
 @kernel()
@@ -46,12 +54,14 @@ def _plan_kernel(
     else:
         # one pass over the batch: the total (overflow decides whether any entry is written) and the verify
         # offset of this program's first row (the sum over the rows before it)
+        # (both saturated: a total that would wrap past INT64_MAX overflows instead; when it does not, every
+        # sum below is exact and each entry e = before + j of a row lies below the total, hence the capacity)
         total = (bs * 0).to(tl.int64)
         before = (bs * 0).to(tl.int64)
         for c in range(0, bs, CHUNK):
             rows, _rm, _rp, _pl, vlen = chunk_rows(rpi, prefix, bs, swa, c, CHUNK)
-            total += tl.sum(vlen)
-            before += tl.sum(tl.where(rows < x, vlen, 0))
+            total = sat_add(total, sat_sum(vlen))
+            before = sat_add(before, sat_sum(tl.where(rows < x, vlen, 0)))
         if total <= capacity:
             lanes = tl.arange(0, TILE)
             for r in range(x, bs, g):
@@ -64,7 +74,7 @@ def _plan_kernel(
                 n = tl.where(rp != 0, tl.maximum(pl - ws, 0), 0)
                 for k in range(y * TILE, n, ny * TILE):
                     j = k + lanes
-                    m = j < n
+                    m = (j < n) & (before + j < capacity)  # the second test never fails (see above)
                     pos = ws + j
                     slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
                     prev = tl.where(pos > 0, read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos - 1,
@@ -93,37 +103,23 @@ def plan_grid(device: torch.device, bs: int, capacity: int) -> tuple[int, int]:
     return g, y
 
 
-def plan(
-    *,
-    verify_plan_out: VerifyPlan,
-    write_plan_out: WritePlan,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor,
-    req_to_token: torch.Tensor,
-    swa_window_size: int,
-    full_to_swa_index_mapping: torch.Tensor | None,
-    verify_capacity: int,
-    req_to_verify_expected_tokens: torch.Tensor | None,
-    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
-    kv_token_id_vs_position_offset: int,
-) -> None:
+def plan(call: PlanLaunch) -> None:
     """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
-    vp, wp = verify_plan_out, write_plan_out
-    bs = req_pool_indices.shape[0]
+    vp, wp = call.verify_plan_out, call.write_plan_out
+    bs = call.req_pool_indices.shape[0]
     capacity = vp.verify_slot_indices.shape[0]
-    lut = full_to_swa_index_mapping
-    pool = req_to_verify_expected_tokens
-    valid = req_to_verify_expected_tokens_valid_lens
+    lut = call.full_to_swa_index_mapping
+    pool = call.req_to_verify_expected_tokens
+    valid = call.req_to_verify_expected_tokens_valid_lens
     scratch = vp.verify_offsets_scratch
-    g, ny = plan_grid(req_pool_indices.device, bs, capacity)
-    args = (req_pool_indices, prefix_lens, extend_seq_lens, bs, int(swa_window_size),
-            req_to_token, req_to_token.shape[0], req_to_token.shape[1],
-            lut, 0 if lut is None else lut.shape[0],
-            pool, 0 if pool is None else pool.shape[0], 0 if pool is None else pool.shape[1],
-            None if pool is None else (prefix_lens if valid is None else valid), int(kv_token_id_vs_position_offset),
-            capacity, vp.verify_slot_indices, vp.verify_expected_tokens, vp.verify_expected_positions,
-            vp.verify_prev_slot_indices, vp.verify_num_valid, vp.enable, scratch,
+    g, ny = plan_grid(call.req_pool_indices.device, bs, capacity)
+    args = (call.req_pool_indices, call.prefix_lens, call.extend_seq_lens, bs, int(call.swa_window_size),
+            call.req_to_token, call.req_to_token.shape[0], call.req_to_token.shape[1], lut,
+            0 if lut is None else lut.shape[0], pool, 0 if pool is None else pool.shape[0],
+            0 if pool is None else pool.shape[1],
+            None if pool is None else (call.prefix_lens if valid is None else valid),
+            int(call.kv_token_id_vs_position_offset), capacity, vp.verify_slot_indices, vp.verify_expected_tokens,
+            vp.verify_expected_positions, vp.verify_prev_slot_indices, vp.verify_num_valid, vp.enable, scratch,
             wp.write_offsets, wp.write_offsets.shape[0], wp.write_seed_slot_indices, wp.write_num_valid_reqs, g)
     _LAUNCH((g + 1, ny), type_key(args), args,
             (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"]),

@@ -8,12 +8,12 @@ maps every entry to the row torch_ref picks. A persistent grid strides over the 
 
 from __future__ import annotations
 
-import torch
 import triton.language as tl
 
 from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
 from kvcanary.backends.triton._plan_common import expected_token, read_slot, window_start
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
+from kvcanary.contract.plan_entries import PlanEntriesLaunch
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
 
@@ -65,40 +65,24 @@ def _entries_kernel(
 _LAUNCH = Launcher(_entries_kernel)
 
 
-def plan_entries(
-    *,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    req_to_token: torch.Tensor,
-    full_to_swa_index_mapping: torch.Tensor | None,
-    verify_offsets_scratch: torch.Tensor,
-    verify_enable: torch.Tensor,
-    req_to_verify_expected_tokens: torch.Tensor | None,
-    req_to_verify_expected_tokens_valid_lens: torch.Tensor | None,
-    out_verify_slot_indices: torch.Tensor,
-    out_verify_expected_tokens: torch.Tensor,
-    out_verify_expected_positions: torch.Tensor,
-    out_verify_prev_slot_indices: torch.Tensor,
-    kv_token_id_vs_position_offset: int,
-    swa_window_size: int,
-) -> None:
+def plan_entries(call: PlanEntriesLaunch) -> None:
     """Launch stage 2 (persistent grid; capture-safe). Nothing runs for an empty batch or plan (shapes)."""
-    bs = int(req_pool_indices.shape[0])
-    capacity = int(out_verify_slot_indices.shape[0])
+    bs = int(call.req_pool_indices.shape[0])
+    capacity = int(call.out_verify_slot_indices.shape[0])
     if bs == 0 or capacity == 0:
         return
-    lut = full_to_swa_index_mapping
-    pool = req_to_verify_expected_tokens
-    valid = req_to_verify_expected_tokens_valid_lens
+    lut = call.full_to_swa_index_mapping
+    pool = call.req_to_verify_expected_tokens
+    valid = call.req_to_verify_expected_tokens_valid_lens
     block = TUNING["entries_block"]
-    grid = (persistent_grid(req_pool_indices.device, cdiv(capacity, block), TUNING["entries_waves"]),)
-    args = (req_pool_indices, prefix_lens, bs, int(swa_window_size),
-            req_to_token, req_to_token.shape[0], req_to_token.shape[1],
-            lut, 0 if lut is None else lut.shape[0],
-            pool, 0 if pool is None else pool.shape[0], 0 if pool is None else pool.shape[1],
-            None if pool is None else (prefix_lens if valid is None else valid), int(kv_token_id_vs_position_offset),
-            verify_offsets_scratch, verify_enable, capacity,
-            out_verify_slot_indices, out_verify_expected_tokens, out_verify_expected_positions,
-            out_verify_prev_slot_indices)
-    _LAUNCH(grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block),
-            TUNING["entries_warps"])
+    grid = (persistent_grid(call.req_pool_indices.device, cdiv(capacity, block), TUNING["entries_waves"]),)
+    args = (call.req_pool_indices, call.prefix_lens, bs, int(call.swa_window_size), call.req_to_token,
+            call.req_to_token.shape[0], call.req_to_token.shape[1], lut, 0 if lut is None else lut.shape[0], pool,
+            0 if pool is None else pool.shape[0], 0 if pool is None else pool.shape[1],
+            None if pool is None else (call.prefix_lens if valid is None else valid),
+            int(call.kv_token_id_vs_position_offset), call.verify_offsets_scratch, call.verify_enable, capacity,
+            call.out_verify_slot_indices, call.out_verify_expected_tokens, call.out_verify_expected_positions,
+            call.out_verify_prev_slot_indices)
+    _LAUNCH(
+        grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block), TUNING["entries_warps"]
+    )

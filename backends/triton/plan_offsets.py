@@ -7,11 +7,11 @@ Writes each row's exclusive verify offset (the total at ``[bs]``), the write off
 
 from __future__ import annotations
 
-import torch
 import triton.language as tl
 
 from kvcanary.backends.triton._jit import TUNING, Launcher, kernel, type_key
 from kvcanary.backends.triton._plan_common import offsets_stage
+from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
 
 
 @kernel()
@@ -30,27 +30,12 @@ def _offsets_kernel(
 _LAUNCH = Launcher(_offsets_kernel)
 
 
-def plan_offsets(
-    *,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor,
-    req_to_token: torch.Tensor,
-    full_to_swa_index_mapping: torch.Tensor | None,
-    out_verify_offsets_scratch: torch.Tensor,
-    out_write_offsets: torch.Tensor,
-    out_write_seed_slot_indices: torch.Tensor,
-    out_verify_num_valid: torch.Tensor,
-    out_verify_enable: torch.Tensor,
-    out_write_num_valid_reqs: torch.Tensor,
-    swa_window_size: int,
-    verify_capacity: int,
-) -> None:
+def plan_offsets(call: PlanOffsetsLaunch) -> None:
     """Launch stage 1 (one program; capture-safe)."""
-    lut = full_to_swa_index_mapping
-    args = (req_pool_indices, prefix_lens, extend_seq_lens, req_pool_indices.shape[0], int(swa_window_size),
-            req_to_token, req_to_token.shape[0], req_to_token.shape[1],
-            lut, 0 if lut is None else lut.shape[0],
-            int(verify_capacity), out_verify_offsets_scratch, out_write_offsets, out_write_offsets.shape[0],
-            out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs)
+    lut = call.full_to_swa_index_mapping
+    args = (call.req_pool_indices, call.prefix_lens, call.extend_seq_lens, call.req_pool_indices.shape[0],
+            int(call.swa_window_size), call.req_to_token, call.req_to_token.shape[0], call.req_to_token.shape[1], lut,
+            0 if lut is None else lut.shape[0], int(call.verify_capacity), call.out_verify_offsets_scratch,
+            call.out_write_offsets, call.out_write_offsets.shape[0], call.out_write_seed_slot_indices,
+            call.out_verify_num_valid, call.out_verify_enable, call.out_write_num_valid_reqs)
     _LAUNCH((1,), type_key(args), args, (lut is not None, TUNING["plan_chunk"]), TUNING["plan_warps"])

@@ -30,7 +30,7 @@ from kvcanary.backends.triton._hash import (
 from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import VerifyPlan
+from kvcanary.contract.verify import VerifyLaunch
 
 
 @kernel()
@@ -115,17 +115,17 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=False)
 
 
-def verify(*, context: VerifyOrWriteContext, plan: VerifyPlan, check_verify_expected_token: bool) -> None:
+def verify(call: VerifyLaunch) -> None:
     """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
-    c: ContextArgs = _CONTEXTS.get(context, _context_part)
-    slots = plan.verify_slot_indices
+    c: ContextArgs = _CONTEXTS.get(call.context, _context_part)
+    slots = call.plan.verify_slot_indices
     capacity = slots.shape[0]
-    check = bool(check_verify_expected_token)
-    tokens = plan.verify_expected_tokens if check else None  # not read without the token check
-    pos, prevs, nv, en = (plan.verify_expected_positions, plan.verify_prev_slot_indices, plan.verify_num_valid,
-                          plan.enable)
-    key = (c.key, slots.dtype, None if tokens is None else tokens.dtype, pos.dtype, prevs.dtype, nv.dtype,
-           en.dtype, fits32(capacity))
+    check = bool(call.check_verify_expected_token)
+    tokens = call.plan.verify_expected_tokens if check else None  # not read without the token check
+    pos, prevs, nv, en = (call.plan.verify_expected_positions, call.plan.verify_prev_slot_indices,
+                          call.plan.verify_num_valid, call.plan.enable)
+    key = (c.key, slots.dtype, None if tokens is None else tokens.dtype, pos.dtype, prevs.dtype, nv.dtype, en.dtype,
+           fits32(capacity))
     block = TUNING["verify_block"]
     grid = (persistent_grid(slots.device, cdiv(capacity, block), TUNING["verify_waves"]),)
     _LAUNCH(grid, key, (*c.head, slots, tokens, pos, prevs, nv, en, capacity, *c.sources),

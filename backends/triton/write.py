@@ -43,10 +43,29 @@ from kvcanary.backends.triton._hash import (
     mix3,
     record_link,
 )
-from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel
+from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, device_fn, fits32, kernel
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.plans import WritePlan
+from kvcanary.contract.write import WriteLaunch
+
+
+@device_fn
+def _load_tile(out_cache_loc: tl.tensor, input_ids: tl.tensor, positions: tl.tensor, expected_tokens: tl.tensor,
+               expected_positions: tl.tensor, idx: tl.tensor, end: tl.tensor, ASSERT: tl.constexpr,
+               ) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
+    """One tile of the request's tokens at ``idx`` (``idx >= end`` masked): slot, token, position and the
+    oracle's token and position (the actual ones when the input assert is off)."""
+    m = idx < end
+    loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
+    tok = tl.load(input_ids + idx, mask=m, other=0)
+    pos = tl.load(positions + idx, mask=m, other=0)
+    if ASSERT:
+        etok = tl.load(expected_tokens + idx, mask=m, other=0)
+        epos = tl.load(expected_positions + idx, mask=m, other=0)
+    else:
+        etok = tok
+        epos = pos
+    return loc, tok, pos, etok, epos
 
 
 @kernel()
@@ -95,30 +114,12 @@ def _write_kernel(
 
         lanes = tl.arange(0, TILE)
         written = tl.zeros((TILE,), tl.int64)
-        idx = start + lanes
-        m = idx < end
-        loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
-        tok = tl.load(input_ids + idx, mask=m, other=0)
-        pos = tl.load(positions + idx, mask=m, other=0)
-        if ASSERT:
-            etok = tl.load(expected_tokens + idx, mask=m, other=0)
-            epos = tl.load(expected_positions + idx, mask=m, other=0)
-        else:
-            etok = tok
-            epos = pos
+        loc, tok, pos, etok, epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
+                                               expected_positions, start + lanes, end, ASSERT)
         for t in range(start, end, TILE):
             # prefetch the next tile (consumed next iteration; its lines are in L1 by then)
-            nidx = t + TILE + lanes
-            nm = nidx < end
-            n_loc = tl.load(out_cache_loc + nidx, mask=nm, other=-1)
-            n_tok = tl.load(input_ids + nidx, mask=nm, other=0)
-            n_pos = tl.load(positions + nidx, mask=nm, other=0)
-            if ASSERT:
-                n_etok = tl.load(expected_tokens + nidx, mask=nm, other=0)
-                n_epos = tl.load(expected_positions + nidx, mask=nm, other=0)
-            else:
-                n_etok = n_tok
-                n_epos = n_pos
+            n_loc, n_tok, n_pos, n_etok, n_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
+                                                             expected_positions, t + TILE + lanes, end, ASSERT)
             count = tl.minimum(end - t, TILE)
             # serial part: only `running` and `prev_pos` are loop-carried dependencies; the operands of
             # step j + 1 are loaded during step j.
@@ -206,41 +207,34 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=True)
 
 
-def write(
-    *,
-    context: VerifyOrWriteContext,
-    plan: WritePlan,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    out_cache_loc: torch.Tensor,
-    enable_write_input_assert: bool,
-    expected_input_tokens: torch.Tensor | None,
-    expected_input_positions: torch.Tensor | None,
-) -> None:
+def write(call: WriteLaunch) -> None:
     """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation).
 
     The context's arguments (and their part of the launch key) are derived once per context object.
     """
-    c: ContextArgs = _CONTEXTS.get(context, _context_part)
-    offsets, seeds, nvr = plan.write_offsets, plan.write_seed_slot_indices, plan.write_num_valid_reqs
+    c: ContextArgs = _CONTEXTS.get(call.context, _context_part)
+    offsets, seeds, nvr = call.plan.write_offsets, call.plan.write_seed_slot_indices, call.plan.write_num_valid_reqs
     capacity = seeds.shape[0]
-    num_tokens = input_ids.shape[0]
+    num_tokens = call.input_ids.shape[0]
     etok: torch.Tensor | None
     epos: torch.Tensor | None
     key: tuple[Hashable, ...]
-    if enable_write_input_assert:
-        etok = input_ids if expected_input_tokens is None else expected_input_tokens
-        epos = positions if expected_input_positions is None else expected_input_positions
-        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, input_ids.dtype, positions.dtype,
-               out_cache_loc.dtype, etok.dtype, epos.dtype, fits32(capacity, num_tokens))
+    if call.enable_write_input_assert:
+        etok = call.input_ids if call.expected_input_tokens is None else call.expected_input_tokens
+        epos = call.positions if call.expected_input_positions is None else call.expected_input_positions
+        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, call.input_ids.dtype, call.positions.dtype,
+               call.out_cache_loc.dtype, etok.dtype, epos.dtype, fits32(capacity, num_tokens))
     else:
         etok = epos = None  # not read (ASSERT is off): a constexpr None, no argument to pass
-        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, input_ids.dtype, positions.dtype,
-               out_cache_loc.dtype, None, fits32(capacity, num_tokens))
+        key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, call.input_ids.dtype, call.positions.dtype,
+               call.out_cache_loc.dtype, None, fits32(capacity, num_tokens))
     grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
-    _LAUNCH(grid, key,
-            (*c.head, offsets, seeds, nvr, capacity, input_ids, positions, out_cache_loc, etok, epos, num_tokens,
-             *c.sources),
-            (bool(enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
-             TUNING["write_fold_tile"]),
-            TUNING["write_warps"])
+    _LAUNCH(
+        grid,
+        key,
+        (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
+         num_tokens, *c.sources),
+        (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
+         TUNING["write_fold_tile"]),
+        TUNING["write_warps"],
+    )

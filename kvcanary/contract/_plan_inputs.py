@@ -22,10 +22,12 @@ DOC = {
     "prefix_lens": "Tokens each request already has in the KV cache (verified this step).",
     "extend_seq_lens": "Tokens each request writes this step.",
     "req_to_token": "The engine's request-to-slot table (ReqToTokenPool.req_to_token), int32.",
-    "lut": "full→SWA slot translation; required when swa_window_size > 0, None for a FULL group.",
+    "lut": "full→SWA slot translation; required when swa_window_size > 0. Whenever given it translates every "
+    "slot read (with swa_window_size=0: the whole prefix, translated); None for a FULL group.",
     "swa_window_size": "Sliding window: verify only the last swa_window_size prefix tokens (0: all).",
     "pool": "Per-request expected token ids (token-id validator), int32 [max_reqs, max_context_len].",
-    "valid_lens": "Valid length of each batch row's pool row; required with the pool.",
+    "valid_lens": "Valid length of each batch row's pool row; required with the pool (ignored, never read, "
+    "without one).",
     "offset": "Slot p holds the KV of token p + offset (0 for target pools, 1 for EAGLE draft pools).",
 }
 
@@ -54,6 +56,29 @@ def window_non_negative(launcher: str) -> Relation:
         fix="Pass the model's sliding window for the SWA group and 0 for the FULL group.",
     )
 
+
+REQ_TO_TOKEN_NOT_EMPTY = Relation(
+    name="req_to_token_not_empty",
+    require="max_reqs >= 1 and max_seq_len >= 1",
+    message="req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape}",
+    values={"shape": "tuple(req_to_token.shape)"},
+    why="Every active batch row reads req_to_token[req_pool_indices[r], pos]; a table without rows or "
+    "columns holds no slot at all (row 0, the padding row, always exists), so every backend rejects it.",
+    fix="Pass the engine's ReqToTokenPool.req_to_token, [max_reqs, max_context_len] with both at least 1.",
+    breaks={"max_seq_len": 0},
+)
+
+POOL_NOT_EMPTY = Relation(
+    name="pool_not_empty",
+    require="pool_reqs >= 1 and pool_cols >= 1",
+    when="req_to_verify_expected_tokens is not None",
+    message="req_to_verify_expected_tokens must have at least one row and one column, got shape {shape}",
+    values={"shape": "tuple(req_to_verify_expected_tokens.shape)"},
+    why="The pool is indexed by each request's req_to_token row and position; an empty pool holds no token "
+    "for any of them, so every backend rejects it rather than read past it.",
+    fix="Pass the engine's expected-token pool ([max_reqs, max_context_len], both at least 1), or None.",
+    breaks={"pool_cols": 0},
+)
 
 # A batch one row too large for the plan block, with plans (where the launch has them) big enough for it.
 TOO_MANY_ROWS = "PLAN_BS_BLOCK_SIZE + 1"

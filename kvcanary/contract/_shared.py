@@ -6,7 +6,7 @@ import torch
 from kvcanary.consts import MAX_REAL_KV_SOURCES, PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
-from kvcanary.contracts.examples import Misalign
+from kvcanary.contracts.mutations import Misalign, Resize
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 
@@ -39,6 +39,16 @@ REAL_KV_SOURCE_ITEM = StructArg(
             fix="Describe the layout the tensor really has: page_size x num_bytes_per_token must fit in one "
             "row (dim 1, in bytes).",
             breaks={"page_size": "page_size * 2"},
+        ),
+        Relation(
+            name="has_rows",
+            require="tensor.shape[0] >= 1",
+            message="{name}.tensor must have at least one row, got shape {shape}",
+            values={"shape": "tuple(tensor.shape)"},
+            why="Slot s's strip lives in row s // page_size; a source without rows has no strip for any slot, "
+            "not even the padding slot 0 (every backend rejects it rather than fold nothing).",
+            fix="Pass the pool buffer the source describes (at least one page), or leave the source out.",
+            breaks={"tensor": Resize(0, 0)},
         ),
         Relation(
             name="base_aligned_16",
@@ -108,6 +118,17 @@ CONTEXT = StructArg(
             breaks={"canary_buf": Misalign(8)},
         ),
         Relation(
+            name="canary_buf_has_slots",
+            require="num_slots >= 1",
+            message="canary_buf must hold at least one slot (slot 0, the padding slot), got shape {shape}",
+            values={"shape": "tuple(canary_buf.shape)"},
+            why="Every plan and write names slots of this buffer, and slot 0 (the padding slot) always exists; "
+            "an empty buffer has no slot to read or write, so every backend rejects it up front.",
+            fix="Allocate one record per KV slot, slot 0 included: "
+            "`torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8)` with num_slots >= 1.",
+            breaks={"num_slots": 0},
+        ),
+        Relation(
             name="real_kv_hash_mode_known",
             require="real_kv_hash_mode in (0, 1, 2)",
             message="real_kv_hash_mode must be RealKvHashMode.NONE, PARTIAL or ALL, got {real_kv_hash_mode}",
@@ -116,6 +137,15 @@ CONTEXT = StructArg(
         ),
     ),
 )
+
+
+# What each launch writes (ContractInfo.writes): nothing else may overlap these tensors' memory.
+VERIFY_WRITES = ("context.violation_ring", "context.violation_write_index", "context.slot_run_counter",
+                 "context.kernel_run_counter")
+WRITE_WRITES = ("context.canary_buf", *VERIFY_WRITES)
+VERIFY_PLAN_FIELDS = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
+                      "verify_prev_slot_indices", "verify_num_valid", "enable", "verify_offsets_scratch")
+WRITE_PLAN_FIELDS = ("write_seed_slot_indices", "write_offsets", "write_num_valid_reqs")
 
 
 def verify_plan_struct(prefix: str, capacity_symbol: str = "verify_capacity") -> StructArg:

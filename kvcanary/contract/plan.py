@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 
 from kvcanary.contract import _plan_inputs as p
-from kvcanary.contract._shared import verify_plan_struct, write_plan_struct
+from kvcanary.contract._shared import VERIFY_PLAN_FIELDS, WRITE_PLAN_FIELDS, verify_plan_struct, write_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import VerifyPlan, WritePlan
@@ -23,12 +23,11 @@ _VERIFY_OUT: StructArg = verify_plan_struct("verify_plan_out.", "plan_verify_cap
 class PlanLaunch(Contract):
     """Build the verify plan (the prefix each request reads) and the write plan (what it writes)."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name=NAME,
-        family=FAMILY,
-        letter="P",
-        summary="Fill the verify and write plans from the batch and req_to_token.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        NAME, "P", "Fill the verify and write plans from the batch and req_to_token.",
         device_key="verify_plan_out.verify_slot_indices",
+        writes=(*(f"verify_plan_out.{f}" for f in VERIFY_PLAN_FIELDS),
+                *(f"write_plan_out.{f}" for f in WRITE_PLAN_FIELDS)),
         constants=p.CONSTANTS,
         rules=(
             p.swa_requires_lut(NAME),
@@ -37,6 +36,8 @@ class PlanLaunch(Contract):
                 "when req_to_verify_expected_tokens is set"
             ),
             p.window_non_negative(NAME),
+            p.REQ_TO_TOKEN_NOT_EMPTY,
+            p.POOL_NOT_EMPTY,
             p.bs_limit(NAME, with_write_plan=True),
             Relation(
                 name="verify_capacity_matches_plan",

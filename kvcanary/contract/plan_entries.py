@@ -17,12 +17,11 @@ _CAP = ("verify_capacity",)
 class PlanEntriesLaunch(Contract):
     """Scatter the verify entries (slot, predecessor, position, expected token) using stage 1's offsets."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name=NAME,
-        family=FAMILY,
-        letter="E",
-        summary="Plan stage 2: write one verify entry per prefix token.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        NAME, "E", "Plan stage 2: write one verify entry per prefix token.",
         device_key="verify_offsets_scratch",
+        writes=("out_verify_slot_indices", "out_verify_expected_tokens", "out_verify_expected_positions",
+                "out_verify_prev_slot_indices"),
         constants=p.CONSTANTS,
         rules=(
             p.pool_requires_valid_lens(
@@ -31,6 +30,8 @@ class PlanEntriesLaunch(Contract):
             ),
             p.swa_requires_lut(NAME),
             p.window_non_negative(NAME),
+            p.REQ_TO_TOKEN_NOT_EMPTY,
+            p.POOL_NOT_EMPTY,
             p.bs_limit(NAME),
         ),
     )

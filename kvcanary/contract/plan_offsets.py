@@ -21,16 +21,16 @@ NAME = "launch_plan_offsets_kernel"
 class PlanOffsetsLaunch(Contract):
     """Compute verify offsets (into the scratch), write offsets, seeds, num_valid and enable."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name=NAME,
-        family=FAMILY,
-        letter="O",
-        summary="Plan stage 1: offsets, write metadata and the overflow decision.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        NAME, "O", "Plan stage 1: offsets, write metadata and the overflow decision.",
         device_key="out_verify_offsets_scratch",
+        writes=("out_verify_offsets_scratch", "out_write_offsets", "out_write_seed_slot_indices",
+                "out_verify_num_valid", "out_verify_enable", "out_write_num_valid_reqs"),
         constants=p.CONSTANTS,
         rules=(
             p.swa_requires_lut(NAME),
             p.window_non_negative(NAME),
+            p.REQ_TO_TOKEN_NOT_EMPTY,
             Relation(
                 name="bs_in_block",
                 require="bs <= PLAN_BS_BLOCK_SIZE",

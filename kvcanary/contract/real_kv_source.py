@@ -7,7 +7,7 @@ import torch
 from pydantic import Field
 
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
-from kvcanary.contracts.examples import PadStride
+from kvcanary.contracts.mutations import PadStride, Resize
 from kvcanary.errors import FAMILY
 
 _WHY_VIEW = "The source must be a view of the live KV pool so the hash reads the bytes attention reads."
@@ -16,11 +16,8 @@ _WHY_VIEW = "The source must be a view of the live KV pool so the hash reads the
 class RealKvSourceContract(Contract):
     """``RealKvSource(tensor=..., page_size=..., num_bytes_per_token=..., read_bytes=...)``."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name="RealKvSource",
-        family=FAMILY,
-        letter="R",
-        summary="One buffer whose bytes are folded into each slot's real-KV fingerprint.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        "RealKvSource", "R", "One buffer whose bytes are folded into each slot's real-KV fingerprint.",
         rules=(
             Relation(
                 name="page_size_positive",
@@ -49,6 +46,15 @@ class RealKvSourceContract(Contract):
                 fix="Use 16 for a PARTIAL-style prefix or num_bytes_per_token for the whole row; leave the "
                 "source out of the tuple instead of passing 0.",
                 breaks={"read_bytes": "num_bytes_per_token + 16"},
+            ),
+            Relation(
+                name="has_rows",
+                require="tensor.shape[0] >= 1",
+                message="RealKvSource.tensor must have at least one row, got shape {shape}",
+                values={"shape": "tuple(tensor.shape)"},
+                why="Slot s's strip lives in row s // page_size; a tensor without rows has no strip for any slot.",
+                fix="Pass a view of the pool buffer with at least one page (row).",
+                breaks={"tensor": Resize(0, 0)},
             ),
             Relation(
                 name="row_stride_multiple_of_16",

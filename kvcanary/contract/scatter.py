@@ -19,12 +19,11 @@ _R2 = {"rank": "scatter_req_token_ids {name} must be 2-D, got shape {shape}",
 class ScatterLaunch(Contract):
     """Copy each request's token ids into its row of the expected-token pool."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name="launch_scatter_req_token_ids_kernel",
-        family=FAMILY,
-        letter="S",
-        summary="Scatter per-request token ids into the expected-token pool for VERIFY_TOKEN checks.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        "launch_scatter_req_token_ids_kernel", "S",
+        "Scatter per-request token ids into the expected-token pool for VERIFY_TOKEN checks.",
         device_key="pool_out",
+        writes=("pool_out",),
         rules=(
             Relation(
                 name="offsets_len_is_bs_plus_one",
@@ -33,6 +32,16 @@ class ScatterLaunch(Contract):
                 values={"bs_plus_1": "bs + 1"},
                 why="offsets holds each request's start in flat_in plus the end of the last one.",
                 fix="Pass the exclusive cumsum of the per-request lengths with the total appended (bs + 1 entries).",
+            ),
+            Relation(
+                name="pool_out_not_empty",
+                require="pool_reqs >= 1 and pool_cols >= 1",
+                message="scatter_req_token_ids pool_out must have at least one row and one column, got shape {shape}",
+                values={"shape": "tuple(pool_out.shape)"},
+                why="Requests are scattered into pool_out[req_pool_indices[r], :]; a pool without rows or columns "
+                "holds no request, which every backend (and every other launcher that takes the pool) rejects.",
+                fix="Pass the engine's expected-token pool, [max_reqs, max_context_len] with both at least 1.",
+                breaks={"pool_cols": 0},
             ),
         ),
     )

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract._shared import CONTEXT, verify_plan_struct
+from kvcanary.contract._shared import CONTEXT, VERIFY_WRITES, verify_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import VerifyPlan
@@ -15,12 +15,11 @@ from kvcanary.plans import VerifyPlan
 class VerifyLaunch(Contract):
     """Re-verify the plan's slots: chain link, position, optional token and real-KV fingerprint."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name="launch_canary_verify_kernel",
-        family=FAMILY,
-        letter="V",
-        summary="Verify the slots a forward is about to read; mismatches go to the violation ring.",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        "launch_canary_verify_kernel", "V",
+        "Verify the slots a forward is about to read; mismatches go to the violation ring.",
         device_key="canary_buf",
+        writes=VERIFY_WRITES,
     )
 
     context: Annotated[VerifyOrWriteContext, CONTEXT] = Field(description="The endpoint's buffers.")

@@ -7,7 +7,7 @@ import torch
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract._shared import CONTEXT, write_plan_struct
+from kvcanary.contract._shared import CONTEXT, WRITE_WRITES, write_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, ForbiddenUnless, RequiredIf, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.plans import WritePlan
@@ -19,12 +19,11 @@ _EXPECTED = ("expected_input_tokens", "expected_input_positions")
 class WriteLaunch(Contract):
     """Stamp the records of the tokens this step writes, chaining each from its predecessor."""
 
-    contract: ClassVar[ContractInfo] = ContractInfo(
-        name="launch_canary_write_kernel",
-        family=FAMILY,
-        letter="W",
-        summary="Write canary records for the step's tokens (chain, position, token, real-KV fingerprint).",
+    contract: ClassVar[ContractInfo] = FAMILY.contract(
+        "launch_canary_write_kernel", "W",
+        "Write canary records for the step's tokens (chain, position, token, real-KV fingerprint).",
         device_key="canary_buf",
+        writes=WRITE_WRITES,
         rules=(
             RequiredIf(
                 flag="enable_write_input_assert",

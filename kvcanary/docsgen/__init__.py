@@ -7,17 +7,25 @@ Generated, from the code, at every ``mkdocs build`` (and by ``kvcanary docs``):
 - ``support-matrix.md``: what each backend declares and what the registry says here (:mod:`.matrix`);
 - ``benchmarks.md``: tables and charts from ``benchmarks/results/*.json`` (:mod:`.benchmarks`).
 
-These paths are listed in ``.gitignore``; the hand-written pages live beside them.
+The catalog, the contract reference and the benchmarks page are committed, so their links work when the
+repository is browsed (a test fails when a committed page drifts from the code: run ``kvcanary docs``); the
+support matrix describes the machine that builds it and is git-ignored. The hand-written pages live beside
+them. Everything but the benchmarks page comes from the installed package itself; the benchmark results
+are the project's, read from the folder the caller names (by default ``benchmarks/results`` beside the docs
+folder).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ERRORS_DIR = "errors"
 PAGES: tuple[str, ...] = ("contracts.md", "contracts.json", "support-matrix.md", "benchmarks.md")
+RESULTS_SUBDIR = Path("benchmarks") / "results"
+"""Where a project keeps its benchmark results files, relative to its root (the folder of ``mkdocs.yml``)."""
 
 
 @dataclass
@@ -33,8 +41,24 @@ class Report:
         return self.written + self.removed
 
 
-def pages() -> dict[str, Callable[[], str]]:
-    """Every generated file (relative path -> its content, built on demand)."""
+def default_results_dir(docs_dir: Path) -> Path:
+    """The project's benchmark results: ``benchmarks/results`` in the folder that holds ``docs_dir``."""
+    return docs_dir.resolve().parent / RESULTS_SUBDIR
+
+
+def find_docs_dir(start: Path) -> Path | None:
+    """The docs folder of the mkdocs project ``start`` is in: the ``docs_dir`` (default ``docs``) of the first
+    ``mkdocs.yml`` found in ``start`` or a parent, or None when there is none."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        config = folder / "mkdocs.yml"
+        if config.is_file():
+            m = re.search(r"^docs_dir:\s*['\"]?([^'\"#\s]+)", config.read_text(), flags=re.M)
+            return folder / (m.group(1) if m else "docs")
+    return None
+
+
+def pages(results_dir: Path) -> dict[str, Callable[[], str]]:
+    """Every generated file (relative path -> its content, built on demand); benchmarks from ``results_dir``."""
     from kvcanary.docsgen import benchmarks, catalog, export, matrix
 
     cat = catalog.catalog()
@@ -43,20 +67,22 @@ def pages() -> dict[str, Callable[[], str]]:
         "contracts.md": export.contracts_markdown,
         "contracts.json": export.dumps,
         "support-matrix.md": matrix.matrix_markdown,
-        "benchmarks.md": benchmarks.benchmarks_markdown,
+        "benchmarks.md": lambda: benchmarks.benchmarks_markdown(benchmarks.load(results_dir),
+                                                                benchmarks.load_notes(results_dir)),
     }
     for code, page in cat.pages.items():
         out[f"{ERRORS_DIR}/{code}.md"] = page.markdown
     return out
 
 
-def generate(docs_dir: Path, *, dry_run: bool = False) -> Report:
+def generate(docs_dir: Path, *, results_dir: Path | None = None, dry_run: bool = False) -> Report:
     """Write every generated page under ``docs_dir`` (only those whose content changed); delete stale pages.
 
-    With ``dry_run`` nothing is written: the report says what would change (``kvcanary docs --check``).
+    ``results_dir`` holds the benchmark results (default: :func:`default_results_dir`). With ``dry_run``
+    nothing is written: the report says what would change (``kvcanary docs --check``).
     """
     report = Report()
-    wanted = pages()
+    wanted = pages(default_results_dir(docs_dir) if results_dir is None else results_dir)
     for rel, make in wanted.items():
         path = docs_dir / rel
         content = make()

@@ -3,6 +3,9 @@
 A results file is a JSON list of :class:`BenchmarkResult` objects: one measured figure of one case of one
 benchmark, the hardware floor it is compared with (measured in the same run, same unit), their ratio, and
 the machine and date. No results yet is a valid state: the page then says so and shows the format.
+
+The results belong to the project whose site is built, not to the package: callers say where they are
+(the mkdocs hook and ``kvcanary docs`` pass ``benchmarks/results`` beside the docs folder).
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 class BenchmarkResult(BaseModel):
@@ -40,7 +41,7 @@ def schema() -> dict[str, object]:
     return _RESULTS.json_schema()
 
 
-def load(directory: Path = RESULTS_DIR) -> list[BenchmarkResult]:
+def load(directory: Path) -> list[BenchmarkResult]:
     """Every result of every ``*.json`` file, in file then list order; a malformed file raises naming it."""
     out: list[BenchmarkResult] = []
     if not directory.is_dir():
@@ -89,9 +90,16 @@ def bar_chart(results: Sequence[BenchmarkResult], width: int = 640) -> str:
             f'aria-label="{html.escape(results[0].benchmark) if results else "benchmark"}">{body}</svg>')
 
 
-def benchmarks_markdown(results: Sequence[BenchmarkResult] | None = None) -> str:
-    """The benchmarks page."""
-    results = load() if results is None else list(results)
+def load_notes(directory: Path) -> list[str]:
+    """The hand-written sections beside the results (``*.md`` in ``directory``, by name): what the figures
+    decided, such as the backend priorities."""
+    return [p.read_text().strip() for p in sorted(directory.glob("*.md"))] if directory.is_dir() else []
+
+
+def benchmarks_markdown(results: Sequence[BenchmarkResult], notes: Sequence[str] = ()) -> str:
+    """The benchmarks page for ``results`` (``load(directory)``; empty: the "no results yet" page), with the
+    hand-written ``notes`` sections after the tables."""
+    results = list(results)
     out = ["# Benchmarks", "",
            "Every figure is printed beside its floor: the least time (or the most bandwidth) the hardware allows "
            "for the same work, measured in the same run (copy bandwidth for bytes moved, a register-only chain "
@@ -113,6 +121,8 @@ def benchmarks_markdown(results: Sequence[BenchmarkResult] | None = None) -> str
             out.append(f"| {r.case} | {_num(r.figure)} | {_num(r.floor)} | {_num(ratio)} | {r.unit} | "
                        f"{r.machine} | {r.date} |")
         out += ["", bar_chart(rs), ""]
+    for note in notes:
+        out += [note, ""]
     out += ["## Results file format", "",
             "| field | type | meaning |", "|---|---|---|"]
     for name, f in BenchmarkResult.model_fields.items():

@@ -31,8 +31,6 @@ from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, Requi
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",
     "presence": "presence",
@@ -43,6 +41,8 @@ KIND_TITLES: Mapping[str, str] = {
     "device": "device",
     "max_len": "collection-size",
     "relation": "relation",
+    "scalar": "scalar",
+    "aliasing": "aliasing",
 }
 
 KIND_NOUNS: Mapping[str, str] = {
@@ -55,6 +55,8 @@ KIND_NOUNS: Mapping[str, str] = {
     "device": "a device check",
     "max_len": "a collection-size check",
     "relation": "a relation between arguments",
+    "scalar": "a scalar check",
+    "aliasing": "an aliasing check",
 }
 
 PRESENCE_KINDS = frozenset({"all_or_none", "required_if", "forbidden_unless", "required_when"})
@@ -87,9 +89,48 @@ def namespace(*, validate_only: bool = False) -> dict[str, Any]:
     return ns
 
 
+def example_imports(*sources: str) -> str:
+    """The import lines that make the example code ``sources`` run when pasted into a fresh file."""
+    import ast
+
+    names: set[str] = set()
+    assigned: set[str] = set()
+    for src in sources:
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Name):
+                (assigned if isinstance(node.ctx, ast.Store) else names).add(node.id)
+    names -= assigned
+    public = sorted(n for n in names if n in kvcanary.__all__)
+    lines = ["import torch"] if "torch" in names else []
+    if "SimpleNamespace" in names:
+        lines.insert(0, "from types import SimpleNamespace")
+    if public:
+        lines.append(f"from kvcanary import {', '.join(public)}")
+    if "unchecked" in names:
+        lines.append("from kvcanary.contracts.examples import unchecked  # builds an object without its checks")
+    return "\n".join(lines) + "\n\n" if lines else ""
+
+
+def _shifted(lines: tuple[int, ...], by: str) -> tuple[int, ...]:
+    n = by.count("\n")
+    return tuple(i + n for i in lines)
+
+
+def other_names(template: str, name: str) -> list[str]:
+    """Functions a message names other than its own launcher ``name`` (the reference's own wording)."""
+    import re
+
+    found = re.findall(r"\b(launch_\w+|\w+_torch_reference)\b", template)
+    return [n for n in dict.fromkeys(found) if n != name]
+
+
 @dataclass(frozen=True)
 class Declared:
-    """Where something is declared: module, line, and the file relative to the repository."""
+    """Where something is declared: module, line, and the file as a path inside the package.
+
+    The path is derived from the module's name (``kvcanary/contract/verify.py``), so it reads the same in a
+    checkout and in an installed package, and nothing outside the package is consulted.
+    """
 
     module: str
     line: int
@@ -99,23 +140,30 @@ class Declared:
         return f"`{self.file}` line {self.line} (module `{self.module}`)"
 
 
-def declared(origin: str) -> Declared:
-    module, _, line = origin.rpartition(":")
+def module_file(module: str) -> str:
+    """``kvcanary.contract.verify`` -> ``kvcanary/contract/verify.py`` (``.../__init__.py`` for a package)."""
     spec = importlib.util.find_spec(module) if module else None
-    path = Path(spec.origin) if spec is not None and spec.origin else None
-    shown = module
-    if path is not None:
-        try:
-            shown = str(path.resolve().relative_to(REPO_ROOT))
-        except ValueError:
-            shown = path.name
-    return Declared(module, int(line) if line.isdigit() else 0, shown)
+    if spec is None or not spec.origin:
+        return module
+    parts = module.split(".")
+    if spec.submodule_search_locations is not None:
+        return "/".join([*parts, Path(spec.origin).name])
+    return "/".join([*parts[:-1], Path(spec.origin).name])
+
+
+def declared(origin: str) -> Declared:
+    """Where ``origin`` (``module:line``, as checks record it) is declared."""
+    module, _, line = origin.rpartition(":")
+    return Declared(module, int(line) if line.isdigit() else 0, module_file(module))
 
 
 def contract_declared(contract: type[Contract]) -> Declared:
-    _lines, start = inspect.getsourcelines(contract)
-    origin = f"{contract.__module__}:{start}"
-    return declared(origin)
+    """The class statement of ``contract``, or, for a contract made by a factory, the line that called it."""
+    try:
+        _lines, start = inspect.getsourcelines(contract)
+    except (OSError, TypeError):
+        return declared(contract.contract.origin)
+    return declared(f"{contract.__module__}:{start}")
 
 
 @dataclass(frozen=True)
@@ -132,6 +180,7 @@ class ErrorPage:
     title: str
     lead: tuple[Block, ...]
     sections: tuple[Section, ...]
+    imports: str = ""  # the import lines the page shows above each call (the calls run pasted as shown)
 
     @property
     def message(self) -> str:
@@ -223,6 +272,18 @@ def _trigger(check: Check, ctx: _Ctx) -> list[str]:
         out = [f"`{label}.device` differs from `{info['reference']}.device` (the launch's device)."]
     elif kind == "max_len":
         out = [f"`len({label}) > {info['max_len']}`."]
+    elif kind == "bool_as_int":
+        out = [f"`{label}` is True or False (a bool is an int in Python, so the type check alone accepts it)."]
+    elif kind == "int64":
+        out = [f"`{label}` is an int outside [-2**63, 2**63 - 1]."]
+    elif kind == "meta_device":
+        out = [f"`{label}` is a meta tensor (and so, by the device checks, is every other tensor of the call)."]
+    elif kind == "aliasing":
+        written = info.get("written", ())
+        assert isinstance(written, tuple)
+        out = [f"The byte range of a tensor the launch writes ({_names(written)}) overlaps the byte range of "
+               "another tensor argument: the same tensor passed twice, or views of one buffer that share "
+               "elements. Read-only arguments may share memory with each other; empty tensors overlap nothing."]
     elif isinstance(rule, RequiredIf):
         out = [f"`{rule.flag}` is True and {_any(rule.fields)} is None."]
     elif isinstance(rule, ForbiddenUnless):
@@ -273,7 +334,7 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
     contract = ctx.contract
     examples = EXAMPLES[contract.contract.name]
     ce = counterexample(contract, examples, check)
-    failing = render_call(examples.callee, ce.failing, examples.extra, unchecked_ids=ce.unchecked)
+    failing = render_call(examples.callee, ce.failing, examples.extra, unchecked_ids=ce.unchecked, views=ce.views)
     fixed: list[tuple[str, str]] = []
     marked_failing = failing
     for i, fix in enumerate(ce.fixes):
@@ -292,13 +353,22 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
         Para(f"**{check.summary}.** Raised by [`{name}`](../contracts.md#{anchor(name)}) "
              f"({KIND_NOUNS.get(kind, kind)}, run in the {PHASE_NAMES[check.phase]} phase)."),
     ]
-    message = Section("The message", (
+    message_blocks: list[Block] = [
         Code(FAMILY.prefix + check.template, "text", "Template"),
         Code(error_text, "text", "Example (what the failing call below raises)"),
         Para(f"Raised as {err}; nothing is launched or modified. The first line is the message, the second "
              "names the code and points here; `err.code`, `err.arguments` and `err.to_dict()` carry the same "
              "facts for programs."),
-    ))
+    ]
+    others = other_names(check.template, name)
+    if others:
+        message_blocks.append(Note(
+            f"The first line names {_names(others)}, not `{name}`: it is the reference's own text, word for word "
+            "(SGLang's kv-canary raises it from its torch reference implementation, which is named so). kvcanary "
+            "keeps the reference's messages as they are, so that code and tests written against them keep "
+            f"working; the second line names `{name}`, the launcher that raised it.",
+            "info"))
+    message = Section("The message", tuple(message_blocks))
     args: list[str] = []
     for a in check.arguments:
         node = ctx.node(a)
@@ -308,21 +378,22 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
     when = Section("When it happens", (
         Para(" ".join(_trigger(check, ctx))),
         Para("Checks run in a fixed order (types, presence, contiguity, dtypes, scalar ranges, ranks, sizes, "
-             "relations, devices), and the first that fails is raised: a call that also breaks an earlier "
+             "relations, devices, aliasing), and the first that fails is raised: a call that also breaks an earlier "
              "check reports that one."),
     ))
     fix_blocks: list[Block] = [Para(check.fix)]
     if len(ce.fixes) > 1:
         fix_blocks.append(Items(tuple(f.label[0].upper() + f.label[1:] for f in ce.fixes)))
     fixing = Section("How to fix it", tuple(fix_blocks))
+    imports = example_imports(failing, *(src for _, src in fixed))
     ex_blocks: list[Block] = [
         Para(f"The contract's valid example call ({ce.variant}), changed so that {ce.change}."
-             + _mutation_note(check)),
-        Code(marked_failing, "python", "Failing call", _marked(marked_failing)),
+             + _mutation_note(check) + " Each block runs as shown, pasted into a fresh file."),
+        Code(imports + marked_failing, "python", "Failing call", _shifted(_marked(marked_failing), imports)),
     ]
     for label, src in fixed:
         title = "Corrected call" if label == "the valid call" else f"Corrected call: {label}"
-        ex_blocks.append(Code(src, "python", title, _marked(src)))
+        ex_blocks.append(Code(imports + src, "python", title, _shifted(_marked(src), imports)))
     if ce.preempted:
         who = "; ".join(f"`{obj}` (its constructor would raise {code} first)" for obj, code in ce.preempted)
         ex_blocks.append(Note(
@@ -367,6 +438,7 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
         fixed_srcs=tuple(fixed), error_text=error_text, title=f"{check.code}: {check.summary}",
         lead=tuple(lead),
         sections=(message, meaning, when, fixing, example, related_section, declared_section),
+        imports=imports,
     )
 
 

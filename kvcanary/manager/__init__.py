@@ -1,6 +1,6 @@
 """Engine integration: a manager that owns the canary buffers of a KV pool and runs the per-step lifecycle.
 
-See :class:`CanaryManager` (REFERENCE section 6). The engine describes its pool with :class:`KvPoolSpec`,
+See :class:`CanaryManager` (docs/api/manager.md). The engine describes its pool with :class:`KvPoolSpec`,
 each forward with :class:`CanaryBatch`, and its prefix cache with :class:`SweepEntries`.
 """
 

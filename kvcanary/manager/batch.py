@@ -39,11 +39,13 @@ class ExpectedTokens:
 
     @classmethod
     def from_lists(cls, rows: list[list[int]]) -> ExpectedTokens:
+        """From each row's token ids (an empty list for a padding row)."""
         flat = [t for r in rows for t in r]
         lens = [len(r) for r in rows]
         return cls(flat=torch.tensor(flat, dtype=torch.int64), lens=torch.tensor(lens, dtype=torch.int64))
 
     def validate(self, bs: int) -> None:
+        """Host tensors of the right kind, one length per row, lengths summing to ``flat``'s size."""
         for name, t in (("flat", self.flat), ("lens", self.lens)):
             if t.device.type != "cpu" or t.dtype != torch.int64 or t.ndim != 1:
                 raise ValueError(f"kv-canary: ExpectedTokens.{name} must be a 1-D int64 CPU tensor, got "
@@ -75,10 +77,12 @@ class CanaryBatch:
 
     @property
     def batch_size(self) -> int:
+        """Request rows of the forward, padding rows included."""
         return int(self.req_pool_indices.shape[0])
 
     @property
     def num_tokens(self) -> int:
+        """Tokens of the forward (the flat token arrays' length)."""
         return int(self.input_ids.shape[0])
 
     def validate(self, device: torch.device) -> None:

@@ -1,6 +1,6 @@
 """Canary buffers of one pool group (HEAD/TAIL x K/V) and the real-KV sources over its layer-0 rows.
 
-HEAD and TAIL records live in distinct buffers (REFERENCE 6.3): HEAD stamps new tokens before the forward
+HEAD and TAIL records live in distinct buffers (as in SGLang): HEAD stamps new tokens before the forward
 without real-KV, TAIL stamps them after it with the fingerprint of the freshly written KV; a transfer that
 copies only part of a slot's buffers leaves the two inconsistent.
 """

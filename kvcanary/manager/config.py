@@ -1,4 +1,4 @@
-"""CanaryConfig: what the manager checks and what it does with what it finds (REFERENCE 6.1)."""
+"""CanaryConfig: what the manager checks and what it does with what it finds (SGLang's server settings)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The watchdog: a canary that silently stops running must fail loudly (REFERENCE 6.5)."""
+"""The watchdog: a canary that silently stops running must fail loudly (SGLang's message, word for word)."""
 
 from __future__ import annotations
 

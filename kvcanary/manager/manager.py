@@ -1,6 +1,6 @@
 """CanaryManager: the engine-facing object that owns every canary buffer of one KV pool.
 
-Lifecycle per step (REFERENCE 6.3), for each forward of the step::
+Lifecycle per step (as in SGLang's engine integration), for each forward of the step::
 
     manager.prepare(batch)      # host, outside any graph: capacity checks, expected-token scatter
     manager.head(batch)         # may be captured: plan, HEAD verify + write
@@ -192,6 +192,7 @@ class CanaryManager:
 
     @property
     def sweep_passes(self) -> int:
+        """How many sweeps have run (the stats line's ``sweep_passes``)."""
         return self._sweep.passes
 
     def end_step(self) -> StepStats:
@@ -227,4 +228,5 @@ class CanaryManager:
 
     @property
     def total_violations(self) -> int:
+        """Violations recorded so far as of the last snapshot read, including rows the ring dropped."""
         return self.reporter.total

@@ -57,6 +57,7 @@ class PoolGroupSpec:
 
     @property
     def num_slots(self) -> int:
+        """Slots of the group (padding slot 0 included): the length of its canary buffers."""
         return int(self.k_layer0.shape[0])
 
 
@@ -94,4 +95,5 @@ class KvPoolSpec:
 
     @property
     def device(self) -> torch.device:
+        """The pool's device: every canary buffer is allocated there."""
         return self.groups[0].k_layer0.device

@@ -1,4 +1,4 @@
-"""What the host does with violations: format them (REFERENCE 6.5), then log them or raise."""
+"""What the host does with violations: format them (SGLang's report text), then log them or raise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""CanaryDeviceState: the device buffers every endpoint of one manager shares (REFERENCE 2.4)."""
+"""CanaryDeviceState: the device buffers every endpoint of one manager shares.
+
+The ring, its write index and the per-tag counters have SGLang's layout (docs/compatibility.md, Violation rows).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-step stats line (REFERENCE 6.5): how much the canary protected and whether every tag ran."""
+"""The per-step stats line (SGLang's format): how much the canary protected and whether every tag ran."""
 
 from __future__ import annotations
 
@@ -21,12 +21,14 @@ class StepStats:
     skipped_verifies: int
 
     def line(self) -> str:
+        """The stats line the manager logs every ``stats_every`` steps (SGLang's format)."""
         return (f"[canary] step={self.step} protected_tokens={self.protected_tokens} sweep_passes={self.sweep_passes} "
                 f"violations={self.violations} launch_tags_active={self.launch_tags_active}/{self.launch_tags_total}")
 
     @classmethod
     def from_snapshot(cls, snap: HostSnapshot | None, *, step: int, sweep_passes: int,
                       tags: list[CanaryLaunchTag]) -> StepStats:
+        """The figures of ``snap`` (all zero before the first snapshot) for the manager's active ``tags``."""
         if snap is None:
             return cls(step, 0, sweep_passes, 0, 0, len(tags), 0)
         active = sum(1 for t in tags if snap.kernel_run_counters[int(t)] > 0)

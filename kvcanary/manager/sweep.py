@@ -32,6 +32,8 @@ class SweepEntries:
 
     @classmethod
     def from_lists(cls, slots: list[int], positions: list[int], prev_slots: list[int]) -> SweepEntries:
+        """From Python lists: each cached slot, its position in its chain, its predecessor slot (-1: head)."""
+
         def t(x: list[int]) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.int64)
 
@@ -41,6 +43,7 @@ class SweepEntries:
         return int(self.slots.shape[0])
 
     def validate(self) -> None:
+        """Three 1-D int64 tensors of one length."""
         n = len(self)
         for name in ("slots", "positions", "prev_slots"):
             x = getattr(self, name)

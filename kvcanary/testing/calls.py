@@ -1,7 +1,7 @@
 """Small valid calls of every launcher, for tests, typing checks and the host-overhead benchmark.
 
 Each function returns fresh keyword arguments (no ``backend``) that pass the launcher's contract; tests
-mutate one argument to break one rule.
+mutate one argument to break one rule. Contexts come from :func:`kvcanary.testing.scenarios.context`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
-from kvcanary.consts import CANARY_SLOT_BYTES, PLAN_OFFSETS_SCRATCH_LEN, CanaryLaunchTag, RealKvHashMode
+from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
+from kvcanary.testing import scenarios
 
 Device = torch.device | str
 
@@ -33,17 +34,9 @@ def source(device: Device = "cpu", *, rows: int = 16, page_size: int = 1, nbpt: 
 
 def context(device: Device = "cpu", *, num_slots: int = 16, ring: int = 8, sources: int = 1,
             mode: RealKvHashMode = RealKvHashMode.PARTIAL) -> VerifyOrWriteContext:
-    return VerifyOrWriteContext(
-        canary_buf=torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8, device=device),
-        kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
-        violation_ring=torch.zeros(ring, 8, dtype=torch.int64, device=device),
-        violation_write_index=i32(1, device),
-        slot_run_counter=i64(1, device),
-        kernel_run_counter=i64(1, device),
-        real_kv_sources=tuple(source(device, rows=num_slots) for _ in range(sources)),
-        real_kv_hash_mode=mode,
-        enable_chain_position_assert=i32(1, device),
-    )
+    """A zero context (chain-position assert off) with ``sources`` zero real-KV sources."""
+    return scenarios.context(device, num_slots=num_slots, ring=ring, mode=mode, chain_assert=False,
+                             sources=[source(device, rows=num_slots) for _ in range(sources)])
 
 
 def verify_plan(device: Device = "cpu", cap: int = 8) -> VerifyPlan:

@@ -4,17 +4,24 @@ A parallel backend may append one launch's rows in any order, so ring rows past 
 before the launch) are compared as a multiset; rows before ``base`` and the final write index must be
 exact. When a launch overflows the ring part-way (``order_sensitive``), which rows were kept depends on
 the order, so only the index and the untouched prefix are compared.
+
+Two things torch_ref documents as unspecified for a parallel backend are taken out of write calls before
+they are compared (:func:`without_unspecified`): a slot stored twice by one launch, and a seed slot the same
+launch stores. :func:`fuzz` runs fresh scenarios of :data:`~kvcanary.testing.scenarios.GENERATORS`.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
+from kvcanary.plans import WritePlan
 from kvcanary.registry import Op
-from kvcanary.testing.scenarios import Call
+from kvcanary.testing.scenarios import GENERATORS, Call, Device
 
 
 def ring_rows(ring: torch.Tensor, start: int, stop: int) -> Counter[tuple[int, ...]]:
@@ -82,7 +89,78 @@ def run_call(call: Call, device: torch.device | str, backend: str) -> dict[str, 
 
 
 def check_call(call: Call, device: torch.device | str, backend: str, reference: str = "torch_ref") -> list[str]:
-    """Run ``call`` on ``backend`` (on ``device``) and on ``reference`` (on the CPU); list differences."""
+    """Run ``call`` on ``backend`` (on ``device``) and on ``reference`` (on the CPU); list differences.
+
+    A write call is first stripped of what the reference leaves unspecified (:func:`without_unspecified`).
+    """
+    if call.op == Op.WRITE:
+        call = without_unspecified(call)
     want = run_call(call, "cpu", reference)
     got = run_call(call, device, backend)
     return compare_outputs(got, want, base=call.ring_base, order_sensitive=call.order_sensitive)
+
+
+def fuzz(op: Op, device: torch.device | str, backend: str, *, seed: int, count: int, hostile: bool) -> list[str]:
+    """``count`` fresh scenarios of ``op`` from ``random.Random(seed)``, each checked against torch_ref on the
+    CPU; one line per failing call, saying what reproduces it."""
+    rng = random.Random(seed)
+    failures: list[str] = []
+    for i in range(count):
+        call = GENERATORS[op](rng, hostile=hostile)
+        problems = check_call(call, device, backend)
+        if problems:
+            failures.append(f"{op.value} call {i} ({call.label}) of random.Random({seed}), hostile={hostile}: "
+                            + "; ".join(problems))
+    return failures
+
+
+# -- write launches the reference leaves unspecified ----------------------------------------------------------
+def _processed(kw: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """``(row, start, end)`` of every request row the write processes (torch_ref's clipping rules)."""
+    plan: WritePlan = kw["plan"]
+    cap = int(plan.write_seed_slot_indices.shape[0])
+    nreq = min(max(int(plan.write_num_valid_reqs[0]), 0), cap)
+    offs = plan.write_offsets.tolist()
+    ntok = int(kw["input_ids"].shape[0])
+    if nreq == 0 or offs[nreq] <= 0:
+        return []
+
+    def clip(v: int) -> int:
+        return min(max(v, 0), ntok)
+
+    return [(r, clip(offs[r]), clip(offs[r + 1])) for r in range(nreq) if clip(offs[r + 1]) > clip(offs[r])]
+
+
+def unspecified_parts(kw: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """Token indices whose store would hit a slot stored twice, and request rows whose seed is stored."""
+    num_slots = int(kw["context"].canary_buf.shape[0])
+    loc = kw["out_cache_loc"].tolist()
+    rows = _processed(kw)
+    stores = Counter(loc[i] for _, s, e in rows for i in range(s, e) if 0 <= loc[i] < num_slots)
+    twice = {slot for slot, n in stores.items() if n > 1}
+    tokens = sorted({i for _, s, e in rows for i in range(s, e) if loc[i] in twice})
+    stored = set(stores) - twice
+    seeds = kw["plan"].write_seed_slot_indices.tolist()
+    seed_rows = [r for r, _, _ in rows if 0 <= seeds[r] < num_slots and seeds[r] in stored]
+    return tokens, seed_rows
+
+
+def without_unspecified(call: Call) -> Call:
+    """The write ``call`` with every store into a slot stored twice dropped (``out_cache_loc = -1``) and every
+    seed the launch stores made a chain head (-1), so every remaining output is specified; other calls as
+    they are."""
+    if call.op != Op.WRITE:
+        return call
+    tokens, seed_rows = unspecified_parts(call.make("cpu"))
+    if not tokens and not seed_rows:
+        return call
+
+    def make(dev: Device) -> dict[str, Any]:
+        kw = call.make(dev)
+        if tokens:
+            kw["out_cache_loc"][torch.tensor(tokens, device=dev)] = -1
+        if seed_rows:
+            kw["plan"].write_seed_slot_indices[torch.tensor(seed_rows, device=dev)] = -1
+        return kw
+
+    return Call(call.op, make, call.outputs, call.ring_base, call.order_sensitive, call.label + "*")

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
 from kvcanary.contracts import ContractError
 from kvcanary.docsgen import catalog as cat
 from kvcanary.docsgen import generate
 from kvcanary.errors import CODEBOOK_PATH
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CODES = sorted(codes.by_code())
 SECTIONS = ["The message", "What it means", "When it happens", "How to fix it", "Example", "Related errors",
@@ -80,9 +83,14 @@ def test_examples_break_one_rule_except_where_none_can(catalog: cat.Catalog) -> 
         ("launch_plan_offsets_kernel", "write_offsets_len_positive"),  # implied by ..._is_capacity_plus_one
     }
     preempted = {(p.check.contract, p.check.slug) for p in catalog.pages.values() if p.example.preempted}
-    assert preempted == {(launcher, f"real_kv_sources[].{attr}:type")
-                         for launcher in ("launch_canary_verify_kernel", "launch_canary_write_kernel")
-                         for attr in ("tensor", "page_size", "num_bytes_per_token", "read_bytes")}
+    # a source's own constructor runs these checks first; the launch re-checks what it reads
+    per_source = [f"real_kv_sources[].{attr}:type" for attr in ("tensor", "page_size", "num_bytes_per_token",
+                                                                  "read_bytes")]
+    per_source += [f"real_kv_sources[].{attr}:{kind}" for attr in ("page_size", "num_bytes_per_token", "read_bytes")
+                   for kind in ("not_bool", "int64")]
+    per_source.append("real_kv_sources[]:has_rows")
+    assert preempted == {(launcher, slug) for launcher in ("launch_canary_verify_kernel", "launch_canary_write_kernel")
+                         for slug in per_source}
 
 
 def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: cat.Catalog) -> None:
@@ -96,14 +104,17 @@ def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: ca
     assert main(["explain", code, "--markdown"]) == 0
     assert capsys.readouterr().out == catalog.pages[code].markdown()
     assert main(["explain", "KVC-Q999"]) == 2
-    assert "unknown error code" in capsys.readouterr().out
+    assert "unknown error code" in capsys.readouterr().err
 
 
 def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
-    root = cat.REPO_ROOT
+    """The file is named inside the package (the same text installed or in a checkout) and exists there."""
+    package_parent = Path(kvcanary.__file__).resolve().parent.parent
     for code, page in catalog.pages.items():
         where = cat.declared(page.check.origin)
-        assert where.line > 0 and (root / where.file).is_file(), (code, page.check.origin)
+        assert where.file.startswith("kvcanary/") and where.file.endswith(".py"), (code, where.file)
+        assert where.line > 0 and (package_parent / where.file).is_file(), (code, page.check.origin)
+    assert cat.module_file("kvcanary.contract") == "kvcanary/contract/__init__.py"
 
 
 def test_docs_command_writes_checks_and_updates_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -126,9 +137,38 @@ def test_docs_command_writes_checks_and_updates_codes(tmp_path: Path, capsys: py
     assert called == [True]
 
 
+def test_docs_command_finds_the_docs_folder_or_says_there_is_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    monkeypatch.chdir(bare)
+    assert main(["docs"]) == 2
+    out = capsys.readouterr().err
+    assert "no docs folder" in out and "--out DIR" in out
+    assert list(bare.iterdir()) == [], "nothing is written when there is no docs folder"
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "mkdocs.yml").write_text("site_name: x\ndocs_dir: 'pages'  # where the pages are\n")
+    monkeypatch.chdir(project / "sub")
+    assert main(["docs"]) == 0
+    assert (project / "pages" / "errors" / "index.md").is_file()
+    assert f"under {project / 'pages'}/" in capsys.readouterr().out
+
+
+def test_benchmarks_page_reads_the_results_folder_it_is_given(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"benchmark": "verify", "case": "bs=8", "figure": 1.0, "unit": "us", "machine": "m", "date": "d"}
+    (results / "a.json").write_text(json.dumps([row]))
+    generate(tmp_path / "docs", results_dir=results)
+    assert "## verify" in (tmp_path / "docs" / "benchmarks.md").read_text()
+    generate(tmp_path / "docs")  # default: benchmarks/results beside the docs folder, absent here
+    assert "No results yet" in (tmp_path / "docs" / "benchmarks.md").read_text()
+
+
 def test_generated_pages_on_disk_are_ignored_or_fresh() -> None:
     """Generated pages are rebuilt by every mkdocs build; any committed copy must match the code."""
-    root = cat.REPO_ROOT
+    root = ROOT
     ignored = {line.strip() for line in (root / ".gitignore").read_text().splitlines()}
     for rel in generate(root / "docs", dry_run=True).stale:
         top = "/docs/" + (rel.split("/")[0] + "/" if "/" in rel else rel)

@@ -1,4 +1,5 @@
-"""The catalog's valid example calls are real calls; the generic engine works on any contract (a toy here)."""
+"""The catalog's valid example calls are real calls, and every page's code runs pasted into a fresh file;
+the generic engine works on any contract (a toy here)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import torch
 
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
+from kvcanary.contracts import ContractError
 from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
-from kvcanary.docsgen.catalog import namespace
+from kvcanary.docsgen.catalog import catalog, example_imports, namespace
 from kvcanary.registry import use_backend
 from tests.contracts.toy import Plan, ToyLaunch, valid
 
@@ -25,6 +27,28 @@ def test_valid_examples_run_through_the_real_callee(name: str) -> None:
         src = render_call(examples.callee, variant.build(), examples.extra)
         with use_backend("torch_ref"):
             exec(src, namespace())
+
+
+@pytest.mark.parametrize("code", sorted(codes.by_code()))
+def test_page_code_runs_pasted_into_a_fresh_file(code: str) -> None:
+    """What a page shows (its imports, then the call) runs in an empty namespace: the failing call raises
+    exactly its code, each corrected call runs through the real launcher (the torch reference)."""
+    page = catalog().pages[code]
+    assert "from kvcanary import " in page.imports and page.imports.endswith("\n\n"), page.imports
+    with pytest.raises(ContractError) as info:
+        exec(page.imports + page.failing_src, {})
+    assert info.value.code == code
+    for _, src in page.fixed_srcs:
+        with use_backend("torch_ref"):
+            exec(page.imports + src, {})
+
+
+def test_example_imports_name_only_what_the_code_uses() -> None:
+    src = "plan = WritePlan.allocate(write_req_capacity=4, device='cpu')\nx = unchecked(SimpleNamespace, a=plan)\n"
+    assert example_imports(src) == ("from types import SimpleNamespace\nfrom kvcanary import WritePlan\n"
+                                    "from kvcanary.contracts.examples import unchecked  # builds an object without "
+                                    "its checks\n\n")
+    assert example_imports("x = 1\n") == ""
 
 
 TOY = ExampleSet("toy_launch", (

@@ -11,7 +11,7 @@ from kvcanary import codes
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 RUNNABLE = ["quickstart.md", "integration.md"]
-HAND_WRITTEN = ["index.md", "quickstart.md", "concepts.md", "integration.md", "cli.md"]
+HAND_WRITTEN = ["index.md", "quickstart.md", "concepts.md", "integration.md", "cli.md", "compatibility.md"]
 
 
 def python_blocks(page: str) -> list[str]:
@@ -30,6 +30,16 @@ def test_guide_code_runs(page: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert "must have dtype torch.int64, got torch.int32" in out
     else:
         assert "launch_tag=SWEEP_K_FULL fail_reason=verify_real_kv_hash slot_idx=3" in out
+
+
+def test_readme_code_is_python_that_pastes() -> None:
+    """The README's snippets are complete calls (no ``...`` standing for arguments: a SyntaxError pasted)."""
+    readme = (DOCS.parent / "README.md").read_text()
+    blocks = re.findall(r"^```python[^\n]*\n(.*?)^```", readme, flags=re.S | re.M)
+    assert blocks
+    for block in blocks:
+        compile(block, "README.md", "exec")
+        assert "..." not in block
 
 
 @pytest.mark.parametrize("page", HAND_WRITTEN)

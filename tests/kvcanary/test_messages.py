@@ -1,4 +1,7 @@
-"""Every message REFERENCE.md gives is raised, word for word, for its condition, before anything runs."""
+"""Every message SGLang's kv-canary raises is raised, word for word, for its condition, before anything runs.
+
+The kept texts are listed in docs/compatibility.md, Error messages.
+"""
 
 from __future__ import annotations
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 import torch
 
 import kvcanary as kc
+from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.registry import ENV_BACKEND, REGISTRY
 from kvcanary.testing import calls
 
@@ -18,7 +19,8 @@ CALLS: list[str] = []
 
 
 def _record(name: str) -> Any:
-    def impl(**kwargs: Any) -> None:
+    def impl(call: VerifyLaunch) -> None:
+        assert isinstance(call, VerifyLaunch)
         CALLS.append(name)
 
     return impl
@@ -31,9 +33,8 @@ fake_mod.low = _record("low")  # type: ignore[attr-defined]
 sys.modules["kvcanary_fake_impls"] = fake_mod
 
 
-def _too_big(call: Mapping[str, Any]) -> Sequence[kc.Reason]:
-    plan = call.get("plan")
-    if plan is not None and plan.verify_capacity > 4:
+def _too_big(call: VerifyLaunch) -> Sequence[kc.Reason]:
+    if call.plan.verify_capacity > 4:
         return [kc.Reason(kc.ReasonKind.LIMIT, "fake_high serves at most 4 entries", hint="use a smaller plan")]
     return []
 

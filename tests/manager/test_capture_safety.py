@@ -20,19 +20,19 @@ from tests.manager.world import Req, make_world
 CALLS: list[str] = []
 
 
-def record_plan(**_: Any) -> None:
+def record_plan(_call: object) -> None:
     CALLS.append("plan")
 
 
-def record_verify(**_: Any) -> None:
+def record_verify(_call: object) -> None:
     CALLS.append("verify")
 
 
-def record_write(**_: Any) -> None:
+def record_write(_call: object) -> None:
     CALLS.append("write")
 
 
-def record_scatter(**_: Any) -> None:
+def record_scatter(_call: object) -> None:
     CALLS.append("scatter")
 
 

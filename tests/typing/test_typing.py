@@ -1,10 +1,17 @@
 """mypy sees what the contracts say: clean calls type-check, misuse is reported at the marked lines,
-and the launchers' overloads encode exactly the contracts' presence rules."""
+and the launchers' overloads and the ``kvcanary.mypy`` plugin encode exactly the contracts' presence rules.
+
+mypy runs as an integrator runs it: in a project folder outside the checkout, against the installed
+kvcanary, twice: with the ``deprecated`` error code (the stubs' overloads) and with the plugin alone.
+"""
 
 from __future__ import annotations
 
 import itertools
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +22,6 @@ import kvcanary as kc
 from kvcanary.testing import calls
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
 
 
 PRESENCE: list[tuple[str, Callable[[], dict[str, Any]], dict[str, tuple[object, ...]]]] = [
@@ -63,16 +69,30 @@ def combos_source() -> str:
 COMBO_FIRST_LINE = 5
 
 
-@pytest.fixture(scope="module")
-def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from mypy import api
+CONFIGS = {
+    "deprecated": "[mypy]\nstrict = True\nenable_error_code = deprecated\n",
+    "plugin": "[mypy]\nstrict = True\nplugins = kvcanary.mypy\n",
+}
 
-    combo_file = tmp_path_factory.mktemp("typing") / "combos.py"
-    combo_file.write_text(combos_source())
-    out, err, _ = api.run(["--strict", "--enable-error-code", "deprecated", "--no-incremental",
-                           "--config-file", str(ROOT / "pyproject.toml"),
-                           str(HERE / "clean_calls.py"), str(HERE / "misuse_calls.py"), str(combo_file)])
-    return out + err
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def mypy_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(config name, mypy's output) for the three files, checked in a project outside the checkout."""
+    name: str = request.param
+    project = tmp_path_factory.mktemp(f"typing-{name}")
+    for f in ("clean_calls.py", "misuse_calls.py"):
+        shutil.copy(HERE / f, project / f)
+    (project / "combos.py").write_text(combos_source())
+    (project / "mypy.ini").write_text(CONFIGS[name])
+    res = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "clean_calls.py", "misuse_calls.py",
+                          "combos.py"], cwd=project, capture_output=True, text=True, timeout=600, check=False)
+    assert "Cannot find implementation or library stub" not in res.stdout, res.stdout
+    return name, res.stdout + res.stderr
+
+
+@pytest.fixture(scope="module")
+def mypy_output(mypy_run: tuple[str, str]) -> str:
+    return mypy_run[1]
 
 
 def errors(output: str, name: str) -> dict[int, list[str]]:
@@ -94,6 +114,17 @@ def test_misuse_is_reported_at_each_marked_line(mypy_output: str) -> None:
     for line, text in wanted.items():
         assert any(text in e for e in got.get(line, [])), f"line {line}: expected {text!r}, got {got.get(line)}"
     assert set(got) <= set(wanted), f"unexpected errors: { {k: v for k, v in got.items() if k not in wanted} }"
+
+
+def test_presence_misuse_is_one_line_that_starts_with_its_code(mypy_run: tuple[str, str]) -> None:
+    """The stubs' ``@deprecated`` text and the plugin's error both lead with the rule's code."""
+    name, output = mypy_run
+    line = next(m for m in output.splitlines() if "misuse_calls.py:9:" in m)
+    if name == "plugin":
+        assert line.endswith("error: KVC-W083: expected input tensors are required when enable_write_input_assert=True"
+                             "  [kvcanary]"), line
+    else:
+        assert "is deprecated: KVC-W083: expected input tensors are required" in line and "[deprecated]" in line
 
 
 def test_overloads_agree_with_the_contract(mypy_output: str) -> None:

@@ -58,6 +58,14 @@ __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 iclamp(i64 v, i64 lo, i64 hi) { return imin(imax(v, lo), hi); }
 
+// Saturating addition of non-negative counts: min(a + b, INT64_MAX) for a, b in [0, INT64_MAX] (the sum fits
+// in a u64, so nothing wraps). Plan offsets and totals are exact prefix sums saturated this way.
+constexpr u64 kI64Max = 0x7fffffffffffffffULL;
+__device__ __forceinline__ u64 sat_add(u64 a, u64 b) {
+  const u64 s = a + b;
+  return s < kI64Max ? s : kI64Max;
+}
+
 // A predecessor or seed slot the reference reports as out of range: INVALID_SLOT or past the buffer. Negative
 // slots other than INVALID_SLOT are anchors (a chain head), not out of range.
 __device__ __forceinline__ bool index_oob(i64 slot, i64 num_slots) {

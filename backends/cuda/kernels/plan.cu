@@ -4,8 +4,8 @@
 // num_valid, enable, write offsets zeroed past bs, seeds, num_valid_reqs) from one block scan of the rows'
 // (verify length, write length) pairs. Blocks 1.. each scan the rows' verify lengths themselves (bs <= 4096
 // rows: two 8-byte loads per row, two block barriers), so no block waits for another and no scratch is
-// needed, then cover the entries [0, total) unless the plan overflows: with bs <= kTileRowsMax and sorted
-// offsets (always, unless sums wrap) by tiles of one row each (plan_common.cuh's tile path: no per-entry
+// needed, then cover the entries [0, total) unless the plan overflows: with bs <= kTileRowsMax (the offsets,
+// saturated prefix sums, are always sorted) by tiles of one row each (plan_common.cuh's tile path: no per-entry
 // search, coalesced reads and stores; the same scan counts each row's tiles and finds the row of the block's
 // first tile); otherwise grid-striding, each entry's row found by an upper-bound bisection over the offsets in
 // shared memory. The grid depends only on shapes: the capacity and bs (capturable).
@@ -65,7 +65,7 @@ extern "C" __global__ void KVC_PLAN_BOUNDS
   i64* rows_ws = (i64*)(sm + 2 * bs);
   if (tile_rows) {
     // one scan of the (verify length, tile count) pairs: offsets, tiles, rp and window starts into shared
-    // memory, and whether the offsets are sorted (an int64 sum crossing 2^63 is the only way they are not)
+    // memory; the offsets are saturated sums, never decreasing, so the tile path always applies
     constexpr i64 kTile = (i64)KVC_THREADS * kEntriesPerThread;
     sorted = !block_scan<KVC_THREADS, 2>(
         bs, warp_tmp, tot,
@@ -84,7 +84,7 @@ extern "C" __global__ void KVC_PLAN_BOUNDS
           if (row_holds_tile(off[1], v[1], tile_share(tot[1], (i64)blockIdx.x - 1, (i64)gridDim.x - 1))) {
             first_row = r;
           }
-          return r + 1 < bs && (i64)(off[0] + v[0]) < (i64)off[0];  // offs[r + 1] < offs[r]
+          return false;  // saturated sums never decrease: no row is out of order
         });
   } else {
     u64 one[1];

@@ -3,6 +3,8 @@
 //
 // Slot reads follow torch_ref's one rule: req_to_token[rp, pos] outside the tensor reads INVALID_SLOT; a value
 // below 0 passes the full->SWA translation unchanged; a value at or past the LUT's length becomes INVALID_SLOT.
+// Nothing wraps around: the window start is taken only where it is positive, and offsets and totals are exact
+// prefix sums saturated at INT64_MAX (sat_add), so a total that would wrap overflows the plan instead.
 #pragma once
 #include "kvcanary_common.cuh"
 
@@ -35,7 +37,9 @@ __device__ __forceinline__ i64 read_slot(const PlanInputs& in, i64 rp, i64 pos) 
 }
 
 __device__ __forceinline__ i64 window_start(i64 prefix, i64 window) {
-  return window > 0 ? imax(wsub(prefix, window), 0) : 0;
+  // exact where taken (prefix > window >= 0); wsub, not `prefix - window`: with signed arithmetic the compiler
+  // may assume no overflow and fold the test into max(prefix - window, 0), which wraps for prefix near INT64_MIN
+  return window > 0 && prefix > window ? wsub(prefix, window) : 0;
 }
 
 // The rows [lo, hi) thread threadIdx.x owns in a block scan of n values: contiguous runs of cdiv(n, kThreads).
@@ -50,8 +54,9 @@ __device__ __forceinline__ Run run_of(i64 n) {
   return Run{lo, imin(lo + per, n)};
 }
 
-// Exclusive prefix sums of K value columns over the rows [0, n) at once (uint64, wrapping like torch's int64
-// cumsum), by a block of kThreads threads. Each thread takes its run (run_of): value(r, v) gives row r's K
+// Exclusive prefix sums of K value columns over the rows [0, n) at once (values in [0, INT64_MAX]; every sum
+// saturated at INT64_MAX by sat_add, which is associative on such values), by a block of kThreads threads.
+// Each thread takes its run (run_of): value(r, v) gives row r's K
 // values (called twice per row: to sum the run, then to emit it), emit(r, off, v) receives row r's exclusive
 // offsets and returns whether the row is "bad" (the caller's test). Between the two passes: warp-shuffle scans
 // of the run sums and one exchange of the warp sums through warp_tmp (K * kThreads / 32 values), so the whole
@@ -71,7 +76,7 @@ __device__ bool block_scan(i64 n, u64* warp_tmp, u64 (&totals)[K], Value value, 
   for (i64 r = run.lo; r < run.hi; ++r) {
     value(r, v);
 #pragma unroll
-    for (int k = 0; k < K; ++k) s[k] += v[k];
+    for (int k = 0; k < K; ++k) s[k] = sat_add(s[k], v[k]);
   }
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -79,7 +84,7 @@ __device__ bool block_scan(i64 n, u64* warp_tmp, u64 (&totals)[K], Value value, 
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const u64 y = __shfl_up_sync(kFullMask, x[k], off);
-      if (lane >= off) x[k] += y;
+      if (lane >= off) x[k] = sat_add(x[k], y);
     }
     if (lane == 31) warp_tmp[k * kWarps + warp] = x[k];
   }
@@ -91,18 +96,20 @@ __device__ bool block_scan(i64 n, u64* warp_tmp, u64 (&totals)[K], Value value, 
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const u64 y = __shfl_up_sync(kFullMask, w, off);
-      if (lane >= off) w += y;
+      if (lane >= off) w = sat_add(w, y);
     }
     const u64 before = __shfl_sync(kFullMask, w, warp > 0 ? warp - 1 : 0);
     totals[k] = __shfl_sync(kFullMask, w, kWarps - 1);
-    base[k] = (warp > 0 ? before : 0) + (x[k] - s[k]);
+    // the lanes before this one (their inclusive sum, from lane - 1: saturated sums cannot be subtracted)
+    const u64 left = __shfl_up_sync(kFullMask, x[k], 1);
+    base[k] = sat_add(warp > 0 ? before : 0, lane > 0 ? left : 0);
   }
   int bad = 0;
   for (i64 r = run.lo; r < run.hi; ++r) {
     value(r, v);
     bad |= emit(r, base, v) ? 1 : 0;
 #pragma unroll
-    for (int k = 0; k < K; ++k) base[k] += v[k];
+    for (int k = 0; k < K; ++k) base[k] = sat_add(base[k], v[k]);
   }
   return __syncthreads_or(bad) != 0;
 }
@@ -185,7 +192,7 @@ struct TokenPool {
 };
 
 // torch.searchsorted(offs, e, right=True) - 1, clamped to [0, bs): the very same upper-bound bisection, so even
-// offsets that are not sorted (hostile scratch, int64 wrap-around) pick the reference's row. bs >= 1.
+// offsets that are not sorted (a hostile scratch) pick the reference's row. bs >= 1.
 __device__ __forceinline__ i64 row_of(const u64* offs, i64 bs, i64 e) {
   i64 lo = 0;
   i64 hi = bs;
@@ -246,7 +253,7 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 }
 
 // ---- the tile path --------------------------------------------------------------------------------------
-// When the row offsets are sorted (always, unless int64 sums wrap or a hostile scratch is passed), the rows
+// When the row offsets are sorted (always the plan's own, saturated sums; a hostile scratch may not be), the rows
 // cover contiguous entry ranges: row 0 [0, offs[1]), row r [offs[r], offs[r+1]), the last row [offs[bs-1], n),
 // each clipped to [0, n): exactly what searchsorted(offs, e, right=True) - 1, clamped, picks. Each range is cut
 // into tiles of kTile = kThreads * kEntriesPerThread entries; block b takes a contiguous share of the tiles

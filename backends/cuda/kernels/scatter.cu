@@ -1,8 +1,9 @@
 // scatter.cu: copy each request's token ids into its row of the expected-token pool (int32, low 32 bits).
 //
 // Semantics: backends/torch_ref/scatter.py: request r covers columns [0, width_r) of row rp_r, with
-// width_r = clamp(min(offsets[r+1] - offsets[r], cols), 0) (0 for a row outside the pool); when several requests
-// name one row, the last one covering a column owns it, and writes it only if its flat index is inside flat_in.
+// width_r = clamp(min(offsets[r+1] - offsets[r], cols), 0) (the difference exact, never wrapped; 0 for a row
+// outside the pool); when several requests name one row, the last one covering a column owns it, and writes it
+// only if its flat index is inside flat_in.
 // Launch: grid (bs, Y), 256 threads. Block (r, y) first finds the widest later request naming the same row
 // (a block-wide max over requests r+1..bs-1): columns below that width belong to a later request, so r owns
 // exactly [cover, width_r), which the Y blocks of r split; coalesced 8-byte loads (4 per thread in flight),
@@ -15,8 +16,14 @@ using namespace kvc;
 
 namespace {
 
+// Columns request r covers: min(offsets[r+1] - offsets[r], cols) where that difference is positive, else 0. The
+// difference is exact (as u64: it may exceed INT64_MAX when the offsets straddle 0), never wrapped.
 __device__ __forceinline__ i64 covered(const i64* offsets, i64 r, i64 cols) {
-  return imax(imin(wsub(offsets[r + 1], offsets[r]), cols), 0);
+  const i64 a = offsets[r];
+  const i64 b = offsets[r + 1];
+  if (b <= a) return 0;
+  const u64 d = (u64)b - (u64)a;
+  return d < (u64)cols ? (i64)d : cols;
 }
 
 }  // namespace

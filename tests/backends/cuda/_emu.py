@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import typing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -101,49 +102,34 @@ def build(spec: Spec) -> EmuKernel:
         return hit
 
 
-def run(mod: ModuleType, kwargs: dict[str, Any]) -> None:
-    """What ``backends.cuda.<mod>``'s operation does, with the kernel run on the host."""
-    key, sizes, args = mod.pack(**kwargs)
+def call_of(mod: ModuleType, kwargs: dict[str, Any]) -> Any:
+    """The call object ``backends.cuda.<mod>.pack`` takes (its contract model, built without the checks)."""
+    contract = typing.get_type_hints(mod.pack)["call"]
+    return contract.model_construct(**kwargs)
+
+
+def run(mod: ModuleType, call: Any) -> None:
+    """What ``backends.cuda.<mod>``'s operation does with ``call``, with the kernel run on the host."""
+    key, sizes, args = mod.pack(call)
     shape = mod.shape(key, sizes, MAX_BLOCKS)
     if shape is None:
         return
     build(mod.KERNELS.spec(*key)).launch(shape, args)
 
 
-def emu_verify(**kw: Any) -> None:
-    run(verify, kw)
+_MODULES = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
+            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
 
 
-def emu_write(**kw: Any) -> None:
-    run(write, kw)
-
-
-def emu_plan(**kw: Any) -> None:
-    run(plan, kw)
-
-
-def emu_plan_offsets(**kw: Any) -> None:
-    run(plan_offsets, kw)
-
-
-def emu_plan_entries(**kw: Any) -> None:
-    run(plan_entries, kw)
-
-
-def emu_scatter(**kw: Any) -> None:
-    run(scatter, kw)
+def emu(call: Any) -> None:
+    """Any operation of the cuda backend, emulated: the call's contract names its module."""
+    module = next(m for m in _MODULES.values() if typing.get_type_hints(m.pack)["call"] is type(call))
+    run(module, call)
 
 
 _CPU = {"cpu": 0}
 BACKEND = Backend(
     name="cuda_emu",
     description="The cuda backend's kernels, emulated on the CPU (tests only).",
-    ops={
-        Op.VERIFY: OpSupport(f"{__name__}:emu_verify", _CPU, capture_safe=True),
-        Op.WRITE: OpSupport(f"{__name__}:emu_write", _CPU, capture_safe=True),
-        Op.PLAN: OpSupport(f"{__name__}:emu_plan", _CPU, capture_safe=True),
-        Op.PLAN_OFFSETS: OpSupport(f"{__name__}:emu_plan_offsets", _CPU, capture_safe=True),
-        Op.PLAN_ENTRIES: OpSupport(f"{__name__}:emu_plan_entries", _CPU, capture_safe=True),
-        Op.SCATTER: OpSupport(f"{__name__}:emu_scatter", _CPU, capture_safe=True),
-    },
+    ops={op: OpSupport(f"{__name__}:emu", _CPU, capture_safe=True) for op in _MODULES},
 )

@@ -3,12 +3,12 @@
 Every kernel specialization compiles with NVRTC (the run-time compiler, for sm_90 and the oldest supported
 architecture) and a representative set with nvcc; every kernel parameter is 8 bytes and the host packers pass
 exactly as many as each kernel takes; the header's constants are kvcanary's; the backend declares every
-operation with the launchers' signatures.
+operation.
 """
 
 from __future__ import annotations
 
-import inspect
+import random
 import re
 import shutil
 import subprocess
@@ -23,9 +23,7 @@ import torch
 import kvcanary as kc
 from kvcanary import consts
 from kvcanary.backends.cuda import (
-    AHEAD_PRIORITY,
     BACKEND,
-    PRIORITY,
     plan,
     plan_entries,
     plan_offsets,
@@ -35,16 +33,16 @@ from kvcanary.backends.cuda import (
 )
 from kvcanary.backends.cuda._specs import KEYS, all_specs
 from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
+from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.parity import launcher
-from tests.backends.cuda import _nvrtc, _support
+from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from tests.backends.cuda import _nvrtc
+from tests.backends.cuda._emu import call_of
 
 SPECS = all_specs()
-AHEAD = (Op.PLAN, Op.WRITE, Op.SCATTER)  # the operations measured faster than Triton's on the H200
 REPO = Path(__file__).resolve().parents[3]
-PROBES = REPO / "benchmarks" / "gpu" / "floors_probes.cu"
-EXPLORE = REPO / "benchmarks" / "gpu" / "explore_cuda.cu"  # the tuning sweeps' kernels
+PROBES = REPO / "benchmarks" / "floors_probes.cu"  # the benchmarks' CUDA floor probes
 ARCHS = ("sm_90", "sm_75")  # the H200, and the oldest compute capability the backend accepts
 
 
@@ -95,9 +93,6 @@ def _nvcc_specs() -> list[Spec]:
         write.KERNELS.spec(1, True, True, True),
         plan.KERNELS.spec(False, False), plan.KERNELS.spec(True, True),
         plan_offsets.KERNELS.spec(True), plan_entries.KERNELS.spec(True, True), scatter.KERNELS.spec(),
-        # a variant explore_cuda's plan sweep builds: more entries per thread, a register cap
-        Spec("plan.cu", "kvc_plan", (("KVC_THREADS", 256), ("KVC_HAS_LUT", 0), ("KVC_HAS_POOL", 0),
-                                     ("KVC_PLAN_EPT", 8), ("KVC_PLAN_MIN_BLOCKS", 5)), 256),
     }
     return sorted(picks, key=Spec.label)
 
@@ -116,14 +111,13 @@ def test_nvcc_compiles_the_sources() -> None:
 
         jobs = [(i, s.path(), [f"-D{k}={v}" for k, v in s.define_list()]) for i, s in enumerate(_nvcc_specs())]
         jobs.append((len(jobs), PROBES, []))
-        jobs.append((len(jobs), EXPLORE, []))
         with ThreadPoolExecutor(max_workers=2) as pool:
             errors = [e for e in pool.map(build, jobs) if e]
     assert not errors, "\n".join(errors)
 
 
 def test_sources_include_no_system_header() -> None:
-    files = [*KERNEL_DIR.glob("*.cu"), *KERNEL_DIR.glob("*.cuh"), PROBES, EXPLORE]
+    files = [*KERNEL_DIR.glob("*.cu"), *KERNEL_DIR.glob("*.cuh"), PROBES]
     assert len(files) >= 8
     for f in files:
         text = f.read_text()
@@ -173,25 +167,8 @@ def test_splitmix64_constants_are_the_formats() -> None:
 # -- the backend's declaration --------------------------------------------------------------------------------
 def test_backend_declares_every_operation_like_the_launchers() -> None:
     assert set(BACKEND.ops) == set(Op)
-    for op, support in BACKEND.ops.items():
-        want_priority = AHEAD_PRIORITY if op in AHEAD else PRIORITY
-        assert dict(support.devices) == {"cuda": want_priority} and support.capture_safe and not support.host_sync
-        impl = BACKEND.implementation(op)
-        want = [p for p in inspect.signature(launcher(op)).parameters.values() if p.name != "backend"]
-        got = list(inspect.signature(impl).parameters.values())
-        assert [p.name for p in got] == [p.name for p in want], op
-        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in got), op
-
-
-def test_ranked_above_triton_on_cuda_only_where_it_was_measured_faster() -> None:
-    """bench_backends and bench_cuda on the H200 (see backends/cuda/__init__.py): the fused plan, write and
-    scatter."""
-    from kvcanary.backends.triton import BACKEND as TRITON
-
-    for op in Op:
-        mine, theirs = BACKEND.ops[op].priority("cuda"), TRITON.ops[op].priority("cuda")
-        assert mine is not None and theirs is not None, op
-        assert (mine > theirs) == (op in AHEAD), op
+    for support in BACKEND.ops.values():
+        assert set(support.devices) == {"cuda"} and support.capture_safe and not support.host_sync
 
 
 def test_availability_and_device_reasons_do_not_raise() -> None:
@@ -208,8 +185,9 @@ def _sample_calls() -> list[tuple[Any, dict[str, Any]]]:
     out: list[tuple[Any, dict[str, Any]]] = []
     for nsrc, mode in ((0, 0), (2, 0), (1, 1), (2, 2), (3, 1), (4, 2), (4, 1)):
         for stride in (32, 40):
-            sources = _support._sources(20, nsrc, 7)
-            ctx = _support._context(torch.zeros(20, stride, dtype=torch.uint8), sources, mode, 4, "cpu")
+            sources = kv_sources(random.Random(7), 20, nsrc)
+            ctx = context(canary_buf=torch.zeros(20, stride, dtype=torch.uint8), sources=sources,
+                          mode=kc.RealKvHashMode(mode), ring=4)
             for check in (False, True):
                 out.append((verify, {"context": ctx, "plan": kc.VerifyPlan.allocate(verify_capacity=5, device="cpu"),
                                      "check_verify_expected_token": check}))
@@ -218,20 +196,18 @@ def _sample_calls() -> list[tuple[Any, dict[str, Any]]]:
                                     "input_ids": t, "positions": t, "out_cache_loc": t,
                                     "enable_write_input_assert": check, "expected_input_tokens": t if check else None,
                                     "expected_input_positions": t if check else None}))
-    import random
-
     rng = random.Random(3)
     mods = {Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets, Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
     for op, mod in mods.items():
         for _ in range(12):
-            out.append((mod, _support.ALL_GENERATORS[op](rng, hostile=True).make("cpu")))
+            out.append((mod, GENERATORS[op](rng, hostile=True).make("cpu")))
     return out
 
 
 def test_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
     seen: set[tuple[str, Any]] = set()
     for mod, kw in _sample_calls():
-        key, _sizes, args = mod.pack(**kw)
+        key, _sizes, args = mod.pack(call_of(mod, kw))
         spec = mod.KERNELS.spec(*key)
         assert spec in SPECS, f"{spec.label()} is launched but not in backends.cuda._specs"
         n = len(_nvrtc.entry_params(_ptx(nvrtc, spec), spec.entry))
@@ -245,15 +221,15 @@ def test_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
 
 
 def test_mode_none_folds_nothing_and_records_alignment_picks_vector_loads() -> None:
-    src = _support._sources(8, 2, 1)
+    src = kv_sources(random.Random(1), 8, 2)
     for stride, vec in ((32, True), (40, False), (48, True)):
-        ctx = _support._context(torch.zeros(8, stride, dtype=torch.uint8), src, 0, 4, "cpu")
-        key, _, args = verify.pack(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
-                                   check_verify_expected_token=False)
+        ctx = context(canary_buf=torch.zeros(8, stride, dtype=torch.uint8), sources=src, ring=4)
+        key, _, args = verify.pack(VerifyLaunch(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
+                                                check_verify_expected_token=False))
         assert key == (False, 0, True, vec, verify.THREADS) and len(args) == 16
-    ctx = _support._context(torch.zeros(8, 32, dtype=torch.uint8), src, 2, 4, "cpu")
-    key, _, args = verify.pack(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
-                               check_verify_expected_token=True)
+    ctx = context(canary_buf=torch.zeros(8, 32, dtype=torch.uint8), sources=src, mode=kc.RealKvHashMode.ALL, ring=4)
+    key, _, args = verify.pack(VerifyLaunch(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
+                                            check_verify_expected_token=True))
     assert key[:3] == (True, 2, False)
     s0 = src[0]
     assert args[16:22] == (s0.tensor.data_ptr(), s0.tensor.shape[0], s0.tensor.shape[1], s0.page_size,
@@ -262,9 +238,8 @@ def test_mode_none_folds_nothing_and_records_alignment_picks_vector_loads() -> N
 
 def test_entries_per_thread_match_the_kernels() -> None:
     text = (KERNEL_DIR / "plan_common.cuh").read_text()
-    assert f"#define KVC_PLAN_EPT {plan.ENTRIES_PER_THREAD}\n" in text  # the default; sweeps may override it
+    assert f"#define KVC_PLAN_EPT {plan_entries.ENTRIES_PER_THREAD}\n" in text  # the default
     assert "kEntriesPerThread = KVC_PLAN_EPT;" in text
-    assert plan.ENTRIES_PER_THREAD == plan_entries.ENTRIES_PER_THREAD
 
 
 def test_launch_shapes_depend_only_on_capacities() -> None:
@@ -276,15 +251,15 @@ def test_launch_shapes_depend_only_on_capacities() -> None:
     assert write.shape((2, True, False, True), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
     assert write.shape((1, False, False, True), (1, 32768), 9) == (1, 17, write.THREADS, 0)
     assert write.shape((1, False, False, True), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
-    assert plan.shape((False, False), (0, 0), 9) == (2, 1, plan.THREADS, 32)
-    assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan.THREADS, 32 * 256)  # all resident
-    assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan.THREADS, 8 * 4096)
-    assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan.THREADS, 32 * 8)  # at least one entry block
+    assert plan.shape((False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
+    assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
+    assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)
+    assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan_entries.THREADS, 32 * 8)  # at least one entry block
     # tiles (256 x 4 = 1024 entries) never span rows: 256 rows of 16 entries are 256 tiles, not
     # cdiv(4096, 1024) = 4
-    assert plan.THREADS * plan.ENTRIES_PER_THREAD == 1024
-    assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan.THREADS, 32 * 256)
-    assert plan.shape((False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan.THREADS, 32 * 256)
+    assert plan_entries.THREADS * plan_entries.ENTRIES_PER_THREAD == 1024
+    assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan_entries.THREADS, 32 * 256)
+    assert plan.shape((False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan_entries.THREADS, 32 * 256)
     assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 0)
     assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
     assert plan_entries.shape((False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)

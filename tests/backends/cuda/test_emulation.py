@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kvcanary.registry import REGISTRY, Op, register_backend
-from kvcanary.testing import golden as g
+from kvcanary.testing.parity import check_call, fuzz
+from kvcanary.testing.scenarios import GENERATORS, Call, large_plan_call, large_scatter_call
 from tests.backends.cuda import _emu, _support
+from tests.golden import loader as g
 
 pytestmark = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 EMU = "cuda_emu"
@@ -43,43 +45,41 @@ def test_golden_pipeline(case: g.Case) -> None:
 
 
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
-@pytest.mark.parametrize("op", list(_support.ALL_GENERATORS), ids=lambda o: o.value)
+@pytest.mark.parametrize("op", list(GENERATORS), ids=lambda o: o.value)
 def test_random_scenarios(op: Op, hostile: bool) -> None:
     seed = _support.fuzz_seed()
-    failures = _support.fuzz(op, "cpu", EMU, seed=seed, count=_support.fuzz_count(25), hostile=hostile)
+    failures = fuzz(op, "cpu", EMU, seed=seed, count=_support.fuzz_count(25), hostile=hostile)
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
 
 
 S = _support
-LARGER: dict[str, Callable[[], _support.Call]] = {
-    "verify PARTIAL x2": lambda: S.big_verify_call(1, chains=40, length=60, nsrc=2, mode=1, check=True),
-    "verify ALL x4": lambda: S.big_verify_call(2, chains=24, length=50, nsrc=4, mode=2, check=False),
-    "write ALL x2 assert": lambda: S.big_write_call(3, requests=6, max_len=200, nsrc=2, mode=2, assert_inputs=True),
-    "write NONE": lambda: S.big_write_call(4, requests=5, max_len=150, nsrc=0, mode=0, assert_inputs=False),
-    "plan LUT+pool": lambda: S.big_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
-    "plan SWA+pool": lambda: S.big_plan_call(6, bs=30, max_prefix=200, lut=False, pool=True, window=50),
+MID_WARP = S.ROWS_ENDING_MID_WARP
+LARGER: dict[str, Callable[[], Call]] = {
+    "verify PARTIAL x2": lambda: S.large_verify(1, chains=40, length=60, sources=2, mode=1, check=True),
+    "verify ALL x4": lambda: S.large_verify(2, chains=24, length=50, sources=4, mode=2, check=False),
+    "write ALL x2 assert": lambda: S.large_write(3, requests=6, length=200, sources=2, mode=2, assert_inputs=True),
+    "write NONE": lambda: S.large_write(4, requests=5, length=150, sources=0, mode=0, assert_inputs=False),
+    "plan LUT+pool": lambda: large_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
+    "plan SWA+pool": lambda: large_plan_call(6, bs=30, max_prefix=200, pool=True, window=50),
     # rows of several whole tiles (the tile path without per-entry checks, for tiles of up to 4096 entries)
     # beside rows running past req_to_token
-    "plan long rows": lambda: S.big_plan_call(8, bs=6, max_prefix=10000, lut=False, pool=False, cols=9000,
-                                              stray_rows=True),
-    "plan long rows SWA+LUT+pool": lambda: S.big_plan_call(9, bs=6, max_prefix=10000, lut=True, pool=True,
+    "plan long rows": lambda: large_plan_call(8, bs=6, max_prefix=10000, cols=9000, stray_rows=True),
+    "plan long rows SWA+LUT+pool": lambda: large_plan_call(9, bs=6, max_prefix=10000, lut=True, pool=True,
                                                            window=8500, cols=9800, stray_rows=True),
-    "plan rows ending mid-warp": lambda: S.big_plan_call(
-        12, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=False, pool=False,
-        prefixes=S.ROWS_ENDING_MID_WARP, slack=600),
-    "plan rows ending mid-warp LUT+pool": lambda: S.big_plan_call(
-        13, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=True, pool=True,
-        prefixes=S.ROWS_ENDING_MID_WARP, slack=600),
+    "plan rows ending mid-warp": lambda: large_plan_call(12, bs=len(MID_WARP), max_prefix=9000, prefixes=MID_WARP,
+                                                         slack=600),
+    "plan rows ending mid-warp LUT+pool": lambda: large_plan_call(13, bs=len(MID_WARP), max_prefix=9000, lut=True,
+                                                                  pool=True, prefixes=MID_WARP, slack=600),
     # several rows per scanning thread (bs > the 256 threads of a block)
-    "plan 700 rows pool": lambda: S.big_plan_call(14, bs=700, max_prefix=40, lut=False, pool=True),
-    "plan 1024 rows SWA+LUT": lambda: S.big_plan_call(15, bs=1024, max_prefix=30, lut=True, pool=False, window=9),
-    "scatter": lambda: S.big_scatter_call(7, bs=30, rows=20, cols=500),
+    "plan 700 rows pool": lambda: large_plan_call(14, bs=700, max_prefix=40, pool=True),
+    "plan 1024 rows SWA+LUT": lambda: large_plan_call(15, bs=1024, max_prefix=30, lut=True, window=9),
+    "scatter": lambda: large_scatter_call(7, bs=30, rows=20, cols=500),
 }
 
 
 @pytest.mark.parametrize("name", list(LARGER))
 def test_larger_calls(name: str) -> None:
-    assert _support.check_call(LARGER[name](), "cpu", EMU) == []
+    assert check_call(LARGER[name](), "cpu", EMU) == []
 
 
 @pytest.mark.parametrize("blocks", [2, 5, 17])
@@ -88,9 +88,9 @@ def test_plan_tile_shares_cover_every_tile_for_any_grid(blocks: int, monkeypatch
     later rows by a search from there: any grid size covers every tile once (rows without entries between
     rows of many tiles, rows past req_to_token and the pool)."""
     monkeypatch.setattr(_emu, "MAX_BLOCKS", blocks)
-    for call in (S.big_plan_call(10, bs=50, max_prefix=9000, lut=False, pool=True, cols=8800, stray_rows=True),
-                 S.big_plan_call(11, bs=40, max_prefix=300, lut=True, pool=False)):
-        assert _support.check_call(call, "cpu", EMU) == []
+    for call in (large_plan_call(10, bs=50, max_prefix=9000, pool=True, cols=8800, stray_rows=True),
+                 large_plan_call(11, bs=40, max_prefix=300, lut=True)):
+        assert check_call(call, "cpu", EMU) == []
 
 
 def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
@@ -111,13 +111,15 @@ def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
 
 _ASAN_SCRIPT = """
 from kvcanary.registry import register_backend
-from kvcanary.testing import golden as g
+from tests.golden import loader as g
+from kvcanary.testing.parity import fuzz
+from kvcanary.testing.scenarios import GENERATORS
 from tests.backends.cuda import _emu, _support as s
 register_backend(_emu.BACKEND, replace=True)
 bad = [p for _, c in s.golden_cases() for p in s.check_golden(c, "cpu", "cuda_emu")]
 bad += [p for c in g.load("pipeline_cases") for p in s.check_pipeline(c, "cpu", "cuda_emu")]
-for op in s.ALL_GENERATORS:
-    bad += s.fuzz(op, "cpu", "cuda_emu", seed=%d, count=12, hostile=True)
+for op in GENERATORS:
+    bad += fuzz(op, "cpu", "cuda_emu", seed=%d, count=12, hostile=True)
 assert not bad, bad[:5]
 print("asan-clean")
 """

@@ -17,9 +17,10 @@ import torch
 import kvcanary as kc
 from kvcanary.backends.cuda import preload
 from kvcanary.registry import Op
-from kvcanary.testing import golden as g
-from kvcanary.testing.parity import compare_outputs, run_call
+from kvcanary.testing.parity import check_call, compare_outputs, fuzz, run_call
+from kvcanary.testing.scenarios import GENERATORS, Call, large_plan_call, large_scatter_call
 from tests.backends.cuda import _support
+from tests.golden import loader as g
 
 _SKIP = _support.cuda_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")]
@@ -62,43 +63,43 @@ def test_swa_slot_beyond_the_lut_matches_the_reference() -> None:
 
 
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
-@pytest.mark.parametrize("op", list(_support.ALL_GENERATORS), ids=lambda o: o.value)
+@pytest.mark.parametrize("op", list(GENERATORS), ids=lambda o: o.value)
 def test_random_scenarios(op: Op, hostile: bool) -> None:
     seed = _support.fuzz_seed()
-    failures = _support.fuzz(op, DEV, BACKEND, seed=seed, count=_support.fuzz_count(150), hostile=hostile)
+    failures = fuzz(op, DEV, BACKEND, seed=seed, count=_support.fuzz_count(150), hostile=hostile)
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures[:20])
 
 
 S = _support
-LARGER: dict[str, Callable[[], _support.Call]] = {  # built lazily: collection stays cheap without a GPU
-    "verify 300k NONE": lambda: S.big_verify_call(11, chains=2000, length=150, nsrc=0, mode=0, check=True),
-    "verify 120k PARTIAL x2": lambda: S.big_verify_call(12, chains=1000, length=120, nsrc=2, mode=1, check=False),
-    "verify 50k ALL x4": lambda: S.big_verify_call(13, chains=500, length=100, nsrc=4, mode=2, check=True),
-    "write 64 x 3000": lambda: S.big_write_call(14, requests=64, max_len=3000, nsrc=0, mode=0, assert_inputs=True),
-    "write 48 x 2000 ALL x2": lambda: S.big_write_call(15, requests=48, max_len=2000, nsrc=2, mode=2,
-                                                      assert_inputs=False),
-    "write 300 x 40 PARTIAL": lambda: S.big_write_call(16, requests=300, max_len=40, nsrc=1, mode=1,
-                                                      assert_inputs=True),
-    "plan 256 x 4096": lambda: S.big_plan_call(17, bs=256, max_prefix=4096, lut=False, pool=False),
-    "plan 256 x 2048 SWA+pool": lambda: S.big_plan_call(18, bs=256, max_prefix=2048, lut=True, pool=True, window=700),
-    "plan 4096 x 64 pool": lambda: S.big_plan_call(19, bs=4096, max_prefix=64, lut=False, pool=True),
-    "plan 1000 x 1000": lambda: S.big_plan_call(23, bs=1000, max_prefix=1000, lut=False, pool=False),
-    "plan 64 x 9000 past req_to_token": lambda: S.big_plan_call(20, bs=64, max_prefix=9000, lut=False, pool=True,
-                                                                cols=8000, stray_rows=True),
-    "plan 64 x 9000 SWA+LUT": lambda: S.big_plan_call(21, bs=64, max_prefix=9000, lut=True, pool=False,
-                                                      window=5000, cols=8500, stray_rows=True),
-    "plan rows ending mid-warp LUT+pool": lambda: S.big_plan_call(
-        22, bs=len(S.ROWS_ENDING_MID_WARP), max_prefix=9000, lut=True, pool=True, prefixes=S.ROWS_ENDING_MID_WARP,
-        slack=600),
-    "scatter 512 x 4096": lambda: S.big_scatter_call(20, bs=512, rows=600, cols=4096),
-    "scatter 3 x 40000": lambda: S.big_scatter_call(21, bs=3, rows=2, cols=40000),
+MID_WARP = S.ROWS_ENDING_MID_WARP
+LARGER: dict[str, Callable[[], Call]] = {  # built lazily: collection stays cheap without a GPU
+    "verify 300k NONE": lambda: S.large_verify(11, chains=2000, length=150, sources=0, mode=0, check=True),
+    "verify 120k PARTIAL x2": lambda: S.large_verify(12, chains=1000, length=120, sources=2, mode=1, check=False),
+    "verify 50k ALL x4": lambda: S.large_verify(13, chains=500, length=100, sources=4, mode=2, check=True),
+    "write 64 x 3000": lambda: S.large_write(14, requests=64, length=3000, sources=0, mode=0, assert_inputs=True),
+    "write 48 x 2000 ALL x2": lambda: S.large_write(15, requests=48, length=2000, sources=2, mode=2,
+                                                    assert_inputs=False),
+    "write 300 x 40 PARTIAL": lambda: S.large_write(16, requests=300, length=40, sources=1, mode=1,
+                                                    assert_inputs=True),
+    "plan 256 x 4096": lambda: large_plan_call(17, bs=256, max_prefix=4096),
+    "plan 256 x 2048 SWA+pool": lambda: large_plan_call(18, bs=256, max_prefix=2048, lut=True, pool=True, window=700),
+    "plan 4096 x 64 pool": lambda: large_plan_call(19, bs=4096, max_prefix=64, pool=True),
+    "plan 1000 x 1000": lambda: large_plan_call(23, bs=1000, max_prefix=1000),
+    "plan 64 x 9000 past req_to_token": lambda: large_plan_call(20, bs=64, max_prefix=9000, pool=True, cols=8000,
+                                                                stray_rows=True),
+    "plan 64 x 9000 SWA+LUT": lambda: large_plan_call(21, bs=64, max_prefix=9000, lut=True, window=5000, cols=8500,
+                                                      stray_rows=True),
+    "plan rows ending mid-warp LUT+pool": lambda: large_plan_call(22, bs=len(MID_WARP), max_prefix=9000, lut=True,
+                                                                  pool=True, prefixes=MID_WARP, slack=600),
+    "scatter 512 x 4096": lambda: large_scatter_call(20, bs=512, rows=600, cols=4096),
+    "scatter 3 x 40000": lambda: large_scatter_call(21, bs=3, rows=2, cols=40000),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LARGER))
 def test_larger_calls(name: str) -> None:
-    assert _support.check_call(LARGER[name](), DEV, BACKEND) == []
+    assert check_call(LARGER[name](), DEV, BACKEND) == []
 
 
 def test_every_specialization_loads_and_reports_its_resources() -> None:
@@ -115,7 +116,7 @@ def test_every_specialization_loads_and_reports_its_resources() -> None:
 def test_launches_follow_the_current_stream_and_never_sync() -> None:
     """A write on a side stream right after the side stream fills its inputs; no torch op syncs either."""
     rng = random.Random(5)
-    call = _support.big_write_call(rng.randrange(10**6), requests=8, max_len=300, nsrc=1, mode=1, assert_inputs=True)
+    call = _support.large_write(rng.randrange(10**6), requests=8, length=300, sources=1, mode=1, assert_inputs=True)
     want = run_call(call, "cpu", "torch_ref")
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     kw = call.make(DEV)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 import kvcanary as kc
+from kvcanary.testing import scenarios as sc
 
 
 @dataclass
@@ -28,12 +29,8 @@ class World:
         g = torch.Generator().manual_seed(7)
         self.kv = torch.randint(0, 256, (rows, self.nbpt), dtype=torch.uint8, generator=g)
         src = kc.RealKvSource(tensor=self.kv, page_size=1, num_bytes_per_token=self.nbpt, read_bytes=self.read_bytes)
-        self.ctx = kc.VerifyOrWriteContext(
-            canary_buf=torch.zeros(self.num_slots, 32, dtype=torch.uint8), kernel_kind=kc.CanaryLaunchTag.TAIL_K_FULL,
-            violation_ring=torch.zeros(self.ring, 8, dtype=torch.int64),
-            violation_write_index=torch.zeros(1, dtype=torch.int32), slot_run_counter=torch.zeros(1, dtype=torch.int64),
-            kernel_run_counter=torch.zeros(1, dtype=torch.int64), real_kv_sources=(src,), real_kv_hash_mode=self.mode,
-            enable_chain_position_assert=torch.tensor([self.cpa], dtype=torch.int32))
+        self.ctx = sc.context(num_slots=self.num_slots, ring=self.ring, sources=[src], mode=self.mode,
+                              chain_assert=bool(self.cpa))
 
     @property
     def records(self) -> torch.Tensor:
@@ -49,17 +46,13 @@ class World:
             toks += tokens
             poss += positions
             offsets.append(len(locs))
-        plan = kc.WritePlan(write_offsets=torch.tensor(offsets), write_seed_slot_indices=torch.tensor(seeds),
-                            write_num_valid_reqs=torch.tensor([len(requests)], dtype=torch.int32))
-
         def t(x: list[int]) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.int64)
 
-        kc.launch_canary_write_kernel(
-            context=self.ctx, plan=plan, input_ids=t(toks), positions=t(poss), out_cache_loc=t(locs),
-            enable_write_input_assert=expected is not None,
-            expected_input_tokens=t(expected[0]) if expected else None,
-            expected_input_positions=t(expected[1]) if expected else None, backend=self.backend)
+        kw = sc.write_kwargs(self.ctx, sc.write_plan(offsets, seeds), t(toks), t(poss), t(locs),
+                             expected_tokens=t(expected[0]) if expected else None,
+                             expected_positions=t(expected[1]) if expected else None)
+        kc.launch_canary_write_kernel(**kw, backend=self.backend)
 
     def verify(self, entries: list[tuple[int, int, int, int]], *, check: bool = False, num_valid: int | None = None,
                enable: int = 1, capacity: int | None = None) -> None:
@@ -68,11 +61,8 @@ class World:
         arr = torch.zeros(cap, 4, dtype=torch.int64)
         if entries:
             arr[: len(entries)] = torch.tensor(entries, dtype=torch.int64)
-        plan = kc.VerifyPlan(
-            verify_slot_indices=arr[:, 0].contiguous(), verify_prev_slot_indices=arr[:, 1].contiguous(),
-            verify_expected_positions=arr[:, 2].contiguous(), verify_expected_tokens=arr[:, 3].contiguous(),
-            verify_num_valid=torch.tensor([len(entries) if num_valid is None else num_valid], dtype=torch.int32),
-            enable=torch.tensor([enable], dtype=torch.int32))
+        plan = sc.verify_plan(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3],
+                              num_valid=len(entries) if num_valid is None else num_valid, enable=enable)
         kc.launch_canary_verify_kernel(context=self.ctx, plan=plan, check_verify_expected_token=check,
                                        backend=self.backend)
 

@@ -1,7 +1,7 @@
 """kvcanary's one behaviour for bad device data: no out-of-bounds access, INDEX_OUT_OF_RANGE rows instead.
 
-These pin the choices every backend must follow (REFERENCE's backends disagree: raise, clamp, or read
-out of bounds).
+These pin the choices every backend must follow; SGLang's backends disagree (raise, clamp, or read out of
+bounds). See docs/compatibility.md, Bad indices.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.testing import golden as g
+from tests.golden import loader as g
 
 RUNNERS: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "verify_cases": g.run_verify, "write_cases": g.run_write, "plan_cases": g.run_plan, "scatter_cases": g.run_scatter,

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.testing import golden as g
 from kvcanary.testing.parity import compare_outputs
 from tests.backends.triton._support import device
+from tests.golden import loader as g
 
 DEV = device()
 RUNNERS: dict[str, Callable[..., dict[str, torch.Tensor]]] = {

@@ -11,8 +11,7 @@ import torch
 
 import kvcanary as kc
 from kvcanary.testing.parity import check_call
-from kvcanary.testing.scenarios import Call
-from tests.backends.triton import _large
+from kvcanary.testing.scenarios import Call, large_plan_call, large_verify_call, large_write_call
 from tests.backends.triton._support import device
 
 DEV = device()
@@ -28,9 +27,9 @@ def _check(call: Call) -> None:
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 def test_small_builders(mode: kc.RealKvHashMode) -> None:
     rng = random.Random(SEED + int(mode))
-    _check(_large.verify_call(rng, num_slots=64, nreq=3, length=6, mode=mode, num_sources=2, corruptions=2))
-    _check(_large.write_call(rng, num_slots=64, nreq=2, length=9, mode=mode, num_sources=2))
-    _check(_large.plan_call(rng, bs=5, max_seq=12, num_slots=64, swa=int(mode) * 3, with_pool=mode != 0))
+    _check(large_verify_call(rng, chains=3, length=6, sources=2, mode=mode, corruptions=2, num_slots=64))
+    _check(large_write_call(rng, requests=2, length=9, sources=2, mode=mode, num_slots=64))
+    _check(large_plan_call(rng, bs=5, max_prefix=12, window=int(mode) * 3, pool=mode != 0, num_slots=64))
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -41,8 +40,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 def test_large_verify(mode: kc.RealKvHashMode) -> None:
     rng = random.Random(SEED + 10 + int(mode))
-    _check(_large.verify_call(rng, num_slots=1 << 17, nreq=256, length=400, mode=mode, num_sources=4,
-                              corruptions=40, ring=1 << 12))
+    _check(large_verify_call(rng, chains=256, length=400, sources=4, mode=mode, corruptions=40, num_slots=1 << 17,
+                             ring=1 << 12))
 
 
 @pytest.mark.gpu
@@ -50,8 +49,8 @@ def test_large_verify(mode: kc.RealKvHashMode) -> None:
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 def test_large_write(mode: kc.RealKvHashMode) -> None:
     rng = random.Random(SEED + 20 + int(mode))
-    _check(_large.write_call(rng, num_slots=1 << 16, nreq=1, length=20000, mode=mode, num_sources=3))
-    _check(_large.write_call(rng, num_slots=1 << 16, nreq=300, length=33, mode=mode, num_sources=2))
+    _check(large_write_call(rng, requests=1, length=20000, sources=3, mode=mode, num_slots=1 << 16))
+    _check(large_write_call(rng, requests=300, length=33, sources=2, mode=mode, num_slots=1 << 16))
 
 
 @pytest.mark.gpu
@@ -59,5 +58,5 @@ def test_large_write(mode: kc.RealKvHashMode) -> None:
 @pytest.mark.parametrize(("swa", "pool"), [(0, False), (0, True), (700, True)])
 def test_large_plan(swa: int, pool: bool) -> None:
     rng = random.Random(SEED + 30 + swa)
-    _check(_large.plan_call(rng, bs=256, max_seq=3000, num_slots=1 << 16, swa=swa, with_pool=pool))
-    _check(_large.plan_call(rng, bs=4096, max_seq=64, num_slots=1 << 16, swa=swa, with_pool=pool))
+    _check(large_plan_call(rng, bs=256, max_prefix=3000, window=swa, pool=pool, num_slots=1 << 16))
+    _check(large_plan_call(rng, bs=4096, max_prefix=64, window=swa, pool=pool, num_slots=1 << 16))

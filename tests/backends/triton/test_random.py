@@ -4,7 +4,8 @@ Realistic and hostile inputs from ``kvcanary.testing.scenarios`` (out-of-range s
 entries and rows, negative counts, enable 0 or 2, offsets past the token arrays, a full ring), plus the two
 plan stages alone. The seed comes from the clock, or from ``KVCANARY_TEST_SEED`` to replay a failure; a
 failing case prints it. Writes drop what torch_ref leaves unspecified for a parallel backend first
-(``_support.without_unspecified``). On the CPU the interpreter is slow, so each run draws a few small cases.
+(``kvcanary.testing.parity.without_unspecified``). On the CPU the interpreter is slow, so each run draws a few
+small cases.
 """
 
 from __future__ import annotations
@@ -13,48 +14,27 @@ import os
 import random
 import time
 import zlib
-from collections.abc import Callable
 
 import pytest
 import torch
 
 from kvcanary.registry import Op
-from kvcanary.testing.parity import check_call
-from kvcanary.testing.scenarios import GENERATORS, Call
-from tests.backends.triton._support import (
-    device,
-    plan_entries_call,
-    plan_offsets_call,
-    unspecified_parts,
-    without_unspecified,
-)
+from kvcanary.testing.parity import fuzz, unspecified_parts, without_unspecified
+from kvcanary.testing.scenarios import GENERATORS
+from tests.backends.triton._support import device
 
 DEV = device()
 SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))
 # cases per (operation, hostility) and run: the interpreter runs at a few ms per serial write step
 CASES = 25 if DEV.type == "cuda" else 8
 
-Generator = Callable[..., Call]
-OPS: dict[str, Generator] = {
-    "verify": GENERATORS[Op.VERIFY],
-    "write": lambda rng, hostile: without_unspecified(GENERATORS[Op.WRITE](rng, hostile=hostile)),
-    "plan": GENERATORS[Op.PLAN],
-    "scatter": GENERATORS[Op.SCATTER],
-    "plan_offsets": plan_offsets_call,
-    "plan_entries": plan_entries_call,
-}
-
 
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
-@pytest.mark.parametrize("op", list(OPS))
-def test_random_parity(op: str, hostile: bool) -> None:
-    seed = SEED ^ zlib.crc32(f"{op}/{hostile}".encode())
-    rng = random.Random(seed)
-    for k in range(CASES):
-        call = OPS[op](rng, hostile=hostile)
-        problems = check_call(call, DEV, "triton")
-        assert not problems, (f"{op} case {k} ({call.label}, hostile={hostile}) differs from torch_ref; "
-                              f"replay with KVCANARY_TEST_SEED={SEED}: {problems}")
+@pytest.mark.parametrize("op", list(GENERATORS), ids=lambda o: o.value)
+def test_random_parity(op: Op, hostile: bool) -> None:
+    failures = fuzz(op, DEV, "triton", seed=SEED ^ zlib.crc32(f"{op.value}/{hostile}".encode()), count=CASES,
+                    hostile=hostile)
+    assert not failures, f"replay with KVCANARY_TEST_SEED={SEED}: " + "\n".join(failures)
 
 
 def test_the_unspecified_filter_only_removes_unspecified_parts() -> None:

@@ -1,0 +1,101 @@
+"""Building one forward: flat token arrays grouped by row, CUDA-graph padding, and its two views (the
+model's input and the canary's engine-neutral :class:`~kvcanary.manager.CanaryBatch`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.demo.engine.faults import Fault, FaultInjector
+from kvcanary.demo.engine.model import ModelInput, RowMeta
+from kvcanary.demo.engine.requests import Request
+from kvcanary.manager.batch import CanaryBatch, ExpectedTokens
+
+
+@dataclass
+class RowWork:
+    """One batch row: ``req`` None is a padding row (req_to_token row 0, slot 0)."""
+
+    req: Request | None
+    prefix: int
+    extend: int
+    input_ids: Sequence[int]
+    positions: list[int]
+    locs: list[int]
+
+    @property
+    def row(self) -> int:
+        return self.req.row if self.req is not None else 0
+
+
+@dataclass
+class Forward:
+    rows: list[RowWork]
+    model_input: ModelInput
+    canary: CanaryBatch
+    row_starts: list[int]
+
+
+class GraphInputs:
+    """The static input buffers of the captured decode graphs (one set, sliced per bucket). After a replay
+    the padded tail is reset to padding values, so padding rows write the dummy slot 0."""
+
+    def __init__(self, max_tokens: int, device: torch.device) -> None:
+        self.ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.pos = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.loc = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+
+    def fill(self, ids: list[int], pos: list[int], locs: list[int], padded: int,
+             faults: FaultInjector) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = len(ids)
+        dev = self.ids.device
+        self.ids[:n] = torch.tensor(ids, dtype=torch.int64, device=dev)
+        self.pos[:n] = torch.tensor(pos, dtype=torch.int64, device=dev)
+        self.loc[:n] = torch.tensor(locs, dtype=torch.int64, device=dev)
+        self.ids[n:padded] = 0
+        self.pos[n:padded] = 0
+        stale = [int(x) for x in self.loc[n:padded].tolist()]
+        if not (any(stale) and faults.fire(Fault.PADDING_ROW_WRITE, f"padding rows kept out_cache_loc {stale}")):
+            self.loc[n:padded] = 0  # (skipped by the bug: padding rows keep the previous replay's slots)
+        return self.ids[:padded], self.pos[:padded], self.loc[:padded]
+
+
+def _bucket(n: int, buckets: tuple[int, ...]) -> int | None:
+    return next((b for b in buckets if b >= n), None)
+
+
+def build_forward(rows: list[RowWork], *, device: torch.device, buckets: tuple[int, ...] = (),
+                  graph: GraphInputs | None = None, faults: FaultInjector | None = None) -> Forward:
+    """Lay ``rows`` out flat (row order), pad to a graph bucket when ``graph`` is given, and describe it."""
+    faults = faults if faults is not None else FaultInjector()
+    rows = list(rows)
+    real_tokens = sum(r.extend for r in rows)
+    per_row = rows[0].extend if rows else 1
+    bucket = _bucket(len(rows), buckets) if graph is not None else None
+    if bucket is not None:
+        for _ in range(bucket - len(rows)):
+            rows.append(RowWork(None, 0, per_row, [0] * per_row, [0] * per_row, [0] * per_row))
+    ids = [t for r in rows for t in r.input_ids]
+    pos = [p for r in rows for p in r.positions]
+    locs = [s for r in rows for s in r.locs]
+    if graph is not None and bucket is not None:
+        ids_t, pos_t, loc_t = graph.fill(ids[:real_tokens], pos[:real_tokens], locs[:real_tokens], len(ids), faults)
+    else:
+        def t(x: list[int]) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.int64, device=device)
+
+        ids_t, pos_t, loc_t = t(ids), t(pos), t(locs)
+    starts, metas, at = [], [], 0
+    for r in rows:
+        starts.append(at)
+        metas.append(RowMeta(r.row, r.prefix, r.extend, at))
+        at += r.extend
+    expected = ExpectedTokens.from_lists([list(r.req.tokens) if r.req is not None else [] for r in rows])
+    canary = CanaryBatch(
+        req_pool_indices=torch.tensor([r.row for r in rows], dtype=torch.int64, device=device),
+        prefix_lens=torch.tensor([r.prefix for r in rows], dtype=torch.int64, device=device),
+        extend_lens=torch.tensor([r.extend for r in rows], dtype=torch.int64, device=device),
+        input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, expected_tokens=expected)
+    return Forward(rows, ModelInput(ids_t, pos_t, loc_t, tuple(metas)), canary, starts)

@@ -1,0 +1,55 @@
+"""What one demo run found: the fault injected (if any), when it fired, and the canary's reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvcanary.demo.engine.faults import Fault
+    from kvcanary.manager import ViolationEvent
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """One run. ``fault`` None is the clean run."""
+
+    fault: Fault | None
+    fired_step: int | None
+    fired_detail: str
+    events: tuple[ViolationEvent, ...]
+    peer_violations: int
+    steps: int
+    seconds: float
+    protected_tokens: int
+    sweep_passes: int
+    error: str | None = None
+
+    @property
+    def first(self) -> ViolationEvent | None:
+        return self.events[0] if self.events else None
+
+    @property
+    def detected(self) -> bool:
+        return bool(self.events)
+
+    @property
+    def ok(self) -> bool:
+        if self.error is not None:
+            return False
+        if self.fault is None:
+            return not self.events and self.peer_violations == 0
+        return self.detected
+
+    @property
+    def tags(self) -> list[str]:
+        return sorted({e.violation.tag_name for e in self.events})
+
+    @property
+    def reasons(self) -> list[str]:
+        seen: list[str] = []
+        for e in self.events:
+            for label in e.violation.reason_labels:
+                if label not in seen:
+                    seen.append(label)
+        return seen

@@ -1,0 +1,75 @@
+"""The demo's printout: where it runs (device, backend per operation), a block per run (the bug, when it
+was injected, how it was caught, the first report) and the summary table with its legend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from kvcanary.demo.outcome import RunOutcome
+
+LEGEND = ("fired: step the bug was injected; found: step of the first violation; lag: found - fired; "
+          "first check: launch tag that caught it; reasons: its fail reasons; rows: violation rows in all")
+
+
+def header(device: str, chosen: Mapping[str, str], out: TextIO) -> None:
+    """The device the demo runs on and the backend each operation's launches get there."""
+    out.write(f"kvcanary demo on {device}; backend per operation: "
+              + ", ".join(f"{op}={name}" for op, name in chosen.items()) + "\n")
+
+
+def describe(o: RunOutcome, out: TextIO) -> None:
+    """The per-run block: what was injected, whether, when and how it was caught, and the first report."""
+    from kvcanary.demo.engine.faults import DESCRIPTIONS
+
+    name = o.fault.value if o.fault is not None else "clean"
+    status = "OK" if o.ok else "FAILED"
+    out.write(f"\n=== {name} [{status}] ({o.seconds:.1f}s)\n")
+    if o.fault is None:
+        out.write(f"  no fault injected; {len(o.events)} violation(s) on the decode engine, {o.peer_violations} on "
+                  f"the prefill engine; {o.protected_tokens} tokens verified, {o.sweep_passes} sweeps\n")
+    else:
+        out.write(f"  bug: {DESCRIPTIONS[o.fault]}\n")
+        if o.fired_step is None:
+            out.write("  the buggy code path never ran in this workload\n")
+        else:
+            out.write(f"  injected at step {o.fired_step}: {o.fired_detail}\n")
+        first = o.first
+        if first is None:
+            out.write("  NOT DETECTED\n")
+        else:
+            lag = first.step_recorded - o.fired_step if o.fired_step is not None else None
+            lag_text = f", {lag} step(s) after the fault" if lag is not None else ""
+            out.write(f"  detected in step {first.step_recorded}{lag_text} (on the host at the end of step "
+                      f"{first.step_pumped}) by {first.violation.tag_name}: "
+                      f"{'+'.join(first.violation.reason_labels)}\n")
+            out.write(f"  {len(o.events)} violation row(s); checks that fired: {', '.join(o.tags)}; "
+                      f"reasons: {', '.join(o.reasons)}\n")
+            if o.fault.value == "corrupted_transfer":
+                out.write(f"  prefill side: {o.peer_violations} violation(s) (it never sees the bad copy)\n")
+            out.write("  first report:\n")
+            for line in first.message.splitlines():
+                out.write(f"    {line}\n")
+    if o.error is not None:
+        out.write(f"  engine error: {o.error}\n")
+
+
+def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
+    out.write("\nsummary\n")
+    head = f"{'run':<22} {'fired':>5} {'found':>5} {'lag':>3}  {'first check':<13} {'reasons':<46} {'rows':>5}  result"
+    out.write(LEGEND + "\n" + head + "\n" + "-" * len(head) + "\n")
+    for o in outcomes:
+        first = o.first
+        name = o.fault.value if o.fault is not None else "clean"
+        fired = "-" if o.fired_step is None else str(o.fired_step)
+        found = "-" if first is None else str(first.step_recorded)
+        lag = "-"
+        if first is not None and o.fired_step is not None:
+            lag = str(first.step_recorded - o.fired_step)
+        tag = first.violation.tag_name if first is not None else "-"
+        reasons = "+".join(first.violation.reason_labels) if first is not None else "-"
+        clean_result = "silent" if o.ok else "FALSE POSITIVE"
+        result = clean_result if o.fault is None else ("detected" if o.ok else "MISSED")
+        if o.error is not None:
+            result += " (engine error)"
+        out.write(f"{name:<22} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")

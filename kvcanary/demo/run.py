@@ -1,0 +1,157 @@
+"""The demo's runs and its command: a fresh engine pair per run, the clean run first, then one run per
+fault class; ``main`` is ``kvcanary demo`` (exit status 0 when the clean run is silent and every fault is
+detected, 1 otherwise).
+
+Heavy imports happen inside the functions, so ``kvcanary --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from kvcanary.cli import UsageError, arguments
+from kvcanary.demo.outcome import RunOutcome
+from kvcanary.demo.progress import ProgressBar
+from kvcanary.demo.report import describe, header, summary
+
+if TYPE_CHECKING:
+    from kvcanary.demo.engine.faults import Fault
+
+DEFAULT_STEPS = 40
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    steps: int = DEFAULT_STEPS
+    device: str = "cpu"
+    backend: str | None = None
+    seed: int = 0
+
+
+def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None) -> RunOutcome:
+    """Drive the demo workload through a fresh engine pair with ``fault`` armed (None: clean)."""
+    from kvcanary.consts import RealKvHashMode
+    from kvcanary.demo.engine import (
+        Engine,
+        EngineConfig,
+        FaultInjector,
+        demo_engine_config,
+        drive,
+        shared_prefix_workload,
+    )
+    from kvcanary.manager import CanaryConfig
+
+    canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
+                          sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
+                          backend=settings.backend)
+    cfg: EngineConfig = demo_engine_config(settings.device)
+    faults = FaultInjector(fault)
+    engine = Engine(cfg, canary=canary, faults=faults, name="decode")
+    peer = Engine(cfg, canary=canary, model=engine.model, name="prefill")
+    engine.attach_prefill_peer(peer)
+    peer.warmup()
+    engine.warmup()
+    workload = shared_prefix_workload(seed=settings.seed, vocab_size=cfg.model.vocab_size, steps=settings.steps)
+    label = fault.value if fault is not None else "clean"
+    start = time.perf_counter()
+    error = None
+    try:
+        drive(engine, workload, settings.steps,
+              on_step=(lambda _s: progress.advance(1, label)) if progress is not None else None)
+    except Exception as exc:  # a fault can break the engine itself; report it, do not hide it
+        error = f"{type(exc).__name__}: {exc}"
+    engine.flush_canaries()
+    peer.flush_canaries()
+    seconds = time.perf_counter() - start
+    mgr = engine.canary
+    snap = mgr.last_snapshot if mgr is not None else None
+    firing = faults.firings[0] if faults.firings else None
+    return RunOutcome(
+        fault=fault, fired_step=firing.step if firing else None, fired_detail=firing.detail if firing else "",
+        events=tuple(engine.events()), peer_violations=len(peer.events()), steps=settings.steps, seconds=seconds,
+        protected_tokens=sum(snap.slot_run_counters) if snap is not None else 0,
+        sweep_passes=mgr.sweep_passes if mgr is not None else 0, error=error)
+
+
+def chosen_backends(settings: DemoSettings) -> dict[str, str]:
+    """Operation -> the backend its launches get with these settings (raises BackendError if none can)."""
+    import torch
+
+    from kvcanary.registry import REGISTRY, Op
+
+    dev = torch.device(settings.device)
+    return {op.value: REGISTRY.select(op, dev, settings.backend).backend.name for op in Op}
+
+
+def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None = None) -> list[RunOutcome]:
+    """The clean run, then one run per fault in ``faults``; prints each and the summary."""
+    import torch
+
+    out = out if out is not None else sys.stdout
+    threads = torch.get_num_threads()
+    manager_log = logging.getLogger("kvcanary.manager")
+    level = manager_log.level
+    if settings.device == "cpu":
+        torch.set_num_threads(1)  # a tiny model: thread hand-offs cost more than they save
+    manager_log.setLevel(logging.ERROR)  # the demo prints the reports itself
+    header(settings.device, chosen_backends(settings), out)
+    runs: list[Fault | None] = [None, *faults]
+    progress = ProgressBar(settings.steps * len(runs))
+    outcomes: list[RunOutcome] = []
+    try:
+        for f in runs:
+            outcomes.append(run_one(f, settings, progress))
+    finally:
+        progress.close()
+        torch.set_num_threads(threads)
+        manager_log.setLevel(level)
+    for o in outcomes:
+        describe(o, out)
+    summary(outcomes, out)
+    return outcomes
+
+
+@arguments("demo")
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    from kvcanary.demo.engine.faults import Fault
+
+    p.add_argument("--fault", choices=["all", "none", *[f.value for f in Fault]], default="all",
+                   help="the fault class to inject after the clean run (default: every class; none: clean only)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="engine steps per run")
+    p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``kvcanary demo``: 0 when the clean run is silent and every fault is detected.
+
+    A bad option, a device torch cannot use or a backend that cannot serve is one line and exit status 2.
+    """
+    from kvcanary.cli_commands import backend_usage_error, check_backend_name, usable_device
+    from kvcanary.demo.engine.faults import Fault
+    from kvcanary.registry import BackendError
+
+    if args.steps < 16:
+        raise UsageError(f"--steps must be >= 16, got {args.steps}",
+                         hint="the workload's faults need that many steps to occur")
+    usable_device(args.device)
+    check_backend_name(args.backend)
+    faults = list(Fault) if args.fault == "all" else [] if args.fault == "none" else [Fault(args.fault)]
+    settings = DemoSettings(steps=args.steps, device=args.device, backend=args.backend, seed=args.seed)
+    start = time.perf_counter()
+    try:
+        outcomes = run_demo(faults, settings)
+    except BackendError as exc:
+        raise backend_usage_error(exc, args.backend) from None
+    bad = [o for o in outcomes if not o.ok]
+    good = "clean run silent" + (", every fault detected" if faults else "")
+    print(f"\n{len(outcomes)} run(s) in {time.perf_counter() - start:.1f}s: "
+          + (good if not bad else f"{len(bad)} run(s) FAILED"))
+    return 1 if bad else 0

@@ -1,0 +1,55 @@
+"""The launchers' ``.pyi`` stubs: one per launcher module, generated from the contracts (tooling only).
+
+``python -m kvcanary.launch`` rewrites them; ``--check`` exits 1 and names the stale files instead. The
+test suite runs the check, so a contract change without regenerated stubs fails CI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+from kvcanary.contracts.stubs import StubLauncher, render
+
+MODULES = ("plan", "plan_entries", "plan_offsets", "scatter", "verify", "write")
+COMMAND = "python -m kvcanary.launch"
+
+
+def stub_text(module_name: str) -> str:
+    """The stub of ``kvcanary.launch.<module_name>``, as it should be."""
+    module = importlib.import_module(f"kvcanary.launch.{module_name}")
+    launchers = [
+        StubLauncher(name, fn.__kvc_contract__, fn.__kvc_extras__, fn.__doc__ or "")
+        for name, fn in vars(module).items()
+        if callable(fn) and hasattr(fn, "__kvc_contract__")
+    ]
+    return render(inspect.getdoc(module) or "", launchers, COMMAND)
+
+
+def stub_path(module_name: str) -> Path:
+    return Path(__file__).with_name(f"{module_name}.pyi")
+
+
+def stale() -> list[Path]:
+    """The stubs whose text differs from what the contracts generate."""
+    out = []
+    for name in MODULES:
+        path = stub_path(name)
+        if not path.exists() or path.read_text() != stub_text(name):
+            out.append(path)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        paths = stale()
+        for path in paths:
+            print(f"stale: {path} (run `{COMMAND}`)")
+        return 1 if paths else 0
+    if argv:
+        print(f"usage: {COMMAND} [--check]")
+        return 2
+    for name in MODULES:
+        stub_path(name).write_text(stub_text(name))
+    return 0

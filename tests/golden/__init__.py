@@ -1,0 +1,1 @@
+"""The golden vectors and their loader (:mod:`tests.golden.loader`)."""

@@ -1,0 +1,116 @@
+"""One declaration per operation: launchers, stubs and every backend follow the operation's contract.
+
+The contract model is the only place an operation's arguments are written. These tests fail when a
+launcher, its typed stub or a backend implementation disagrees with it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import typing
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import kvcanary as kc
+from kvcanary.backends import priority
+from kvcanary.contracts import ContractError
+from kvcanary.launch import stubs
+from kvcanary.launch._make import CONTRACTS
+from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing import calls
+
+LAUNCHERS: dict[Op, Callable[..., None]] = {
+    Op.PLAN: kc.launch_canary_plan_kernels,
+    Op.PLAN_OFFSETS: kc.launch_plan_offsets_kernel,
+    Op.PLAN_ENTRIES: kc.launch_plan_entries_kernel,
+    Op.VERIFY: kc.launch_canary_verify_kernel,
+    Op.WRITE: kc.launch_canary_write_kernel,
+    Op.SCATTER: kc.launch_scatter_req_token_ids_kernel,
+}
+
+
+def test_every_operation_has_one_contract_and_one_launcher() -> None:
+    assert set(CONTRACTS) == set(Op) == set(LAUNCHERS)
+    for op, fn in LAUNCHERS.items():
+        assert fn.__kvc_contract__ is CONTRACTS[op]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("op", list(Op), ids=lambda o: o.value)
+def test_launcher_parameters_are_the_contract_fields(op: Op) -> None:
+    params = inspect.signature(LAUNCHERS[op]).parameters
+    assert list(params) == [*CONTRACTS[op].model_fields, "backend"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    assert params["backend"].default is None
+    assert all(p.default is inspect.Parameter.empty for n, p in params.items() if n != "backend")
+
+
+def test_every_backend_implementation_takes_exactly_its_operations_contract() -> None:
+    seen = 0
+    for name in priority.PRIORITY:  # the built-in backends (tests register doubles of their own)
+        backend = REGISTRY.get(name)
+        for op in backend.ops:
+            impl = backend.implementation(op)
+            params = list(inspect.signature(impl).parameters.values())
+            assert len(params) == 1, f"{name} {op.value}: takes {[p.name for p in params]}, wants one call object"
+            hint = typing.get_type_hints(impl)[params[0].name]
+            assert hint is CONTRACTS[op], f"{name} {op.value}: annotated {hint}, contract is {CONTRACTS[op]}"
+            seen += 1
+    assert seen >= 3 * len(Op)
+
+
+def test_stubs_are_generated_from_the_contracts() -> None:
+    assert stubs.stale() == [], "run `python -m kvcanary.launch` and commit the stubs"
+
+
+def test_stub_overloads_follow_the_presence_rules() -> None:
+    text = stubs.stub_text("write")
+    assert text.count("@deprecated(") == 4  # two ways to break each of the two rules
+    assert "KVC-W083: expected input tensors are required when enable_write_input_assert=True" in text
+    assert "def launch_canary_verify_kernel(*, context: VerifyOrWriteContext" in stubs.stub_text("verify")
+
+
+def test_implementations_receive_the_call_object_unchanged() -> None:
+    backend = kc.Backend("probe", "records its call", {Op.SCATTER: kc.OpSupport("tests.kvcanary.test_operations:_probe",
+                                                                                 {"cpu": 10_000})})
+    kw = calls.scatter()
+    _PROBE.clear()
+    kc.register_backend(backend)
+    try:
+        kc.launch_scatter_req_token_ids_kernel(**kw, backend="probe")
+    finally:
+        REGISTRY.unregister("probe")
+    got = list(_PROBE)
+    assert len(got) == 1 and isinstance(got[0], CONTRACTS[Op.SCATTER])
+    call = got[0]
+    assert all(getattr(call, k) is v for k, v in kw.items())
+    assert call.model_fields_set == set(kw)
+
+
+_PROBE: list[object] = []
+
+
+def _probe(call: object) -> None:
+    _PROBE.append(call)
+
+
+def test_generated_code_shows_in_tracebacks() -> None:
+    kw = calls.scatter()
+    kw["pool_out"] = kw["pool_out"].to(torch.int64)
+    with pytest.raises(ContractError) as info:
+        kc.launch_scatter_req_token_ids_kernel(**kw)
+    frames = [f for f in info.traceback if str(f.path).startswith("<launcher") or str(f.path).startswith("<contract")]
+    assert {str(f.path) for f in frames} >= {"<launcher launch_scatter_req_token_ids_kernel>",
+                                             "<contract launch_scatter_req_token_ids_kernel>"}
+    for f in frames:
+        assert linecache.getline(str(f.path), f.lineno + 1).strip(), f.path
+
+
+def test_the_backend_guide_names_each_operations_contract() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "api" / "registry.md").read_text()
+    for op, contract in CONTRACTS.items():
+        assert f"| `{op.value}` | `{contract.__module__}.{contract.__name__}` |" in text, op
