@@ -450,22 +450,16 @@ class ContractCompiler:
                 )
         src = dim.expr.compile(self.scope())
         size = f"{node.local}.shape[{i}]"
-        if dim.kind == "min":
-            fmt = {**base_fmt, "minimum": src}
-            self.add_check(
-                self.make_check(node, "min_size", slug, ph.SIZE, self.family.template("min_size" + nd, spec.messages),
-                                f"{node.label}.shape[{i}] must be >= {dim.text[2:].strip()}",
-                                info={"dim": i, "expr": dim.text}, fmt=fmt),
-                f"{size} < {src}", node, ph.SIZE, guard,
-            )
+        if dim.kind == "min":  # (kind, the value's name in the message, rule text, failing comparison)
+            kind, key, rule, op = "min_size", "minimum", f"must be >= {dim.text[2:].strip()}", "<"
         else:
-            fmt = {**base_fmt, "expected": src}
-            self.add_check(
-                self.make_check(node, "size", slug, ph.SIZE, self.family.template("size" + nd, spec.messages),
-                                f"{node.label}.shape[{i}] must equal {dim.text}",
-                                info={"dim": i, "expr": dim.text}, fmt=fmt),
-                f"{size} != {src}", node, ph.SIZE, guard,
-            )
+            kind, key, rule, op = "size", "expected", f"must equal {dim.text}", "!="
+        self.add_check(
+            self.make_check(node, kind, slug, ph.SIZE, self.family.template(kind + nd, spec.messages),
+                            f"{node.label}.shape[{i}] {rule}", info={"dim": i, "expr": dim.text},
+                            fmt={**base_fmt, key: src}),
+            f"{size} {op} {src}", node, ph.SIZE, guard,
+        )
 
     def _items(self, node: Node, guard: str | None) -> None:
         spec = node.spec
@@ -519,28 +513,24 @@ class ContractCompiler:
             missing_fmt = f"', '.join(n for n, v in [{pairs}] if v is None) or '-'"
             given_fmt = f"', '.join(n for n, v in [{pairs}] if v is not None) or '-'"
             fmt = {"names": repr(joined), "missing": missing_fmt, "given": given_fmt}
+            kind = rule.kind
             if isinstance(rule, AllOrNone):
                 fail = f"len({{{', '.join(p for p in present)}}}) > 1"
                 summary = f"{joined} are given together or not at all"
-                kind = "all_or_none"
-            elif isinstance(rule, RequiredIf):
+            elif isinstance(rule, (RequiredIf, ForbiddenUnless)):
                 flag = self._node(rule.flag, rule)
-                fail = f"{flag.local} and not ({' and '.join(present)})"
-                summary = f"{flag.label}=True requires {joined}"
                 fmt["flag"] = repr(flag.label)
-                kind = "required_if"
-            elif isinstance(rule, ForbiddenUnless):
-                flag = self._node(rule.flag, rule)
-                fail = f"not {flag.local} and ({' or '.join(present)})"
-                summary = f"{joined} must be None when {flag.label}=False"
-                fmt["flag"] = repr(flag.label)
-                kind = "forbidden_unless"
+                if isinstance(rule, RequiredIf):
+                    fail = f"{flag.local} and not ({' and '.join(present)})"
+                    summary = f"{flag.label}=True requires {joined}"
+                else:
+                    fail = f"not {flag.local} and ({' or '.join(present)})"
+                    summary = f"{joined} must be None when {flag.label}=False"
             else:
                 cond = rule.condition.compile(self.scope())
                 fail = f"{cond} and not ({' and '.join(present)})"
                 summary = f"{joined} required when {rule.when}"
                 fmt["when"] = repr(rule.when)
-                kind = "required_when"
             template = rule.message or self.family.template(kind)
             for extra, src in rule.values.items():
                 fmt[extra] = Expr.parse(src).compile(self.scope())

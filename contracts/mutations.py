@@ -35,9 +35,7 @@ class PadStride:
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
         k = max(1, self.nbytes // t.element_size())
-        wide = list(t.shape)
-        wide[self.dim + 1] += k
-        base = torch.zeros(wide, dtype=t.dtype, device=t.device)
+        base = _zeros(t, self.dim + 1, t.shape[self.dim + 1] + k)
         index = [slice(None)] * t.dim()
         index[self.dim + 1] = slice(0, t.shape[self.dim + 1])
         return base[tuple(index)]
@@ -54,12 +52,17 @@ class Resize:
     size: int = 0
 
     def apply(self, t: torch.Tensor) -> torch.Tensor:
-        shape = list(t.shape)
-        shape[self.dim] = self.size
-        return torch.zeros(shape, dtype=t.dtype, device=t.device)
+        return _zeros(t, self.dim, self.size)
 
     def describe(self, name: str) -> str:
         return f"`{name}` has {self.size} entries along dim {self.dim}"
+
+
+def _zeros(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """Zeros of ``t``'s dtype and device, with ``t``'s shape but ``size`` along ``dim``."""
+    shape = list(t.shape)
+    shape[dim] = size
+    return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
 TensorMutation = Misalign | PadStride | Resize

@@ -22,10 +22,10 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -221,46 +221,57 @@ _lock = threading.Lock()
 _compiled: dict[tuple[Spec, int], Compiled] = {}
 
 
-def load(spec: Spec, device_index: int, shmem: int = 0) -> Compiled:
-    """``spec`` compiled and loaded on ``device_index`` (once per process)."""
-    key = (spec, device_index)
-    hit = _compiled.get(key)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def once(cache: dict[K, V], key: K, lock: threading.Lock, make: Callable[[], V]) -> V:
+    """``cache[key]``, made by ``make()`` under ``lock`` the first time (no lock taken on a hit)."""
+    hit = cache.get(key)
     if hit is not None:
         return hit
-    with _lock:
-        hit = _compiled.get(key)
-        if hit is not None:
-            return hit
-        cc = core()
-        arch = arch_of(device_index)
-        cubin = compile_cubin(spec, arch)
-        dev = cc.Device(device_index)
-        try:
-            # Loading is not a stream operation, but the driver may refuse it while a capture runs: launch
-            # each specialization once eagerly before capturing (backends.cuda.preload does the common ones).
-            with torch.cuda.device(device_index):
-                dev.set_current()  # the primary context, the one torch uses
-                obj = cc.ObjectCode.from_cubin(cubin, name=spec.label())
-                kernel = obj.get_kernel(spec.entry)
-        except Exception as exc:
-            hint = (" (a CUDA-graph capture is running: launch each kernel once eagerly before capturing)"
-                    if torch.cuda.is_current_stream_capturing() else "")
-            raise RuntimeError(f"kv-canary cuda: loading {spec.label()} on cuda:{device_index} failed: "
-                               f"{exc}{hint}") from exc
-        sms = int(dev.properties.multiprocessor_count)
-        try:
-            per_sm = int(kernel.occupancy.max_active_blocks_per_multiprocessor(spec.threads, shmem))
-        except Exception:
-            per_sm = max(1, 2048 // spec.threads)
-        try:  # properties in cuda.core 1.x, methods taking a device before
-            attrs = kernel.attributes
-            regs, local = (v() if callable(v) else v for v in (attrs.num_regs, attrs.local_size_bytes))
-            regs, local = int(regs), int(local)
-        except Exception:
-            regs, local = -1, -1
-        hit = Compiled(spec, kernel, max(1, per_sm) * sms, regs, local)
-        _compiled[key] = hit
+    with lock:
+        hit = cache.get(key)
+        if hit is None:
+            hit = make()
+            cache[key] = hit
         return hit
+
+
+def load(spec: Spec, device_index: int, shmem: int = 0) -> Compiled:
+    """``spec`` compiled and loaded on ``device_index`` (once per process)."""
+    return once(_compiled, (spec, device_index), _lock, lambda: _load(spec, device_index, shmem))
+
+
+def _load(spec: Spec, device_index: int, shmem: int) -> Compiled:
+    cc = core()
+    arch = arch_of(device_index)
+    cubin = compile_cubin(spec, arch)
+    dev = cc.Device(device_index)
+    try:
+        # Loading is not a stream operation, but the driver may refuse it while a capture runs: launch
+        # each specialization once eagerly before capturing (backends.cuda.preload does the common ones).
+        with torch.cuda.device(device_index):
+            dev.set_current()  # the primary context, the one torch uses
+            obj = cc.ObjectCode.from_cubin(cubin, name=spec.label())
+            kernel = obj.get_kernel(spec.entry)
+    except Exception as exc:
+        hint = (" (a CUDA-graph capture is running: launch each kernel once eagerly before capturing)"
+                if torch.cuda.is_current_stream_capturing() else "")
+        raise RuntimeError(f"kv-canary cuda: loading {spec.label()} on cuda:{device_index} failed: "
+                           f"{exc}{hint}") from exc
+    sms = int(dev.properties.multiprocessor_count)
+    try:
+        per_sm = int(kernel.occupancy.max_active_blocks_per_multiprocessor(spec.threads, shmem))
+    except Exception:
+        per_sm = max(1, 2048 // spec.threads)
+    try:  # properties in cuda.core 1.x, methods taking a device before
+        attrs = kernel.attributes
+        regs, local = (v() if callable(v) else v for v in (attrs.num_regs, attrs.local_size_bytes))
+        regs, local = int(regs), int(local)
+    except Exception:
+        regs, local = -1, -1
+    return Compiled(spec, kernel, max(1, per_sm) * sms, regs, local)
 
 
 def _compile_worker(spec: Spec, arch: str) -> bytes:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
+from kvcanary.contract.plan import PlanLaunch
+from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
 
 
 def read_slot(
@@ -81,16 +83,11 @@ class Offsets:
     enable: torch.Tensor  # [1] int32
 
 
-def offsets_stage(
-    *,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    extend_seq_lens: torch.Tensor,
-    req_to_token: torch.Tensor,
-    lut: torch.Tensor | None,
-    swa_window_size: int,
-    verify_capacity: int,
-) -> Offsets:
+def offsets_stage(call: PlanLaunch | PlanOffsetsLaunch) -> Offsets:
+    """Stage 1 of the plan, from the fields the fused plan and the offsets launch share."""
+    req_pool_indices, prefix_lens, extend_seq_lens = call.req_pool_indices, call.prefix_lens, call.extend_seq_lens
+    req_to_token, lut = call.req_to_token, call.full_to_swa_index_mapping
+    swa_window_size, verify_capacity = call.swa_window_size, call.verify_capacity
     active = req_pool_indices != REQ_POOL_IDX_PADDING
     ws = window_start(prefix_lens, swa_window_size)
     vlen = torch.where(active, (prefix_lens - ws).clamp(min=0), 0)

@@ -7,8 +7,17 @@ from collections.abc import Sequence
 import torch
 
 from kvcanary.backends.torch_ref._hash import splitmix64
-from kvcanary.consts import REAL_KV_CHUNK_BYTES, RealKvHashMode
+from kvcanary.consts import REAL_KV_CHUNK_BYTES, FailReason, RealKvHashMode
 from kvcanary.sources import RealKvSource
+
+# FailReason bits as plain ints, for the row tensors verify and write build
+CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+POS = int(FailReason.VERIFY_POSITION_MISMATCH)
+RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+TOK = int(FailReason.VERIFY_TOKEN_MISMATCH)
+WTOK = int(FailReason.WRITE_TOKEN_MISMATCH)
+WPOS = int(FailReason.WRITE_POSITION_MISMATCH)
+OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 
 _FOLD_CHUNK = 1 << 16  # slots folded per pass, to bound the gather's temporary memory
 

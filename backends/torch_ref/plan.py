@@ -9,9 +9,7 @@ from kvcanary.contract.plan import PlanLaunch
 def plan(call: PlanLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     lut = call.full_to_swa_index_mapping
-    off = offsets_stage(req_pool_indices=call.req_pool_indices, prefix_lens=call.prefix_lens,
-                        extend_seq_lens=call.extend_seq_lens, req_to_token=call.req_to_token, lut=lut,
-                        swa_window_size=call.swa_window_size, verify_capacity=call.verify_capacity)
+    off = offsets_stage(call)
     vp, wp = call.verify_plan_out, call.write_plan_out
     wp.write_offsets.zero_()
     wp.write_offsets[:bs] = off.write_exclusive

@@ -8,10 +8,7 @@ from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
 
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
-    lut = call.full_to_swa_index_mapping
-    off = offsets_stage(req_pool_indices=call.req_pool_indices, prefix_lens=call.prefix_lens,
-                        extend_seq_lens=call.extend_seq_lens, req_to_token=call.req_to_token, lut=lut,
-                        swa_window_size=call.swa_window_size, verify_capacity=call.verify_capacity)
+    off = offsets_stage(call)
     call.out_verify_offsets_scratch[:bs] = off.verify_exclusive
     call.out_verify_offsets_scratch[bs : bs + 1] = off.verify_total
     call.out_write_offsets[:bs] = off.write_exclusive

@@ -19,15 +19,9 @@ from __future__ import annotations
 import torch
 
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
-from kvcanary.backends.torch_ref._records import append_rows, fold_sources, records
-from kvcanary.consts import INVALID_SLOT, FailReason
+from kvcanary.backends.torch_ref._records import CHAIN, OOB, POS, RKV, TOK, append_rows, fold_sources, records
+from kvcanary.consts import INVALID_SLOT
 from kvcanary.contract.verify import VerifyLaunch
-
-_CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
-_POS = int(FailReason.VERIFY_POSITION_MISMATCH)
-_RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
-_TOK = int(FailReason.VERIFY_TOKEN_MISMATCH)
-_OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 
 
 def verify(call: VerifyLaunch) -> None:
@@ -65,13 +59,13 @@ def verify(call: VerifyLaunch) -> None:
     exp_chain = torch.where(prev_anchor, ANCHOR_I64, torch.where(prev_reach, link, chain))
     exp_rkv, src_oob = fold_sources(ctx.real_kv_sources, int(ctx.real_kv_hash_mode), sc)
 
-    bits = (prev_reach & (chain != exp_chain)).to(torch.int64) * _CHAIN
-    bits |= (pos != exp_pos).to(torch.int64) * _POS
-    bits |= (rkv != exp_rkv).to(torch.int64) * _RKV
+    bits = (prev_reach & (chain != exp_chain)).to(torch.int64) * CHAIN
+    bits |= (pos != exp_pos).to(torch.int64) * POS
+    bits |= (rkv != exp_rkv).to(torch.int64) * RKV
     if call.check_verify_expected_token:
-        bits |= ((exp_tok != -1) & (tok != exp_tok)).to(torch.int64) * _TOK
-    bits |= (prev_oob | src_oob).to(torch.int64) * _OOB
-    bits = torch.where(slot_oob, _OOB, bits)
+        bits |= ((exp_tok != -1) & (tok != exp_tok)).to(torch.int64) * TOK
+    bits |= (prev_oob | src_oob).to(torch.int64) * OOB
+    bits = torch.where(slot_oob, OOB, bits)
 
     zero = torch.zeros_like(slot)
     row = torch.stack(

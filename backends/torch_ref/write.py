@@ -21,13 +21,9 @@ from __future__ import annotations
 import torch
 
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
-from kvcanary.backends.torch_ref._records import append_rows, fold_sources, records
-from kvcanary.consts import INVALID_SLOT, FailReason
+from kvcanary.backends.torch_ref._records import OOB, WPOS, WTOK, append_rows, fold_sources, records
+from kvcanary.consts import INVALID_SLOT
 from kvcanary.contract.write import WriteLaunch
-
-_WTOK = int(FailReason.WRITE_TOKEN_MISMATCH)
-_WPOS = int(FailReason.WRITE_POSITION_MISMATCH)
-_OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 
 
 def write(call: WriteLaunch) -> None:
@@ -90,26 +86,26 @@ def write(call: WriteLaunch) -> None:
     src_oob = src_oob_flat.view_as(loc) & store
 
     kcol = torch.full_like(loc, kind)
-    oob_row = torch.stack([kcol, loc, pos, tok, tok, hashes, pos, torch.full_like(loc, _OOB)], dim=-1)
+    oob_row = torch.stack([kcol, loc, pos, tok, tok, hashes, pos, torch.full_like(loc, OOB)], dim=-1)
     if call.enable_write_input_assert:
         assert call.expected_input_tokens is not None and call.expected_input_positions is not None
         etok = call.expected_input_tokens[idx]
         epos = call.expected_input_positions[idx]
-        ibits = (tok != etok).to(torch.int64) * _WTOK | (pos != epos).to(torch.int64) * _WPOS
+        ibits = (tok != etok).to(torch.int64) * WTOK | (pos != epos).to(torch.int64) * WPOS
         in_row = torch.stack([kcol, loc, pos, tok, etok, hashes, epos, ibits], dim=-1)
         in_keep = store & (ibits != 0)
     else:
         in_row = oob_row
         in_keep = torch.zeros_like(store)
     cp_keep = store & pos_assert[:, None] & (pos != prev_pos + 1)
-    cp_row = torch.stack([kcol, loc, pos, tok, tok, hashes, prev_pos + 1, torch.full_like(loc, _WPOS)], dim=-1)
+    cp_row = torch.stack([kcol, loc, pos, tok, tok, hashes, prev_pos + 1, torch.full_like(loc, WPOS)], dim=-1)
     rows = torch.stack([oob_row, in_row, cp_row, oob_row], dim=2)  # [req, j, 4 kinds, 8]
     keep = torch.stack([loc_oob, in_keep, cp_keep, src_oob], dim=2)
 
     seed_row = torch.stack(
         [torch.full_like(seed, kind), seed, torch.full_like(seed, -1), torch.full_like(seed, -1),
          torch.full_like(seed, -1), torch.zeros_like(seed), torch.arange(nreq, device=dev),
-         torch.full_like(seed, _OOB)], dim=-1)
+         torch.full_like(seed, OOB)], dim=-1)
     seed_keep = seed_oob & (counts > 0)
     all_rows = torch.cat([seed_row[:, None, :], rows.reshape(nreq, -1, 8)], dim=1).reshape(-1, 8)
     all_keep = torch.cat([seed_keep[:, None], keep.reshape(nreq, -1)], dim=1).reshape(-1)

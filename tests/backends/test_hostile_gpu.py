@@ -60,3 +60,20 @@ def test_the_fuzzers_plan_on_the_gpu(backend: str) -> None:
     torch.cuda.synchronize()
     vp = kw["verify_plan_out"]
     assert (int(vp.enable[0]), int(vp.verify_num_valid[0])) == (0, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_window_start_near_int64_min_does_not_wrap_on_the_gpu(backend: str) -> None:
+    """``prefix_lens=[INT64_MIN]`` with ``swa_window_size=1``: its window start is 0 and it verifies nothing.
+    Written as ``prefix > window ? prefix - window : 0`` in signed C++, nvcc may fold the test into
+    ``max(prefix - window, 0)`` (no signed overflow is assumed), which wraps: the CUDA plan then counted one
+    entry and overflowed a plan of capacity 0 (the host emulation, built by g++, did not show it)."""
+    draw = h.PlanDraw(rpi=[1, 0], prefix=[h.I64_MIN, 0], extend=[0, 0], r2t=torch.zeros(2, 1, dtype=torch.int32),
+                      swa=1, lut=[0], pool=None, valid=None, offset=0, cap=0, wcap=2, init=[0] * 5, scratch=False)
+
+    def build(g: h.Guarded) -> h.Kwargs:
+        return {"verify_plan_out": draw.verify_plan(g), "write_plan_out": draw.write_plan(g), **draw.inputs(g),
+                "extend_seq_lens": g("extend_seq_lens", draw.extend), "verify_capacity": 0, **draw.pool_inputs(g)}
+
+    recipe = h.Recipe(Op.PLAN, build, h._plan_outputs, label="plan INT64_MIN prefix, window 1")
+    assert h.compare(recipe, "cuda", backend) == []

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from kvcanary.backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
-from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text
+from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text, once
 from kvcanary.registry import Backend, Op, OpSupport
 
 EMU_DIR = Path(__file__).with_name("emulation")
@@ -68,38 +68,33 @@ _built: dict[Spec, EmuKernel] = {}
 
 def build(spec: Spec) -> EmuKernel:
     """The emulated kernel of ``spec`` (compiled on first use, cached on disk by content)."""
-    hit = _built.get(spec)
-    if hit is not None:
-        return hit
-    with _lock:
-        hit = _built.get(spec)
-        if hit is not None:
-            return hit
-        cxx = compiler()
-        if cxx is None:
-            raise RuntimeError("no C++ compiler (g++) for the host emulation")
-        src = spec.path()
-        shim = (EMU_DIR / "kvc_emu.h").read_text() + (EMU_DIR / "launch.cpp").read_text()
-        flags = ["-std=c++20", "-O1", "-g", "-pthread", "-shared", "-fPIC", "-fno-strict-aliasing",
-                 "-DKVC_HOST_EMULATION", "-include", str(EMU_DIR / "kvc_emu.h"), f"-I{KERNEL_DIR}",
-                 f"-DKVC_EMU_SOURCE=\"{src.name}\"", f"-DKVC_EMU_ENTRY={spec.entry}", f"-I{src.parent}"]
-        flags += [f"-D{k}={v}" for k, v in spec.define_list()]
-        if _asan():
-            flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
-        key = hashlib.sha256("\0".join([src.read_text(), headers_text(), shim, *flags]).encode()).hexdigest()[:24]
-        out_dir = Path(tempfile.gettempdir()) / f"kvcanary-cuda-emu-{os.getuid()}"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        out = out_dir / f"{spec.entry}-{key}.so"
-        if not out.is_file():
-            tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [cxx, *flags, str(EMU_DIR / "launch.cpp"), "-o", str(tmp)]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                raise RuntimeError(f"emulation build of {spec.label()} failed:\n{' '.join(cmd)}\n{res.stderr}")
-            os.replace(tmp, out)
-        hit = EmuKernel(out)
-        _built[spec] = hit
-        return hit
+    return once(_built, spec, _lock, lambda: _build(spec))
+
+
+def _build(spec: Spec) -> EmuKernel:
+    cxx = compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler (g++) for the host emulation")
+    src = spec.path()
+    shim = (EMU_DIR / "kvc_emu.h").read_text() + (EMU_DIR / "launch.cpp").read_text()
+    flags = ["-std=c++20", "-O1", "-g", "-pthread", "-shared", "-fPIC", "-fno-strict-aliasing",
+             "-DKVC_HOST_EMULATION", "-include", str(EMU_DIR / "kvc_emu.h"), f"-I{KERNEL_DIR}",
+             f"-DKVC_EMU_SOURCE=\"{src.name}\"", f"-DKVC_EMU_ENTRY={spec.entry}", f"-I{src.parent}"]
+    flags += [f"-D{k}={v}" for k, v in spec.define_list()]
+    if _asan():
+        flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    key = hashlib.sha256("\0".join([src.read_text(), headers_text(), shim, *flags]).encode()).hexdigest()[:24]
+    out_dir = Path(tempfile.gettempdir()) / f"kvcanary-cuda-emu-{os.getuid()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{spec.entry}-{key}.so"
+    if not out.is_file():
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, *flags, str(EMU_DIR / "launch.cpp"), "-o", str(tmp)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"emulation build of {spec.label()} failed:\n{' '.join(cmd)}\n{res.stderr}")
+        os.replace(tmp, out)
+    return EmuKernel(out)
 
 
 def call_of(mod: ModuleType, kwargs: dict[str, Any]) -> Any:
