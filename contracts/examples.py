@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from kvcanary.contracts.checks import TYPE, Check
+from kvcanary.contracts.checks import ALIAS, TYPE, Check
 from kvcanary.contracts.compiler import Compiled, Node
 from kvcanary.contracts.contract import Contract
 from kvcanary.contracts.errors import ContractError
@@ -335,7 +335,7 @@ class _Engine:
         for i in dict.fromkeys(self._collect(**call)):
             check = self.compiled.checks[i]
             names = set(_argument_names(check))
-            if names & broken:
+            if names & broken or (check.phase == ALIAS and out):  # aliasing sizes assume every check before it
                 continue
             out.append(check)
             if check.phase == TYPE:

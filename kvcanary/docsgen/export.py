@@ -1,8 +1,8 @@
 """Machine-readable export of every contract, and the site's contract reference page, from one walk.
 
 ``kvcanary contracts --json`` prints :func:`contracts_json`: per contract the JSON Schema of its fields,
-its size symbols and what binds them, its model rules, and every check with its stable code, message
-template, explanation and the catalog page that documents it.
+the tensors its launch writes, its size symbols and what binds them, its model rules, and every check with
+its stable code, message template, explanation and the catalog page that documents it.
 """
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ def _check(check: Check) -> dict[str, Any]:
     }
 
 
+def _written(checks: Sequence[Check]) -> list[str]:
+    """The labels of the tensors the launch writes (what its aliasing check protects)."""
+    for c in checks:
+        written = c.info.get("written")
+        if c.kind == "aliasing" and isinstance(written, tuple):
+            return [str(w) for w in written]
+    return []
+
+
 def _rules_of(contract: type[Contract]) -> list[Rule]:
     out: list[Rule] = []
     for node in contract.compiled().nodes:
@@ -84,6 +93,7 @@ def contract_json(contract: type[Contract]) -> dict[str, Any]:
         "summary": info.summary,
         "class": f"{contract.__module__}.{contract.__qualname__}",
         "device_key": info.device_key,
+        "writes": _written(checks),
         "constants": {k: v for k, v in info.constants.items() if isinstance(v, (int, float, str, bool))},
         "symbols": dict(compiled.symbols),
         "schema": contract.model_json_schema(),
