@@ -108,10 +108,12 @@ DETECTION_BOUND: dict[Fault, int] = {
     Fault.WRONG_CACHE_LOC: 2,  # the next forward of either request verifies its prefix (HEAD)
     Fault.PADDING_ROW_WRITE: 2,  # the slot owner's next TAIL verify, or the next sweep
     Fault.KV_FLIP_CACHED: 2,  # only the sweep reads cached slots: the next one
-    # lifetime bugs show once the slot is handed out again and rewritten (the next allocations), then at the
-    # stale owner's next read (a forward over the prefix, or the sweep)
+    # lifetime bugs show once the slot is handed out again and rewritten, then at the stale owner's next read
+    # (a forward over the prefix, or the sweep). Freed full slots come back with the next allocations (at most
+    # 7 steps in the soak's episodes); a stale SWA slot can wait longer, since every later window eviction frees
+    # a slot on top of it: it returns with the next burst of allocations (a prefill), within 11 steps there.
     Fault.RADIX_UAF: 10,
     Fault.DOUBLE_ALLOC: 10,
-    Fault.STALE_SWA_TRANSLATION: 10,
+    Fault.STALE_SWA_TRANSLATION: 20,
 }
 """How many steps after its buggy branch runs each fault class is reported, at most (see the comments)."""
