@@ -11,22 +11,22 @@ from __future__ import annotations
 
 from kvcanary.registry import Op
 
-COLUMNS = (Op.PLAN, Op.PLAN_OFFSETS, Op.PLAN_ENTRIES, Op.VERIFY, Op.WRITE, Op.SCATTER)
-
 TABLE = """
-backend    device   plan  plan_offsets  plan_entries  verify  write  scatter
-torch_ref  *          10            10            10      10     10       10
-triton     cuda       50            50            50      50     50       50
-triton     cpu         1             1             1       1      1        1
-cuda       cuda       60            40            40      40     60       60
+backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req_token_ids
+torch_ref  *          10            10            10      10     10                     10
+triton     cuda       50            50            50      50     50                     50
+triton     cpu         1             1             1       1      1                      1
+cuda       cuda       60            40            40      40     60                     60
 """
 
 
 def _parse(text: str) -> dict[str, dict[str, dict[Op, int]]]:
-    rows = [line.split() for line in text.strip().splitlines()[1:]]
+    """backend -> device type -> operation -> priority; the header names the operations (``Op`` values)."""
+    header, *rows = (line.split() for line in text.strip().splitlines())
+    columns = [Op(name) for name in header[2:]]
     out: dict[str, dict[str, dict[Op, int]]] = {}
     for backend, device, *cells in rows:
-        out.setdefault(backend, {})[device] = dict(zip(COLUMNS, map(int, cells), strict=True))
+        out.setdefault(backend, {})[device] = dict(zip(columns, map(int, cells), strict=True))
     return out
 
 

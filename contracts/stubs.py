@@ -46,9 +46,9 @@ class Presence:
                 return rule
             if isinstance(rule, AllOrNone) and len({values[f] for f in rule.fields}) > 1:
                 return rule
-            if isinstance(rule, RequiredWhen) and subject is not None and values[subject]:  # noqa: SIM102
-                if not all(values[f] for f in rule.fields):
-                    return rule
+            if (isinstance(rule, RequiredWhen) and subject is not None and values[subject]
+                    and not all(values[f] for f in rule.fields)):
+                return rule
         return None
 
 

@@ -56,10 +56,10 @@ class LauncherRules:
 def launcher_rules() -> dict[str, LauncherRules]:
     """Every launcher with presence rules, by its full name (``kvcanary.launch.write.launch_canary_write_kernel``)."""
     from kvcanary.contracts.stubs import presence, witnesses
-    from kvcanary.launch.stubs import MODULES
+    from kvcanary.launch.stubs import modules
 
     out: dict[str, LauncherRules] = {}
-    for module_name in MODULES:
+    for module_name in modules():
         module = importlib.import_module(f"{LAUNCH_PACKAGE}.{module_name}")
         for name, fn in vars(module).items():
             contract = getattr(fn, "__kvc_contract__", None)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from kvcanary.contracts.stubs import StubLauncher, render
 
-MODULES = ("plan", "plan_entries", "plan_offsets", "scatter", "verify", "write")
 COMMAND = "python -m kvcanary.launch"
 
 
@@ -27,6 +26,12 @@ def stub_text(module_name: str) -> str:
     return render(inspect.getdoc(module) or "", launchers, COMMAND)
 
 
+def modules() -> list[str]:
+    """The launcher modules: every public module of ``kvcanary.launch`` (one per operation)."""
+    here = Path(__file__).parent
+    return sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_") and p.stem != "stubs")
+
+
 def stub_path(module_name: str) -> Path:
     return Path(__file__).with_name(f"{module_name}.pyi")
 
@@ -34,7 +39,7 @@ def stub_path(module_name: str) -> Path:
 def stale() -> list[Path]:
     """The stubs whose text differs from what the contracts generate."""
     out = []
-    for name in MODULES:
+    for name in modules():
         path = stub_path(name)
         if not path.exists() or path.read_text() != stub_text(name):
             out.append(path)
@@ -50,6 +55,6 @@ def main(argv: list[str]) -> int:
     if argv:
         print(f"usage: {COMMAND} [--check]")
         return 2
-    for name in MODULES:
+    for name in modules():
         stub_path(name).write_text(stub_text(name))
     return 0

@@ -114,12 +114,12 @@ def run(mod: ModuleType, call: Any) -> None:
 
 _MODULES = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
             Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
+_BY_CONTRACT = {typing.get_type_hints(m.pack)["call"]: m for m in _MODULES.values()}
 
 
 def emu(call: Any) -> None:
     """Any operation of the cuda backend, emulated: the call's contract names its module."""
-    module = next(m for m in _MODULES.values() if typing.get_type_hints(m.pack)["call"] is type(call))
-    run(module, call)
+    run(_BY_CONTRACT[type(call)], call)
 
 
 _CPU = {"cpu": 0}
