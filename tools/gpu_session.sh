@@ -7,6 +7,7 @@
 #   benchcuda bench_cuda and bench_backends alone
 #   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
 #   pack      bundle every log and result in $OUT into results.tar
+#   NAME      tools/gpu/NAME.sh, one issue's GPU checks (its own logs under $OUT/NAME/), at most 300 s
 # Logs go to $OUT/<phase>.log; each phase prints a short verdict.
 set -u
 cd "$(dirname "$0")/.."
@@ -93,4 +94,12 @@ phase_pack() {  # one file back instead of many (the tool returns at most 8)
     ls -la "$OUT"
 }
 
-for p in "$@"; do "phase_$p"; done
+phase_script() {  # phase_script NAME: tools/gpu/NAME.sh with OUT=$OUT/NAME, bounded in time
+    mkdir -p "$OUT/$1"
+    OUT="$OUT/$1" timeout 300 bash "tools/gpu/$1.sh" >"$OUT/$1.log" 2>&1
+    echo "$1: rc=$?"; tail -15 "$OUT/$1.log"
+}
+
+for p in "$@"; do
+    if [ -f "tools/gpu/$p.sh" ]; then phase_script "$p"; else "phase_$p"; fi
+done
