@@ -3,7 +3,7 @@
 Among the backends that can serve a launch, the registry picks the highest priority. torch_ref serves
 anything anywhere (the CPU default); Triton leads on CUDA devices and runs on the CPU only through its
 interpreter (ranked last there, so tests force it); CUDA ranks above Triton where the head-to-head benchmark
-measured it faster. The measurement behind each cell is in docs/benchmarks.md, "Backend priorities" (written in
+measured it faster or tied on the device and cheaper to issue on the host. The measurement behind each cell is in docs/benchmarks.md, "Backend priorities" (written in
 ``benchmarks/results/priorities.md``); ``tests/kvcanary/test_priority.py`` pins the table.
 """
 
@@ -16,7 +16,7 @@ backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req
 torch_ref  *          10            10            10      10     10                     10
 triton     cuda       50            50            50      50     50                     50
 triton     cpu         1             1             1       1      1                      1
-cuda       cuda       60            40            40      40     60                     60
+cuda       cuda       60            40            40      60     60                     60
 """
 
 

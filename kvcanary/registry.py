@@ -10,7 +10,9 @@ per-call limits. Selection, per launch:
 2. otherwise the highest-priority backend that can serve, skipping (with reasons) those that cannot.
 
 Static answers (availability, device support) are cached per (operation, device, forced name); per-call
-limits and the capture check run only for backends that declare them.
+limits and the capture check run only for backends that declare them. ``KVCANARY_BACKEND`` is read once, at
+the first launch, not per launch: after changing it inside a running process, call
+:meth:`Registry.invalidate` (``use_backend`` and ``backend=`` need nothing).
 """
 
 from __future__ import annotations
@@ -170,6 +172,15 @@ class Registry:
         self._loaded = False
         self._load_errors: dict[str, str] = {}
         self._cache: dict[tuple[Op, torch.device, str | None], tuple[list[Choice], dict[str, list[Reason]]]] = {}
+        self._env_read = False
+        self._env_forced: str | None = None
+
+    def env_backend(self) -> str | None:
+        """The backend ``KVCANARY_BACKEND`` forces (None: unset or empty), as read at the first launch."""
+        if not self._env_read:
+            self._env_forced = os.environ.get(ENV_BACKEND) or None
+            self._env_read = True
+        return self._env_forced
 
     # -- membership ---------------------------------------------------------------------------------
     def _ensure_loaded(self) -> None:
@@ -191,11 +202,11 @@ class Registry:
         if backend.name in self._backends and not replace:
             raise ValueError(f"kv-canary: a backend named {backend.name!r} is already registered")
         self._backends[backend.name] = backend
-        self._cache.clear()
+        self.invalidate()
 
     def unregister(self, name: str) -> None:
         self._backends.pop(name, None)
-        self._cache.clear()
+        self.invalidate()
 
     def backends(self) -> dict[str, Backend]:
         self._ensure_loaded()
@@ -255,7 +266,7 @@ class Registry:
 
     def select(self, op: Op, device: torch.device, backend: str | None = None, call: Any = None) -> Choice:
         """The backend that runs ``op`` on ``device`` for this call (see the module docstring)."""
-        forced = backend or _forced_ctx.get() or os.environ.get(ENV_BACKEND) or None
+        forced = backend or _forced_ctx.get() or (self._env_forced if self._env_read else self.env_backend())
         choices, declined = self._candidates(op, device, forced)
         extra: dict[str, list[Reason]] = {}
         for choice in choices:
@@ -291,7 +302,9 @@ class Registry:
         return out
 
     def invalidate(self) -> None:
+        """Forget every cached answer and re-read ``KVCANARY_BACKEND`` at the next launch."""
         self._cache.clear()
+        self._env_read = False
 
 
 REGISTRY = Registry()

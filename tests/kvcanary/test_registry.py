@@ -71,11 +71,20 @@ def test_forcing_by_keyword_context_and_environment(fakes: None, monkeypatch: py
     with kc.use_backend("fake_low"):
         kc.launch_canary_verify_kernel(**small)
         kc.launch_canary_verify_kernel(**small, backend="fake_high")  # the keyword wins
+    assert CALLS == ["low", "low", "high"]
+    CALLS.clear()
+    kc.launch_canary_verify_kernel(**small)  # automatic: fake_high; the environment is read now, unset
     monkeypatch.setenv(ENV_BACKEND, "fake_low")
+    kc.launch_canary_verify_kernel(**small)  # read once per invalidate, not per launch
+    REGISTRY.invalidate()
     kc.launch_canary_verify_kernel(**small)
     with kc.use_backend("fake_high"):  # the context manager wins over the environment
         kc.launch_canary_verify_kernel(**small)
-    assert CALLS == ["low", "low", "high", "low", "high"]
+    assert REGISTRY.env_backend() == "fake_low"
+    monkeypatch.delenv(ENV_BACKEND)
+    REGISTRY.invalidate()
+    kc.launch_canary_verify_kernel(**small)
+    assert CALLS == ["high", "high", "low", "high", "high"]
 
 
 def test_forced_backend_that_cannot_serve_lists_its_reasons(fakes: None) -> None:
