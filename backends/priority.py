@@ -1,10 +1,11 @@
 """The priority of every built-in backend for every operation, per device type: one table.
 
 Among the backends that can serve a launch, the registry picks the highest priority. torch_ref serves
-anything anywhere (the CPU default); Triton leads on CUDA devices and runs on the CPU only through its
-interpreter (ranked last there, so tests force it); CUDA ranks above Triton where the head-to-head benchmark
-measured it faster or tied on the device and cheaper to issue on the host. The measurement behind each cell is in docs/benchmarks.md, "Backend priorities" (written in
-``benchmarks/results/priorities.md``); ``tests/kvcanary/test_priority.py`` pins the table.
+anything anywhere (the CPU default); on CUDA devices Triton is the baseline and CUDA ranks above it where the
+head-to-head benchmark measured it faster, or tied on the device and cheaper to issue on the host; Triton runs
+on the CPU only through its interpreter (ranked last there, so tests force it). The measurement behind each
+cell is in docs/benchmarks.md, "Backend priorities" (written in ``benchmarks/results/priorities.md``);
+``tests/kvcanary/test_priority.py`` pins the table.
 """
 
 from __future__ import annotations
