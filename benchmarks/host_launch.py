@@ -1,0 +1,75 @@
+"""Host time to issue one eager launch on a CUDA device: the registry's default choice against forcing a backend.
+
+The cases are the decode-step and verify shapes engines issue eagerly (1 Mi verify entries, random and chained
+predecessors, with and without the token check; 1024 one-token writes). Each is timed three ways through the
+public launcher, back to back with no synchronisation (``benchmarks/timing.py`` ``wall``): the registry's
+default, and every GPU backend forced by name. The floor beside the default is the same launch forced to the
+backend the default picks, so the ratio is what automatic selection costs; the goal is at most 1 µs over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+import kvcanary as kc
+from benchmarks import timing
+from benchmarks.bench_backends import DEV, Case, verify_case, write_case
+from benchmarks.report import Report, machine
+from kvcanary.registry import REGISTRY
+from kvcanary.testing import scenarios as sc
+from kvcanary.testing.parity import launcher
+
+CALLS = 200  # launches per timed run: fewer than the launch queue holds, so the host never waits on the GPU
+
+
+def host_us(case: Case, backend: str | None) -> float:
+    """Median host seconds to issue one launch of ``case`` (``backend=None``: the registry's choice)."""
+    kw = case.make()
+    fn = partial(launcher(case.op), **kw) if backend is None else partial(launcher(case.op), **kw, backend=backend)
+    return timing.wall(fn, calls=CALLS, reps=7, warmup=20)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the records here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("host_launch: needs a CUDA device", file=sys.stderr)
+        return
+    r = Report("host_launch", machine(DEV))
+    world = sc.RandomPrevRecords(1 << 22, DEV)
+    kv = sc.byte_sources(world.num_slots, 128, 2, DEV)
+    n = 1 << 20
+    cases = [verify_case(n, world, kc.RealKvHashMode.NONE, False, 1.0, kv),
+             verify_case(n, world, kc.RealKvHashMode.NONE, True, 1.0, kv),
+             write_case(1024, 1, 1.0, 1.0)]
+    token = verify_case(n, world, kc.RealKvHashMode.NONE, False, 1.0, kv)
+    make = token.make
+    token.make = lambda: {**make(), "check_verify_expected_token": True}
+    token.name += ", token check"
+    cases.insert(1, token)
+    for case in cases:
+        chosen = REGISTRY.select(case.op, DEV, call=None).backend.name
+        forced = {}
+        for name in ("cuda", "triton"):
+            b = REGISTRY.backends().get(name)
+            if b is None or b.static_reasons(case.op, DEV):
+                continue
+            forced[name] = host_us(case, name)
+            r.add(f"{case.name} [{name} forced]", forced[name], None, note="host time per eager launch")
+        default = host_us(case, None)
+        floor = forced.get(chosen)
+        r.add(f"{case.name} [registry default: {chosen}]", default, floor,
+              note=f"floor: {chosen} forced; goal <= 1 us over it", target=None if floor is None else 1 + 1e-6 / floor)
+    r.write(args.out)
+
+
+if __name__ == "__main__":
+    main()
