@@ -9,6 +9,8 @@
   kernels shorter than a launch; no host work is timed (the contract checks and the dispatch of a public
   launcher vanish here, which is how a benchmark times a kernel without them).
 - :func:`device_time`: :func:`events` on a CUDA device, :func:`wall` elsewhere.
+- :func:`wall_interleaved`: :func:`wall` over several variants taken in turn, round after round, fastest
+  round of each: host-time comparisons between variants that a noisy host would otherwise swamp.
 
 Several argument sets called in turn (``fns``) keep inputs from sitting in L2 between repetitions.
 """
@@ -56,6 +58,24 @@ def wall(fn: Fn, *, calls: int = 1, reps: int = 5, warmup: int = 1, include_gpu:
         out.append((time.perf_counter() - t0) / calls)
         _sync()
     return float(statistics.median(out))
+
+
+def wall_interleaved(fns: dict[str, Fn], *, calls: int = 50, rounds: int = 40, warmup: int = 20) -> dict[str, float]:
+    """Seconds per call of each of ``fns``: ``calls`` back-to-back calls of one variant, then the next, for
+    ``rounds`` rounds; the fastest round of each variant (host noise only ever adds time)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    _sync()
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+            _sync()
+    return best
 
 
 def _event() -> torch.cuda.Event:
