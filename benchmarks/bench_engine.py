@@ -34,7 +34,15 @@ import torch.nn.functional as F
 from benchmarks import floors, timing
 from benchmarks.report import Report, machine
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
-from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
+from kvcanary.manager import (
+    CanaryBatch,
+    CanaryCapacities,
+    CanaryConfig,
+    CanaryManager,
+    KvPoolSpec,
+    PoolGroupSpec,
+    VerifyBudget,
+)
 
 BENCH = "bench_engine"
 
@@ -44,7 +52,7 @@ class CanaryWorld:
     """A paged pool of ``bs`` requests x ``ctx`` tokens (shuffled slots), its manager, and a decode batch."""
 
     def __init__(self, *, bs: int, ctx: int, kv_heads: int, head_dim: int, device: torch.device,
-                 mode: RealKvHashMode, backend: str | None, chunk: int) -> None:
+                 mode: RealKvHashMode, backend: str | None, chunk: int, budget: VerifyBudget | None = None) -> None:
         self.bs, self.ctx, self.device = bs, ctx, device
         n = bs * ctx + 1
         self.k = torch.randn(n, kv_heads, head_dim, device=device).to(torch.bfloat16)
@@ -58,7 +66,8 @@ class CanaryWorld:
                                 sweep_capacity=n)
         pool = KvPoolSpec(groups=(PoolGroupSpec(kind=PoolKind.FULL, k_layer0=self.k, v_layer0=self.v),),
                           req_to_token=self.r2t)
-        cfg = CanaryConfig(mode=CanaryMode.LOG, real_kv_mode=mode, enable_v=True, backend=backend)
+        cfg = CanaryConfig(mode=CanaryMode.LOG, real_kv_mode=mode, enable_v=True, backend=backend,
+                           verify_budget=budget)
         self.manager = CanaryManager.attach(pool=pool, capacities=caps, config=cfg)
         self.manager.mark_init_finished()
         rows = torch.arange(1, bs + 1, dtype=torch.int64, device=device)
@@ -118,13 +127,16 @@ class CanaryWorld:
         return graph.replay
 
     def bytes_floor(self) -> int:
-        """Least traffic of one step: 4 verifies x (slot + prev record, 4 int64 plan words) per entry,
-        the plan writing those 4 words, 4 writes of one record per request, real-KV reads."""
+        """Least traffic of one step: 4 verifies x (slot + prev record, 4 int64 plan words) per verified
+        entry, the plan writing those 4 words for every live entry (and, under a budget, the filter reading
+        them), 4 writes of one record per request, real-KV reads."""
         entries = self.bs * (self.ctx - 1)
-        per_verify = entries * (2 * 32 + 4 * 8)
-        plan = entries * 4 * 8
+        budget = self.manager.config.verify_budget
+        verified = entries if budget is None else min(entries, budget.entries_bound(self.bs))
+        per_verify = verified * (2 * 32 + 4 * 8)
+        plan = entries * 4 * 8 * (1 if budget is None else 2)
         writes = 4 * self.bs * (32 + 32)
-        rkv = 2 * entries * 16 if self.manager.config.real_kv_mode is not RealKvHashMode.NONE else 0
+        rkv = 2 * verified * 16 if self.manager.config.real_kv_mode is not RealKvHashMode.NONE else 0
         return 4 * per_verify + plan + writes + rkv
 
 

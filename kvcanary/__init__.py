@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         PoolGroupSpec,
         StepStats,
         SweepEntries,
+        VerifyBudget,
         ViolationEvent,
     )
     from kvcanary.plans import VerifyPlan, WritePlan
@@ -147,6 +148,7 @@ __all__ = [
     "ReasonKind",
     "StepStats",
     "SweepEntries",
+    "VerifyBudget",
     "VerifyOrWriteContext",
     "VerifyPlan",
     "Violation",

@@ -5,6 +5,7 @@ each forward with :class:`CanaryBatch`, and its prefix cache with :class:`SweepE
 """
 
 from kvcanary.manager.batch import CanaryBatch, ExpectedTokens
+from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup, alloc_canary_buf, make_row_source
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
@@ -31,6 +32,7 @@ __all__ = [
     "PoolGroupSpec",
     "StepStats",
     "SweepEntries",
+    "VerifyBudget",
     "ViolationEvent",
     "alloc_canary_buf",
     "launch_tag",

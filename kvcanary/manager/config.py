@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
+from kvcanary.manager.budget import VerifyBudget
 
 
 def _positive(name: str, value: int) -> None:
@@ -27,6 +28,8 @@ class CanaryConfig:
     ``health_every`` drive the kernel-run-counter watchdog, ``stats_every`` the periodic stats line.
     ``num_forward_slots`` is the number of forwards per step that need their own plans (one per captured
     draft step). ``backend`` forces a kvcanary backend by name for every launch (None: automatic).
+    ``verify_budget`` verifies at most that many entries per launch, rotating through the live set (None:
+    every live entry, every forward; see :mod:`kvcanary.manager.budget`).
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -41,6 +44,7 @@ class CanaryConfig:
     health_every: int = 100
     num_forward_slots: int = 1
     backend: str | None = None
+    verify_budget: VerifyBudget | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, CanaryMode):
@@ -58,6 +62,9 @@ class CanaryConfig:
                 raise TypeError(f"kv-canary: CanaryConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
             raise ValueError(f"kv-canary: CanaryConfig.backend must be a backend name or None, got {self.backend!r}")
+        if self.verify_budget is not None and not isinstance(self.verify_budget, VerifyBudget):
+            raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
+                            f"got {self.verify_budget!r}")
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:

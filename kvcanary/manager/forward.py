@@ -15,6 +15,7 @@ from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
@@ -39,7 +40,8 @@ class ForwardRunner:
 
     def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], state: CanaryDeviceState,
                  capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
-                 check_token: bool, write_input_assert: bool, backend: str | None) -> None:
+                 check_token: bool, write_input_assert: bool, backend: str | None,
+                 budget: VerifyBudget | None = None) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -54,6 +56,11 @@ class ForwardRunner:
             )
             for g in groups
         ]
+        rows = int(req_to_token.shape[0])
+        self.budgets = [BudgetFilter(budget, full_capacity=capacities.verify_capacity, num_rows=rows, device=dev)
+                        for _ in groups] if budget is not None else []
+        """With a verification budget: per group, the filter whose smaller plan the step's verifies use."""
+        self._verify = [gp.verify for gp in self.plans]
         self._state = state
         self._r2t = req_to_token
         self._offset = token_offset
@@ -67,7 +74,7 @@ class ForwardRunner:
         pool = self._state.expected_tokens_pool if self._check_token else None
         v = self.staging.load(batch)
         self._views = v
-        for gp in self.plans:
+        for gi, gp in enumerate(self.plans):
             g = gp.group
             launch_canary_plan_kernels(
                 verify_plan_out=gp.verify, write_plan_out=gp.write, req_pool_indices=v.req_pool_indices,
@@ -76,24 +83,28 @@ class ForwardRunner:
                 verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
                 req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
                 kv_token_id_vs_position_offset=self._offset, backend=self._backend)
-            self._launch(gp, gp.head, v)
+            if self.budgets:
+                self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch.batch_size,
+                                                          req_pool_indices=v.req_pool_indices)
+            self._launch(gi, gp.head, v)
 
     def tail(self) -> None:
         """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows."""
         v = self._views
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
-        for gp in self.plans:
-            self._launch(gp, gp.tail, v)
+        for gi, gp in enumerate(self.plans):
+            self._launch(gi, gp.tail, v)
             # a plan that overflowed skipped its verifies: count it on the device (never read here)
             self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
         self._views = None
 
-    def _launch(self, gp: GroupPlans, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
+    def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
+        gp = self.plans[gi]
         loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
         assert loc is not None
         for ep in endpoints:
-            launch_canary_verify_kernel(context=ep.context, plan=gp.verify,
+            launch_canary_verify_kernel(context=ep.context, plan=self._verify[gi],
                                         check_verify_expected_token=self._check_token, backend=self._backend)
             launch_canary_write_kernel(
                 context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,

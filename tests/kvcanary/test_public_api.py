@@ -25,7 +25,7 @@ DATA = {"VerifyOrWriteContext", "RealKvSource", "VerifyPlan", "WritePlan", "Viol
         "format_violation", "ContractError", "ContractTypeError"}
 MANAGER = {
     "CanaryManager", "CanaryConfig", "CanaryCapacities", "KvPoolSpec", "PoolGroupSpec", "CanaryBatch",
-    "ExpectedTokens", "SweepEntries", "StepStats", "ViolationEvent", "HostSnapshot",
+    "ExpectedTokens", "SweepEntries", "StepStats", "ViolationEvent", "HostSnapshot", "VerifyBudget",
 }
 
 

@@ -1,0 +1,111 @@
+"""A verification budget: verify at most ``max_entries`` plan entries per launch, rotating through the live set.
+
+Full verification re-reads every live slot's records at HEAD and TAIL of every forward. With a budget, the
+plan the plan kernels build is filtered on the device (torch ops only: no host read, capturable) into a
+smaller plan that the verify launches of the step share. Each request keeps:
+
+- its newest ``newest_per_request`` entries, every step (the tokens attention has just started to read,
+  and the write chain's seed);
+- a window of ``stride`` further entries from a cursor kept per request row, advanced by ``stride`` every
+  step and wrapping over the request's older entries.
+
+So a request whose older entries number at most ``M`` has each of them verified at least once every
+``ceil(M / stride) + 1`` steps (:meth:`VerifyBudget.period`); sliding-window requests, whose entries shift by
+their extend length ``E`` per step, every ``ceil(M / (stride - E)) + 1`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kvcanary.plans import VerifyPlan
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyBudget:
+    """At most ``max_entries`` verify entries per launch; ``newest_per_request`` always verified per request."""
+
+    max_entries: int
+    newest_per_request: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("max_entries", "newest_per_request"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_entries" else 0):
+                rule = "a positive int" if name == "max_entries" else "a non-negative int"
+                raise ValueError(f"kv-canary: VerifyBudget.{name} must be {rule}, got {value!r}")
+
+    def stride(self, batch_size: int) -> int:
+        """Older entries verified per request per step at ``batch_size`` requests (at least 1)."""
+        if batch_size <= 0:
+            raise ValueError(f"kv-canary: batch_size must be positive, got {batch_size}")
+        return max(self.max_entries // batch_size - self.newest_per_request, 1)
+
+    def entries_bound(self, batch_size: int) -> int:
+        """The most entries one step verifies: ``batch_size * (stride + newest)`` (at most ``max_entries`` when
+        ``max_entries >= batch_size * (newest + 1)``)."""
+        return batch_size * (self.stride(batch_size) + self.newest_per_request)
+
+    def period(self, *, batch_size: int, max_verify_len: int, slide: int = 0) -> int:
+        """Steps within which every live entry is verified at least once: requests of at most
+        ``max_verify_len`` verify entries, whose entries shift by ``slide`` per step (sliding windows)."""
+        step = self.stride(batch_size) - slide
+        if step <= 0:
+            raise ValueError(f"kv-canary: a stride of {self.stride(batch_size)} cannot keep up with windows "
+                             f"sliding {slide} entries per step; raise max_entries")
+        older = max(max_verify_len - self.newest_per_request, 0)
+        return math.ceil(older / step) + 1
+
+
+class BudgetFilter:
+    """The device-side filter of one forward slot's verify plan (buffers allocated once)."""
+
+    def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device) -> None:
+        self.budget = budget
+        cap = budget.max_entries
+        self._ext = [torch.zeros(cap + 1, dtype=torch.int64, device=device) for _ in range(4)]
+        self._ext[1].fill_(-1)
+        self.plan = VerifyPlan(
+            verify_slot_indices=self._ext[0][:cap], verify_expected_tokens=self._ext[1][:cap],
+            verify_expected_positions=self._ext[2][:cap], verify_prev_slot_indices=self._ext[3][:cap],
+            verify_num_valid=torch.zeros(1, dtype=torch.int32, device=device),
+            enable=torch.ones(1, dtype=torch.int32, device=device))
+        self.cursor = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        """Per request row: where its older-entries window starts next step."""
+        self._iota = torch.arange(full_capacity, dtype=torch.int64, device=device)
+
+    def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor) -> VerifyPlan:
+        """Fill :attr:`plan` from ``full`` (built by the plan kernels for ``batch_size`` requests, with its
+        offsets scratch) and advance the cursors. Returns :attr:`plan`."""
+        scratch = full.verify_offsets_scratch
+        if scratch is None:
+            raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
+        cap_in, cap_out = full.verify_capacity, self.budget.max_entries
+        newest, stride = self.budget.newest_per_request, self.budget.stride(batch_size)
+        # per request: its entries [start, end) of the full plan; M = its older entries (at least 1)
+        start = scratch[:batch_size]
+        end = scratch[1 : batch_size + 1].clone()
+        end[-1] = scratch[batch_size]
+        count = (end - start).clamp_min(0)
+        older = (count - newest).clamp_min(1)
+        rows = req_pool_indices.to(torch.int64).clamp(0, self.cursor.numel() - 1)
+        cur = self.cursor[rows]
+        # per entry: its request, its index within the request, and whether it is kept
+        i = self._iota[:cap_in]
+        n = full.verify_num_valid.to(torch.int64).clamp(0, cap_in)
+        r = (torch.searchsorted(start, i, right=True) - 1).clamp(0, batch_size - 1)
+        j = i - start[r]
+        keep = (i < n) & ((j >= count[r] - newest) | (torch.remainder(j - cur[r], older[r]) < stride))
+        dest = torch.cumsum(keep, 0) - 1
+        dest = torch.where(keep & (dest < cap_out), dest, cap_out)
+        src = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
+               full.verify_prev_slot_indices)
+        for out, values in zip(self._ext, src, strict=True):
+            out.scatter_(0, dest, values)
+        self.plan.verify_num_valid.copy_(keep.sum().clamp_max(cap_out))
+        self.plan.enable.copy_(full.enable)
+        self.cursor.index_copy_(0, rows, torch.remainder(cur + stride, older))
+        return self.plan

@@ -1,0 +1,141 @@
+"""The verification budget: its bound per launch, its period guarantee on a changing live set, and detection."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.launch.plan import launch_canary_plan_kernels
+from kvcanary.manager import CanaryConfig, VerifyBudget
+from kvcanary.manager.budget import BudgetFilter
+from kvcanary.plans import VerifyPlan, WritePlan
+from tests.manager.world import Req, make_world
+
+Entry = tuple[int, int, int, int]  # slot, expected token, expected position, predecessor slot
+
+
+def plan_entries(plan: VerifyPlan) -> list[Entry]:
+    n = int(plan.verify_num_valid[0])
+    cols = [t[:n].tolist() for t in (plan.verify_slot_indices, plan.verify_expected_tokens,
+                                     plan.verify_expected_positions, plan.verify_prev_slot_indices)]
+    return list(zip(*cols, strict=True))
+
+
+def test_budget_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="max_entries must be a positive int"):
+        VerifyBudget(max_entries=0)
+    with pytest.raises(ValueError, match="newest_per_request must be a non-negative int"):
+        VerifyBudget(max_entries=8, newest_per_request=-1)
+    with pytest.raises(TypeError, match="verify_budget must be a VerifyBudget"):
+        CanaryConfig(verify_budget=64)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot keep up"):
+        VerifyBudget(max_entries=8, newest_per_request=2).period(batch_size=2, max_verify_len=100, slide=2)
+
+
+def test_stride_and_period() -> None:
+    b = VerifyBudget(max_entries=64, newest_per_request=2)
+    assert b.stride(4) == 14 and b.entries_bound(4) == 64
+    assert b.period(batch_size=4, max_verify_len=30) == 3  # 28 older entries, 14 a step, +1
+    assert b.stride(100) == 1  # never zero: the bound then exceeds max_entries, and says so
+    assert b.entries_bound(100) == 300
+
+
+class Workload:
+    """Requests over ``rows`` request rows with distinct slots per (row, position), arriving, growing by a
+    prefill chunk or one decode token a step, and finishing; the full plan built by the plan launcher."""
+
+    def __init__(self, seed: int, rows: int = 8, max_len: int = 96) -> None:
+        self.rng = random.Random(seed)
+        self.rows, self.max_len = rows, max_len
+        self.r2t = (torch.arange(rows * max_len, dtype=torch.int32).reshape(rows, max_len) + 1)
+        self.lens: dict[int, int] = {}  # row -> tokens written so far
+        self.gen: dict[int, int] = {}  # row -> request generation (a recycled row is a new request)
+        self.cap = rows * max_len
+        self.vp = VerifyPlan.allocate(verify_capacity=self.cap, device="cpu")
+        self.wp = WritePlan.allocate(write_req_capacity=rows, device="cpu")
+
+    def step(self) -> tuple[list[int], list[int], list[int]]:
+        """Pick this step's batch: (rows, prefix lengths, extend lengths)."""
+        for row in [r for r, n in self.lens.items() if n >= self.max_len - 8 or self.rng.random() < 0.03]:
+            del self.lens[row]
+        for row in range(1, self.rows):
+            if row not in self.lens and self.rng.random() < 0.3:
+                self.lens[row] = 0
+                self.gen[row] = self.gen.get(row, 0) + 1
+        rows = sorted(self.lens)
+        pre = [self.lens[r] for r in rows]
+        ext = [self.rng.randint(4, 12) if self.lens[r] == 0 else 1 for r in rows]
+        for r, e in zip(rows, ext, strict=True):
+            self.lens[r] += e
+        return rows, pre, ext
+
+    def plan(self, rows: list[int], pre: list[int], ext: list[int]) -> None:
+        def t(x: list[int]) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.int64)
+
+        launch_canary_plan_kernels(
+            verify_plan_out=self.vp, write_plan_out=self.wp, req_pool_indices=t(rows), prefix_lens=t(pre),
+            extend_seq_lens=t(ext), req_to_token=self.r2t, swa_window_size=0, full_to_swa_index_mapping=None,
+            verify_capacity=self.cap, req_to_verify_expected_tokens=None,
+            req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0, backend="torch_ref")
+
+
+@pytest.mark.parametrize("seed", [random.randrange(1 << 30) for _ in range(2)])
+def test_every_live_entry_is_verified_within_the_period(seed: int) -> None:
+    budget = VerifyBudget(max_entries=80, newest_per_request=2)
+    w = Workload(seed)
+    flt = BudgetFilter(budget, full_capacity=w.cap, num_rows=w.rows, device=torch.device("cpu"))
+    # the bound: the largest batch the workload makes and its longest request
+    period = budget.period(batch_size=w.rows - 1, max_verify_len=w.max_len)
+    waiting: dict[tuple[int, int, int], int] = {}  # (row, generation, position) -> steps since last verified
+    checked = 0
+    for step in range(150):
+        rows, pre, ext = w.step()
+        if not rows:
+            continue
+        w.plan(rows, pre, ext)
+        full = plan_entries(w.vp)
+        got = plan_entries(flt.apply(w.vp, batch_size=len(rows), req_pool_indices=torch.tensor(rows)))
+        assert len(got) <= min(budget.entries_bound(len(rows)), budget.max_entries), step
+        assert set(got) <= set(full), f"step {step}: the budget made entries the plan did not have"
+        verified = {e[0] for e in got}
+        live = set()
+        for r, p in zip(rows, pre, strict=True):
+            for pos in range(p):
+                key = (r, w.gen[r], pos)
+                live.add(key)
+                slot = int(w.r2t[r, pos])
+                if slot in verified:
+                    waiting[key] = 0
+                    checked += 1
+                else:
+                    waiting[key] = waiting.get(key, 0) + 1
+                    assert waiting[key] < period, f"step {step}: row {r} position {pos} unverified for {period}"
+            for pos in range(max(p - budget.newest_per_request, 0), p):  # the newest are always verified
+                assert int(w.r2t[r, pos]) in verified, (step, r, pos)
+        waiting = {k: v for k, v in waiting.items() if k in live}
+    assert checked > 1000  # the workload really exercised the filter
+
+
+def test_a_flip_is_caught_within_the_period_under_a_budget() -> None:
+    budget = VerifyBudget(max_entries=8, newest_per_request=1)
+    w = make_world(mode=RealKvHashMode.ALL, config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL,
+                                                                verify_budget=budget))
+    a = Req(1, list(range(100, 130)), list(range(1, 21)))
+    w.forward([(a, 0, 20)])
+    w.step()
+    w.k[2, 0, 0] += 1.0  # an old slot, far from the newest
+    period = budget.period(batch_size=1, max_verify_len=26)
+    caught_at = None
+    for n in range(6):
+        a.slots.append(30 + n)
+        w.forward([(a, 20 + n, 1)])
+        w.step()
+        if caught_at is None and any(slot == 2 for _, slot, _ in w.events()):
+            caught_at = n + 1
+    assert caught_at is not None and caught_at <= period, (caught_at, period)
+    ev = w.events()
+    assert all(slot == 2 and bits == int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH) for _, slot, bits in ev), ev
