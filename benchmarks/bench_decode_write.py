@@ -1,0 +1,79 @@
+"""Decode-shaped writes: ``bs`` one-token requests, each continuing its chain, on both GPU backends.
+
+Cases: bs 1, 8, 64, 256 and 1024, with real-KV off and PARTIAL over 1, 2 (one token-major, one paged by 16)
+and 4 sources, each launch replayed from a CUDA graph (GPU time). The floor beside every figure is, for the
+same ``bs``, a probe launch doing only what a one-token write cannot avoid: per request the two dependent
+loads (offset and seed; then the seed record, token and slot) and one store (benchmarks/floors_cuda.py,
+measured in the same run). Targets: real-KV off at most 2x that probe; Triton at most 1.3x CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+import kvcanary as kc
+from benchmarks import floors_cuda as fc
+from benchmarks import timing
+from benchmarks.report import Report, machine
+from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
+from kvcanary.testing import scenarios as sc
+
+DEV = torch.device("cuda")
+BACKENDS = ("cuda", "triton")
+STRIP = 256  # bytes of K (or V) per token in every source
+
+
+def sources(num_slots: int, count: int) -> tuple[kc.RealKvSource, ...]:
+    """``count`` sources alternating token-major and paged (16 tokens a page), ``STRIP`` bytes a token."""
+    g = torch.Generator(device=DEV).manual_seed(count)
+    out = []
+    for i in range(count):
+        page = 1 if i % 2 == 0 else 16
+        rows = -(-num_slots // page)
+        data = torch.randint(0, 256, (rows, page * STRIP), dtype=torch.uint8, device=DEV, generator=g)
+        out.append(kc.RealKvSource(tensor=data, page_size=page, num_bytes_per_token=STRIP, read_bytes=STRIP))
+    return tuple(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the records here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_decode_write: needs a CUDA device", file=sys.stderr)
+        return
+    r = Report("bench_decode_write", machine(DEV))
+    for bs in (1, 8, 64, 256, 1024):
+        num_slots = 4 * bs + 64
+        locs = torch.randperm(num_slots - 1, device=DEV) + 1
+        probe = None
+        for nsrc in (0, 1, 2, 4):
+            mode = kc.RealKvHashMode.NONE if nsrc == 0 else kc.RealKvHashMode.PARTIAL
+            label = "real-KV off" if nsrc == 0 else f"PARTIAL, {nsrc} source{'s' if nsrc > 1 else ''}"
+            ctx = sc.context(DEV, num_slots=num_slots, sources=sources(num_slots, nsrc), mode=mode)
+            kw = sc.decode_writes(ctx, locs[bs : 2 * bs], locs[:bs], backend="cuda")
+            if probe is None:
+                plan = kw["plan"]
+                probe = fc.dependent_loads_cuda(plan.write_offsets, plan.write_seed_slot_indices, kw["input_ids"],
+                                                kw["out_cache_loc"], ctx.canary_buf.view(torch.int64),
+                                                warps_per_block=WRITE_WARPS)
+                r.add(f"bs={bs}: dependent-load probe", probe, None, note="two dependent loads and a store")
+            times = {}
+            for b in BACKENDS:
+                times[b] = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend=b), rounds=100)
+                r.add(f"bs={bs} x 1, {label} [{b}, graph]", times[b], probe,
+                      target=2.0 if nsrc == 0 else None, note="floor: the dependent-load probe, same bs")
+            r.value(f"bs={bs} x 1, {label}: triton / cuda", times["triton"] / times["cuda"], 1.0, unit="x",
+                    target=1.3)
+    r.write(args.out)
+
+
+if __name__ == "__main__":
+    main()
