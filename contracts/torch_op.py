@@ -208,6 +208,17 @@ class OpSignature:
         return f"(None if {cols[0]} is None else {built})"
 
 
+_LIBRARIES: dict[str, torch.library.Library] = {}
+
+
+def _library(namespace: str) -> torch.library.Library:
+    """The one ``torch.library.Library`` fragment of ``namespace`` (kept alive: dropping it unregisters)."""
+    lib = _LIBRARIES.get(namespace)
+    if lib is None:
+        lib = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")  # noqa: TOR901
+    return lib
+
+
 def _alias_names() -> Iterator[str]:
     letters = string.ascii_lowercase
     for a in letters:
@@ -279,8 +290,10 @@ def register_contract_op(
     def fake(*args: Any, **kwargs: Any) -> None:
         traced_check(**rebuild(*args[:n]))
 
-    lib_op = torch.library.custom_op(qualname, impl, mutates_args=sig.mutated, schema=schema)
-    lib_op.register_fake(fake)
     namespace, name = qualname.split("::")
+    lib = _library(namespace)
+    lib.define(name + schema)
+    lib.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(qualname, fake, lib=lib)
     overload = getattr(getattr(torch.ops, namespace), name).default
     return ContractOp(qualname, sig, overload, rebuild, flatten)

@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from kvcanary.context import VerifyOrWriteContext
     from kvcanary.contracts import ContractError, ContractTypeError
     from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
-    from kvcanary.launch.operators import operators
     from kvcanary.launch.plan import launch_canary_plan_kernels
     from kvcanary.launch.plan_entries import launch_plan_entries_kernel
     from kvcanary.launch.plan_offsets import launch_plan_offsets_kernel
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
         VerifyBudget,
         ViolationEvent,
     )
+    from kvcanary.operators import operators
     from kvcanary.plans import VerifyPlan, WritePlan
     from kvcanary.registry import (
         Backend,
