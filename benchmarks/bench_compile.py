@@ -33,8 +33,7 @@ from kvcanary.testing.parity import launcher
 from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step, forward_only
 
 SMALL: dict[Op, Callable[[torch.device], dict[str, object]]] = {
-    Op.VERIFY: lambda d: calls.verify(d), Op.WRITE: lambda d: calls.write(d), Op.PLAN: lambda d: calls.plan(d),
-    Op.SCATTER: lambda d: calls.scatter(d),
+    Op.VERIFY: calls.verify, Op.WRITE: calls.write, Op.PLAN: calls.plan, Op.SCATTER: calls.scatter,
 }
 
 

@@ -215,7 +215,7 @@ def _library(namespace: str) -> torch.library.Library:
     """The one ``torch.library.Library`` fragment of ``namespace`` (kept alive: dropping it unregisters)."""
     lib = _LIBRARIES.get(namespace)
     if lib is None:
-        lib = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")  # noqa: TOR901
+        lib = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
     return lib
 
 
@@ -292,8 +292,8 @@ def register_contract_op(
 
     namespace, name = qualname.split("::")
     lib = _library(namespace)
-    lib.define(name + schema)
-    lib.impl(name, impl, "CompositeExplicitAutograd")
+    lib.define(name + schema)  # type: ignore[no-untyped-call]
+    lib.impl(name, impl, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
     torch.library.register_fake(qualname, fake, lib=lib)
     overload = getattr(getattr(torch.ops, namespace), name).default
     return ContractOp(qualname, sig, overload, rebuild, flatten)
