@@ -346,7 +346,9 @@ class ContractCompiler:
             self.make_check(node, "int64", f"{slug}:int64", ph.TYPE, self.family.template("int64", msgs),
                             f"{node.label} must fit in int64", info={"min": INT64_MIN, "max": INT64_MAX},
                             fmt={"value": f"repr({v})"}),
-            f"{given}not ({INT64_MIN} <= {v} <= {INT64_MAX})", node, ph.TYPE, guard,
+            # traced: int() first, since some torch.compile versions cannot order an IntEnum against an int
+            f"{given}not ({INT64_MIN} <= {f'int({v})' if self.traceable else v} <= {INT64_MAX})", node, ph.TYPE,
+            guard,
         )
 
     def _tensor(self, node: Node, guard: str | None) -> None:
