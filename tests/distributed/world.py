@@ -40,8 +40,8 @@ class RankWorld(World):
                 self.v[s] -= self.rank
 
 
-def rank_world(rank: int) -> RankWorld:
-    w = make_world()
+def rank_world(rank: int, device: str = "cpu") -> RankWorld:
+    w = make_world(device=device)
     return RankWorld(w.manager, w.k, w.v, w.r2t, w.lut, w.swa_k, w.offset, rank=rank)
 
 
@@ -51,11 +51,12 @@ def events(mgr: CanaryManager) -> list[Event]:
 
 
 # -- tensor parallel ----------------------------------------------------------------------------------------
-def tp_run(rank: int, world_size: int, seed: int, bad_rank: int | None, bad_step: int) -> dict[str, object]:
+def tp_run(rank: int, world_size: int, seed: int, bad_rank: int | None, bad_step: int,
+           device: str = "cpu") -> dict[str, object]:
     """Every rank runs the same two requests for 8 steps; ``bad_rank`` stamps a wrong token at
     ``bad_step``. Returns this rank's view: divergences seen, the gathered report."""
     rng = random.Random(seed)
-    w = rank_world(rank)
+    w = rank_world(rank, device)
     tp = TensorParallelCanary(w.manager)
     a = Req(row=1, tokens=[rng.randrange(1000) for _ in range(20)], slots=list(range(2, 8)))
     b = Req(row=2, tokens=[rng.randrange(1000) for _ in range(20)], slots=list(range(20, 26)))
@@ -81,10 +82,10 @@ def tp_run(rank: int, world_size: int, seed: int, bad_rank: int | None, bad_step
 CASES = ("clean", "flip_kv", "flip_record", "wrong_slots", "partial", "stale")
 
 
-def _sender_messages(seed: int) -> tuple[list[int], dict[str, TransferMessage]]:
+def _sender_messages(seed: int, device: str) -> tuple[list[int], dict[str, TransferMessage]]:
     """The prefill side: one request prefilled at slots 5..17; each case's message (faults on the wire)."""
     rng = random.Random(seed)
-    w = make_world()
+    w = make_world(device=device)
     old = Req(row=1, tokens=[rng.randrange(1000) for _ in range(12)], slots=list(range(5, 17)))
     w.forward([(old, 0, 12)])
     stale = make_message(w.manager, [w.k, w.v], old.slots)  # what the slots held before reuse
@@ -114,18 +115,18 @@ def pd_run(rank: int, world_size: int, seed: int, backend: str, device: str) -> 
     slot numbers, verifies the range, then decodes one token over it. Returns rank 1's events per case."""
     wire = Wire(backend=backend, device=torch.device(device))
     if rank == 0:
-        toks, msgs = _sender_messages(seed)
-        dist.send(torch.tensor(toks, dtype=torch.int64), 1)
+        toks, msgs = _sender_messages(seed, device)
+        dist.send(torch.tensor(toks, dtype=torch.int64, device=wire.wire_device), 1)
         for case in CASES:
             wire.send(msgs[case], 1)
         return {}
-    tokens_t = torch.zeros(12, dtype=torch.int64)
+    tokens_t = torch.zeros(12, dtype=torch.int64, device=wire.wire_device)
     dist.recv(tokens_t, 0)
     tokens = tokens_t.tolist()
     out: dict[str, list[Event]] = {}
     for case in CASES:
         msg = wire.recv(0)
-        w = make_world()
+        w = make_world(device=device)
         slots = random.Random(seed + 1).sample(range(30, 60), 12)  # the receiver's own slot numbers
         if case == "stale":  # the receiver's slots held an older request (a stale page stays behind)
             prev = Req(row=3, tokens=[t ^ 5 for t in tokens], slots=slots)

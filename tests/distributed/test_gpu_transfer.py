@@ -1,0 +1,33 @@
+"""Two processes on one GPU: the transfer and the TP digest with CUDA tensors over gloo (staged through
+host memory; NCCL needs one device per rank). Skipped without CUDA."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kvcanary.consts import FailReason
+from kvcanary.distributed import spawn_group
+from tests.distributed.world import CASES, pd_run, tp_run
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def test_transfer_between_two_processes_on_one_gpu() -> None:
+    found = spawn_group(pd_run, 2, random.randrange(1 << 30), "gloo", "cuda:0", timeout_s=180)[1]
+    assert found["clean"] == []
+    for case in CASES[1:]:
+        assert [e for e in found[case] if e[0] != "after_decode"], case
+    assert {b for _, _, b in found["flip_kv"]} == {int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)}
+
+
+def test_tensor_parallel_digest_on_one_gpu() -> None:
+    bad_step = random.randrange(1, 6)
+    views = spawn_group(tp_run, 2, random.randrange(1 << 30), 1, bad_step, "cuda:0", timeout_s=180)
+    for v in views:
+        assert v["diverging"] == [1]
+        assert v["divergences"][0][0] == bad_step
+    clean = spawn_group(tp_run, 2, random.randrange(1 << 30), None, 0, "cuda:0", timeout_s=180)
+    assert [v["clean"] for v in clean] == [True, True]
