@@ -23,8 +23,8 @@ DIGEST_WIDTH = 3
 class RankDivergence:
     """At ``step`` the records of ``ranks`` differ from ``reference``'s digest.
 
-    ``reference`` is "majority" when more than half of the ranks agree, else "rank 0" (two ranks, or no
-    majority: the other ranks are named against rank 0)."""
+    ``reference`` is "majority" when more than half of the ranks agree; without a majority (two ranks) it
+    is "ranks without violations" when the ranks whose own rings are clean agree, else "rank 0"."""
 
     step: int
     ranks: tuple[int, ...]
@@ -34,17 +34,22 @@ class RankDivergence:
     def message(self) -> str:
         who = ", ".join(f"rank {r}" for r in self.ranks)
         verb = "differs" if len(self.ranks) == 1 else "differ"
-        ref = "the majority" if self.reference == "majority" else self.reference
+        ref = self.reference if self.reference == "rank 0" else f"the {self.reference}"
         return (f"kv-canary: tensor-parallel records diverge at step {self.step}: {who} {verb} from {ref} "
                 f"(per-rank (digest, count): {list(self.digests)})")
 
 
 def compare(step: int, rows: list[tuple[int, ...]]) -> RankDivergence | None:
-    """The ranks whose (sum, count) differs from the majority's (rank 0's without a strict majority)."""
+    """The ranks whose (sum, count) differs from the reference: the majority's digest; without a strict
+    majority, the digest the ranks with no violation of their own share (when they all share one), else
+    rank 0's."""
     keys = [(r[0], r[1]) for r in rows]
     top, n = Counter(keys).most_common(1)[0]
+    clean = [i for i, r in enumerate(rows) if r[2] == 0]
     if n * 2 > len(keys):
         ref, label = top, "majority"
+    elif clean and len(clean) < len(rows) and len({keys[i] for i in clean}) == 1:
+        ref, label = keys[clean[0]], "ranks without violations"
     else:
         ref, label = keys[0], "rank 0"
     bad = tuple(i for i, k in enumerate(keys) if k != ref)
@@ -73,6 +78,8 @@ class DigestExchange:
         self.rank_violations = [0] * self.world_size
         """Each rank's violation total, as of the newest compared step."""
         self.compared_steps = 0
+        self.violation_alerts: list[tuple[int, int, int]] = []
+        """(step, rank, total) each time a rank's violation total grew, as seen through the exchange."""
 
     def start(self, step: int, contribution: torch.Tensor) -> None:
         """Launch the all_gather of ``contribution`` (int64 [DIGEST_WIDTH] on the device); returns at once."""
@@ -111,7 +118,10 @@ class DigestExchange:
                 p.event.synchronize()
             self._pending.pop(0)
             rows = [tuple(int(x) for x in r) for r in p.host.tolist()]
-            self.rank_violations = [r[2] for r in rows]
+            totals = [r[2] for r in rows]
+            self.violation_alerts += [(p.step, i, t) for i, (t, old) in enumerate(zip(totals, self.rank_violations,
+                                                                                      strict=True)) if t > old]
+            self.rank_violations = totals
             self.compared_steps += 1
             d = compare(p.step, rows)
             if d is not None:

@@ -76,6 +76,8 @@ def spawn_group(fn: Callable[..., Any], world_size: int, *args: Any, backend: st
         if not done and time.monotonic() > deadline:
             for p in ctx.processes:
                 p.terminate()
+            for p in ctx.processes:
+                p.join(5)
             raise TimeoutError(f"kv-canary: process group of {world_size} still running after {timeout_s:.0f}s")
     while len(got) < world_size:  # a result may still sit in the queue's pipe
         rank, value = results.get(timeout=10)

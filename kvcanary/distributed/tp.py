@@ -84,7 +84,13 @@ class TensorParallelCanary:
         self.digest.take(self._contrib)
         self._contrib[2:3].copy_(self.manager.state.log.violation_write_index)
         self.exchange.start(step, self._contrib.clone())
-        return self._log(self.exchange.poll())
+        seen = len(self.exchange.violation_alerts)
+        new = self._log(self.exchange.poll())
+        if self.rank == 0:
+            for s, r, total in self.exchange.violation_alerts[seen:]:
+                logger.warning("kv-canary: rank %d reports %d violation(s) as of step %d (its own log has them)",
+                               r, total, s)
+        return new
 
     def end_step(self) -> StepStats:
         """``manager.end_step()`` then :meth:`after_step` for that step."""

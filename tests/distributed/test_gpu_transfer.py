@@ -25,9 +25,9 @@ def test_transfer_between_two_processes_on_one_gpu() -> None:
 
 def test_tensor_parallel_digest_on_one_gpu() -> None:
     bad_step = random.randrange(1, 6)
-    views = spawn_group(tp_run, 2, random.randrange(1 << 30), 1, bad_step, "cuda:0", timeout_s=180)
-    for v in views:
-        assert v["diverging"] == [1]
-        assert v["divergences"][0][0] == bad_step
-    clean = spawn_group(tp_run, 2, random.randrange(1 << 30), None, 0, "cuda:0", timeout_s=180)
-    assert [v["clean"] for v in clean] == [True, True]
+    views = spawn_group(tp_run, 2, random.randrange(1 << 30), [(None, 0), (1, bad_step)], "cuda:0",
+                        timeout_s=180)
+    for clean, bad in views:
+        assert clean["clean"]
+        assert bad["diverging"] == [1]
+        assert bad["divergences"][0][0] == bad_step

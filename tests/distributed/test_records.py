@@ -133,3 +133,5 @@ def test_compare_names_the_minority_or_the_ranks_off_rank_0() -> None:
     assert d is not None and d.ranks == (2,) and d.reference == "majority"
     d = compare(5, [(1, 2, 0), (7, 2, 0)])
     assert d is not None and d.ranks == (1,) and d.reference == "rank 0" and "rank 1 differs" in d.message()
+    d = compare(5, [(7, 2, 3), (1, 2, 0)])  # no majority: the rank with its own violations is named
+    assert d is not None and d.ranks == (0,) and "from the ranks without violations" in d.message()

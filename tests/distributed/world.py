@@ -7,6 +7,7 @@ picklable summaries: (tag name, slot, reason bits) per violation.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 
 import torch
@@ -51,8 +52,7 @@ def events(mgr: CanaryManager) -> list[Event]:
 
 
 # -- tensor parallel ----------------------------------------------------------------------------------------
-def tp_run(rank: int, world_size: int, seed: int, bad_rank: int | None, bad_step: int,
-           device: str = "cpu") -> dict[str, object]:
+def _tp_once(rank: int, seed: int, bad_rank: int | None, bad_step: int, device: str) -> dict[str, object]:
     """Every rank runs the same two requests for 8 steps; ``bad_rank`` stamps a wrong token at
     ``bad_step``. Returns this rank's view: divergences seen, the gathered report."""
     rng = random.Random(seed)
@@ -74,8 +74,15 @@ def tp_run(rank: int, world_size: int, seed: int, bad_rank: int | None, bad_step
         tp.end_step()
     report = tp.flush()
     return {"divergences": [(d.step, d.ranks, d.reference) for d in report.divergences],
+            "alerts": tp.exchange.violation_alerts,
             "diverging": report.diverging_ranks, "with_violations": report.ranks_with_violations,
             "lines": report.lines(), "clean": report.clean, "compared": tp.exchange.compared_steps}
+
+
+def tp_run(rank: int, world_size: int, seed: int, runs: list[tuple[int | None, int]],
+           device: str = "cpu") -> list[dict[str, object]]:
+    """One group, several runs (fresh pools each): ``(bad_rank, bad_step)`` per run (None: clean)."""
+    return [_tp_once(rank, seed + i, bad, step, device) for i, (bad, step) in enumerate(runs)]
 
 
 # -- prefill -> decode transfer -------------------------------------------------------------------------
@@ -138,3 +145,8 @@ def pd_run(rank: int, world_size: int, seed: int, backend: str, device: str) -> 
         w.forward([(req, 12, 1)])  # first use: one decode step over the received prefix
         out[case] = found + [("after_decode", *e[1:]) for e in events(w.manager)[len(found):]]
     return out
+
+
+def hang(rank: int, world_size: int, seconds: float) -> None:
+    """A rank that never finishes in time (the bounded join must end the group)."""
+    time.sleep(seconds)
