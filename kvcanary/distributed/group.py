@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import start_processes
@@ -41,6 +42,8 @@ def init_loopback_group(rank: int, world_size: int, port: int, *, backend: str =
 
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, backend: str, timeout_s: float,
            results: Any, args: tuple[Any, ...]) -> None:
+    if backend == "nccl":  # one device per rank: NCCL cannot put two ranks on one GPU
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     init_loopback_group(rank, world_size, port, backend=backend, timeout_s=timeout_s)
     try:
         results.put((rank, fn(rank, world_size, *args)))

@@ -9,6 +9,7 @@ import torch
 
 from kvcanary.consts import FailReason
 from kvcanary.distributed import (
+    DigestAccumulator,
     TransferMessage,
     TransferVerifier,
     accept_transfer,
@@ -25,6 +26,7 @@ from kvcanary.distributed import (
 from kvcanary.distributed.exchange import compare
 from kvcanary.hashing import MASK64, splitmix64, to_int64
 from tests.distributed.world import events
+from tests.manager.test_capture_safety import HOST_READS, _forbid
 from tests.manager.world import Req, World, make_world
 
 
@@ -135,3 +137,20 @@ def test_compare_names_the_minority_or_the_ranks_off_rank_0() -> None:
     assert d is not None and d.ranks == (1,) and d.reference == "rank 0" and "rank 1 differs" in d.message()
     d = compare(5, [(7, 2, 3), (1, 2, 0)])  # no majority: the rank with its own violations is named
     assert d is not None and d.ranks == (0,) and "from the ranks without violations" in d.message()
+
+
+def test_the_digest_reads_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-forward digest (the TP observer on the HEAD) may run inside a captured forward."""
+    w, req = _prefilled()
+    buf = w.manager.groups[0].k_head
+    acc = DigestAccumulator(buf)
+    loc = torch.tensor([*req.slots, 0, -1])
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        acc.add(loc)
+        acc.add(loc)
+    assert torch.equal(acc.acc, 2 * fold_records(buf, loc))
+    out = torch.zeros(3, dtype=torch.int64)
+    acc.take(out)
+    assert torch.equal(out[:2], 2 * fold_records(buf, loc)) and int(acc.acc.abs().sum()) == 0
