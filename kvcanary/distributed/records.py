@@ -26,11 +26,17 @@ def record_buffers(manager: CanaryManager) -> list[tuple[str, torch.Tensor]]:
 
 
 def _check_slots(name: str, slots: torch.Tensor, manager: CanaryManager) -> torch.Tensor:
+    """1-D int32/int64; on the host also in ``[1, num_slots)`` (slot 0 is the padding slot). Slots already
+    on the device are not read back to check them."""
     if not isinstance(slots, torch.Tensor):
         raise TypeError(f"kv-canary: {name} must be a torch.Tensor, got {type(slots).__name__}")
     if slots.dtype not in (torch.int32, torch.int64) or slots.ndim != 1:
         raise ValueError(f"kv-canary: {name} must be a 1-D int32/int64 tensor, got {slots.dtype} "
                          f"{tuple(slots.shape)}")
+    n = manager.groups[0].num_slots
+    if slots.device.type == "cpu" and slots.numel() and not (int(slots.min()) >= 1 and int(slots.max()) < n):
+        raise ValueError(f"kv-canary: {name} must hold slots in [1, {n}) (slot 0 is the padding slot), got "
+                         f"values in [{int(slots.min())}, {int(slots.max())}]")
     return slots.to(device=manager.device, dtype=torch.int64, non_blocking=True)
 
 

@@ -28,15 +28,30 @@ def _slot_index(slots: Sequence[int] | torch.Tensor, device: torch.device) -> to
     return torch.as_tensor(slots, dtype=torch.int64).to(device)
 
 
+def _check_layers(layers: Sequence[torch.Tensor]) -> None:
+    if not layers:
+        raise ValueError("kv-canary: layers must name at least one KV buffer")
+    n = int(layers[0].shape[0])
+    for i, t in enumerate(layers):
+        if t.ndim < 1 or int(t.shape[0]) != n or not t.is_contiguous() or t.device != layers[0].device:
+            raise ValueError(f"kv-canary: layers[{i}] must be a contiguous [num_slots={n}, ...] tensor on "
+                             f"{layers[0].device}, got shape {tuple(t.shape)} on {t.device}")
+
+
 def pack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """``uint8 [n, Σ bytes per slot]``: each layer buffer's (``[num_slots, ...]``) rows of ``slots``."""
+    _check_layers(layers)
     idx = _slot_index(slots, layers[0].device)
     n = int(idx.shape[0])
     return torch.cat([t.index_select(0, idx).reshape(n, -1).view(torch.uint8) for t in layers], dim=1)
 
 
 def unpack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor, payload: torch.Tensor) -> None:
-    """Write ``payload`` (from :func:`pack_kv`) into ``layers`` at ``slots`` (receiver's slot numbers)."""
+    """Write ``payload`` (from :func:`pack_kv`) into ``layers`` at ``slots`` (receiver's slot numbers); a
+    payload of another shape or dtype raises before anything is written."""
+    _check_layers(layers)
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
+        raise ValueError("kv-canary: payload must be the uint8 tensor pack_kv returned")
     idx = _slot_index(slots, layers[0].device)
     n = int(idx.shape[0])
     widths = [int(t[0].numel()) * t.element_size() for t in layers]

@@ -154,3 +154,21 @@ def test_the_digest_reads_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -
     out = torch.zeros(3, dtype=torch.int64)
     acc.take(out)
     assert torch.equal(out[:2], 2 * fold_records(buf, loc)) and int(acc.acc.abs().sum()) == 0
+
+
+def test_slots_and_layers_are_checked_before_anything_moves() -> None:
+    src, _ = _prefilled()
+    with pytest.raises(ValueError, match=r"slots must hold slots in \[1, 64\)"):
+        pack_records(src.manager, torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"\[1, 64\)"):
+        unpack_records(src.manager, pack_records(src.manager, torch.tensor([2, 3])), torch.tensor([5, 64]))
+    with pytest.raises(ValueError, match="at least one"):
+        pack_kv([], [1])
+    with pytest.raises(ValueError, match=r"layers\[1\]"):
+        pack_kv([src.k, src.v[:10]], [1])
+    with pytest.raises(ValueError, match="uint8"):
+        unpack_kv([src.k], [1], torch.zeros(1, 64))
+    before = src.k.clone()
+    with pytest.raises(ValueError, match="KV payload has shape"):
+        unpack_kv([src.k], [1, 2], torch.zeros(1, 64, dtype=torch.uint8))
+    assert torch.equal(before, src.k)
