@@ -153,13 +153,15 @@ def main(args: argparse.Namespace) -> int:
     except BackendError as exc:
         raise backend_usage_error(exc, args.backend) from None
     bad: list[object] = [o for o in outcomes if not o.ok]
+    runs = len(outcomes)
     if getattr(args, "workers", 1) == 2:
         from kvcanary.demo.workers import print_rows, worker_rows
 
         rows = worker_rows(args.steps, args.device, args.backend, args.seed)
         print_rows(rows, sys.stdout)
         bad += [r for r in rows if not r.ok]
+        runs += len(rows)
     good = "clean run silent" + (", every fault detected" if faults else "")
-    print(f"\n{len(outcomes)} run(s) in {time.perf_counter() - start:.1f}s: "
+    print(f"\n{runs} run(s) in {time.perf_counter() - start:.1f}s: "
           + (good if not bad else f"{len(bad)} run(s) FAILED"))
     return 1 if bad else 0

@@ -5,8 +5,9 @@
   1 only: its records diverge and every rank's report names rank 1.
 - **PD 2-proc**: rank 0 is the prefill worker, rank 1 the decode engine; each remote-prefill request is
   prefilled on rank 0 and its KV and canary records are sent to rank 1 (:mod:`kvcanary.distributed.wire`),
-  which verifies the range before first use. The faulty run flips one K byte of the first transfer in
-  transit.
+  which verifies the range before first use. The faulty runs corrupt the transport (:data:`PD_FAULTS`):
+  a flipped K byte, two halves of a transfer written to each other's slots, a transfer whose last third
+  never arrives, stale slots from the previous transfer.
 
 Each mode spawns one process group that runs its clean and its faulty run. The PD mode runs without the
 sliding-window layers (the records API carries the FULL group).
@@ -131,9 +132,40 @@ class DistributedPrefill:
         dist.send(torch.zeros(1, dtype=torch.int64), self.src)
 
 
-def _serve_prefill(engine: Engine, wire: Wire, flip_first: bool, dst: int = 1) -> int:
+PD_FAULTS: dict[str, str] = {
+    "flip": "1 K byte flipped in transit",
+    "wrong_slots": "2 halves sent to swapped slots",
+    "partial": "last third never sent",
+    "stale": "2nd transfer: 4 stale slots",
+}
+"""The transfer faults of the PD rows (applied by the sender to the message it ships)."""
+
+
+def _corrupt(fault: str | None, served: int, msg: TransferMessage, previous: TransferMessage | None) -> TransferMessage:
+    """``msg`` as the faulty transport delivers it (unchanged when ``fault`` does not fire on this transfer)."""
+    kv, rec = msg.kv, msg.records
+    n = int(kv.shape[0])
+    if fault == "flip" and served == 0:
+        kv = kv.clone()
+        kv[n // 2, 0] ^= 0x20  # one K byte of layer 0, inside the fingerprinted bytes
+    elif fault == "wrong_slots" and served == 0 and n >= 2:
+        h = n // 2
+        kv = torch.cat([kv[h : 2 * h], kv[:h], kv[2 * h :]])
+        rec = torch.cat([rec[:, h : 2 * h], rec[:, :h], rec[:, 2 * h :]], dim=1)
+    elif fault == "partial" and served == 0:
+        keep = n - max(1, n // 3)
+        kv, rec = kv[:keep], rec[:, :keep]
+    elif fault == "stale" and served == 1 and previous is not None:
+        k = min(4, n, previous.num_slots)  # the tail of the previous transfer, left in the staging buffer
+        kv, rec = kv.clone(), rec.clone()
+        kv[n - k :], rec[:, n - k :] = previous.kv[-k:], previous.records[:, -k:]
+    return TransferMessage(kv, rec)
+
+
+def _serve_prefill(engine: Engine, wire: Wire, fault: str | None, dst: int = 1) -> int:
     """Rank 0: prefill each prompt rank ``dst`` sends and ship its KV and records; return the count."""
     served = 0
+    previous: TransferMessage | None = None
     n = torch.zeros(1, dtype=torch.int64)
     while True:
         dist.recv(n, dst)
@@ -151,24 +183,22 @@ def _serve_prefill(engine: Engine, wire: Wire, flip_first: bool, dst: int = 1) -
         mem = engine.memory
         src = mem.r2t.read(remote.row, 0, remote.kv_len)
         msg = make_message(engine.canary, mem.pool.k + mem.pool.v, src)
-        if flip_first and served == 0:  # the fault: one K byte of layer 0 flipped in transit
-            kv = msg.kv.clone()
-            kv[len(src) // 2, 0] ^= 0x20
-            msg = TransferMessage(kv, msg.records)
         dist.send(torch.tensor([remote.tokens[-1]], dtype=torch.int64), dst)
-        wire.send(msg, dst)
+        wire.send(_corrupt(fault, served, msg, previous), dst)
+        previous = msg
         engine.release_transferred(remote)
         served += 1
 
 
-def _pd_once(rank: int, steps: int, device: str, backend: str | None, seed: int, bad: bool) -> dict[str, object]:
+def _pd_once(rank: int, steps: int, device: str, backend: str | None, seed: int,
+             fault: str | None) -> dict[str, object]:
     cfg: EngineConfig = dataclasses.replace(demo_engine_config(device), swa_window=0)
     engine = Engine(cfg, canary=_canary(backend), name="prefill" if rank == 0 else "decode")
     engine.warmup()
     wire = Wire(backend="gloo", device=torch.device(device))
     start = time.perf_counter()
     if rank == 0:
-        served = _serve_prefill(engine, wire, bad)
+        served = _serve_prefill(engine, wire, fault)
         engine.flush_canaries()
         return {"served": served, "violations": len(engine.events()), "seconds": time.perf_counter() - start}
     mgr: CanaryManager | None = engine.canary
@@ -187,9 +217,9 @@ def _pd_once(rank: int, steps: int, device: str, backend: str | None, seed: int,
 
 def pd_worker(rank: int, world_size: int, steps: int, device: str, backend: str | None,
               seed: int) -> list[dict[str, object]]:
-    """One PD rank: the clean run, then the run with a byte flipped in transit."""
+    """One PD rank: the clean run, then one run per transfer fault (:data:`PD_FAULTS`)."""
     _quiet()
-    return [_pd_once(rank, steps, device, backend, seed, bad) for bad in (False, True)]
+    return [_pd_once(rank, steps, device, backend, seed, f) for f in (None, *PD_FAULTS)]
 
 
 # -- the rows -----------------------------------------------------------------------------------------------
@@ -209,23 +239,24 @@ def worker_rows(steps: int, device: str, backend: str | None, seed: int) -> list
                                   f"{views[0]['first_step']} (fault fired at step {views[1]['fired']})"
                                   if ok else f"not named: {views}", secs))
     pd = spawn_group(pd_worker, 2, steps, device, backend, seed, timeout_s=300)
-    for i, injected in enumerate(("-", "1 K byte flipped in transit")):
+    for i, fault in enumerate((None, *PD_FAULTS)):
         pre, dec = pd[0][i], pd[1][i]
         secs = max(float(str(pre["seconds"])), float(str(dec["seconds"])))
-        if i == 0:
+        if fault is None:
             ok = dec["violations"] == 0 and pre["violations"] == 0 and int(str(pre["served"])) > 0
-            rows.append(WorkerRow("PD 2-proc", injected, ok, f"silent, {pre['served']} transfers verified"
+            rows.append(WorkerRow("PD 2-proc", "-", ok, f"silent, {pre['served']} transfers verified"
                                   if ok else f"reported {dec}", secs))
-        else:
-            ok = dec["violations"] != 0 and dec["reasons"] == ["verify_real_kv_hash"]
-            rows.append(WorkerRow("PD 2-proc", injected, ok, f"{', '.join(str(t) for t in dec['reasons'])} on "
-                                  f"{', '.join(dec['tags'])} before first use" if ok else f"missed: {dec}", secs))
+            continue
+        ok = dec["violations"] != 0 and (fault != "flip" or dec["reasons"] == ["verify_real_kv_hash"])
+        detail = (f"{', '.join(str(t) for t in dec['reasons'])} on {', '.join(dec['tags'])}, "
+                  f"step {dec['first_step']}" if ok else f"missed: {dec}")
+        rows.append(WorkerRow("PD 2-proc", PD_FAULTS[fault], ok, detail, secs))
     return rows
 
 
 def print_rows(rows: list[WorkerRow], out: TextIO) -> None:
     """The workers table."""
     out.write("\n2 workers (gloo, loopback)\n")
-    out.write(f"{'mode':<10} {'injected':<30} {'result':<6} {'seconds':>7}  detail\n")
+    out.write(f"{'mode':<10} {'injected':<32} {'result':<6} {'seconds':>7}  detail\n")
     for r in rows:
-        out.write(f"{r.mode:<10} {r.injected:<30} {'ok' if r.ok else 'FAIL':<6} {r.seconds:>7.1f}  {r.detail}\n")
+        out.write(f"{r.mode:<10} {r.injected:<32} {'ok' if r.ok else 'FAIL':<6} {r.seconds:>7.1f}  {r.detail}\n")
