@@ -15,6 +15,6 @@ sed -n '/^== bench_distributed/,$p' "$OUT/bench_distributed.log" | head -16
 echo "bench_distributed: rc=$rc2"
 timeout 100 python3 -m kvcanary.cli demo --device cuda --fault none --workers 2 >"$OUT/demo_workers.log" 2>&1
 rc3=$?
-tail -8 "$OUT/demo_workers.log"
+tail -12 "$OUT/demo_workers.log"
 echo "demo --workers 2 on cuda: rc=$rc3"
 [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
