@@ -11,6 +11,11 @@ must not be ``meta``; and no tensor the launch writes may overlap another tensor
 (compared as byte ranges ``[data_ptr, data_ptr + extent)``: views of one buffer that do not overlap are
 fine; read-only arguments may share memory with each other; meta tensors, which have no memory, are not
 compared).
+
+A *traceable* checker (``ContractCompiler(..., traceable=True)``, :meth:`Contract.traceable_checker`) is the
+same function without the checks that need a tensor's memory address (alignment rules over ``data_ptr()``,
+the aliasing check): what is left reads only dtype, shape, strides, device and Python scalars, so
+``torch.compile`` can trace it over fake tensors and turn it into guards.
 """
 
 from __future__ import annotations
@@ -62,6 +67,11 @@ class Step:
     loop: Node | None
     lines: list[str]
 
+    @property
+    def memory(self) -> bool:
+        """Whether the step reads a tensor's address (left out of a traceable checker)."""
+        return self.phase == ph.ALIAS or any("data_ptr()" in line for line in self.lines)
+
 
 @dataclass
 class Compiled:
@@ -110,6 +120,7 @@ class ContractCompiler:
         device_key: str | None,
         writes: Sequence[str] = (),
         origin: str = "",
+        traceable: bool = False,
     ) -> None:
         self.name = name
         self.family = family
@@ -119,6 +130,7 @@ class ContractCompiler:
         self.device_key = device_key
         self.writes = tuple(writes)
         self.origin = origin
+        self.traceable = traceable
         self.env: dict[str, object] = {"_Tensor": torch.Tensor, "_lbl": _label, "_extent": extent}
         self.checks: list[Check] = []
         self.steps: list[Step] = []
@@ -732,7 +744,7 @@ class ContractCompiler:
         self.emit_device()
         self.emit_alias()
         source = self.assemble()
-        filename = f"<contract {self.name}>"
+        filename = f"<contract {self.name}{' traceable' if self.traceable else ''}>"
         register_source(filename, source)
         code = compile(source, filename, "exec")
         checks = self.checks
@@ -742,8 +754,14 @@ class ContractCompiler:
         for check in checks:
             compiled_fmt.append({k: compile(src, f"<fmt {check.slug}:{k}>", "eval") for k, src in check.fmt.items()})
 
+        traced = self.traceable
+
         def _fail(idx: int, scope: dict[str, Any]) -> typing.NoReturn:
             check = checks[idx]
+            if traced and torch.compiler.is_compiling():
+                # torch.compile traces this raise: a builtin error with a constant text (the rule and its code)
+                # is what it can follow; the eager launcher raises the full ContractError.
+                raise _builtin(check.error)(_static_text(family, check))
             values: dict[str, Any] = {}
             for k, c in compiled_fmt[idx].items():
                 try:
@@ -771,7 +789,7 @@ class ContractCompiler:
         lines = [f"def _check(*, {params}):"]
         for sym in self.symbols:
             lines.append(f"    s_{sym} = None")
-        steps = sorted(self.steps, key=lambda s: (s.phase, s.order))
+        steps = sorted((s for s in self.steps if not (self.traceable and s.memory)), key=lambda s: (s.phase, s.order))
         i = 0
         while i < len(steps):
             step = steps[i]
@@ -792,6 +810,18 @@ class ContractCompiler:
                 i += 1
         lines.append("    return _dev" if self.device_key else "    return None")
         return "\n".join(lines) + "\n"
+
+
+def _builtin(error: type[Exception]) -> type[Exception]:
+    """The builtin exception class an error class derives from (ValueError for a ContractError)."""
+    return next(c for c in error.__mro__ if c.__module__ == "builtins")
+
+
+def _static_text(family: Family, check: Check) -> str:
+    """A check's failure told without the call's values: its summary and the line naming its code."""
+    pointer = family.pointer.format(code=check.code or "?", contract=check.contract, summary=check.summary,
+                                    slug=check.slug)
+    return f"{family.prefix}{check.summary}\n{pointer}"
 
 
 class _Missing(dict[str, Any]):

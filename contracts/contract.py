@@ -53,6 +53,7 @@ class Contract(BaseModel):
 
     contract: ClassVar[ContractInfo]
     _compiled_: ClassVar[Compiled | None] = None
+    _traceable_: ClassVar[Compiled | None] = None
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -64,6 +65,7 @@ class Contract(BaseModel):
             raise ContractDefinitionError(f"two contracts are named {info.name!r}")
         _REGISTRY[info.name] = cls
         cls._compiled_ = None
+        cls._traceable_ = None
 
     @classmethod
     def fields_for_compiler(cls) -> list[tuple[str, Any, Spec, str]]:
@@ -81,6 +83,20 @@ class Contract(BaseModel):
         done = cls.__dict__.get("_compiled_")
         if isinstance(done, Compiled):
             return done
+        cls._compiled_ = cls._compile(traceable=False)
+        return cls._compiled_
+
+    @classmethod
+    def traceable(cls) -> Compiled:
+        """Compile (once) the checker without the checks that read memory addresses (see the compiler)."""
+        done = cls.__dict__.get("_traceable_")
+        if isinstance(done, Compiled):
+            return done
+        cls._traceable_ = cls._compile(traceable=True)
+        return cls._traceable_
+
+    @classmethod
+    def _compile(cls, *, traceable: bool) -> Compiled:
         info = cls.contract
         result = ContractCompiler(
             name=info.name,
@@ -91,17 +107,22 @@ class Contract(BaseModel):
             device_key=info.device_key,
             writes=info.writes,
             origin=info.origin,
+            traceable=traceable,
         ).compile()
         book = info.family.codebook
         for check in result.checks:
             check.code = book.lookup(info.name, check.slug) or book.placeholder(info.letter)
-        cls._compiled_ = result
         return result
 
     @classmethod
     def checker(cls) -> Checker:
         """The generated function: ``checker(**launch_kwargs) -> device``; raises ContractError."""
         return cls.compiled().checker
+
+    @classmethod
+    def traceable_checker(cls) -> Checker:
+        """The checker ``torch.compile`` traces: every check but those that need a tensor's address."""
+        return cls.traceable().checker
 
     @classmethod
     def checks(cls) -> list[Check]:

@@ -13,28 +13,45 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from kvcanary.contracts.compiler import register_source
 from kvcanary.contracts.contract import Contract
+from kvcanary.contracts.torch_op import OpSignature, register_contract_op
 
 Launcher = Callable[..., None]
 
 
 @dataclass(frozen=True)
 class Extra:
-    """A launcher parameter that is not a contract field (``backend=None``): its default and its type."""
+    """A launcher parameter that is not a contract field (``backend=None``): its default, its type, and its
+    type in an operator schema (``"str?"``)."""
 
     default: object
     annotation: str
+    schema: str = ""
 
 
-def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra]) -> str:
-    """The launcher's source: check, pack the call object, dispatch."""
+def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
+                    flat: list[str] | None = None) -> str:
+    """The launcher's source: check, pack the call object, dispatch.
+
+    With ``flat`` (the operator's arguments as expressions over the fields), a launch that ``torch.compile``
+    traces runs the traceable checks and calls the operator instead.
+    """
     params = ", ".join([*fields, *(f"{k}={k}_default" for k in extras)])
     kwargs = ", ".join(f"{f}={f}" for f in fields)
     values = ", ".join(f"{f!r}: {f}" for f in fields)
     extra_args = "".join(f", {k}" for k in extras)
+    traced = "" if flat is None else (
+        "    if _compiling():\n"
+        f"        _tcheck({kwargs})\n"
+        f"        _op({', '.join(flat)}{extra_args})\n"
+        "        return\n"
+    )
     return (
         f"def {name}(*, {params}):\n"
+        f"{traced}"
         f"    _dev = _check({kwargs})\n"
         f"    _call = _new(_cls)\n"
         f"    _set(_call, '__dict__', {{{values}}})\n"
@@ -53,11 +70,14 @@ def build_launcher(
     name: str | None = None,
     doc: str = "",
     module: str | None = None,
+    operator: str | None = None,
 ) -> Launcher:
     """Generate the launcher of ``contract`` (named after the contract unless ``name`` is given).
 
     ``extras`` are keyword parameters with defaults that the launcher passes to ``dispatch`` after the call
     object and the device, in order. The call object skips pydantic validation: the checker has already run.
+    ``operator`` (``"namespace::name"``) also registers the launch as a ``torch.library`` operator
+    (:mod:`~kvcanary.contracts.torch_op`), which the launcher calls while ``torch.compile`` traces it.
     """
     extras = dict(extras or {})
     fields = list(contract.model_fields)
@@ -65,7 +85,9 @@ def build_launcher(
     if clash:
         raise ValueError(f"{contract.__name__}: extra launcher parameters shadow fields: {sorted(clash)}")
     fname = name or contract.contract.name
-    source = launcher_source(fname, fields, extras)
+    signature = OpSignature(contract) if operator else None
+    flat = signature.flat_exprs() if signature else None
+    source = launcher_source(fname, fields, extras, flat)
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {
@@ -75,6 +97,7 @@ def build_launcher(
         "_cls": contract,
         "_fields": set(fields),  # shared: pydantic copies it before changing it
         "_dispatch": dispatch,
+        "_compiling": torch.compiler.is_compiling,
         **{f"{k}_default": v.default for k, v in extras.items()},
     }
     exec(compile(source, filename, "exec"), env)
@@ -84,4 +107,9 @@ def build_launcher(
     fn.__qualname__ = fname
     fn.__kvc_contract__ = contract  # type: ignore[attr-defined]  # read by the stub generator
     fn.__kvc_extras__ = extras  # type: ignore[attr-defined]
+    if operator:
+        registered = register_contract_op(contract, operator, fn, {k: v.schema for k, v in extras.items()})
+        env["_op"] = registered.op
+        env["_tcheck"] = contract.traceable_checker()
+        fn.__kvc_operator__ = registered  # type: ignore[attr-defined]
     return fn

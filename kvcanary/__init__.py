@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         VerifyBudget,
         ViolationEvent,
     )
+    from kvcanary.operators import operators
     from kvcanary.plans import VerifyPlan, WritePlan
     from kvcanary.registry import (
         Backend,
@@ -164,6 +165,7 @@ __all__ = [
     "launch_plan_entries_kernel",
     "launch_plan_offsets_kernel",
     "launch_scatter_req_token_ids_kernel",
+    "operators",
     "record_hash",
     "register_backend",
     "registered_backends",

@@ -32,6 +32,7 @@ class DemoSettings:
     device: str = "cpu"
     backend: str | None = None
     seed: int = 0
+    compile: bool = False
 
 
 def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None) -> RunOutcome:
@@ -49,7 +50,7 @@ def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar |
 
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
                           sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
-                          backend=settings.backend)
+                          backend=settings.backend, compile=settings.compile)
     cfg: EngineConfig = demo_engine_config(settings.device)
     faults = FaultInjector(fault)
     engine = Engine(cfg, canary=canary, faults=faults, name="decode")
@@ -127,6 +128,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--compile", action="store_true",
+                   help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
                    help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback)")
 
@@ -146,7 +149,8 @@ def main(args: argparse.Namespace) -> int:
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(Fault) if args.fault == "all" else [] if args.fault == "none" else [Fault(args.fault)]
-    settings = DemoSettings(steps=args.steps, device=args.device, backend=args.backend, seed=args.seed)
+    settings = DemoSettings(steps=args.steps, device=args.device, backend=args.backend, seed=args.seed,
+                            compile=args.compile)
     start = time.perf_counter()
     try:
         outcomes = run_demo(faults, settings)

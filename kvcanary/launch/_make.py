@@ -9,15 +9,23 @@ from __future__ import annotations
 
 from kvcanary.contracts import Contract
 from kvcanary.contracts.launcher import Extra, Launcher, build_launcher
+from kvcanary.contracts.torch_op import ContractOp
 from kvcanary.registry import REGISTRY, Op
 
-EXTRAS = {"backend": Extra(None, "str | None")}
+EXTRAS = {"backend": Extra(None, "str | None", "str?")}
+NAMESPACE = "kvcanary"
+"""The ``torch.library`` namespace of the operators: ``torch.ops.kvcanary.<operation>``."""
 CONTRACTS: dict[Op, type[Contract]] = {}
 """The contract of every operation: what its launcher takes and what each backend's implementation receives."""
+OPERATORS: dict[Op, ContractOp] = {}
+"""The ``torch.library`` operator of every operation whose launcher has been imported."""
 
 
 def launcher(contract: type[Contract], op: Op, module: str, doc: str) -> Launcher:
     """The public launcher of ``contract``, dispatching ``op``; ``module`` is where it is exported from."""
     if CONTRACTS.setdefault(op, contract) is not contract:
         raise ValueError(f"operation {op.value!r} already has the contract {CONTRACTS[op].__name__}")
-    return build_launcher(contract, dispatch=REGISTRY.runner(op), extras=EXTRAS, doc=doc, module=module)
+    fn = build_launcher(contract, dispatch=REGISTRY.runner(op), extras=EXTRAS, doc=doc, module=module,
+                        operator=f"{NAMESPACE}::{op.value}")
+    OPERATORS[op] = fn.__kvc_operator__  # type: ignore[attr-defined]
+    return fn

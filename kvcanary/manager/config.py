@@ -29,7 +29,8 @@ class CanaryConfig:
     ``num_forward_slots`` is the number of forwards per step that need their own plans (one per captured
     draft step). ``backend`` forces a kvcanary backend by name for every launch (None: automatic).
     ``verify_budget`` verifies at most that many entries per launch, rotating through the live set (None:
-    every live entry, every forward; see :mod:`kvcanary.manager.budget`).
+    every live entry, every forward; see :mod:`kvcanary.manager.budget`). ``compile`` runs each forward's
+    canary launches (after the batch is staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -45,6 +46,7 @@ class CanaryConfig:
     num_forward_slots: int = 1
     backend: str | None = None
     verify_budget: VerifyBudget | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, CanaryMode):
@@ -57,7 +59,7 @@ class CanaryConfig:
         _non_negative("health_warmup_steps", self.health_warmup_steps)
         _positive("health_every", self.health_every)
         _positive("num_forward_slots", self.num_forward_slots)
-        for name in ("enable_v", "enable_verify_token", "enable_write_input_assert"):
+        for name in ("enable_v", "enable_verify_token", "enable_write_input_assert", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"kv-canary: CanaryConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):

@@ -1,7 +1,9 @@
 """The per-forward path: plan, HEAD verify + write before the forward, TAIL verify + write after it.
 
 Only launches and device-to-device copies happen here, never a host read of a device value, so on a GPU
-``head`` and ``tail`` can be captured into the forward's CUDA graph (with a capture-safe backend).
+``head`` and ``tail`` can be captured into the forward's CUDA graph (with a capture-safe backend). With
+``compile=True`` the launches of each half (everything after staging the batch) run as one
+``torch.compile(fullgraph=True, dynamic=True)`` graph of kvcanary operators.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class ForwardRunner:
     def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], state: CanaryDeviceState,
                  capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
                  check_token: bool, write_input_assert: bool, backend: str | None,
-                 budget: VerifyBudget | None = None) -> None:
+                 budget: VerifyBudget | None = None, compile: bool = False) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -68,12 +70,20 @@ class ForwardRunner:
         self._write_input_assert = write_input_assert
         self._backend = backend
         self._views: StepViews | None = None
+        self._head_launches = self._plan_and_head
+        self._tail_launches = self._tail
+        if compile:
+            self._head_launches = torch.compile(self._plan_and_head, fullgraph=True, dynamic=True)
+            self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
 
     def head(self, batch: CanaryBatch) -> None:
         """Stage the batch, plan every group, then HEAD verify and write (K, then V)."""
-        pool = self._state.expected_tokens_pool if self._check_token else None
         v = self.staging.load(batch)
         self._views = v
+        self._head_launches(v, batch.batch_size)
+
+    def _plan_and_head(self, v: StepViews, batch_size: int) -> None:
+        pool = self._state.expected_tokens_pool if self._check_token else None
         for gi, gp in enumerate(self.plans):
             g = gp.group
             launch_canary_plan_kernels(
@@ -84,7 +94,7 @@ class ForwardRunner:
                 req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
                 kv_token_id_vs_position_offset=self._offset, backend=self._backend)
             if self.budgets:
-                self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch.batch_size,
+                self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,
                                                           req_pool_indices=v.req_pool_indices)
             self._launch(gi, gp.head, v)
 
@@ -93,11 +103,14 @@ class ForwardRunner:
         v = self._views
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
+        self._tail_launches(v)
+        self._views = None
+
+    def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
             # a plan that overflowed skipped its verifies: count it on the device (never read here)
             self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
-        self._views = None
 
     def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
         gp = self.plans[gi]

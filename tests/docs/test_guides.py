@@ -11,7 +11,8 @@ from kvcanary import codes
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 RUNNABLE = ["quickstart.md", "integration.md"]
-HAND_WRITTEN = ["index.md", "quickstart.md", "concepts.md", "integration.md", "cli.md", "compatibility.md"]
+HAND_WRITTEN = ["index.md", "quickstart.md", "concepts.md", "integration.md", "cli.md", "compatibility.md",
+                "compile.md"]
 
 
 def python_blocks(page: str) -> list[str]:

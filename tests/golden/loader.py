@@ -9,7 +9,7 @@ the source tree. The backend tests and the GPU scripts in ``benchmarks/gpu`` imp
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,37 @@ def run_scatter(case: Case, device: torch.device | str = "cpu", backend: str | N
                                         req_pool_indices=req(i["req_pool_indices"], device), pool_out=pool,
                                         backend=backend)
     return {"pool_out": pool}
+
+
+def launch_args(case: Case, device: torch.device | str = "cpu") -> tuple[Callable[..., None], dict[str, Any]]:
+    """The case's launcher and keyword arguments, built on ``device`` as the runners build them."""
+    i = case.inputs
+    if case.kind == "plan":
+        return launch_canary_plan_kernels, {
+            "verify_plan_out": verify_plan(i["verify_plan_out"], device),
+            "write_plan_out": write_plan(i["write_plan_out"], device),
+            "req_pool_indices": req(i["req_pool_indices"], device), "prefix_lens": req(i["prefix_lens"], device),
+            "extend_seq_lens": req(i["extend_seq_lens"], device), "req_to_token": req(i["req_to_token"], device),
+            "swa_window_size": i["swa_window_size"],
+            "full_to_swa_index_mapping": tensor(i["full_to_swa_index_mapping"], device),
+            "verify_capacity": i["verify_capacity"],
+            "req_to_verify_expected_tokens": tensor(i["req_to_verify_expected_tokens"], device),
+            "req_to_verify_expected_tokens_valid_lens": tensor(i["req_to_verify_expected_tokens_valid_lens"], device),
+            "kv_token_id_vs_position_offset": i["kv_token_id_vs_position_offset"]}
+    if case.kind == "scatter":
+        return launch_scatter_req_token_ids_kernel, {
+            "flat_in": req(i["flat_in"], device), "offsets": req(i["offsets"], device),
+            "req_pool_indices": req(i["req_pool_indices"], device), "pool_out": req(i["pool_out"], device)}
+    ctx = context(i["context"], device)
+    if case.kind == "verify":
+        return launch_canary_verify_kernel, {"context": ctx, "plan": verify_plan(i["plan"], device),
+                                             "check_verify_expected_token": i["check_verify_expected_token"]}
+    return launch_canary_write_kernel, {
+        "context": ctx, "plan": write_plan(i["plan"], device), "input_ids": req(i["input_ids"], device),
+        "positions": req(i["positions"], device), "out_cache_loc": req(i["out_cache_loc"], device),
+        "enable_write_input_assert": i["enable_write_input_assert"],
+        "expected_input_tokens": tensor(i["expected_input_tokens"], device),
+        "expected_input_positions": tensor(i["expected_input_positions"], device)}
 
 
 def expected_plan(case: Case) -> dict[str, torch.Tensor]:

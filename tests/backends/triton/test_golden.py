@@ -59,33 +59,6 @@ ERRORS = [c for f in ("plan_errors_and_quirks", "write_errors_and_quirks", "veri
           for c in g.load(f) if "error" in c.outputs and "_error_" in c.name]
 
 
-def _launch(case: g.Case) -> tuple[Callable[..., None], dict[str, Any]]:
-    """The case's launcher and keyword arguments, built on the device under test (as the runners do)."""
-    i = case.inputs
-    if case.kind == "plan":
-        return kc.launch_canary_plan_kernels, {
-            "verify_plan_out": g.verify_plan(i["verify_plan_out"], DEV),
-            "write_plan_out": g.write_plan(i["write_plan_out"], DEV),
-            "req_pool_indices": g.req(i["req_pool_indices"], DEV), "prefix_lens": g.req(i["prefix_lens"], DEV),
-            "extend_seq_lens": g.req(i["extend_seq_lens"], DEV), "req_to_token": g.req(i["req_to_token"], DEV),
-            "swa_window_size": i["swa_window_size"],
-            "full_to_swa_index_mapping": g.tensor(i["full_to_swa_index_mapping"], DEV),
-            "verify_capacity": i["verify_capacity"],
-            "req_to_verify_expected_tokens": g.tensor(i["req_to_verify_expected_tokens"], DEV),
-            "req_to_verify_expected_tokens_valid_lens": g.tensor(i["req_to_verify_expected_tokens_valid_lens"], DEV),
-            "kv_token_id_vs_position_offset": i["kv_token_id_vs_position_offset"]}
-    ctx = g.context(i["context"], DEV)
-    if case.kind == "verify":
-        return kc.launch_canary_verify_kernel, {"context": ctx, "plan": g.verify_plan(i["plan"], DEV),
-                                                "check_verify_expected_token": i["check_verify_expected_token"]}
-    return kc.launch_canary_write_kernel, {
-        "context": ctx, "plan": g.write_plan(i["plan"], DEV), "input_ids": g.req(i["input_ids"], DEV),
-        "positions": g.req(i["positions"], DEV), "out_cache_loc": g.req(i["out_cache_loc"], DEV),
-        "enable_write_input_assert": i["enable_write_input_assert"],
-        "expected_input_tokens": g.tensor(i["expected_input_tokens"], DEV),
-        "expected_input_positions": g.tensor(i["expected_input_positions"], DEV)}
-
-
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -99,7 +72,7 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 @pytest.mark.parametrize("case", ERRORS, ids=[c.name for c in ERRORS])
 def test_error_cases_raise_the_contract_error_before_anything_runs(case: g.Case) -> None:
     """The contract layer rejects the call before any backend runs: same message, no tensor changed."""
-    launcher, kwargs = _launch(case)
+    launcher, kwargs = g.launch_args(case, DEV)
     tensors = [t for v in kwargs.values() for t in _tensors(v)]
     before = [t.clone() for t in tensors]
     with pytest.raises(kc.ContractError) as info:

@@ -1,0 +1,118 @@
+"""``torch.compile`` on a GPU, with both GPU backends: ``opcheck`` over golden and random calls, the compiled step
+against eager, and 100 steps under ``mode="reduce-overhead"`` (CUDA graphs through the compiler)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import kvcanary as kc
+from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing.scenarios import GENERATORS
+from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step
+from tests.golden import loader as g
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+DEV = torch.device("cuda")
+GOLDEN = [c for f in ("verify_cases", "write_cases", "plan_cases", "scatter_cases") for c in g.load(f)]
+
+
+def _backends() -> list[str]:
+    out = []
+    for name in ("triton", "cuda"):
+        b = REGISTRY.backends().get(name)
+        if b is not None and not b.static_reasons(Op.WRITE, DEV):
+            out.append(name)
+    return out
+
+
+BACKENDS = _backends() if torch.cuda.is_available() else ["triton", "cuda"]
+
+
+def _opcheck(op: Op, kwargs: dict[str, object], backend: str) -> None:
+    operator = kc.operators()[op]
+    result = torch.library.opcheck(operator.op, (*operator.flatten(**kwargs), backend))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_opcheck_golden_gpu(backend: str) -> None:
+    for case in GOLDEN:
+        launcher, kwargs = g.launch_args(case, DEV)
+        op = next(o for o, c in kc.operators().items() if c.op is launcher.__kvc_operator__.op)  # type: ignore[attr-defined]
+        _opcheck(op, kwargs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", list(Op), ids=[o.value for o in Op])
+def test_opcheck_random_gpu(op: Op, backend: str) -> None:
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    for _ in range(3):
+        call = GENERATORS[op](rng)
+        try:
+            _opcheck(op, call.make(DEV), backend)
+        except AssertionError as exc:  # pragma: no cover
+            raise AssertionError(f"{op.value} {call.label} from random.Random({seed}): {exc}") from exc
+
+
+def _static(world: StepWorld) -> None:
+    """Persistent buffers keep their address: CUDA graphs through the compiler may write them in place."""
+    tensors = [*world.buffer_tensors(), world.req_to_token]
+    for ctx in (world.head, world.tail):
+        tensors += [ctx.slot_run_counter, ctx.kernel_run_counter, ctx.enable_chain_position_assert]
+    for plan in (world.verify_plan, world.write_plan):
+        tensors += [t for t in vars(plan).values() if isinstance(t, torch.Tensor)]
+    for t in tensors:
+        torch._dynamo.mark_static_address(t)
+
+
+def _compare(eager: StepWorld, compiled: StepWorld, step: int) -> None:
+    torch.cuda.synchronize()
+    for name, want in eager.buffers().items():
+        assert torch.equal(compiled.buffers()[name], want), f"step {step}: {name} differs"
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_steps_match_eager_gpu(backend: str, mode: str) -> None:
+    """100 steps (fault mid-way) with changing batch sizes: compiled and eager buffers identical after each."""
+    torch._dynamo.reset()
+    counters.clear()
+    eager = StepWorld.create(DEV, rows=16, max_len=64)
+    compiled = StepWorld.create(DEV, rows=16, max_len=64)
+    if mode == "reduce-overhead":
+        _static(compiled)
+    step = torch.compile(canary_step, mode=mode, fullgraph=True, dynamic=True)
+    rng_e, rng_c = random.Random(11), random.Random(11)
+    sizes = [8, 8, 12, 3, 8, 16, 5]
+    for i in range(100):
+        bs = sizes[i % len(sizes)]
+        xe, xc = eager.inputs(rng_e, bs=bs), compiled.inputs(rng_c, bs=bs)
+        if i == 50:
+            for w in (eager, compiled):
+                w.kv[int(w.req_to_token[int(xe.req_pool_indices[0]), 0]), 0] ^= 0x33
+        canary_step(eager, xe, backend)
+        step(compiled, xc, backend)
+        _compare(eager, compiled, i)
+    assert int(eager.log.violation_write_index[0]) > 0
+    assert sum(counters["graph_break"].values()) == 0
+    if mode == "reduce-overhead":
+        assert not counters["inductor"].get("cudagraph_skips"), dict(counters["inductor"])
+
+
+def test_contract_error_under_compile_gpu() -> None:
+    world = StepWorld.create(DEV, rows=4, max_len=8)
+    x = world.inputs(random.Random(0), bs=2)
+    bad = StepInputs(x.req_pool_indices, x.prefix_lens, x.extend_lens, x.input_ids, x.positions,
+                     x.out_cache_loc.cpu())  # on the wrong device
+    with pytest.raises(kc.ContractError) as eager:
+        canary_step(world, bad)
+    torch._dynamo.reset()
+    with pytest.raises(kc.ContractError) as traced:
+        torch.compile(canary_step, dynamic=True)(world, bad)
+    assert traced.value.code == eager.value.code
