@@ -80,7 +80,8 @@ class TensorParallelCanary:
 
     def after_step(self, step: int) -> list[RankDivergence]:
         """Outside any graph, once per step: start this step's exchange, compare the finished ones (no
-        blocking); log each new divergence as an error and return them."""
+        blocking); log each new divergence as an error and return them. A collective: every rank of the
+        group calls it once per step, in step order."""
         self.digest.take(self._contrib)
         self._contrib[2:3].copy_(self.manager.state.log.violation_write_index)
         self.exchange.start(step, self._contrib.clone())
