@@ -130,6 +130,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--compile", action="store_true",
                    help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
+    p.add_argument("--workers", type=int, choices=[1, 2], default=1,
+                   help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -154,8 +156,16 @@ def main(args: argparse.Namespace) -> int:
         outcomes = run_demo(faults, settings)
     except BackendError as exc:
         raise backend_usage_error(exc, args.backend) from None
-    bad = [o for o in outcomes if not o.ok]
+    bad: list[object] = [o for o in outcomes if not o.ok]
+    runs = len(outcomes)
+    if getattr(args, "workers", 1) == 2:
+        from kvcanary.demo.workers import print_rows, worker_rows
+
+        rows = worker_rows(args.steps, args.device, args.backend, args.seed)
+        print_rows(rows, sys.stdout)
+        bad += [r for r in rows if not r.ok]
+        runs += len(rows)
     good = "clean run silent" + (", every fault detected" if faults else "")
-    print(f"\n{len(outcomes)} run(s) in {time.perf_counter() - start:.1f}s: "
+    print(f"\n{runs} run(s) in {time.perf_counter() - start:.1f}s: "
           + (good if not bad else f"{len(bad)} run(s) FAILED"))
     return 1 if bad else 0

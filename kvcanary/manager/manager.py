@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -87,6 +87,7 @@ class CanaryManager:
         self.init_finished = False
         self.last_snapshot: HostSnapshot | None = None
         self._prepared = [False] * config.num_forward_slots
+        self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
     @classmethod
     def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> CanaryManager:
@@ -167,6 +168,13 @@ class CanaryManager:
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
         runner.head(batch)
+        for observe in self._head_observers:
+            observe(batch)
+
+    def add_head_observer(self, observe: Callable[[CanaryBatch], None]) -> None:
+        """Call ``observe(batch)`` after each :meth:`head` (so inside a captured forward too: it must only
+        launch device work, e.g. the tensor-parallel digest of the records the HEAD just wrote)."""
+        self._head_observers.append(observe)
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""

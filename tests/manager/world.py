@@ -73,8 +73,10 @@ class World:
             pos.append(0)
             loc.append(0)
             exp_rows.append([])
-        batch = CanaryBatch(req_pool_indices=t64(rows), prefix_lens=t64(pre), extend_lens=t64(ext),
-                            input_ids=t64(ids), positions=t64(pos), out_cache_loc=t64(loc),
+        dev = self.k.device
+        batch = CanaryBatch(req_pool_indices=t64(rows).to(dev), prefix_lens=t64(pre).to(dev),
+                            extend_lens=t64(ext).to(dev), input_ids=t64(ids).to(dev), positions=t64(pos).to(dev),
+                            out_cache_loc=t64(loc).to(dev),
                             expected_tokens=ExpectedTokens.from_lists(exp_rows))
         with self.manager.forward(batch):
             self.write_kv(loc)
@@ -102,10 +104,10 @@ class World:
 
 def make_world(*, mode: RealKvHashMode = RealKvHashMode.ALL, enable_v: bool = True, verify_token: bool = True,
                sweep: int = 0, swa_window: int = 0, offset: int = 0, config: CanaryConfig | None = None,
-               capacities: CanaryCapacities | None = None) -> World:
-    k = torch.zeros(NUM_SLOTS, 2, 8)
-    v = torch.zeros(NUM_SLOTS, 2, 8)
-    r2t = torch.zeros(ROWS, MAX_LEN, dtype=torch.int32)
+               capacities: CanaryCapacities | None = None, device: str = "cpu") -> World:
+    k = torch.zeros(NUM_SLOTS, 2, 8, device=device)
+    v = torch.zeros(NUM_SLOTS, 2, 8, device=device)
+    r2t = torch.zeros(ROWS, MAX_LEN, dtype=torch.int32, device=device)
     groups = [PoolGroupSpec(kind=PoolKind.FULL, k_layer0=k, v_layer0=v)]
     lut = swa_k = None
     if swa_window:

@@ -28,7 +28,7 @@ from kvcanary.demo.engine.requests import ReqState, Request, RequestTable
 from kvcanary.demo.engine.runner import ForwardRunner, ModelPass
 from kvcanary.demo.engine.spec import DraftWorker, SpecDecoder
 from kvcanary.demo.engine.step_report import StepReport
-from kvcanary.demo.engine.transfer import RemotePrefill
+from kvcanary.demo.engine.transfer import RemotePrefill, RemotePuller
 from kvcanary.manager import CanaryConfig, CanaryManager, ViolationEvent
 
 DECODE_SLOT, EXTEND_SLOT = 0, 1
@@ -68,7 +68,7 @@ class Engine:
                                  requests=self.requests, memory=mem, faults=self.faults)
                      if self.draft is not None else None)
         self.step_index = 0
-        self._remote: RemotePrefill | None = None
+        self._remote: RemotePuller | None = None
         self._controls: list[tuple[str, int]] = []
         self.pressure_retracts = 0
 
@@ -84,6 +84,12 @@ class Engine:
             raise ValueError("PD transfer is not supported together with speculative decoding")
         self._remote = RemotePrefill(peer=peer, memory=self.memory, requests=self.requests, canary=self.canary,
                                      faults=self.faults, chunk=self.cfg.transfer_chunk)
+
+    def attach_remote_prefill(self, puller: RemotePuller) -> None:
+        """Serve ``remote_prefill`` requests through ``puller`` (e.g. a prefill worker in another process)."""
+        if self.draft is not None:
+            raise ValueError("PD transfer is not supported together with speculative decoding")
+        self._remote = puller
 
     # -- requests -----------------------------------------------------------------------------------------
     def submit(self, prompt: list[int], max_new_tokens: int, *, rid: int | None = None, remote_prefill: bool = False,

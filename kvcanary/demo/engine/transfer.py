@@ -34,6 +34,12 @@ class PrefillPeer(Protocol):
     def release_transferred(self, req: Request) -> None: ...
 
 
+class RemotePuller(Protocol):
+    """What the decode engine calls to prefill a request elsewhere and seat it with the transferred KV."""
+
+    def pull(self, req: Request) -> None: ...
+
+
 def _copy_rows(dst: torch.Tensor, dst_idx: list[int], src: torch.Tensor, src_idx: list[int]) -> None:
     if dst_idx:
         d = torch.tensor(dst_idx, dtype=torch.int64, device=dst.device)

@@ -1,0 +1,163 @@
+"""Prefill→decode transfer of KV and its canary records over ``torch.distributed`` point-to-point.
+
+One message per transfer: a header (magic, slot count, KV bytes per slot, record buffers), the KV payload
+(every layer's bytes of each slot, ``uint8 [n, kv_bytes]``) and the records payload (from
+:func:`~kvcanary.distributed.records.pack_records`). With NCCL the tensors go device to device; with gloo
+and CUDA tensors (two processes on one GPU) they are staged through host memory. On arrival
+:func:`recv_transfer` writes KV and records at the receiver's slots and verifies the whole expected range
+before first use (:class:`~kvcanary.distributed.verify.TransferVerifier`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
+from kvcanary.distributed.verify import TransferVerifier
+from kvcanary.manager import CanaryManager
+
+MAGIC = 0x4B5643414E415259  # "KVCANARY"
+HEADER_FIELDS = 4
+
+
+def _slot_index(slots: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(slots, dtype=torch.int64).to(device)
+
+
+def _check_layers(layers: Sequence[torch.Tensor]) -> None:
+    if not layers:
+        raise ValueError("kv-canary: layers must name at least one KV buffer")
+    n = int(layers[0].shape[0])
+    for i, t in enumerate(layers):
+        if t.ndim < 1 or int(t.shape[0]) != n or not t.is_contiguous() or t.device != layers[0].device:
+            raise ValueError(f"kv-canary: layers[{i}] must be a contiguous [num_slots={n}, ...] tensor on "
+                             f"{layers[0].device}, got shape {tuple(t.shape)} on {t.device}")
+
+
+def pack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """``uint8 [n, Σ bytes per slot]``: each layer buffer's (``[num_slots, ...]``) rows of ``slots``."""
+    _check_layers(layers)
+    idx = _slot_index(slots, layers[0].device)
+    n = int(idx.shape[0])
+    return torch.cat([t.index_select(0, idx).reshape(n, -1).view(torch.uint8) for t in layers], dim=1)
+
+
+def unpack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor, payload: torch.Tensor) -> None:
+    """Write ``payload`` (from :func:`pack_kv`) into ``layers`` at ``slots`` (receiver's slot numbers); a
+    payload of another shape or dtype raises before anything is written."""
+    _check_layers(layers)
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
+        raise ValueError("kv-canary: payload must be the uint8 tensor pack_kv returned")
+    idx = _slot_index(slots, layers[0].device)
+    n = int(idx.shape[0])
+    widths = [int(t[0].numel()) * t.element_size() for t in layers]
+    if tuple(payload.shape) != (n, sum(widths)):
+        raise ValueError(f"kv-canary: KV payload has shape {tuple(payload.shape)}, expected {(n, sum(widths))}")
+    off = 0
+    for t, w in zip(layers, widths, strict=True):
+        rows = payload[:, off : off + w].contiguous().view(t.dtype).reshape((n, *t.shape[1:]))
+        t.index_copy_(0, idx, rows.to(t.device))
+        off += w
+
+
+@dataclass(frozen=True)
+class TransferMessage:
+    """What crosses the wire for one transfer: KV rows and the records of the same slots, same order."""
+
+    kv: torch.Tensor
+    records: torch.Tensor
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.kv.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.kv.numel() + self.records.numel())
+
+
+def make_message(manager: CanaryManager | None, layers: Sequence[torch.Tensor],
+                 slots: Sequence[int] | torch.Tensor) -> TransferMessage:
+    """Sender side: the KV of ``slots`` and (with a manager) their records."""
+    kv = pack_kv(layers, slots)
+    if manager is None:
+        return TransferMessage(kv, torch.zeros(0, len(kv), 32, dtype=torch.uint8, device=kv.device))
+    return TransferMessage(kv, pack_records(manager, _slot_index(slots, manager.device)))
+
+
+class Wire:
+    """Point-to-point transport of :class:`TransferMessage` for ``backend`` ('gloo' or 'nccl') and the
+    device the KV lives on; gloo with CUDA tensors stages through the host."""
+
+    def __init__(self, *, backend: str, device: torch.device, group: dist.ProcessGroup | None = None) -> None:
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"kv-canary: backend must be 'gloo' or 'nccl', got {backend!r}")
+        self.backend = backend
+        self.device = torch.device(device)
+        self.group = group
+        self.wire_device = torch.device("cpu") if backend == "gloo" else self.device
+
+    def _peer(self, rank: int) -> int:
+        return dist.get_global_rank(self.group, rank) if self.group is not None else rank
+
+    def send(self, msg: TransferMessage, dst: int) -> None:
+        """Send ``msg`` to rank ``dst`` (blocking until the transport has it)."""
+        n, w = (int(x) for x in msg.kv.shape)
+        header = torch.tensor([MAGIC, n, w, int(msg.records.shape[0])], dtype=torch.int64, device=self.wire_device)
+        peer = self._peer(dst)
+        dist.send(header, peer, group=self.group)
+        if n:
+            dist.send(msg.kv.to(self.wire_device).contiguous(), peer, group=self.group)
+            if msg.records.numel():
+                dist.send(msg.records.to(self.wire_device).contiguous(), peer, group=self.group)
+
+    def recv(self, src: int) -> TransferMessage:
+        """Receive one message from rank ``src``; a bad header raises ValueError."""
+        header = torch.zeros(HEADER_FIELDS, dtype=torch.int64, device=self.wire_device)
+        peer = self._peer(src)
+        dist.recv(header, peer, group=self.group)
+        magic, n, w, nbuf = (int(x) for x in header.tolist())
+        if magic != MAGIC or n < 0 or w < 0 or nbuf < 0:
+            raise ValueError(f"kv-canary: transfer header from rank {src} is not a kvcanary message: "
+                             f"{header.tolist()}")
+        kv = torch.zeros(n, w, dtype=torch.uint8, device=self.wire_device)
+        rec = torch.zeros(nbuf, n, 32, dtype=torch.uint8, device=self.wire_device)
+        if n:
+            dist.recv(kv, peer, group=self.group)
+            if nbuf:
+                dist.recv(rec, peer, group=self.group)
+        return TransferMessage(kv.to(self.device), rec.to(self.device))
+
+
+@dataclass(frozen=True)
+class ReceivedTransfer:
+    """What :func:`accept_transfer` did: slots written (the message's count) of those expected."""
+
+    received: int
+    expected: int
+
+
+def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | None,
+                    layers: Sequence[torch.Tensor], msg: TransferMessage, slots: Sequence[int], *,
+                    first_position: int = 0, prev_slot: int = -1,
+                    tokens: Sequence[int] | None = None) -> ReceivedTransfer:
+    """Receiver side: write ``msg``'s KV and records at ``slots`` (the receiver's; a shorter message fills
+    a prefix of them), then verify every expected slot before first use. A message with more slots than
+    expected, or records of another layout, raises ValueError and writes nothing."""
+    n, want = msg.num_slots, len(slots)
+    if n > want:
+        raise ValueError(f"kv-canary: transfer message carries {n} slots, the receiver expects at most {want}")
+    if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
+        raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
+                         f"{packed_shape(manager, n)}")
+    head = list(slots)[:n]
+    unpack_kv(layers, head, msg.kv)
+    if manager is not None:
+        unpack_records(manager, msg.records, _slot_index(head, manager.device))
+    if verifier is not None and want:
+        verifier.verify(slots, first_position=first_position, prev_slot=prev_slot, tokens=tokens)
+    return ReceivedTransfer(n, want)
