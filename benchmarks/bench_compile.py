@@ -55,16 +55,16 @@ def host_rows(r: Report, dev: torch.device) -> None:
 def decode_inputs(world: StepWorld, prefix: int) -> StepInputs:
     """Every row's next token after ``prefix`` cached ones (written by a prefill step first)."""
     bs, dev = world.rows, world.device
-    rows = torch.arange(bs, device=dev)
+    rows = torch.arange(1, bs + 1, device=dev)
     r2t = world.req_to_token
     pre = StepInputs(rows, torch.zeros(bs, dtype=torch.int64, device=dev),
                      torch.full((bs,), prefix, dtype=torch.int64, device=dev),
                      (torch.arange(prefix, device=dev)[None, :] + 1000 * rows[:, None]).reshape(-1),
-                     torch.arange(prefix, device=dev).repeat(bs), r2t[:, :prefix].reshape(-1).to(torch.int64))
+                     torch.arange(prefix, device=dev).repeat(bs), r2t[1:, :prefix].reshape(-1).to(torch.int64))
     canary_step(world, pre)
     return StepInputs(rows, torch.full((bs,), prefix, dtype=torch.int64, device=dev),
                       torch.ones(bs, dtype=torch.int64, device=dev), 1000 * rows + prefix,
-                      torch.full((bs,), prefix, dtype=torch.int64, device=dev), r2t[:, prefix].to(torch.int64))
+                      torch.full((bs,), prefix, dtype=torch.int64, device=dev), r2t[1:, prefix].to(torch.int64))
 
 
 def mark_static(world: StepWorld, x: StepInputs) -> None:

@@ -44,14 +44,15 @@ class StepInputs:
 
 @dataclass
 class StepWorld:
-    """Every buffer a canary step keeps across steps, on one device; ``rows`` request rows of ``max_len``."""
+    """Every buffer a canary step keeps across steps, on one device; request rows 1..``rows`` of ``max_len``."""
 
     device: torch.device
     rows: int
     max_len: int
     kv: torch.Tensor
     req_to_token: torch.Tensor
-    canary: torch.Tensor
+    canary_head: torch.Tensor
+    canary_tail: torch.Tensor
     log: ViolationLog
     kernel_runs: torch.Tensor
     slot_runs: torch.Tensor
@@ -70,17 +71,23 @@ class StepWorld:
         num_slots = rows * max_len + 1
         gen = torch.Generator().manual_seed(seed)
         kv = torch.randint(0, 256, (num_slots, BYTES_PER_SLOT), dtype=torch.uint8, generator=gen).to(dev)
-        # row r owns slots 1 + r * max_len ... in a shuffled order, as a paged allocator would hand them out
+        # rows 1..rows own slots 1.. in a shuffled order, as a paged allocator hands them out; row 0 is the
+        # padding request row and slot 0 the padding slot, as in every engine
         perm = torch.randperm(rows * max_len, generator=gen) + 1
-        r2t = perm.reshape(rows, max_len).to(torch.int32).to(dev)
-        canary = torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8, device=dev)
+        r2t = torch.cat([torch.zeros(1, max_len, dtype=torch.int64), perm.reshape(rows, max_len)])
+        r2t = r2t.to(torch.int32).to(dev)
+        # HEAD records carry no real-KV fingerprint (the forward has not written K yet), TAIL records do: each
+        # endpoint keeps its own records, as the manager's do
+        canary_head, canary_tail = (torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8, device=dev)
+                                    for _ in range(2))
         log = ViolationLog.allocate(ring_capacity=256, device=dev)
         kernel_runs = torch.zeros(NUM_LAUNCH_TAGS, dtype=torch.int64, device=dev)
         slot_runs = torch.zeros(NUM_LAUNCH_TAGS, dtype=torch.int64, device=dev)
         chain_assert = torch.ones(1, dtype=torch.int32, device=dev)
         source = RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=BYTES_PER_SLOT, read_bytes=BYTES_PER_SLOT)
 
-        def ctx(tag: CanaryLaunchTag, sources: tuple[RealKvSource, ...]) -> VerifyOrWriteContext:
+        def ctx(tag: CanaryLaunchTag, canary: torch.Tensor, sources: tuple[RealKvSource, ...]
+                ) -> VerifyOrWriteContext:
             return VerifyOrWriteContext(
                 canary_buf=canary, kernel_kind=tag, violation_ring=log.violation_ring,
                 violation_write_index=log.violation_write_index, slot_run_counter=slot_runs[tag:tag + 1],
@@ -89,17 +96,19 @@ class StepWorld:
                 enable_chain_position_assert=chain_assert)
 
         return cls(
-            device=dev, rows=rows, max_len=max_len, kv=kv, req_to_token=r2t, canary=canary, log=log,
-            kernel_runs=kernel_runs, slot_runs=slot_runs,
-            head=ctx(CanaryLaunchTag.HEAD_K_FULL, ()), tail=ctx(CanaryLaunchTag.TAIL_K_FULL, (source,)),
+            device=dev, rows=rows, max_len=max_len, kv=kv, req_to_token=r2t, canary_head=canary_head,
+            canary_tail=canary_tail, log=log, kernel_runs=kernel_runs, slot_runs=slot_runs,
+            head=ctx(CanaryLaunchTag.HEAD_K_FULL, canary_head, ()),
+            tail=ctx(CanaryLaunchTag.TAIL_K_FULL, canary_tail, (source,)),
             verify_plan=VerifyPlan.allocate(verify_capacity=rows * max_len, device=dev),
             write_plan=WritePlan.allocate(write_req_capacity=rows, device=dev),
-            lengths=[0] * rows,
+            lengths=[0] * (rows + 1),
         )
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """Everything a step may change, by name (what eager and compiled runs must agree on)."""
-        return {"kv": self.kv, "canary": self.canary, "violation_ring": self.log.violation_ring,
+        return {"kv": self.kv, "canary_head": self.canary_head, "canary_tail": self.canary_tail,
+                "violation_ring": self.log.violation_ring,
                 "violation_write_index": self.log.violation_write_index, "kernel_runs": self.kernel_runs,
                 "slot_runs": self.slot_runs}
 
@@ -109,7 +118,7 @@ class StepWorld:
     def inputs(self, rng: random.Random, *, bs: int, max_extend: int = 4) -> StepInputs:
         """A batch of ``bs`` distinct rows that still have room, each extending by 1..max_extend tokens;
         rows that fill up start over (a new request in a recycled row). Advances :attr:`lengths`."""
-        order = list(range(self.rows))
+        order = list(range(1, self.rows + 1))
         rng.shuffle(order)
         chosen = order[:bs]
         rpi: list[int] = []
