@@ -117,8 +117,8 @@ def test_compiled_steps_match_eager_gpu(backend: str, mode: str) -> None:
 def test_contract_error_under_compile_gpu() -> None:
     world = StepWorld.create(DEV, rows=4, max_len=8)
     x = world.inputs(random.Random(0), bs=2)
-    bad = StepInputs(x.req_pool_indices, x.prefix_lens, x.extend_lens, x.input_ids, x.positions,
-                     x.out_cache_loc.cpu())  # on the wrong device
+    bad = StepInputs(x.req_pool_indices, x.prefix_lens, x.extend_lens, x.input_ids.to(torch.int32), x.positions,
+                     x.out_cache_loc)  # int32 token ids: the contract wants int64
     with pytest.raises(kc.ContractError) as eager:
         canary_step(world, bad)
     torch._dynamo.reset()
