@@ -50,6 +50,9 @@ TUNING: dict[str, int] = {
     "scatter_block": 1024,
     "scatter_row_block": 1024,
     "scatter_max_tiles": 8,
+    "digest_block": 256,  # slots per digest fold iteration
+    "digest_warps": 4,
+    "digest_waves": 4,  # persistent digest programs per SM (one launch; a decode batch needs one program)
 }
 
 _INTERPRETER_TUNING: dict[str, int] = {
@@ -64,6 +67,7 @@ _INTERPRETER_TUNING: dict[str, int] = {
     "scatter_block": 16,
     "scatter_row_block": 4,
     "scatter_max_tiles": 2,
+    "digest_block": 8,
 }
 if INTERPRET:
     # The interpreter runs every program one after another with numpy: small blocks keep it fast, and on

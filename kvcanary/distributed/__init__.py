@@ -4,7 +4,7 @@ Built on ``torch.distributed`` (gloo on CPU or through the host, NCCL across GPU
 parameter). See docs/distributed.md.
 """
 
-from kvcanary.distributed.digest import DigestAccumulator, fold_records, splitmix64_t
+from kvcanary.distributed.digest import DigestAccumulator, fold_records, fold_records_torch, fused_fold, splitmix64_t
 from kvcanary.distributed.exchange import DigestExchange, RankDivergence
 from kvcanary.distributed.group import free_loopback_port, init_loopback_group, spawn_group
 from kvcanary.distributed.records import pack_records, packed_shape, record_buffers, unpack_records
@@ -33,7 +33,9 @@ __all__ = [
     "Wire",
     "accept_transfer",
     "fold_records",
+    "fold_records_torch",
     "free_loopback_port",
+    "fused_fold",
     "init_loopback_group",
     "make_message",
     "pack_kv",

@@ -62,15 +62,17 @@ class TpReport:
 class TensorParallelCanary:
     """Wraps one rank's manager. Per forward nothing changes for the engine (the digest hooks the manager's
     HEAD); per step call :meth:`end_step` instead of ``manager.end_step()`` (or :meth:`after_step` after
-    it, when the engine calls ``end_step`` itself)."""
+    it, when the engine calls ``end_step`` itself). ``fused`` picks the digest's implementation (default: one
+    fused Triton launch on CUDA devices, torch ops elsewhere; see :func:`kvcanary.distributed.digest.fused_fold`)."""
 
-    def __init__(self, manager: CanaryManager, *, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, manager: CanaryManager, *, group: dist.ProcessGroup | None = None,
+                 fused: bool | None = None) -> None:
         full = next(g for g in manager.groups if g.kind is PoolKind.FULL)
         self.manager = manager
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        self.digest = DigestAccumulator(full.k_head)
+        self.digest = DigestAccumulator(full.k_head, fused=fused)
         self.exchange = DigestExchange(device=manager.device, group=group)
         self._contrib = torch.zeros(DIGEST_WIDTH, dtype=torch.int64, device=manager.device)
         manager.add_head_observer(self._observe)

@@ -1,0 +1,194 @@
+"""The TP digest fold: the fused Triton fold, the torch-ops fold and a pure-Python reference agree bit for bit.
+
+On the CPU the fused fold runs through Triton's interpreter (small sizes, tiny blocks, so several blocks and
+both interpreter programs are exercised); the GPU tests run it compiled, at a decode batch and a prefill
+size, and capture the accumulator's update in a CUDA graph. Inputs are fresh random draws every run.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kvcanary.consts import INVALID_SLOT
+from kvcanary.distributed import DigestAccumulator, fold_records, fold_records_torch, fused_fold
+from kvcanary.distributed import digest as digest_mod
+from kvcanary.hashing import MASK64, splitmix64, to_int64
+from kvcanary.registry import Reason, ReasonKind
+
+CUDA = torch.cuda.is_available()
+DEV = torch.device("cuda" if CUDA else "cpu")
+gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+SALT = 0x9E3779B97F4A7C15
+
+
+def reference(buf: torch.Tensor, slots: torch.Tensor) -> list[int]:
+    """The digest in Python ints: (Σ mix mod 2**64 as int64, count); a slot past the buffer folds zeros."""
+    words = buf.cpu().contiguous().view(torch.int64).tolist()
+    total = count = 0
+    for s in slots.cpu().tolist():
+        if s <= 0:
+            continue
+        tok, pos, prev = words[s][:3] if s < len(words) else (0, 0, 0)
+        h = splitmix64((s ^ SALT) & MASK64)
+        for f in (tok, pos, prev):
+            h = splitmix64(h ^ (f & MASK64))
+        total, count = (total + h) & MASK64, count + 1
+    return [to_int64(total), count]
+
+
+def random_buf(num_slots: int, rng: random.Random, row_words: int = 4) -> torch.Tensor:
+    """``uint8 [num_slots, 32]`` of random records (full int64 range); a view of wider rows when
+    ``row_words`` > 4 (a padded buffer, rows ``8 * row_words`` bytes apart)."""
+    g = torch.Generator().manual_seed(rng.getrandbits(63))
+    words = torch.randint(-(1 << 63), (1 << 63) - 1, (num_slots, row_words), dtype=torch.int64, generator=g)
+    return words.view(torch.uint8).to(DEV)[:, :32]
+
+
+def random_slots(n: int, num_slots: int, rng: random.Random, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """Live slots (duplicates allowed) mixed with padding: 0, -1, other negatives, INVALID_SLOT (int64)."""
+    pads = [0, -1, -rng.randrange(2, 1 << 30)] + ([INVALID_SLOT] if dtype == torch.int64 else [])
+    out = [rng.randrange(1, num_slots) if rng.random() < 0.7 else rng.choice(pads) for _ in range(n)]
+    return torch.tensor(out, dtype=dtype, device=DEV)
+
+
+def fused(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    return fold_records(buf, slots, fused=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_fused_and_torch_folds_match_the_python_reference(dtype: torch.dtype) -> None:
+    rng = random.Random()
+    for n in (0, 1, rng.randrange(2, 8), rng.randrange(9, 40)):
+        buf = random_buf(rng.randrange(8, 64), rng, row_words=rng.choice([4, 6]))
+        slots = random_slots(n, buf.shape[0], rng, dtype)
+        want = reference(buf, slots)
+        assert fold_records_torch(buf, slots).tolist() == want
+        assert fused(buf, slots).tolist() == want
+
+
+def test_strided_slots_and_a_single_live_record() -> None:
+    rng = random.Random()
+    buf = random_buf(32, rng)
+    wide = random_slots(2 * 21, 32, rng)
+    slots = wide[::2]
+    assert not slots.is_contiguous()
+    assert fused(buf, slots).tolist() == reference(buf, slots) == fold_records_torch(buf, slots).tolist()
+    one = torch.tensor([0, rng.randrange(1, 32), -1], device=DEV)
+    assert fused(buf, one).tolist() == reference(buf, one)
+
+
+def test_the_fused_accumulator_adds_in_place_and_take_zeroes_it() -> None:
+    rng = random.Random()
+    buf = random_buf(48, rng)
+    acc = DigestAccumulator(buf, fused=True)
+    assert acc.fused
+    a, b = random_slots(rng.randrange(1, 30), 48, rng), random_slots(rng.randrange(1, 30), 48, rng)
+    acc_before = acc.acc
+    acc.add(a)
+    acc.add(b)
+    acc.add(a)
+    assert acc.acc is acc_before  # updated in place (what a captured graph replays)
+    ra, rb = reference(buf, a), reference(buf, b)
+    want = [to_int64(2 * ra[0] + rb[0]), 2 * ra[1] + rb[1]]
+    assert acc.acc.tolist() == want
+    out = torch.full((3,), 7, dtype=torch.int64, device=DEV)
+    acc.take(out)
+    assert out.tolist() == [*want, 7] and acc.acc.tolist() == [0, 0]
+
+
+def test_a_slot_past_the_buffer_is_not_read_by_the_fused_fold() -> None:
+    """The fused fold folds zeros for it (no out-of-bounds read); the torch ops refuse it."""
+    rng = random.Random()
+    buf = random_buf(16, rng)
+    slots = torch.tensor([rng.randrange(1, 16), 16 + rng.randrange(1 << 20), 0], device=DEV)
+    assert fused(buf, slots).tolist() == reference(buf, slots)
+
+
+def test_bad_arguments_are_refused_before_anything_moves() -> None:
+    rng = random.Random()
+    buf = random_buf(16, rng)
+    acc = DigestAccumulator(buf, fused=True)
+    slots = random_slots(5, 16, rng)
+    acc.add(slots)
+    before = acc.acc.clone()
+    with pytest.raises(ValueError, match="slots must be a 1-D integer tensor"):
+        acc.add(slots.view(1, -1))
+    with pytest.raises(ValueError, match="slots must be a 1-D integer tensor"):
+        acc.add(slots.to(torch.float32))
+    assert torch.equal(acc.acc, before)
+    with pytest.raises(ValueError, match="canary_buf must be"):
+        DigestAccumulator(buf[:, :16])
+    with pytest.raises(ValueError, match="canary_buf must be"):
+        fold_records(buf.reshape(-1), slots)
+    with pytest.raises(ValueError, match="canary_buf must be"):
+        fold_records(torch.zeros(4, 40, dtype=torch.uint8, device=DEV)[:, 3:35], slots)
+
+
+def test_selection_fused_on_cuda_only_by_the_triton_backends_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    assert fused_fold(cpu) is None and fused_fold(DEV, False) is None
+    assert not DigestAccumulator(torch.zeros(4, 32, dtype=torch.uint8)).fused
+    why = Reason(ReasonKind.PACKAGE, "triton is not installed")
+    monkeypatch.setattr(digest_mod, "_triton_reasons", lambda device: [why])
+    assert fused_fold(torch.device("cuda")) is None  # automatic: torch ops where Triton cannot run
+    with pytest.raises(RuntimeError, match="triton is not installed"):
+        fused_fold(cpu, True)
+    monkeypatch.setattr(digest_mod, "_triton_reasons", lambda device: [])
+    assert fused_fold(torch.device("cuda")) is not None
+
+
+@pytest.mark.skipif(CUDA, reason="the interpreter's case: no CUDA, TRITON_INTERPRET=1")
+def test_interpreted_kernels_are_not_picked_for_cuda_tensors() -> None:
+    """Built for the interpreter, Triton would stage CUDA tensors through the host: torch ops instead."""
+    assert fused_fold(torch.device("cuda")) is None
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        fused_fold(torch.device("cuda"), True)
+
+
+@pytest.mark.gpu
+@gpu
+def test_on_cuda_the_fused_fold_is_picked_and_matches_at_decode_and_prefill_sizes() -> None:
+    rng = random.Random()
+    buf = random_buf(1 << 16, rng)
+    acc = DigestAccumulator(buf)
+    assert acc.fused
+    for n in (2, rng.randrange(100, 600), rng.randrange(5000, 20000)):
+        slots = random_slots(n, buf.shape[0], rng, rng.choice([torch.int64, torch.int32]))
+        want = reference(buf, slots)
+        assert fold_records_torch(buf, slots).tolist() == want
+        assert fold_records(buf, slots).tolist() == want
+        acc.add(slots)
+        out = torch.zeros(2, dtype=torch.int64, device=DEV)
+        acc.take(out)
+        assert out.tolist() == want
+
+
+@pytest.mark.gpu
+@gpu
+def test_the_fused_fold_is_captured_in_a_cuda_graph_and_reads_the_slots_at_replay() -> None:
+    rng = random.Random()
+    buf = random_buf(4096, rng)
+    slots = random_slots(64, 4096, rng)
+    acc = DigestAccumulator(buf)
+    assert acc.fused
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and load outside the capture
+        acc.add(slots)
+    torch.cuda.current_stream().wait_stream(side)
+    acc.acc.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        acc.add(slots)
+        acc.add(slots)
+    assert acc.acc.tolist() == [0, 0]  # captured, not run
+    graph.replay()
+    first = reference(buf, slots)
+    fresh = random_slots(64, 4096, rng)
+    slots.copy_(fresh)  # the graph reads the slots (and records) at replay time
+    graph.replay()
+    second = reference(buf, fresh)
+    assert acc.acc.tolist() == [to_int64(2 * first[0] + 2 * second[0]), 2 * first[1] + 2 * second[1]]
