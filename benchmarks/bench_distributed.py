@@ -12,6 +12,11 @@ staged through the host with gloo). Rank 0 is the sender / TP peer, rank 1 measu
   traffic floor; then the canary's total per transfer against the transfer, and per transferred MiB.
 - TP: the per-forward digest fold of a decode batch, the per-step exchange's host cost (take + async
   all_gather start + non-blocking poll), beside the canary's own decode step (bench_engine's CanaryWorld).
+  The fold on CUDA is the fused Triton launch a TP rank runs (eager, floor: an empty Triton launch; and
+  replayed from a CUDA graph, as inside a captured forward, floor: an empty launch in a graph); the torch-ops
+  fold (the reference, what runs without Triton) is the second row, floor: the records read at copy
+  bandwidth. The fold and the decode step are timed on rank 1 while rank 0 waits at a barrier (two
+  processes on one GPU would otherwise time-share it).
 """
 
 from __future__ import annotations
@@ -33,11 +38,12 @@ from benchmarks.bench_engine import CanaryWorld
 from benchmarks.report import Report, machine
 from kvcanary.consts import RealKvHashMode
 from kvcanary.distributed import (
+    DigestAccumulator,
     TensorParallelCanary,
     TransferMessage,
     TransferVerifier,
     Wire,
-    fold_records,
+    fold_records_torch,
     make_message,
     pack_records,
     spawn_group,
@@ -97,12 +103,20 @@ def _rank(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any]:
     res["t_unpack"] = timing.device_time(lambda: unpack_records(mgr, full.records, dst), dev, reps=reps)
     res["t_verify"] = timing.device_time(lambda: verifier.verify(slots, tokens=tokens), dev, reps=reps)
     res["nbuf"] = int(full.records.shape[0])
-    # TP: the digest of a decode step and the per-step exchange, both ranks in lockstep
-    tp = TensorParallelCanary(mgr)
+    # TP: the digest of a decode step (rank 1 alone), then the per-step exchange, both ranks in lockstep
     buf = mgr.groups[0].k_head
     loc = world.decode.out_cache_loc
-    res["t_fold"] = timing.device_time(lambda: fold_records(buf, loc), dev, reps=reps)
-    res["t_step"] = timing.device_time(world.step, dev, reps=reps)
+    dist.barrier()
+    if rank == 1:
+        acc = DigestAccumulator(buf)  # the implementation a TP rank picks on this device
+        res["fused"] = acc.fused
+        res["t_fold_torch"] = timing.device_time(lambda: fold_records_torch(buf, loc), dev, reps=reps)
+        if acc.fused:
+            res["t_fold_fused"] = timing.device_time(lambda: acc.add(loc), dev, reps=reps)
+            res["t_fold_graph"] = timing.graph(lambda: acc.add(loc))
+        res["t_step"] = timing.device_time(world.step, dev, reps=reps)
+    dist.barrier()
+    tp = TensorParallelCanary(mgr)
     dist.barrier()
     steps = 50
     t0 = time.perf_counter()
@@ -136,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     r = Report(BENCH, machine(dev, f"2 processes, {args.dist_backend}"))
     bw = floors.copy_bandwidth(dev, 1 << (24 if cpu else 31))
     r.floor("copy bandwidth (B/s, read + written)", bw, "a device copy")
+    launch = launch_graph = None
+    if not cpu and floors.TRITON:
+        launch, launch_graph = floors.empty_launch(), floors.empty_launch_graph()
+        r.floor("empty launch, eager (s)", launch, "Triton probe, host launch cost included")
+        r.floor("empty launch, in a CUDA graph (s)", launch_graph, "Triton probe")
     res = spawn_group(_rank, 2, cfg, backend=args.dist_backend, timeout_s=280)[1]
     n, kvb, recb = res["n"], res["kv_bytes"], res["rec_bytes"]
     mib = kvb / MiB
@@ -154,12 +173,20 @@ def main(argv: list[str] | None = None) -> int:
             note="records on the wire + pack + unpack + verify")
     r.value(f"canary per transferred MiB {tag}", canary / mib * 1e6, None, unit="us/MiB")
     bs = res["bs"]
-    r.add(f"tp digest fold, decode bs={bs}", res["t_fold"], bs * 32 / bw)
+    fold_bytes = bs * (8 + 32)  # a slot and its record per token
+    t_fold = res["t_fold_torch"]
+    if res["fused"]:
+        t_fold = res["t_fold_fused"]
+        r.add(f"tp digest fold, fused Triton, decode bs={bs}", t_fold, launch, note="floor: an empty Triton launch")
+        r.add(f"tp digest fold, fused Triton, in a CUDA graph, decode bs={bs}", res["t_fold_graph"], launch_graph,
+              note="floor: an empty launch in a graph")
+    r.add(f"tp digest fold, torch ops, decode bs={bs}", res["t_fold_torch"], fold_bytes / bw,
+          note="the reference" + ("" if res["fused"] else "; what runs here (no fused fold on this device)"))
     r.add(f"tp exchange host cost per step (take + async all_gather + poll), {args.dist_backend}",
           res["t_exchange"], None)
     r.add(f"canary decode step bs={bs} ctx={n + 1} (reference)", res["t_step"], None)
-    r.value(f"tp digest + exchange / canary decode step bs={bs}", (res["t_fold"] + res["t_exchange"]) / res["t_step"],
-            None, unit="x")
+    r.value(f"tp digest + exchange / canary decode step bs={bs}", (t_fold + res["t_exchange"]) / res["t_step"],
+            None, unit="x", note="the fold a TP rank runs here" + (" (fused)" if res["fused"] else " (torch ops)"))
     if res["violations"] or res["divergences"]:
         print(f"  WARNING: {res['violations']} violations, {res['divergences']} divergences on a clean run")
     r.write(args.out)
