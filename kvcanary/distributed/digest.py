@@ -43,8 +43,8 @@ def splitmix64_t(x: torch.Tensor) -> torch.Tensor:
 
 def check_fold_args(canary_buf: torch.Tensor, slots: torch.Tensor | None = None) -> None:
     """Refuse what neither fold can read: ``canary_buf`` must hold one 32-byte record per row (2-D, the
-    row's bytes contiguous, rows a whole number of int64 words apart); ``slots`` a 1-D integer tensor on the
-    buffer's device. Shapes and dtypes only: no device value is read."""
+    row's bytes contiguous, 8-byte aligned rows a whole number of int64 words apart); ``slots`` a 1-D
+    integer tensor on the buffer's device. Shapes and dtypes only: no device value is read."""
     row_bytes = canary_buf.shape[1] * canary_buf.element_size() if canary_buf.dim() == 2 else -1
     if (row_bytes != CANARY_SLOT_BYTES or canary_buf.dtype.is_floating_point or canary_buf.dtype == torch.bool
             or (canary_buf.stride(1) != 1 and canary_buf.shape[1] > 1)
@@ -52,12 +52,16 @@ def check_fold_args(canary_buf: torch.Tensor, slots: torch.Tensor | None = None)
         raise ValueError(f"canary_buf must be a [num_slots, {CANARY_SLOT_BYTES} bytes] integer tensor with each "
                          f"row contiguous and rows 8-byte aligned, got {canary_buf.dtype} "
                          f"{list(canary_buf.shape)} strides {list(canary_buf.stride())}")
-    if slots is None:
-        return
+    if slots is not None:
+        check_slots(slots, canary_buf.device)
+
+
+def check_slots(slots: torch.Tensor, device: torch.device) -> None:
+    """``slots`` must be a 1-D integer tensor on ``device`` (metadata only)."""
     if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype.is_complex or slots.dtype == torch.bool:
         raise ValueError(f"slots must be a 1-D integer tensor, got {slots.dtype} {list(slots.shape)}")
-    if slots.device != canary_buf.device:
-        raise ValueError(f"slots must be on canary_buf's device ({canary_buf.device}), got {slots.device}")
+    if slots.device != device:
+        raise ValueError(f"slots must be on canary_buf's device ({device}), got {slots.device}")
 
 
 def fold_records_torch(canary_buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -139,7 +143,10 @@ class DigestAccumulator:
         self._fold: FoldInto = fold if fold is not None else _torch_fold_into
 
     def add(self, out_cache_loc: torch.Tensor) -> None:
-        check_fold_args(self._buf, out_cache_loc)
+        check_slots(out_cache_loc, self._buf.device)
+        if torch.compiler.is_compiling():  # traced by torch.compile: the torch ops (same bits) trace, a launch does not
+            _torch_fold_into(self.acc, self._buf, out_cache_loc)
+            return
         self._fold(self.acc, self._buf, out_cache_loc)
 
     def take(self, out: torch.Tensor) -> None:

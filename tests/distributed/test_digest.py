@@ -192,3 +192,14 @@ def test_the_fused_fold_is_captured_in_a_cuda_graph_and_reads_the_slots_at_repla
     graph.replay()
     second = reference(buf, fresh)
     assert acc.acc.tolist() == [to_int64(2 * first[0] + 2 * second[0]), 2 * first[1] + 2 * second[1]]
+
+
+def test_traced_by_torch_compile_the_accumulator_folds_with_torch_ops() -> None:
+    """A compiled region that holds the HEAD observer traces the torch ops (same bits), not the launch."""
+    rng = random.Random()
+    buf = random_buf(32, rng)
+    acc = DigestAccumulator(buf, fused=True)
+    slots = random_slots(12, 32, rng)
+    step = torch.compile(acc.add, backend="eager", fullgraph=True)
+    step(slots)
+    assert acc.acc.tolist() == reference(buf, slots)
