@@ -27,9 +27,11 @@ class Extra:
     annotation: str
 
 
-def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra]) -> str:
-    """The launcher's source: check, pack the call object, dispatch."""
-    params = ", ".join([*fields, *(f"{k}={k}_default" for k in extras)])
+def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
+                    none_defaults: frozenset[str] = frozenset()) -> str:
+    """The launcher's source: check, pack the call object, dispatch (fields in ``none_defaults`` default to None)."""
+    params = ", ".join([*(f"{f}=None" if f in none_defaults else f for f in fields),
+                        *(f"{k}={k}_default" for k in extras)])
     kwargs = ", ".join(f"{f}={f}" for f in fields)
     values = ", ".join(f"{f!r}: {f}" for f in fields)
     extra_args = "".join(f", {k}" for k in extras)
@@ -65,7 +67,7 @@ def build_launcher(
     if clash:
         raise ValueError(f"{contract.__name__}: extra launcher parameters shadow fields: {sorted(clash)}")
     fname = name or contract.contract.name
-    source = launcher_source(fname, fields, extras)
+    source = launcher_source(fname, fields, extras, contract.none_defaults())
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {

@@ -16,15 +16,26 @@ SOURCES: tuple[tuple[int, bool], ...] = (
 """(number of sources, PARTIAL) pairs: with no source the mode does not matter."""
 
 KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
-    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS) for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
-    Op.PLAN: (plan.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, False)
+                                 for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v, False, False) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
+    Op.PLAN: (plan.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
     Op.PLAN_OFFSETS: (plan_offsets.KERNELS, [(lut,) for lut in _BOOLS]),
-    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
     Op.SCATTER: (scatter.KERNELS, [()]),
 }
+"""The default specializations (every extension off): what preload loads."""
 
-BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512) for v in _BOOLS]
+EXTENSION_KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
+    Op.VERIFY: (verify.KERNELS, [(c, n, p, True, verify.THREADS, True) for c in _BOOLS for n, p in SOURCES[:3]]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, True, True, lut) for n, p in SOURCES[:3] for a in _BOOLS for lut in _BOOLS]),
+    Op.PLAN: (plan.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
+    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
+}
+"""The extensions' specializations CI compiles (compiled on first use, not preloaded): each extension define
+with every other define but the source count, which they do not touch (0, 1 PARTIAL, 1 ALL)."""
+
+BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512, False) for v in _BOOLS]
 """SGLang's launch shape (512 threads) with 8- and 16-byte record loads, for the benchmark's comparison."""
 
 
@@ -32,6 +43,9 @@ def all_specs() -> list[Spec]:
     """Every distinct Spec: what CI compiles and what preload loads (plus the benchmark variants)."""
     out: dict[Spec, None] = {}
     for cache, keys in KEYS.values():
+        for key in keys:
+            out[cache.spec(*key)] = None
+    for cache, keys in EXTENSION_KEYS.values():
         for key in keys:
             out[cache.spec(*key)] = None
     for key in BENCH_VERIFY_KEYS:

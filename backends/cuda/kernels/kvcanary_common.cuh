@@ -28,6 +28,7 @@ constexpr int kMaxRealKvSources = 4;
 constexpr int kRealKvChunkBytes = 16;
 constexpr int kPlanBsBlockSize = 4096;
 constexpr i64 kInvalidSlot = -9223372036854775807LL - 1;  // INVALID_SLOT = -(2**63)
+constexpr i64 kZeroSlotMark = kInvalidSlot + 1;            // ZERO_SLOT_MARK (extension only)
 
 // FailReason bits
 constexpr i64 kVerifyChainHashMismatch = 1;
@@ -36,6 +37,8 @@ constexpr i64 kVerifyRealKvHashMismatch = 4;
 constexpr i64 kWriteTokenMismatch = 8;
 constexpr i64 kWritePositionMismatch = 16;
 constexpr i64 kVerifyTokenMismatch = 32;
+constexpr i64 kZeroSlotInLiveRange = 64;  // extension
+constexpr i64 kWriteSlotMismatch = 128;   // extension
 constexpr i64 kIndexOutOfRange = 256;
 
 constexpr u32 kFullMask = 0xffffffffu;
