@@ -28,7 +28,7 @@ constexpr int kMaxRealKvSources = 4;
 constexpr int kRealKvChunkBytes = 16;
 constexpr int kPlanBsBlockSize = 4096;
 constexpr i64 kInvalidSlot = -9223372036854775807LL - 1;  // INVALID_SLOT = -(2**63)
-constexpr i64 kZeroSlotMark = kInvalidSlot + 1;            // ZERO_SLOT_MARK (extension only)
+constexpr i64 kZeroSlotMark = -9223372036854775807LL;      // ZERO_SLOT_MARK = INVALID_SLOT + 1 (extension only)
 
 // FailReason bits
 constexpr i64 kVerifyChainHashMismatch = 1;
