@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager.budget import VerifyBudget
 
 
@@ -29,7 +30,9 @@ class CanaryConfig:
     ``num_forward_slots`` is the number of forwards per step that need their own plans (one per captured
     draft step). ``backend`` forces a kvcanary backend by name for every launch (None: automatic).
     ``verify_budget`` verifies at most that many entries per launch, rotating through the live set (None:
-    every live entry, every forward; see :mod:`kvcanary.manager.budget`).
+    every live entry, every forward; see :mod:`kvcanary.manager.budget`). ``extensions`` turns on the opt-in
+    checks (:class:`kvcanary.Extensions`) for every per-forward plan, verify and write (None: none of them;
+    the sweep never takes them).
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -45,6 +48,7 @@ class CanaryConfig:
     num_forward_slots: int = 1
     backend: str | None = None
     verify_budget: VerifyBudget | None = None
+    extensions: Extensions | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, CanaryMode):
@@ -65,6 +69,10 @@ class CanaryConfig:
         if self.verify_budget is not None and not isinstance(self.verify_budget, VerifyBudget):
             raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
                             f"got {self.verify_budget!r}")
+
+        if self.extensions is not None and not isinstance(self.extensions, Extensions):
+            raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
+                            f"got {self.extensions!r}")
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:

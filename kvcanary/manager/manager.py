@@ -70,7 +70,7 @@ class CanaryManager:
                           req_to_token=r2t, token_offset=pool.kv_token_id_vs_position_offset,
                           check_token=config.enable_verify_token,
                           write_input_assert=config.enable_write_input_assert, backend=config.backend,
-                          budget=config.verify_budget)
+                          budget=config.verify_budget, extensions=config.extensions)
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
