@@ -106,9 +106,9 @@ def chosen_backends(settings: DemoSettings) -> dict[str, str]:
 def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None = None) -> list[RunOutcome]:
     """The clean run, then one run per fault in ``faults``; prints each and the summary. An extension-only
     bug class runs twice, with the extensions off (missed) and on (caught), after a clean run with them on."""
-    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
-
     import torch
+
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
 
     out = out if out is not None else sys.stdout
     threads = torch.get_num_threads()
@@ -126,8 +126,8 @@ def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None
     progress = ProgressBar(settings.steps * len(runs))
     outcomes: list[RunOutcome] = []
     try:
-        for f, ext in runs:
-            outcomes.append(run_one(f, settings, progress, extensions=ext))
+        for run_fault, ext in runs:
+            outcomes.append(run_one(run_fault, settings, progress, extensions=ext))
     finally:
         progress.close()
         torch.set_num_threads(threads)

@@ -257,9 +257,9 @@ def fault_episode(fault: Fault, seed: int, settings: SoakSettings) -> FaultResul
 
 def fault_runs(settings: SoakSettings, faults: Sequence[Fault] | None = None,
                on_episode: Callable[[FaultResult], None] | None = None) -> list[FaultResult]:
-    """``settings.episodes`` episodes, cycling through ``faults`` (default: every class the default checks catch) in a shuffled order;
-    an episode whose fault never fired, fired harmlessly, or crashed the engine before a report, is retried
-    with the next seed (up to four times; the last one is kept)."""
+    """``settings.episodes`` episodes, cycling through ``faults`` (default: every class the default checks
+    catch) in a shuffled order; an episode whose fault never fired, fired harmlessly, or crashed the engine
+    before a report, is retried with the next seed (up to four times; the last one is kept)."""
     order = list(faults if faults is not None else CORE_FAULTS)
     random.Random(settings.seed).shuffle(order)
     out: list[FaultResult] = []

@@ -86,9 +86,12 @@ def _t(v: list[Any], dtype: torch.dtype, device: torch.device | str) -> torch.Te
     return torch.tensor(v, dtype=dtype, device=device)
 
 
-def run(sc: Scenario, backend: str, ext: Extensions | None, device: torch.device | str = "cpu") -> dict[str, Any]:
+def run(sc: Scenario, backend: str, ext: Extensions | None, device: torch.device | str = "cpu", *,
+        capture: bool = False) -> dict[str, Any]:
     """Both steps on ``backend``: the verify plans' active entries, the ring rows (a multiset), the canary
-    buffer. The zeroed entries are applied to req_to_token after step 1 (the prefill wrote the real slots)."""
+    buffer. The zeroed entries are applied to req_to_token after step 1 (the prefill wrote the real slots).
+    ``capture``: step 2's launches are captured in a CUDA graph and replayed once (the kernels must already be
+    loaded: run the scenario once without it first)."""
     r2t = _t(sc["req_to_token"], torch.int32, device)
     lut = None if sc["lut"] is None else _t(sc["lut"], torch.int64, device)
     buf = torch.zeros(NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8, device=device)
@@ -103,35 +106,46 @@ def run(sc: Scenario, backend: str, ext: Extensions | None, device: torch.device
                                                                                        device=device))
     vp = VerifyPlan.allocate(verify_capacity=CAPACITY, device=device)
     wp = WritePlan.allocate(write_req_capacity=8, device=device)
-    plans = []
-    for k, st in enumerate(sc["steps"]):
-        if k == 1:
-            for row, pos in sc["zeros"]:
-                r2t[row, pos] = 0
-        rpi = _t(st["rpi"], torch.int64, device)
-        launch_canary_plan_kernels(
-            verify_plan_out=vp, write_plan_out=wp, req_pool_indices=rpi, prefix_lens=_t(st["prefix"], torch.int64,
-                                                                                        device),
-            extend_seq_lens=_t(st["extend"], torch.int64, device), req_to_token=r2t, swa_window_size=sc["window"],
-            full_to_swa_index_mapping=lut, verify_capacity=CAPACITY, req_to_verify_expected_tokens=None,
-            req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=sc["offset"],
-            extensions=ext, backend=backend)
-        n = int(vp.verify_num_valid[0])
-        plans.append(vp.verify_slot_indices[:n].cpu().tolist())
-        launch_canary_verify_kernel(context=ctx, plan=vp, check_verify_expected_token=False, extensions=ext,
-                                    backend=backend)
+    staged = []
+    for st in sc["steps"]:
         loc = _t(st["loc"], torch.int64, device)
         if lut is not None:  # an SWA group's write names SWA slots (padding tokens stay negative); a slot the
             # LUT sends to 0 is written as a padding token (several records written to slot 0 in one launch
             # would be unspecified)
             swa = lut[loc.clamp(min=0)]
             loc = torch.where((loc >= 0) & (swa != 0), swa, -1)
+        staged.append((_t(st["rpi"], torch.int64, device), _t(st["prefix"], torch.int64, device),
+                       _t(st["extend"], torch.int64, device), _t(st["ids"], torch.int64, device),
+                       _t(st["pos"], torch.int64, device), loc))
+
+    def launches(k: int) -> None:
+        rpi, prefix, extend, ids, pos, loc = staged[k]
+        launch_canary_plan_kernels(
+            verify_plan_out=vp, write_plan_out=wp, req_pool_indices=rpi, prefix_lens=prefix, extend_seq_lens=extend,
+            req_to_token=r2t, swa_window_size=sc["window"], full_to_swa_index_mapping=lut, verify_capacity=CAPACITY,
+            req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=sc["offset"], extensions=ext, backend=backend)
+        launch_canary_verify_kernel(context=ctx, plan=vp, check_verify_expected_token=False, extensions=ext,
+                                    backend=backend)
         launch_canary_write_kernel(
-            context=ctx, plan=wp, input_ids=_t(st["ids"], torch.int64, device), positions=_t(st["pos"], torch.int64,
-                                                                                          device),
-            out_cache_loc=loc, enable_write_input_assert=False, expected_input_tokens=None,
-            expected_input_positions=None, req_pool_indices=rpi, req_to_token=r2t, full_to_swa_index_mapping=lut,
-            extensions=ext, backend=backend)
+            context=ctx, plan=wp, input_ids=ids, positions=pos, out_cache_loc=loc, enable_write_input_assert=False,
+            expected_input_tokens=None, expected_input_positions=None, req_pool_indices=rpi, req_to_token=r2t,
+            full_to_swa_index_mapping=lut, extensions=ext, backend=backend)
+
+    plans = []
+    for k in range(len(staged)):
+        if k == 1:
+            for row, p in sc["zeros"]:
+                r2t[row, p] = 0
+        if capture and k == 1:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                launches(k)
+            graph.replay()
+        else:
+            launches(k)
+        n = int(vp.verify_num_valid[0])
+        plans.append(vp.verify_slot_indices[:n].cpu().tolist())
     total = int(widx[0])
     rows = sorted(tuple(int(v) for v in r) for r in ring[: min(total, RING)].cpu().tolist())
     return {"plans": plans, "rows": [list(r) for r in rows], "total": total,

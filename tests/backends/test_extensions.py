@@ -101,7 +101,8 @@ def _scenario(**over: Any) -> X.Scenario:
 
 
 def _rows(sc: X.Scenario, ext: Extensions | None = ON) -> list[list[int]]:
-    return X.run(sc, "torch_ref", ext)["rows"]
+    rows: list[list[int]] = X.run(sc, "torch_ref", ext)["rows"]
+    return rows
 
 
 def test_clean_run_reports_nothing() -> None:

@@ -228,7 +228,7 @@ def test_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
 def test_extension_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
     """With the extensions on, each launch picks an extension Spec CI compiles, with the parameters it takes;
     with them off (None or every flag off), today's Spec and arguments."""
-    from tests.backends import _extensions as X  # noqa: PLC0415 - test tooling, imported where used
+    from tests.backends import _extensions as X
 
     on = kc.Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
     rng = random.Random(7)
@@ -275,27 +275,27 @@ def test_entries_per_thread_match_the_kernels() -> None:
 
 
 def test_launch_shapes_depend_only_on_capacities() -> None:
-    assert verify.shape((False, 0, True, True, 256), 0, 1000) == (1, 1, 256, 0)
-    assert verify.shape((False, 0, True, True, 256), 10**8, 1056) == (1056, 1, 256, 0)
-    assert verify.shape((False, 0, True, True, 256), 300, 1056) == (2, 1, 256, 0)
-    assert write.shape((0, True, False, True), (0, 0), 9) == (1, 1, write.THREADS, 0)
-    assert write.shape((0, True, False, True), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
-    assert write.shape((2, True, False, True), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
-    assert write.shape((1, False, False, True), (1, 32768), 9) == (1, 17, write.THREADS, 0)
-    assert write.shape((1, False, False, True), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
-    assert plan.shape((False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
-    assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
-    assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)
-    assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan_entries.THREADS, 32 * 8)  # at least one entry block
+    assert verify.shape((False, 0, True, True, 256, False), 0, 1000) == (1, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256, False), 10**8, 1056) == (1056, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256, False), 300, 1056) == (2, 1, 256, 0)
+    assert write.shape((0, True, False, True, False, False), (0, 0), 9) == (1, 1, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
+    assert write.shape((2, True, False, True, False, False), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False), (1, 32768), 9) == (1, 17, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
+    assert plan.shape((False, False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
+    assert plan.shape((True, True, False), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
+    assert plan.shape((True, True, False), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)
+    assert plan.shape((True, True, False), (8, 10**6), 1) == (2, 1, plan_entries.THREADS, 32 * 8)  # at least one entry block
     # tiles (256 x 4 = 1024 entries) never span rows: 256 rows of 16 entries are 256 tiles, not
     # cdiv(4096, 1024) = 4
     assert plan_entries.THREADS * plan_entries.ENTRIES_PER_THREAD == 1024
-    assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan_entries.THREADS, 32 * 256)
-    assert plan.shape((False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan_entries.THREADS, 32 * 256)
+    assert plan.shape((False, False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan_entries.THREADS, 32 * 256)
+    assert plan.shape((False, False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan_entries.THREADS, 32 * 256)
     assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 0)
-    assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
-    assert plan_entries.shape((False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)
-    assert plan_entries.shape((False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 96)
+    assert plan_entries.shape((False, False, False), (0, 5), 9) is None and plan_entries.shape((False, False, False), (3, 0), 9) is None
+    assert plan_entries.shape((False, False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)
+    assert plan_entries.shape((False, False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 96)
     assert scatter.shape((), (0, 5, 3, 4), 0) is None and scatter.shape((), (2, 0, 3, 4), 0) is None
     assert scatter.shape((), (2, 5, 3, 4), 0) == (2, 1, scatter.THREADS, 0)
     assert scatter.shape((), (1, 10**6, 3, 32768), 0) == (1, 32, scatter.THREADS, 0)
