@@ -32,7 +32,9 @@ class CanaryConfig:
     ``verify_budget`` verifies at most that many entries per launch, rotating through the live set (None:
     every live entry, every forward; see :mod:`kvcanary.manager.budget`). ``extensions`` turns on the opt-in
     checks (:class:`kvcanary.Extensions`) for every per-forward plan, verify and write (None: none of them;
-    the sweep never takes them).
+    the sweep never takes them). ``layer_rotation`` (1 to 4; 0: off) fingerprints every layer a pool group
+    lists in ``PoolGroupSpec.layers``, that many layer buffers per forward, in rotation
+    (:mod:`kvcanary.manager.rotation`).
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -49,6 +51,7 @@ class CanaryConfig:
     backend: str | None = None
     verify_budget: VerifyBudget | None = None
     extensions: Extensions | None = None
+    layer_rotation: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, CanaryMode):
@@ -70,6 +73,12 @@ class CanaryConfig:
             raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
                             f"got {self.verify_budget!r}")
 
+        _non_negative("layer_rotation", self.layer_rotation)
+        if self.layer_rotation > 4:
+            raise ValueError(f"kv-canary: CanaryConfig.layer_rotation folds at most 4 layer buffers per forward "
+                             f"(the sources one launch takes), got {self.layer_rotation}")
+        if self.layer_rotation and self.real_kv_mode is RealKvHashMode.NONE:
+            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL")
         if self.extensions is not None and not isinstance(self.extensions, Extensions):
             raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
                             f"got {self.extensions!r}")

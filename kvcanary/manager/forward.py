@@ -20,6 +20,7 @@ from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.plans import VerifyPlan, WritePlan
@@ -42,7 +43,8 @@ class ForwardRunner:
     def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], state: CanaryDeviceState,
                  capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
                  check_token: bool, write_input_assert: bool, backend: str | None,
-                 budget: VerifyBudget | None = None, extensions: Extensions | None = None) -> None:
+                 budget: VerifyBudget | None = None, extensions: Extensions | None = None,
+                 rotations: list[LayerRotation | None] | None = None) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -69,6 +71,7 @@ class ForwardRunner:
         self._write_input_assert = write_input_assert
         self._backend = backend
         self._ext = extensions
+        self._rotations = rotations or [None] * len(groups)
         self._views: StepViews | None = None
 
     def head(self, batch: CanaryBatch) -> None:
@@ -97,6 +100,12 @@ class ForwardRunner:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
+            rot = self._rotations[gi]
+            if rot is not None:
+                loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
+                assert loc is not None
+                rot.tail(self._verify[gi], gp.write, input_ids=v.input_ids, positions=v.positions,
+                         out_cache_loc=loc, backend=self._backend)
             # a plan that overflowed skipped its verifies: count it on the device (never read here)
             self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
         self._views = None
