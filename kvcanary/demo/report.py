@@ -59,7 +59,7 @@ def describe(o: RunOutcome, out: TextIO) -> None:
 
 def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
     out.write("\nsummary\n")
-    head = f"{'run':<22} {'fired':>5} {'found':>5} {'lag':>3}  {'first check':<13} {'reasons':<46} {'rows':>5}  result"
+    head = f"{'run':<26} {'fired':>5} {'found':>5} {'lag':>3}  {'first check':<13} {'reasons':<46} {'rows':>5}  result"
     out.write(LEGEND + "\n" + head + "\n" + "-" * len(head) + "\n")
     for o in outcomes:
         first = o.first
@@ -77,4 +77,4 @@ def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
             result = "missed (expected)" if o.ok else "UNEXPECTEDLY DETECTED"
         if o.error is not None:
             result += " (engine error)"
-        out.write(f"{name:<22} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")
+        out.write(f"{name:<26} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")
