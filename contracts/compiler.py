@@ -121,8 +121,10 @@ class ContractCompiler:
         writes: Sequence[str] = (),
         origin: str = "",
         traceable: bool = False,
+        none_defaults: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
+        self.none_defaults = none_defaults
         self.family = family
         self.fields = fields
         self.rules = rules
@@ -787,7 +789,7 @@ class ContractCompiler:
         return Compiled(checker, checks, source, self.nodes, dict(self.symbols))
 
     def assemble(self) -> str:
-        params = ", ".join(name for name, *_ in self.fields)
+        params = ", ".join(f"{name}=None" if name in self.none_defaults else name for name, *_ in self.fields)
         lines = [f"def _check(*, {params}):"]
         for sym in self.symbols:
             lines.append(f"    s_{sym} = None")

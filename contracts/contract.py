@@ -78,6 +78,11 @@ class Contract(BaseModel):
         return out
 
     @classmethod
+    def none_defaults(cls) -> frozenset[str]:
+        """Fields declared with ``default=None``: the checker and the launcher may omit them."""
+        return frozenset(n for n, f in cls.model_fields.items() if not f.is_required() and f.default is None)
+
+    @classmethod
     def compiled(cls) -> Compiled:
         """Compile (once) and return the checker with its checks."""
         done = cls.__dict__.get("_compiled_")
@@ -108,6 +113,7 @@ class Contract(BaseModel):
             writes=info.writes,
             origin=info.origin,
             traceable=traceable,
+            none_defaults=cls.none_defaults(),
         ).compile()
         book = info.family.codebook
         for check in result.checks:

@@ -519,6 +519,8 @@ class _Engine:
         assert isinstance(rule, Relation)
         struct = check.info.get("struct")
         struct_node = struct if isinstance(struct, Node) else None
+        if struct_node is not None and _get(call, _steps(struct_node.path)) in (None, _MISSING):
+            return  # the call has no such struct (an empty tuple of sources, a None argument): try another variant
         env = self.scope(call, struct_node)
         breaks: Mapping[str, object] = getattr(rule, "breaks", None) or {}
         overrides: dict[str, object] = dict(breaks)

@@ -33,13 +33,14 @@ class Extra:
 
 
 def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
-                    flat: list[str] | None = None) -> str:
-    """The launcher's source: check, pack the call object, dispatch.
+                    none_defaults: frozenset[str] = frozenset(), flat: list[str] | None = None) -> str:
+    """The launcher's source: check, pack the call object, dispatch (fields in ``none_defaults`` default to None).
 
     With ``flat`` (the operator's arguments as expressions over the fields), a launch that ``torch.compile``
     traces runs the traceable checks and calls the operator instead.
     """
-    params = ", ".join([*fields, *(f"{k}={k}_default" for k in extras)])
+    params = ", ".join([*(f"{f}=None" if f in none_defaults else f for f in fields),
+                        *(f"{k}={k}_default" for k in extras)])
     kwargs = ", ".join(f"{f}={f}" for f in fields)
     values = ", ".join(f"{f!r}: {f}" for f in fields)
     extra_args = "".join(f", {k}" for k in extras)
@@ -87,7 +88,7 @@ def build_launcher(
     fname = name or contract.contract.name
     signature = OpSignature(contract) if operator else None
     flat = signature.flat_exprs() if signature else None
-    source = launcher_source(fname, fields, extras, flat)
+    source = launcher_source(fname, fields, extras, contract.none_defaults(), flat)
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {

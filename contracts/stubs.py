@@ -161,8 +161,9 @@ def overloads(launcher: StubLauncher, types_: _Types, code_of: Callable[[Rule], 
     fields = launcher.contract.model_fields
     extras = [f"{n}: {e.annotation} = {e.default!r}" for n, e in launcher.extras.items()]
     pres = presence(launcher.contract)
+    dflt = launcher.contract.none_defaults()
     if not pres.flags and not pres.optionals:
-        params = [f"{n}: {types_.text(f.annotation)}" for n, f in fields.items()]
+        params = [f"{n}: {types_.text(f.annotation)}{' = None' if n in dflt else ''}" for n, f in fields.items()]
         return [f"def {launcher.name}(*, {', '.join([*params, *extras])}) -> None:{_body(launcher.doc)}"]
     names = (*pres.flags, *pres.optionals)
 
@@ -179,7 +180,13 @@ def overloads(launcher: StubLauncher, types_: _Types, code_of: Callable[[Rule], 
         rest = f"**fields: Unpack[{launcher.fields_type}]"
         return f"def {launcher.name}(*, {', '.join([*params, *extras, rest])}) -> None:{body}"
 
-    common = [f"    {n}: {types_.text(f.annotation)}" for n, f in fields.items() if n not in names]
+    def field_line(n: str, annotation: Any) -> str:
+        text = types_.text(annotation)
+        return f"    {n}: NotRequired[{text}]" if n in dflt else f"    {n}: {text}"
+
+    common = [field_line(n, f.annotation) for n, f in fields.items() if n not in names]
+    if dflt - set(names):
+        types_.imports.add(("typing_extensions", "NotRequired"))
     lines = [f"class {launcher.fields_type}(TypedDict):", *common, ""]
     for combo in itertools.product((True, False), repeat=len(names)):
         values = dict(zip(names, combo, strict=True))

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from kvcanary.context import VerifyOrWriteContext
     from kvcanary.contracts import ContractError, ContractTypeError
+    from kvcanary.extensions import Extensions
     from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
     from kvcanary.launch.plan import launch_canary_plan_kernels
     from kvcanary.launch.plan_entries import launch_plan_entries_kernel
@@ -136,6 +137,7 @@ __all__ = [
     "ContractError",
     "ContractTypeError",
     "ExpectedTokens",
+    "Extensions",
     "FailReason",
     "HostSnapshot",
     "KvPoolSpec",

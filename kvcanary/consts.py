@@ -69,13 +69,19 @@ slot or predecessor, or as a write seed, it is reported as INDEX_OUT_OF_RANGE (e
 predecessor or seed still means "chain head"). As an ``out_cache_loc`` it is negative like any skipped
 token: write skips it without a row and without advancing the chain, on every backend."""
 
+ZERO_SLOT_MARK: int = INVALID_SLOT + 1
+"""Slot index the plan writes, with the ZERO_SLOT_IN_LIVE_RANGE extension on, for an entry whose
+``req_to_token`` value is 0 (the padding slot) inside a live request's verified range. Verify with the same
+extension reports it as ZERO_SLOT_IN_LIVE_RANGE (slot 0, the entry's position); it never appears otherwise."""
+
 NUM_LAUNCH_TAGS: int = 12
 
 
 class FailReason(IntFlag):
     """Why a record failed; the bits are SGLang's (0-5) plus kvcanary's INDEX_OUT_OF_RANGE (8).
 
-    Bits 6 and 7 are reserved for the proposed ZERO_SLOT_IN_LIVE_RANGE and WRITE_SLOT_MISMATCH checks.
+    Bits 6 and 7 are kvcanary's opt-in extension checks (:class:`kvcanary.Extensions`): they never appear
+    with the extensions off.
     """
 
     VERIFY_CHAIN_HASH_MISMATCH = 1 << 0
@@ -84,6 +90,8 @@ class FailReason(IntFlag):
     WRITE_TOKEN_MISMATCH = 1 << 3
     WRITE_POSITION_MISMATCH = 1 << 4
     VERIFY_TOKEN_MISMATCH = 1 << 5
+    ZERO_SLOT_IN_LIVE_RANGE = 1 << 6
+    WRITE_SLOT_MISMATCH = 1 << 7
     INDEX_OUT_OF_RANGE = 1 << 8
 
     @property

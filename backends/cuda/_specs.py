@@ -16,15 +16,28 @@ SOURCES: tuple[tuple[int, bool], ...] = (
 """(number of sources, PARTIAL) pairs: with no source the mode does not matter."""
 
 KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
-    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS) for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
-    Op.PLAN: (plan.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, False)
+                                 for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v, False, False) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
+    Op.PLAN: (plan.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
     Op.PLAN_OFFSETS: (plan_offsets.KERNELS, [(lut,) for lut in _BOOLS]),
-    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool) for lut in _BOOLS for pool in _BOOLS]),
+    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
     Op.SCATTER: (scatter.KERNELS, [()]),
 }
+"""The default specializations (every extension off): what preload loads."""
 
-BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512) for v in _BOOLS]
+EXTENSION_KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
+    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, True)
+                                 for c in _BOOLS for n, p in SOURCES[:2] for v in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v, True, lut)
+                               for n, p in SOURCES[:2] for a in _BOOLS for v in _BOOLS for lut in _BOOLS]),
+    Op.PLAN: (plan.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
+    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
+}
+"""The extensions' specializations CI compiles (others compile on first use; none is preloaded): each extension
+define with every other define, the source count only at 0 and 1 (the extension code never touches the fold)."""
+
+BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512, False) for v in _BOOLS]
 """SGLang's launch shape (512 threads) with 8- and 16-byte record loads, for the benchmark's comparison."""
 
 
@@ -32,6 +45,9 @@ def all_specs() -> list[Spec]:
     """Every distinct Spec: what CI compiles and what preload loads (plus the benchmark variants)."""
     out: dict[Spec, None] = {}
     for cache, keys in KEYS.values():
+        for key in keys:
+            out[cache.spec(*key)] = None
+    for cache, keys in EXTENSION_KEYS.values():
         for key in keys:
             out[cache.spec(*key)] = None
     for key in BENCH_VERIFY_KEYS:

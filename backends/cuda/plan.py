@@ -18,6 +18,7 @@ from kvcanary.backends.cuda._pack import Args, Shape, ptr
 from kvcanary.backends.cuda._toolchain import launch
 from kvcanary.backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
 from kvcanary.contract.plan import PlanLaunch
+from kvcanary.extensions import zero_slot_on
 
 KERNELS = plan_kernels("plan.cu", "kvc_plan")
 
@@ -30,7 +31,7 @@ def pack(call: PlanLaunch) -> tuple[Key, tuple[int, int], Args]:
     cap = vp.verify_slot_indices.shape[0]
     rows, cols = call.req_to_token.shape
     prow, pcol = pool.shape if pool is not None else (0, 0)
-    key: Key = (lut is not None, pool is not None)
+    key: Key = (lut is not None, pool is not None, zero_slot_on(call.extensions))
     args = (call.req_pool_indices.data_ptr(), call.prefix_lens.data_ptr(), call.extend_seq_lens.data_ptr(),
             call.req_to_token.data_ptr(), rows, cols, ptr(lut), lut.shape[0] if lut is not None else 0,
             call.swa_window_size, bs, call.verify_capacity, cap, vp.verify_slot_indices.data_ptr(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.contract.plan_entries import PlanEntriesLaunch
+from kvcanary.extensions import zero_slot_on
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
@@ -27,15 +28,17 @@ def max_tiles(bs: int, capacity: int) -> int:
     return cdiv(capacity, THREADS * ENTRIES_PER_THREAD) + bs
 
 
-Key = tuple[bool, bool]  # LUT, token pool
+Key = tuple[bool, bool, bool]  # LUT, token pool, zero-slot marks
 
 
 def plan_kernels(source: str, entry: str) -> KernelCache:
-    """The specializations of a plan kernel (this stage alone, or the fused plan): LUT and token pool."""
+    """The specializations of a plan kernel (this stage alone, or the fused plan): LUT, token pool, and the
+    ZERO_SLOT_IN_LIVE_RANGE extension's marks (a define only when on: off is today's exact Spec)."""
 
-    def spec(has_lut: bool, has_pool: bool) -> Spec:
+    def spec(has_lut: bool, has_pool: bool, mark_zero: bool = False) -> Spec:
         return Spec(source, entry, (
-            ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool))), THREADS)
+            ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool)),
+            *((("KVC_MARK_ZERO", 1),) if mark_zero else ())), THREADS)
 
     return KernelCache(spec)
 
@@ -57,7 +60,7 @@ def pack(call: PlanEntriesLaunch) -> tuple[Key, tuple[int, int], Args]:
             call.out_verify_expected_positions.data_ptr(), call.out_verify_prev_slot_indices.data_ptr(), ptr(pool),
             prow, pcol, ptr(call.req_to_verify_expected_tokens_valid_lens) if pool is not None else 0,
             call.kv_token_id_vs_position_offset)
-    return (lut is not None, pool is not None), (bs, cap), args
+    return (lut is not None, pool is not None, zero_slot_on(call.extensions)), (bs, cap), args
 
 
 def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:

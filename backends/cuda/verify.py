@@ -9,16 +9,18 @@ from __future__ import annotations
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.extensions import zero_slot_on
 
 THREADS = 256
 
-Key = tuple[bool, int, bool, bool, int]  # check token, sources, partial, 16-byte records, threads
+Key = tuple[bool, int, bool, bool, int, bool]  # check token, sources, partial, 16-byte records, threads, zero slot
 
 
-def spec(check: bool, nsrc: int, partial: bool, vec: bool, threads: int = THREADS) -> Spec:
+def spec(check: bool, nsrc: int, partial: bool, vec: bool, threads: int = THREADS, zero: bool = False) -> Spec:
+    """The specialization; the ZERO_SLOT_IN_LIVE_RANGE extension adds a define (off: today's exact Spec)."""
     return Spec("verify.cu", "kvc_verify", (
         ("KVC_THREADS", threads), ("KVC_CHECK_TOKEN", int(check)), ("KVC_NSRC", nsrc),
-        ("KVC_PARTIAL", int(partial)), ("KVC_VEC16", int(vec))), threads)
+        ("KVC_PARTIAL", int(partial)), ("KVC_VEC16", int(vec)), *((("KVC_ZERO", 1),) if zero else ())), threads)
 
 
 KERNELS = KernelCache(spec)
@@ -34,7 +36,7 @@ def pack(call: VerifyLaunch, *, threads: int = THREADS, vec: bool | None = None)
     slots = call.plan.verify_slot_indices
     cap = slots.shape[0]
     key: Key = (bool(call.check_verify_expected_token), nsrc, partial,
-                vec16(stride) if vec is None else vec and vec16(stride), threads)
+                vec16(stride) if vec is None else vec and vec16(stride), threads, zero_slot_on(call.extensions))
     args = (buf.data_ptr(), num_slots, stride, slots.data_ptr(), call.plan.verify_expected_tokens.data_ptr(),
             call.plan.verify_expected_positions.data_ptr(), call.plan.verify_prev_slot_indices.data_ptr(),
             call.plan.verify_num_valid.data_ptr(), call.plan.enable.data_ptr(), cap, ring.data_ptr(), ring.shape[0],

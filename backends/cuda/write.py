@@ -15,8 +15,9 @@ from __future__ import annotations
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.contract.write import WriteLaunch
+from kvcanary.extensions import write_slot_on
 
-Key = tuple[int, bool, bool, bool]  # sources, partial, input assert, 16-byte records
+Key = tuple[int, bool, bool, bool, bool, bool]  # sources, partial, input assert, 16-byte records, slot check, LUT
 
 
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
@@ -30,10 +31,13 @@ def fold_rows(nsrc: int, ntok: int) -> int:
     return 0 if nsrc == 0 else max(1, min(cdiv(ntok, FOLD_TOKENS_PER_ROW), MAX_FOLD_ROWS))
 
 
-def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool) -> Spec:
+def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: bool = False,
+         slot_lut: bool = False) -> Spec:
+    """The specialization; the WRITE_SLOT_MISMATCH extension adds defines (off: today's exact Spec)."""
+    ext = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
     return Spec("write.cu", "kvc_write", (
         ("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial)), ("KVC_ASSERT", int(assert_inputs)),
-        ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS)), THREADS)
+        ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS), *ext), THREADS)
 
 
 KERNELS = KernelCache(spec)
@@ -49,13 +53,21 @@ def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
     on = bool(call.enable_write_input_assert)
     seeds = call.plan.write_seed_slot_indices
     cap = seeds.shape[0]
-    key: Key = (nsrc, partial, on, vec16(stride))
+    slot_args: Args = ()
+    lut = call.full_to_swa_index_mapping
+    check = write_slot_on(call.extensions)
+    if check:
+        rpi, r2t = call.req_pool_indices, call.req_to_token
+        assert rpi is not None and r2t is not None
+        slot_args = (rpi.data_ptr(), rpi.shape[0], r2t.data_ptr(), r2t.shape[0], r2t.shape[1], ptr(lut),
+                     0 if lut is None else lut.shape[0])
+    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None)
     args = (buf.data_ptr(), num_slots, stride, call.plan.write_offsets.data_ptr(), seeds.data_ptr(),
             call.plan.write_num_valid_reqs.data_ptr(), cap, call.input_ids.data_ptr(), call.positions.data_ptr(),
             call.out_cache_loc.data_ptr(), call.input_ids.shape[0], ptr(call.expected_input_tokens) if on else 0,
             ptr(call.expected_input_positions) if on else 0, ctx.enable_chain_position_assert.data_ptr(),
-            ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(), ctx.slot_run_counter.data_ptr(),
-            ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
+            *slot_args, ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(),
+            ctx.slot_run_counter.data_ptr(), ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
     return key, (cap, call.input_ids.shape[0]), args
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
+from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING, ZERO_SLOT_MARK
 from kvcanary.contract.plan import PlanLaunch
 from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
 
@@ -125,8 +125,13 @@ def entries_stage(
     out_tokens: torch.Tensor,
     out_positions: torch.Tensor,
     out_prev: torch.Tensor,
+    mark_zero: bool = False,
 ) -> None:
     """Entries ``e < min(total, capacity)`` (none when ``enable == 0``); later entries keep their values.
+
+    ``mark_zero`` (the ZERO_SLOT_IN_LIVE_RANGE extension): an entry of a non-padding request row whose
+    ``req_to_token`` value is 0 and whose (translated) slot is 0 gets the slot ZERO_SLOT_MARK instead, for
+    verify to report. A slot the LUT translates to 0 from a non-zero value (an evicted SWA position) stays 0.
 
     From offsets the plan computed itself every position is exact. Stage 2 alone (``plan_entries``) takes
     stage 1's scratch as given: from a hostile one, ``pos = window_start + (e - offsets[r])`` is computed in
@@ -143,6 +148,9 @@ def entries_stage(
     rp = req_pool_indices[r]
     pos = window_start(prefix_lens, swa_window_size)[r] + (e - offsets[r])
     slot = read_slot(req_to_token, lut, rp, pos)
+    if mark_zero:
+        raw = read_slot(req_to_token, None, rp, pos)
+        slot = torch.where((raw == 0) & (slot == 0) & (rp != REQ_POOL_IDX_PADDING), ZERO_SLOT_MARK, slot)
     prev = torch.where(pos > 0, read_slot(req_to_token, lut, rp, pos - 1), -1)
     if pool is not None:
         assert valid_lens is not None

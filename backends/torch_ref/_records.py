@@ -18,6 +18,8 @@ TOK = int(FailReason.VERIFY_TOKEN_MISMATCH)
 WTOK = int(FailReason.WRITE_TOKEN_MISMATCH)
 WPOS = int(FailReason.WRITE_POSITION_MISMATCH)
 OOB = int(FailReason.INDEX_OUT_OF_RANGE)
+ZERO = int(FailReason.ZERO_SLOT_IN_LIVE_RANGE)
+WSLOT = int(FailReason.WRITE_SLOT_MISMATCH)
 
 _FOLD_CHUNK = 1 << 16  # slots folded per pass, to bound the gather's temporary memory
 

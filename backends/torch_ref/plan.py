@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage, offsets_stage
 from kvcanary.contract.plan import PlanLaunch
+from kvcanary.extensions import zero_slot_on
 
 
 def plan(call: PlanLaunch) -> None:
@@ -27,4 +28,4 @@ def plan(call: PlanLaunch) -> None:
                   valid_lens=call.req_to_verify_expected_tokens_valid_lens,
                   token_offset=call.kv_token_id_vs_position_offset, out_slots=vp.verify_slot_indices,
                   out_tokens=vp.verify_expected_tokens, out_positions=vp.verify_expected_positions,
-                  out_prev=vp.verify_prev_slot_indices)
+                  out_prev=vp.verify_prev_slot_indices, mark_zero=zero_slot_on(call.extensions))

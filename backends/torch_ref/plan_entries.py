@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage
 from kvcanary.contract.plan_entries import PlanEntriesLaunch
+from kvcanary.extensions import zero_slot_on
 
 
 def plan_entries(call: PlanEntriesLaunch) -> None:
@@ -16,5 +17,5 @@ def plan_entries(call: PlanEntriesLaunch) -> None:
         pool=call.req_to_verify_expected_tokens, valid_lens=call.req_to_verify_expected_tokens_valid_lens,
         token_offset=call.kv_token_id_vs_position_offset, out_slots=call.out_verify_slot_indices,
         out_tokens=call.out_verify_expected_tokens, out_positions=call.out_verify_expected_positions,
-        out_prev=call.out_verify_prev_slot_indices,
+        out_prev=call.out_verify_prev_slot_indices, mark_zero=zero_slot_on(call.extensions),
     )

@@ -10,6 +10,11 @@ always counts the launch, ``slot_run_counter`` counts the active entries, slot-0
 - otherwise the row is SGLang's: stored position, stored token, expected token (-1 if unchecked), stored
   prev_hash, expected prev_hash.
 
+With the ZERO_SLOT_IN_LIVE_RANGE extension, an entry whose slot is ZERO_SLOT_MARK (the plan's mark of a
+padding slot inside a live range) gives one row: slot 0, ``position`` = the planned position,
+``stored_token`` = -1, both hash fields 0, bits ZERO_SLOT_IN_LIVE_RANGE. Without it such an entry is an
+ordinary negative slot (INDEX_OUT_OF_RANGE).
+
 Rows are appended in entry order. On devices other than the CPU the whole capacity is processed under
 masks, so no value is read back to the host.
 """
@@ -19,9 +24,10 @@ from __future__ import annotations
 import torch
 
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
-from kvcanary.backends.torch_ref._records import CHAIN, OOB, POS, RKV, TOK, append_rows, fold_sources, records
-from kvcanary.consts import INVALID_SLOT
+from kvcanary.backends.torch_ref._records import CHAIN, OOB, POS, RKV, TOK, ZERO, append_rows, fold_sources, records
+from kvcanary.consts import INVALID_SLOT, ZERO_SLOT_MARK
 from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.extensions import zero_slot_on
 
 
 def verify(call: VerifyLaunch) -> None:
@@ -66,12 +72,17 @@ def verify(call: VerifyLaunch) -> None:
         bits |= ((exp_tok != -1) & (tok != exp_tok)).to(torch.int64) * TOK
     bits |= (prev_oob | src_oob).to(torch.int64) * OOB
     bits = torch.where(slot_oob, OOB, bits)
+    if zero_slot_on(call.extensions):
+        marked = slot == ZERO_SLOT_MARK
+        bits = torch.where(marked, ZERO, bits)
+    else:
+        marked = torch.zeros_like(slot_oob)
 
     zero = torch.zeros_like(slot)
     row = torch.stack(
         [
             torch.full_like(slot, int(ctx.kernel_kind)),
-            slot,
+            torch.where(marked, 0, slot),
             torch.where(slot_oob, exp_pos, pos),
             torch.where(slot_oob, -1, tok),
             exp_tok,

@@ -11,6 +11,11 @@ token and position. Per token, rows are recorded in this order:
 3. the chain-position assert (seed in range and ``enable_chain_position_assert``): ``pos == prev + 1``;
 4. a real-KV strip outside its source: INDEX_OUT_OF_RANGE (that source folds as 0).
 
+5. with the WRITE_SLOT_MISMATCH extension, for a request row ``r < len(req_pool_indices)`` whose pool row
+   is not the padding row: ``out_cache_loc`` (any advancing token, in the buffer or not) differs from
+   ``req_to_token[req_pool_indices[r], position]`` (read and translated by the plan's rules, INVALID_SLOT
+   outside the table): WRITE_SLOT_MISMATCH with ``expected_aux`` = that slot.
+
 A seed of INVALID_SLOT or past the buffer records one INDEX_OUT_OF_RANGE row (slot = the seed,
 ``expected_aux`` = the request row) and starts from the anchor without the position assert. Seeds are read
 before anything is written. Records are always stored, even after a violation.
@@ -21,9 +26,11 @@ from __future__ import annotations
 import torch
 
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
-from kvcanary.backends.torch_ref._records import OOB, WPOS, WTOK, append_rows, fold_sources, records
-from kvcanary.consts import INVALID_SLOT
+from kvcanary.backends.torch_ref._plan_common import read_slot
+from kvcanary.backends.torch_ref._records import OOB, WPOS, WSLOT, WTOK, append_rows, fold_sources, records
+from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
 from kvcanary.contract.write import WriteLaunch
+from kvcanary.extensions import write_slot_on
 
 
 def write(call: WriteLaunch) -> None:
@@ -99,8 +106,19 @@ def write(call: WriteLaunch) -> None:
         in_keep = torch.zeros_like(store)
     cp_keep = store & pos_assert[:, None] & (pos != prev_pos + 1)
     cp_row = torch.stack([kcol, loc, pos, tok, tok, hashes, prev_pos + 1, torch.full_like(loc, WPOS)], dim=-1)
-    rows = torch.stack([oob_row, in_row, cp_row, oob_row], dim=2)  # [req, j, 4 kinds, 8]
-    keep = torch.stack([loc_oob, in_keep, cp_keep, src_oob], dim=2)
+    kinds, kinds_keep = [oob_row, in_row, cp_row, oob_row], [loc_oob, in_keep, cp_keep, src_oob]
+    if write_slot_on(call.extensions):
+        assert call.req_pool_indices is not None and call.req_to_token is not None
+        rpi = call.req_pool_indices
+        r = torch.arange(nreq, device=dev)
+        has_row = r < rpi.shape[0]
+        padded = torch.cat([rpi, torch.zeros(1, dtype=rpi.dtype, device=dev)])  # row past the end: padding
+        rp = padded[r.clamp(max=rpi.shape[0])]
+        want = read_slot(call.req_to_token, call.full_to_swa_index_mapping, rp[:, None].expand_as(pos), pos)
+        kinds.append(torch.stack([kcol, loc, pos, tok, tok, hashes, want, torch.full_like(loc, WSLOT)], dim=-1))
+        kinds_keep.append(adv & (has_row & (rp != REQ_POOL_IDX_PADDING))[:, None] & (loc != want))
+    rows = torch.stack(kinds, dim=2)  # [req, j, kinds, 8]
+    keep = torch.stack(kinds_keep, dim=2)
 
     seed_row = torch.stack(
         [torch.full_like(seed, kind), seed, torch.full_like(seed, -1), torch.full_like(seed, -1),

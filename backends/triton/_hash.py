@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.backends.triton._jit import device_fn
-from kvcanary.consts import INVALID_SLOT, FailReason
+from kvcanary.consts import INVALID_SLOT, ZERO_SLOT_MARK, FailReason
 from kvcanary.hashing import ANCHOR_HASH, to_int64
 
 ANCHOR_HASH_I64 = tl.constexpr(to_int64(ANCHOR_HASH))
@@ -24,6 +24,10 @@ WTOK_BIT = tl.constexpr(int(FailReason.WRITE_TOKEN_MISMATCH))
 WPOS_BIT = tl.constexpr(int(FailReason.WRITE_POSITION_MISMATCH))
 VTOK_BIT = tl.constexpr(int(FailReason.VERIFY_TOKEN_MISMATCH))
 OOB_BIT = tl.constexpr(int(FailReason.INDEX_OUT_OF_RANGE))
+ZERO_BIT = tl.constexpr(int(FailReason.ZERO_SLOT_IN_LIVE_RANGE))
+WSLOT_BIT = tl.constexpr(int(FailReason.WRITE_SLOT_MISMATCH))
+ZERO_MARK = tl.constexpr(ZERO_SLOT_MARK)
+"""kvcanary's ZERO_SLOT_MARK: the plan's mark of a padding slot inside a live range (extension only)."""
 
 
 @device_fn

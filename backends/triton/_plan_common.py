@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from kvcanary.backends.triton._hash import INVALID
+from kvcanary.backends.triton._hash import INVALID, ZERO_MARK
 from kvcanary.backends.triton._jit import device_fn
 
 I64_MAX = tl.constexpr(2**63 - 1)
@@ -73,6 +73,15 @@ def read_slot(r2t: tl.tensor, rows: tl.tensor, cols: tl.tensor, lut: tl.tensor, 
         looked = tl.load(lut + tl.where(inside, raw, 0), mask=(mask & inside) != 0, other=0)
         raw = tl.where(raw < 0, raw, tl.where(inside, looked, INVALID))
     return raw
+
+
+@device_fn
+def mark_zero(r2t: tl.tensor, rows: tl.tensor, cols: tl.tensor, rp: tl.tensor, pos: tl.tensor, mask: tl.tensor,
+              slot: tl.tensor) -> tl.tensor:
+    """The ZERO_SLOT_IN_LIVE_RANGE extension: ZERO_MARK where a non-padding row's ``req_to_token`` value is 0
+    and its translated slot is 0 (an evicted SWA position, translated to 0 from a non-zero value, stays 0)."""
+    raw = read_slot(r2t, rows, cols, r2t, rows, rp, pos, mask, False)
+    return tl.where((raw == 0) & (slot == 0) & (rp != 0), ZERO_MARK, slot)
 
 
 @device_fn

@@ -21,6 +21,7 @@ from kvcanary.backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher
 from kvcanary.backends.triton._plan_common import (
     chunk_rows,
     expected_token,
+    mark_zero,
     offsets_stage,
     read_slot,
     sat_add,
@@ -28,6 +29,7 @@ from kvcanary.backends.triton._plan_common import (
     window_start,
 )
 from kvcanary.contract.plan import PlanLaunch
+from kvcanary.extensions import zero_slot_on
 
 
 @kernel()
@@ -40,7 +42,7 @@ def _plan_kernel(
     write_offsets: tl.tensor, write_offsets_len: tl.tensor, seeds_out: tl.tensor, num_reqs_out: tl.tensor,
     row_programs: tl.tensor,
     HAS_LUT: tl.constexpr, HAS_POOL: tl.constexpr, HAS_SCRATCH: tl.constexpr,
-    CHUNK: tl.constexpr, TILE: tl.constexpr,
+    CHUNK: tl.constexpr, TILE: tl.constexpr, MARK_ZERO: tl.constexpr,
 ) -> None:
     x = tl.program_id(0).to(tl.int64)
     y = tl.program_id(1).to(tl.int64)
@@ -77,6 +79,8 @@ def _plan_kernel(
                     m = (j < n) & (before + j < capacity)  # the second test never fails (see above)
                     pos = ws + j
                     slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
+                    if MARK_ZERO:
+                        slot = mark_zero(r2t, r2t_rows, r2t_cols, rp, pos, m, slot)
                     prev = tl.where(pos > 0, read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos - 1,
                                                        m & (pos > 0), HAS_LUT), -1)
                     tok = expected_token(pool, pool_rows, pool_cols, vl, rp, pos, token_offset, m, HAS_POOL)
@@ -122,5 +126,6 @@ def plan(call: PlanLaunch) -> None:
             vp.verify_expected_positions, vp.verify_prev_slot_indices, vp.verify_num_valid, vp.enable, scratch,
             wp.write_offsets, wp.write_offsets.shape[0], wp.write_seed_slot_indices, wp.write_num_valid_reqs, g)
     _LAUNCH((g + 1, ny), type_key(args), args,
-            (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"]),
+            (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"],
+             zero_slot_on(call.extensions)),
             TUNING["plan_warps"])

@@ -11,9 +11,10 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
-from kvcanary.backends.triton._plan_common import expected_token, read_slot, window_start
+from kvcanary.backends.triton._plan_common import expected_token, mark_zero, read_slot, window_start
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
 from kvcanary.contract.plan_entries import PlanEntriesLaunch
+from kvcanary.extensions import zero_slot_on
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
 
@@ -26,6 +27,7 @@ def _entries_kernel(
     scratch: tl.tensor, enable: tl.tensor, capacity: tl.tensor,
     out_slots: tl.tensor, out_tokens: tl.tensor, out_positions: tl.tensor, out_prev: tl.tensor,
     HAS_LUT: tl.constexpr, HAS_POOL: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
+    MARK_ZERO: tl.constexpr,
 ) -> None:
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -50,6 +52,8 @@ def _entries_kernel(
         first = tl.load(scratch + r, mask=m, other=0)
         pos = window_start(pl, swa) + (e - first)
         slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
+        if MARK_ZERO:
+            slot = mark_zero(r2t, r2t_rows, r2t_cols, rp, pos, m, slot)
         prev = tl.where(pos > 0, read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos - 1, m & (pos > 0),
                                            HAS_LUT), -1)
         vl = tl.zeros((BLOCK,), tl.int64)
@@ -84,5 +88,6 @@ def plan_entries(call: PlanEntriesLaunch) -> None:
             call.out_verify_slot_indices, call.out_verify_expected_tokens, call.out_verify_expected_positions,
             call.out_verify_prev_slot_indices)
     _LAUNCH(
-        grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block), TUNING["entries_warps"]
+        grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block,
+                                     zero_slot_on(call.extensions)), TUNING["entries_warps"]
     )

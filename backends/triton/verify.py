@@ -24,6 +24,8 @@ from kvcanary.backends.triton._hash import (
     POS_BIT,
     RKV_BIT,
     VTOK_BIT,
+    ZERO_BIT,
+    ZERO_MARK,
     as_i64,
     record_link,
 )
@@ -31,6 +33,7 @@ from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, f
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.extensions import zero_slot_on
 
 
 @kernel()
@@ -45,6 +48,7 @@ def _verify_kernel(
     s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor, n2: tl.tensor,
     s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor, n3: tl.tensor,
     CHECK: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr, BLOCK: tl.constexpr,
+    ZERO: tl.constexpr,
 ) -> None:
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -100,10 +104,15 @@ def _verify_kernel(
             bits = bits | tl.where((exp_tok != -1) & (tok != exp_tok), VTOK_BIT, 0)
         bits = bits | tl.where(prev_oob | src_oob, OOB_BIT, 0)
         bits = tl.where(slot_oob, OOB_BIT, bits)
+        row_slot = slot
+        if ZERO:  # the plan's mark of a padding slot inside a live range: its own bit, reported at slot 0
+            marked = slot == ZERO_MARK
+            bits = tl.where(marked, ZERO_BIT, bits)
+            row_slot = tl.where(marked, 0, slot)
 
         keep = live & (bits != 0)
         append_rows(ring, write_index, ring_cap, keep,
-                    kind, slot, tl.where(slot_oob, exp_pos, pos), tl.where(slot_oob, -1, tok), exp_tok,
+                    kind, row_slot, tl.where(slot_oob, exp_pos, pos), tl.where(slot_oob, -1, tok), exp_tok,
                     tl.where(slot_oob, 0, chain), tl.where(slot_oob, 0, tl.where(prev_oob, prev, exp_chain)), bits)
 
 
@@ -129,4 +138,4 @@ def verify(call: VerifyLaunch) -> None:
     block = TUNING["verify_block"]
     grid = (persistent_grid(slots.device, cdiv(capacity, block), TUNING["verify_waves"]),)
     _LAUNCH(grid, key, (*c.head, slots, tokens, pos, prevs, nv, en, capacity, *c.sources),
-            (check, c.num_sources, c.partial, block), TUNING["verify_warps"])
+            (check, c.num_sources, c.partial, block, zero_slot_on(call.extensions)), TUNING["verify_warps"])

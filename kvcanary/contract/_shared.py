@@ -7,6 +7,7 @@ from kvcanary.consts import MAX_REAL_KV_SOURCES, PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
 from kvcanary.contracts.mutations import Misalign, Resize
+from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 
@@ -137,6 +138,17 @@ CONTEXT = StructArg(
         ),
     ),
 )
+
+
+EXTENSIONS = StructArg(
+    Extensions,
+    {
+        "zero_slot_in_live_range": ScalarArg(bool, doc="Report padding-slot entries inside live ranges."),
+        "write_slot_mismatch": ScalarArg(bool, doc="Report writes outside req_to_token[req, position]."),
+    },
+    doc="The opt-in extension checks (None: none of them; the kernels are today's).",
+)
+EXTENSIONS_DOC = "Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels."
 
 
 # What each launch writes (ContractInfo.writes): nothing else may overlap these tensors' memory.

@@ -15,6 +15,7 @@ import torch
 from kvcanary.consts import CANARY_SLOT_BYTES, PLAN_OFFSETS_SCRATCH_LEN, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contracts.examples import ExampleSet, Variant
+from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 
@@ -75,8 +76,18 @@ def write_plan(capacity: int = WRITE_REQ_CAPACITY) -> WritePlan:
                      write_num_valid_reqs=_i32(1))
 
 
-def _verify() -> Call:
-    return {"context": context(), "plan": verify_plan(), "check_verify_expected_token": True}
+def _ext() -> Extensions:
+    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
+
+
+def _verify(ext: bool = False) -> Call:
+    return {"context": context(), "plan": verify_plan(), "check_verify_expected_token": True,
+            **({"extensions": _ext()} if ext else {})}
+
+
+def _write_ext() -> Call:
+    return {**_write(False), "req_pool_indices": _i64(BS), "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
+            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1), "extensions": _ext()}
 
 
 def _write(assert_inputs: bool) -> Call:
@@ -96,7 +107,7 @@ def _batch() -> Call:
     return {"req_pool_indices": _i64(BS), "prefix_lens": _i64(BS), "extend_seq_lens": _i64(BS)}
 
 
-def _plan(swa: bool = False, pool: bool = False) -> Call:
+def _plan(swa: bool = False, pool: bool = False, ext: bool = False) -> Call:
     return {
         "verify_plan_out": verify_plan(),
         "write_plan_out": write_plan(),
@@ -108,6 +119,7 @@ def _plan(swa: bool = False, pool: bool = False) -> Call:
         "req_to_verify_expected_tokens": _i32(MAX_REQS, MAX_CONTEXT) if pool else None,
         "req_to_verify_expected_tokens_valid_lens": _i64(BS) if pool else None,
         "kv_token_id_vs_position_offset": 0,
+        **({"extensions": _ext()} if ext else {}),
     }
 
 
@@ -127,7 +139,7 @@ def _plan_offsets(swa: bool = False) -> Call:
     }
 
 
-def _plan_entries(swa: bool = False, pool: bool = False) -> Call:
+def _plan_entries(swa: bool = False, pool: bool = False, ext: bool = False) -> Call:
     return {
         "req_pool_indices": _i64(BS),
         "prefix_lens": _i64(BS),
@@ -143,6 +155,7 @@ def _plan_entries(swa: bool = False, pool: bool = False) -> Call:
         "out_verify_prev_slot_indices": _i64(VERIFY_CAPACITY),
         "kv_token_id_vs_position_offset": 0,
         "swa_window_size": SWA_WINDOW if swa else 0,
+        **({"extensions": _ext()} if ext else {}),
     }
 
 
@@ -171,6 +184,7 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         Variant("FULL group", _plan),
         Variant("SWA group", lambda: _plan(swa=True), "swa_window_size > 0 with the full→SWA table"),
         Variant("token-id pool", lambda: _plan(pool=True), "the expected-token pool and its valid lengths"),
+        Variant("extensions", lambda: _plan(ext=True), "every extension check on"),
     )),
     "launch_plan_offsets_kernel": ExampleSet("launch_plan_offsets_kernel", (
         Variant("FULL group", _plan_offsets),
@@ -180,12 +194,17 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         Variant("FULL group", _plan_entries),
         Variant("SWA group", lambda: _plan_entries(swa=True)),
         Variant("token-id pool", lambda: _plan_entries(pool=True)),
+        Variant("extensions", lambda: _plan_entries(ext=True)),
     )),
     "launch_canary_write_kernel": ExampleSet("launch_canary_write_kernel", (
         Variant("input assert off", lambda: _write(False)),
         Variant("input assert on", lambda: _write(True), "with the oracle's expected tokens and positions"),
+        Variant("extensions", _write_ext, "the write-slot check on, with req_to_token and the SWA table"),
     )),
-    "launch_canary_verify_kernel": ExampleSet("launch_canary_verify_kernel", (Variant("TAIL K, FULL", _verify),)),
+    "launch_canary_verify_kernel": ExampleSet("launch_canary_verify_kernel", (
+        Variant("TAIL K, FULL", _verify),
+        Variant("extensions", lambda: _verify(ext=True), "every extension check on"),
+    )),
     "launch_scatter_req_token_ids_kernel": ExampleSet(
         "launch_scatter_req_token_ids_kernel", (Variant("3 requests", _scatter),)),
 }

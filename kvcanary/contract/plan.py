@@ -11,9 +11,17 @@ import torch
 from pydantic import Field
 
 from kvcanary.contract import _plan_inputs as p
-from kvcanary.contract._shared import VERIFY_PLAN_FIELDS, WRITE_PLAN_FIELDS, verify_plan_struct, write_plan_struct
+from kvcanary.contract._shared import (
+    EXTENSIONS,
+    EXTENSIONS_DOC,
+    VERIFY_PLAN_FIELDS,
+    WRITE_PLAN_FIELDS,
+    verify_plan_struct,
+    write_plan_struct,
+)
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 
 NAME = "launch_canary_plan_kernels"
@@ -68,6 +76,7 @@ class PlanLaunch(Contract):
     req_to_verify_expected_tokens_valid_lens: Annotated[torch.Tensor | None, p.VALID_LENS] = Field(
         description=p.DOC["valid_lens"])
     kv_token_id_vs_position_offset: Annotated[int, ScalarArg(int)] = Field(description=p.DOC["offset"])
+    extensions: Annotated[Extensions | None, EXTENSIONS] = Field(default=None, description=EXTENSIONS_DOC)
 
 
 check_plan = PlanLaunch.checker()

@@ -7,8 +7,10 @@ import torch
 from pydantic import Field
 
 from kvcanary.contract import _plan_inputs as p
+from kvcanary.contract._shared import EXTENSIONS, EXTENSIONS_DOC
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
 
 NAME = "launch_plan_entries_kernel"
 _CAP = ("verify_capacity",)
@@ -58,6 +60,7 @@ class PlanEntriesLaunch(Contract):
         description="Receives the predecessor slot of each entry (-1: chain head).")
     kv_token_id_vs_position_offset: Annotated[int, ScalarArg(int)] = Field(description=p.DOC["offset"])
     swa_window_size: Annotated[int, ScalarArg(int)] = Field(description=p.DOC["swa_window_size"])
+    extensions: Annotated[Extensions | None, EXTENSIONS] = Field(default=None, description=EXTENSIONS_DOC)
 
 
 check_plan_entries = PlanEntriesLaunch.checker()

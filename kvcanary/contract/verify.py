@@ -6,9 +6,10 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract._shared import CONTEXT, VERIFY_WRITES, verify_plan_struct
+from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan
 
 
@@ -26,6 +27,7 @@ class VerifyLaunch(Contract):
     plan: Annotated[VerifyPlan, verify_plan_struct("plan.")] = Field(description="What to verify.")
     check_verify_expected_token: Annotated[bool, ScalarArg(bool)] = Field(
         description="Compare stored tokens with plan.verify_expected_tokens (entries of -1 are skipped).")
+    extensions: Annotated[Extensions | None, EXTENSIONS] = Field(default=None, description=EXTENSIONS_DOC)
 
 
 check_verify = VerifyLaunch.checker()

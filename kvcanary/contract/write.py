@@ -7,9 +7,19 @@ import torch
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract._shared import CONTEXT, WRITE_WRITES, write_plan_struct
-from kvcanary.contracts import Contract, ContractInfo, ForbiddenUnless, RequiredIf, ScalarArg, TensorArg
+from kvcanary.contract import _plan_inputs as p
+from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
+from kvcanary.contracts import (
+    Contract,
+    ContractInfo,
+    ForbiddenUnless,
+    RequiredIf,
+    RequiredWhen,
+    ScalarArg,
+    TensorArg,
+)
 from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
 from kvcanary.plans import WritePlan
 
 _TOKENS = ("num_tokens",)
@@ -42,6 +52,16 @@ class WriteLaunch(Contract):
                 "wiring mistake (the caller believes the oracle check is running).",
                 fix="Drop the expected tensors, or set enable_write_input_assert=True.",
             ),
+            RequiredWhen(
+                when="extensions is not None and extensions.write_slot_mismatch",
+                fields=("req_pool_indices", "req_to_token"),
+                message="launch_canary_write_kernel requires req_pool_indices and req_to_token when "
+                "extensions.write_slot_mismatch is on",
+                why="The write-slot check compares each token's out_cache_loc with req_to_token[req, position] of "
+                "its request; without the table and each request row's pool index there is nothing to compare.",
+                fix="Pass the batch's req_pool_indices and the engine's req_to_token (and the full-to-SWA LUT for an "
+                "SWA group), or turn extensions.write_slot_mismatch off.",
+            ),
         ),
     )
 
@@ -59,6 +79,15 @@ class WriteLaunch(Contract):
         description="Oracle token per flat token (only with the input assert).")
     expected_input_positions: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=_TOKENS)] = Field(
         description="Oracle position per flat token (only with the input assert).")
+    req_pool_indices: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=("bs",))] = Field(
+        default=None, description="req_to_token row of each write-plan request row (write-slot check only; a request "
+        "row past its end is not checked).")
+    req_to_token: Annotated[torch.Tensor | None, p.REQ_TO_TOKEN] = Field(
+        default=None, description="The engine's request-to-slot table (write-slot check only).")
+    full_to_swa_index_mapping: Annotated[torch.Tensor | None, p.lut()] = Field(
+        default=None, description="full→SWA translation of req_to_token for an SWA group's write (write-slot check "
+        "only; None for a FULL group).")
+    extensions: Annotated[Extensions | None, EXTENSIONS] = Field(default=None, description=EXTENSIONS_DOC)
 
 
 check_write = WriteLaunch.checker()

@@ -24,6 +24,20 @@ class RunOutcome:
     protected_tokens: int
     sweep_passes: int
     error: str | None = None
+    extensions: bool = False
+
+    @property
+    def expect_missed(self) -> bool:
+        """An extension-only bug class run with the extensions off: the default checks cannot see it."""
+        from kvcanary.demo.engine.faults import EXTENSION_FAULTS
+
+        return self.fault in EXTENSION_FAULTS and not self.extensions
+
+    @property
+    def label(self) -> str:
+        """The run's name in the printout: the fault (or clean), with ``+ext`` when the extensions were on."""
+        name = self.fault.value if self.fault is not None else "clean"
+        return f"{name}+ext" if self.extensions else name
 
     @property
     def first(self) -> ViolationEvent | None:
@@ -39,6 +53,8 @@ class RunOutcome:
             return False
         if self.fault is None:
             return not self.events and self.peer_violations == 0
+        if self.expect_missed:  # the gap the extensions close: the bug ran and nothing was reported
+            return self.fired_step is not None and not self.detected
         return self.detected
 
     @property

@@ -22,7 +22,7 @@ def describe(o: RunOutcome, out: TextIO) -> None:
     """The per-run block: what was injected, whether, when and how it was caught, and the first report."""
     from kvcanary.demo.engine.faults import DESCRIPTIONS
 
-    name = o.fault.value if o.fault is not None else "clean"
+    name = o.label
     status = "OK" if o.ok else "FAILED"
     out.write(f"\n=== {name} [{status}] ({o.seconds:.1f}s)\n")
     if o.fault is None:
@@ -35,7 +35,10 @@ def describe(o: RunOutcome, out: TextIO) -> None:
         else:
             out.write(f"  injected at step {o.fired_step}: {o.fired_detail}\n")
         first = o.first
-        if first is None:
+        if first is None and o.expect_missed:
+            out.write("  not detected, as expected: with kvcanary.Extensions off slot 0 is skipped and writes are "
+                      "not matched against req_to_token (the +ext run catches it)\n")
+        elif first is None:
             out.write("  NOT DETECTED\n")
         else:
             lag = first.step_recorded - o.fired_step if o.fired_step is not None else None
@@ -56,11 +59,11 @@ def describe(o: RunOutcome, out: TextIO) -> None:
 
 def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
     out.write("\nsummary\n")
-    head = f"{'run':<22} {'fired':>5} {'found':>5} {'lag':>3}  {'first check':<13} {'reasons':<46} {'rows':>5}  result"
+    head = f"{'run':<26} {'fired':>5} {'found':>5} {'lag':>3}  {'first check':<13} {'reasons':<46} {'rows':>5}  result"
     out.write(LEGEND + "\n" + head + "\n" + "-" * len(head) + "\n")
     for o in outcomes:
         first = o.first
-        name = o.fault.value if o.fault is not None else "clean"
+        name = o.label
         fired = "-" if o.fired_step is None else str(o.fired_step)
         found = "-" if first is None else str(first.step_recorded)
         lag = "-"
@@ -70,6 +73,8 @@ def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
         reasons = "+".join(first.violation.reason_labels) if first is not None else "-"
         clean_result = "silent" if o.ok else "FALSE POSITIVE"
         result = clean_result if o.fault is None else ("detected" if o.ok else "MISSED")
+        if o.expect_missed:
+            result = "missed (expected)" if o.ok else "UNEXPECTEDLY DETECTED"
         if o.error is not None:
             result += " (engine error)"
-        out.write(f"{name:<22} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")
+        out.write(f"{name:<26} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from kvcanary.demo.engine.faults import Fault
 
 DEFAULT_STEPS = 40
+DRAFT_TOKENS = 3
+"""Speculative tokens per step in the draft bug class's run (the other runs decode without drafts)."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,12 @@ class DemoSettings:
     compile: bool = False
 
 
-def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None) -> RunOutcome:
-    """Drive the demo workload through a fresh engine pair with ``fault`` armed (None: clean)."""
+def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None, *,
+            extensions: bool = False) -> RunOutcome:
+    """Drive the demo workload through a fresh engine pair with ``fault`` armed (None: clean); ``extensions``
+    turns every :class:`kvcanary.Extensions` check on. The draft bug class runs with speculative decoding."""
+    import dataclasses
+
     from kvcanary.consts import RealKvHashMode
     from kvcanary.demo.engine import (
         Engine,
@@ -46,20 +52,28 @@ def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar |
         drive,
         shared_prefix_workload,
     )
+    from kvcanary.demo.engine.faults import Fault
+    from kvcanary.extensions import Extensions
     from kvcanary.manager import CanaryConfig
 
+    ext = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if extensions else None
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
                           sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
-                          backend=settings.backend, compile=settings.compile)
+                          backend=settings.backend, extensions=ext, compile=settings.compile)
     cfg: EngineConfig = demo_engine_config(settings.device)
+    drafts = fault is Fault.DRAFT_PAST_ALLOCATION  # speculative decoding: full attention, no PD peer
+    if drafts:
+        cfg = dataclasses.replace(cfg, num_draft_tokens=DRAFT_TOKENS, swa_window=0)
     faults = FaultInjector(fault)
     engine = Engine(cfg, canary=canary, faults=faults, name="decode")
     peer = Engine(cfg, canary=canary, model=engine.model, name="prefill")
-    engine.attach_prefill_peer(peer)
+    if not drafts:
+        engine.attach_prefill_peer(peer)
     peer.warmup()
     engine.warmup()
-    workload = shared_prefix_workload(seed=settings.seed, vocab_size=cfg.model.vocab_size, steps=settings.steps)
-    label = fault.value if fault is not None else "clean"
+    workload = shared_prefix_workload(seed=settings.seed, vocab_size=cfg.model.vocab_size, steps=settings.steps,
+                                      remote_prefill=not drafts)
+    label = (fault.value if fault is not None else "clean") + ("+ext" if extensions else "")
     start = time.perf_counter()
     error = None
     try:
@@ -77,7 +91,7 @@ def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar |
         fault=fault, fired_step=firing.step if firing else None, fired_detail=firing.detail if firing else "",
         events=tuple(engine.events()), peer_violations=len(peer.events()), steps=settings.steps, seconds=seconds,
         protected_tokens=sum(snap.slot_run_counters) if snap is not None else 0,
-        sweep_passes=mgr.sweep_passes if mgr is not None else 0, error=error)
+        sweep_passes=mgr.sweep_passes if mgr is not None else 0, error=error, extensions=extensions)
 
 
 def chosen_backends(settings: DemoSettings) -> dict[str, str]:
@@ -91,8 +105,11 @@ def chosen_backends(settings: DemoSettings) -> dict[str, str]:
 
 
 def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None = None) -> list[RunOutcome]:
-    """The clean run, then one run per fault in ``faults``; prints each and the summary."""
+    """The clean run, then one run per fault in ``faults``; prints each and the summary. An extension-only
+    bug class runs twice, with the extensions off (missed) and on (caught), after a clean run with them on."""
     import torch
+
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
 
     out = out if out is not None else sys.stdout
     threads = torch.get_num_threads()
@@ -102,12 +119,16 @@ def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None
         torch.set_num_threads(1)  # a tiny model: thread hand-offs cost more than they save
     manager_log.setLevel(logging.ERROR)  # the demo prints the reports itself
     header(settings.device, chosen_backends(settings), out)
-    runs: list[Fault | None] = [None, *faults]
+    runs: list[tuple[Fault | None, bool]] = [(None, False)]
+    if any(f in EXTENSION_FAULTS for f in faults):
+        runs.append((None, True))
+    for f in faults:
+        runs += [(f, False), (f, True)] if f in EXTENSION_FAULTS else [(f, False)]
     progress = ProgressBar(settings.steps * len(runs))
     outcomes: list[RunOutcome] = []
     try:
-        for f in runs:
-            outcomes.append(run_one(f, settings, progress))
+        for run_fault, ext in runs:
+            outcomes.append(run_one(run_fault, settings, progress, extensions=ext))
     finally:
         progress.close()
         torch.set_num_threads(threads)
@@ -166,6 +187,8 @@ def main(args: argparse.Namespace) -> int:
         bad += [r for r in rows if not r.ok]
         runs += len(rows)
     good = "clean run silent" + (", every fault detected" if faults else "")
+    if any(o.expect_missed for o in outcomes):
+        good += " (extension-only classes: missed with the extensions off, detected with them on)"
     print(f"\n{runs} run(s) in {time.perf_counter() - start:.1f}s: "
           + (good if not bad else f"{len(bad)} run(s) FAILED"))
     return 1 if bad else 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from kvcanary.consts import RealKvHashMode
 from kvcanary.demo.engine.config import EngineConfig, demo_engine_config
 from kvcanary.demo.engine.engine import Engine
-from kvcanary.demo.engine.faults import DETECTION_BOUND, Fault, FaultInjector
+from kvcanary.demo.engine.faults import CORE_FAULTS, DETECTION_BOUND, Fault, FaultInjector
 from kvcanary.demo.engine.workload import Arrival, Control, ControlKind, Workload, drive
 from kvcanary.manager import CanaryConfig
 
@@ -257,10 +257,10 @@ def fault_episode(fault: Fault, seed: int, settings: SoakSettings) -> FaultResul
 
 def fault_runs(settings: SoakSettings, faults: Sequence[Fault] | None = None,
                on_episode: Callable[[FaultResult], None] | None = None) -> list[FaultResult]:
-    """``settings.episodes`` episodes, cycling through ``faults`` (default: every class) in a shuffled order;
-    an episode whose fault never fired, fired harmlessly, or crashed the engine before a report, is retried
-    with the next seed (up to four times; the last one is kept)."""
-    order = list(faults if faults is not None else Fault)
+    """``settings.episodes`` episodes, cycling through ``faults`` (default: every class the default checks
+    catch) in a shuffled order; an episode whose fault never fired, fired harmlessly, or crashed the engine
+    before a report, is retried with the next seed (up to four times; the last one is kept)."""
+    order = list(faults if faults is not None else CORE_FAULTS)
     random.Random(settings.seed).shuffle(order)
     out: list[FaultResult] = []
     seed = settings.seed * 1_000_003

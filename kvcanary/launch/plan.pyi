@@ -2,8 +2,9 @@
 """``launch_canary_plan_kernels``: fill the verify and write plans for one step."""
 
 from torch import Tensor
-from typing_extensions import TypedDict, Unpack, deprecated, overload
+from typing_extensions import NotRequired, TypedDict, Unpack, deprecated, overload
 
+from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 
 class _LaunchCanaryPlanKernelsFields(TypedDict):
@@ -17,6 +18,7 @@ class _LaunchCanaryPlanKernelsFields(TypedDict):
     full_to_swa_index_mapping: Tensor | None
     verify_capacity: int
     kv_token_id_vs_position_offset: int
+    extensions: NotRequired[Extensions | None]
 
 @overload
 def launch_canary_plan_kernels(*, req_to_verify_expected_tokens: Tensor, req_to_verify_expected_tokens_valid_lens: Tensor, backend: str | None = None, **fields: Unpack[_LaunchCanaryPlanKernelsFields]) -> None: ...

@@ -2,7 +2,9 @@
 """``launch_plan_entries_kernel``: plan stage 2 (one verify entry per prefix token)."""
 
 from torch import Tensor
-from typing_extensions import TypedDict, Unpack, deprecated, overload
+from typing_extensions import NotRequired, TypedDict, Unpack, deprecated, overload
+
+from kvcanary.extensions import Extensions
 
 class _LaunchPlanEntriesKernelFields(TypedDict):
     req_pool_indices: Tensor
@@ -17,6 +19,7 @@ class _LaunchPlanEntriesKernelFields(TypedDict):
     out_verify_prev_slot_indices: Tensor
     kv_token_id_vs_position_offset: int
     swa_window_size: int
+    extensions: NotRequired[Extensions | None]
 
 @overload
 def launch_plan_entries_kernel(*, req_to_verify_expected_tokens: Tensor, req_to_verify_expected_tokens_valid_lens: Tensor, backend: str | None = None, **fields: Unpack[_LaunchPlanEntriesKernelFields]) -> None: ...

@@ -4,9 +4,10 @@
 from typing import Literal
 
 from torch import Tensor
-from typing_extensions import TypedDict, Unpack, deprecated, overload
+from typing_extensions import NotRequired, TypedDict, Unpack, deprecated, overload
 
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.extensions import Extensions
 from kvcanary.plans import WritePlan
 
 class _LaunchCanaryWriteKernelFields(TypedDict):
@@ -15,6 +16,10 @@ class _LaunchCanaryWriteKernelFields(TypedDict):
     input_ids: Tensor
     positions: Tensor
     out_cache_loc: Tensor
+    req_pool_indices: NotRequired[Tensor | None]
+    req_to_token: NotRequired[Tensor | None]
+    full_to_swa_index_mapping: NotRequired[Tensor | None]
+    extensions: NotRequired[Extensions | None]
 
 @overload
 def launch_canary_write_kernel(*, enable_write_input_assert: Literal[True], expected_input_tokens: Tensor, expected_input_positions: Tensor, backend: str | None = None, **fields: Unpack[_LaunchCanaryWriteKernelFields]) -> None: ...

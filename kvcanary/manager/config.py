@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager.budget import VerifyBudget
 
 
@@ -29,8 +30,12 @@ class CanaryConfig:
     ``num_forward_slots`` is the number of forwards per step that need their own plans (one per captured
     draft step). ``backend`` forces a kvcanary backend by name for every launch (None: automatic).
     ``verify_budget`` verifies at most that many entries per launch, rotating through the live set (None:
-    every live entry, every forward; see :mod:`kvcanary.manager.budget`). ``compile`` runs each forward's
-    canary launches (after the batch is staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
+    every live entry, every forward; see :mod:`kvcanary.manager.budget`). ``extensions`` turns on the opt-in
+    checks (:class:`kvcanary.Extensions`) for every per-forward plan, verify and write (None: none of them;
+    the sweep never takes them). ``layer_rotation`` (1 to 4; 0: off) fingerprints every layer a pool group
+    lists in ``PoolGroupSpec.layers``, that many layer buffers per forward, in rotation
+    (:mod:`kvcanary.manager.rotation`). ``compile`` runs each forward's canary launches (after the batch is
+    staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -46,6 +51,8 @@ class CanaryConfig:
     num_forward_slots: int = 1
     backend: str | None = None
     verify_budget: VerifyBudget | None = None
+    extensions: Extensions | None = None
+    layer_rotation: int = 0
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -67,6 +74,16 @@ class CanaryConfig:
         if self.verify_budget is not None and not isinstance(self.verify_budget, VerifyBudget):
             raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
                             f"got {self.verify_budget!r}")
+
+        _non_negative("layer_rotation", self.layer_rotation)
+        if self.layer_rotation > 4:
+            raise ValueError(f"kv-canary: CanaryConfig.layer_rotation folds at most 4 layer buffers per forward "
+                             f"(the sources one launch takes), got {self.layer_rotation}")
+        if self.layer_rotation and self.real_kv_mode is RealKvHashMode.NONE:
+            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL")
+        if self.extensions is not None and not isinstance(self.extensions, Extensions):
+            raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
+                            f"got {self.extensions!r}")
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import PoolKind
+from kvcanary.extensions import Extensions, write_slot_on
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
@@ -21,6 +22,7 @@ from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.plans import VerifyPlan, WritePlan
@@ -43,7 +45,8 @@ class ForwardRunner:
     def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], state: CanaryDeviceState,
                  capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
                  check_token: bool, write_input_assert: bool, backend: str | None,
-                 budget: VerifyBudget | None = None, compile: bool = False) -> None:
+                 budget: VerifyBudget | None = None, extensions: Extensions | None = None,
+                 rotations: list[LayerRotation | None] | None = None, compile: bool = False) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -69,6 +72,8 @@ class ForwardRunner:
         self._check_token = check_token
         self._write_input_assert = write_input_assert
         self._backend = backend
+        self._ext = extensions
+        self._rotations = rotations or [None] * len(groups)
         self._views: StepViews | None = None
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
@@ -92,7 +97,7 @@ class ForwardRunner:
                 swa_window_size=g.swa_window_size, full_to_swa_index_mapping=g.swa_index_lut,
                 verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
                 req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
-                kv_token_id_vs_position_offset=self._offset, backend=self._backend)
+                kv_token_id_vs_position_offset=self._offset, extensions=self._ext, backend=self._backend)
             if self.budgets:
                 self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,
                                                           req_pool_indices=v.req_pool_indices)
@@ -109,6 +114,12 @@ class ForwardRunner:
     def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
+            rot = self._rotations[gi]
+            if rot is not None:
+                loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
+                assert loc is not None
+                rot.tail(self._verify[gi], gp.write, input_ids=v.input_ids, positions=v.positions,
+                         out_cache_loc=loc, backend=self._backend)
             # a plan that overflowed skipped its verifies: count it on the device (never read here)
             self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
 
@@ -116,10 +127,16 @@ class ForwardRunner:
         gp = self.plans[gi]
         loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
         assert loc is not None
+        slot_check = write_slot_on(self._ext)  # the write-slot check reads the batch's rows and the table
         for ep in endpoints:
             launch_canary_verify_kernel(context=ep.context, plan=self._verify[gi],
-                                        check_verify_expected_token=self._check_token, backend=self._backend)
+                                        check_verify_expected_token=self._check_token, extensions=self._ext,
+                                        backend=self._backend)
             launch_canary_write_kernel(
                 context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,
                 enable_write_input_assert=self._write_input_assert, expected_input_tokens=v.expected_input_tokens,
-                expected_input_positions=v.expected_input_positions, backend=self._backend)
+                expected_input_positions=v.expected_input_positions,
+                req_pool_indices=v.req_pool_indices if slot_check else None,
+                req_to_token=self._r2t if slot_check else None,
+                full_to_swa_index_mapping=gp.group.swa_index_lut if slot_check else None,
+                extensions=self._ext, backend=self._backend)

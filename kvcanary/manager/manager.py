@@ -32,6 +32,7 @@ from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
+from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.manager.stats import StepStats
 from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
@@ -65,12 +66,22 @@ class CanaryManager:
         self.endpoints: list[Endpoint] = []
         for g in self.groups:
             self.endpoints += build_endpoints(g, self.state, config.real_kv_mode, sweep=sweep_on)
+        self.rotations: list[LayerRotation | None] = [
+            LayerRotation(layers=spec.layers, per_step=config.layer_rotation, mode=config.real_kv_mode,
+                          tag=CanaryLaunchTag[f"TAIL_K_{spec.kind.name}"], state=self.state,
+                          name=f"PoolGroupSpec({spec.kind.name})")
+            if config.layer_rotation and spec.layers else None
+            for spec in pool.groups]
+        """Per group, its layer rotation (``config.layer_rotation`` and ``PoolGroupSpec.layers``), or None."""
+        if config.layer_rotation and not any(self.rotations):
+            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs PoolGroupSpec.layers on some group")
         self._forwards = [
             ForwardRunner(groups=self.groups, endpoints=self.endpoints, state=self.state, capacities=capacities,
                           req_to_token=r2t, token_offset=pool.kv_token_id_vs_position_offset,
                           check_token=config.enable_verify_token,
                           write_input_assert=config.enable_write_input_assert, backend=config.backend,
-                          budget=config.verify_budget, compile=config.compile)
+                          budget=config.verify_budget, extensions=config.extensions, rotations=self.rotations,
+                          compile=config.compile)
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
@@ -113,7 +124,11 @@ class CanaryManager:
     def transfer_buffers(self) -> list[tuple[str, torch.Tensor]]:
         """Every canary buffer, named (``full.k_head`` ...): what a KV transfer of a slot carries along.
         FULL buffers are indexed by full slot, SWA ones by SWA slot."""
-        return [nb for g in self.groups for nb in g.named_buffers()]
+        out = [nb for g in self.groups for nb in g.named_buffers()]
+        for g, rot in zip(self.groups, self.rotations, strict=True):
+            if rot is not None:
+                out += [(f"{g.kind.name.lower()}.rotation{i}", b) for i, b in enumerate(rot.buffers())]
+        return out
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:

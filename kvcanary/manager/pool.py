@@ -20,6 +20,8 @@ class PoolGroupSpec:
     ``k_layer0`` / ``v_layer0``: the group's layer-0 K and V buffers, ``[num_slots, ...]`` views of the live
     pool (one row per slot, padding slot 0 included). ``v_layer0`` None means the group has no V half (MLA).
     For SWA: ``swa_window_size > 0`` and ``full_to_swa_index_mapping`` int64 ``[full_num_slots]`` (0 = none).
+    ``layers``: every layer's K and V buffers of the group (``K0, V0, K1, V1, ...``, each ``[num_slots, ...]``,
+    contiguous), for ``CanaryConfig(layer_rotation=n)`` (:mod:`kvcanary.manager.rotation`); empty: none.
     """
 
     kind: PoolKind
@@ -27,9 +29,15 @@ class PoolGroupSpec:
     v_layer0: torch.Tensor | None = None
     swa_window_size: int = 0
     full_to_swa_index_mapping: torch.Tensor | None = None
+    layers: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self) -> None:
         name = f"PoolGroupSpec({self.kind.name})"
+        for i, buf in enumerate(self.layers):
+            if buf.ndim < 1 or buf.shape[0] != self.k_layer0.shape[0] or buf.device != self.k_layer0.device:
+                raise ValueError(f"kv-canary: {name}.layers[{i}] must be a [num_slots, ...] buffer on "
+                                 f"{self.k_layer0.device} with {self.k_layer0.shape[0]} slots, got shape "
+                                 f"{tuple(buf.shape)} on {buf.device}")
         if self.k_layer0.ndim < 1 or self.k_layer0.shape[0] < 2:
             raise ValueError(f"kv-canary: {name}.k_layer0 must have at least 2 slots (slot 0 is padding), "
                              f"got shape {tuple(self.k_layer0.shape)}")

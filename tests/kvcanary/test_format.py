@@ -34,7 +34,10 @@ def test_constants_have_reference_values() -> None:
 
 
 def test_enums() -> None:
-    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 256]
+    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE.label == "zero_slot_in_live_range"
+    assert kc.FailReason.WRITE_SLOT_MISMATCH.label == "write_slot"
+    assert consts.ZERO_SLOT_MARK == consts.INVALID_SLOT + 1
     assert kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH.label == "verify_chain_hash"
     assert (kc.FailReason.WRITE_POSITION_MISMATCH | kc.FailReason.VERIFY_TOKEN_MISMATCH).labels() == [
         "write_position", "verify_token"]

@@ -128,13 +128,23 @@ LAUNCHERS: dict[str, list[str]] = {
 }
 
 
+EXTENSION_PARAMS: dict[str, list[str]] = {
+    "launch_canary_plan_kernels": ["extensions"], "launch_canary_verify_kernel": ["extensions"],
+    "launch_canary_write_kernel": ["req_pool_indices", "req_to_token", "full_to_swa_index_mapping", "extensions"],
+}
+"""kvcanary's opt-in extension parameters (after the reference's, all defaulting to None)."""
+
+
 @pytest.mark.parametrize("name", sorted(LAUNCHERS))
 def test_launchers_take_the_reference_keywords_only_and_return_none(name: str) -> None:
-    """Every reference argument is keyword-only and required (no defaults); kvcanary adds only ``backend=None``."""
+    """Every reference argument is keyword-only and required (no defaults); kvcanary adds only ``backend=None``
+    and the opt-in extension parameters, which default to None (the reference's behaviour)."""
     params = _params(getattr(kc, name))
-    assert list(params) == [*LAUNCHERS[name], "backend"]
+    ext = EXTENSION_PARAMS.get(name, [])
+    assert list(params) == [*LAUNCHERS[name], *ext, "backend"]
     assert all(p.kind is KW for p in params.values())
-    assert [n for n, p in params.items() if p.default is not inspect.Parameter.empty] == ["backend"]
+    assert [n for n, p in params.items() if p.default is not inspect.Parameter.empty] == [*ext, "backend"]
+    assert all(params[n].default is None for n in ext)
     assert params["backend"].default is None
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "launch_canary_plan_kernels": calls.plan, "launch_canary_verify_kernel": calls.verify,

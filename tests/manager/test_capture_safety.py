@@ -6,6 +6,7 @@ contract checks run), and every way a tensor's value can reach Python is made to
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,8 +14,10 @@ import pytest
 import torch
 
 from kvcanary.consts import RealKvHashMode
-from kvcanary.manager import CanaryConfig
+from kvcanary.extensions import Extensions
+from kvcanary.manager import CanaryConfig, CanaryManager
 from kvcanary.registry import REGISTRY, Backend, Op, OpSupport, register_backend
+from tests.manager.test_rotation import layered_world
 from tests.manager.world import Req, make_world
 
 CALLS: list[str] = []
@@ -83,3 +86,24 @@ def test_the_guard_itself_catches_a_host_read(monkeypatch: pytest.MonkeyPatch) -
             int(t)
         with pytest.raises(AssertionError):
             t.item()
+
+
+def test_extensions_and_layer_rotation_do_no_host_reads(recording_backend: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every extension on and a layer rotation, head and tail still launch only (capturable)."""
+    w = layered_world(3, 2)
+    w.manager = CanaryManager.attach(
+        pool=w.manager.pool, capacities=w.manager.capacities,
+        config=dataclasses.replace(w.manager.config, backend=recording_backend,
+                                   extensions=Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)))
+    a = Req(1, list(range(100, 120)), list(range(1, 9)))
+    batch = w.forward([(a, 0, 8)])
+    w.manager.prepare(batch)
+    CALLS.clear()
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        w.manager.head(batch)
+        w.manager.tail()
+    # one plan; HEAD and TAIL verify + write for K and V; then 3 rotation sets: a verify and a write each
+    assert CALLS.count("plan") == 1 and CALLS.count("verify") == 4 + 3 and CALLS.count("write") == 4 + 3

@@ -36,6 +36,13 @@ constexpr i64 kVerifyRealKvHashMismatch = 4;
 constexpr i64 kWriteTokenMismatch = 8;
 constexpr i64 kWritePositionMismatch = 16;
 constexpr i64 kVerifyTokenMismatch = 32;
+// The extensions' constants, only in their specializations (-D on the command line): the default kernels'
+// PTX stays byte for byte what it was before the extensions existed (no extra unused globals).
+#if defined(KVC_MARK_ZERO) || defined(KVC_ZERO) || defined(KVC_SLOT_CHECK)
+constexpr i64 kZeroSlotMark = -9223372036854775807LL;  // ZERO_SLOT_MARK = INVALID_SLOT + 1
+constexpr i64 kZeroSlotInLiveRange = 64;
+constexpr i64 kWriteSlotMismatch = 128;
+#endif
 constexpr i64 kIndexOutOfRange = 256;
 
 constexpr u32 kFullMask = 0xffffffffu;

@@ -36,6 +36,26 @@ __device__ __forceinline__ i64 read_slot(const PlanInputs& in, i64 rp, i64 pos) 
   return translate<kHasLut>(in, ok ? (i64)in.req_to_token[rp * in.rtt_cols + pos] : kInvalidSlot);
 }
 
+#ifndef KVC_MARK_ZERO
+#define KVC_MARK_ZERO 0  // the ZERO_SLOT_IN_LIVE_RANGE extension (1: mark padding slots inside live ranges)
+#endif
+
+// The slot an entry stores: with KVC_MARK_ZERO, kZeroSlotMark where a non-padding row's req_to_token value is 0
+// and its (translated) slot is 0 (an evicted SWA position, translated to 0 from a non-zero value, stays 0).
+// Without it the slot itself, through a macro: the default kernels' code is unchanged, byte for byte.
+#if KVC_MARK_ZERO
+__device__ __forceinline__ i64 stored_slot(const PlanInputs& in, i64 rp, i64 pos, i64 slot) {
+  if (slot == 0 && rp != 0 && rp >= 0 && rp < in.rtt_rows && pos >= 0 && pos < in.rtt_cols &&
+      in.req_to_token[rp * in.rtt_cols + pos] == 0) {
+    return kZeroSlotMark;
+  }
+  return slot;
+}
+#define KVC_STORED_SLOT(in, rp, pos, slot) stored_slot(in, rp, pos, slot)
+#else
+#define KVC_STORED_SLOT(in, rp, pos, slot) (slot)
+#endif
+
 __device__ __forceinline__ i64 window_start(i64 prefix, i64 window) {
   // exact where taken (prefix > window >= 0); wsub, not `prefix - window`: with signed arithmetic the compiler
   // may assume no overflow and fold the test into max(prefix - window, 0), which wraps for prefix near INT64_MIN
@@ -244,7 +264,7 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
   for (int u = 0; u < U; ++u) {
     const i64 e = e0 + u * step;
     if (e < n) {
-      out.slots[e] = slot[u];
+      out.slots[e] = KVC_STORED_SLOT(in, rp[u], pos[u], slot[u]);
       out.tokens[e] = tok[u];
       out.positions[e] = pos[u];
       out.prevs[e] = prev[u];
@@ -398,7 +418,7 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const i64 left = left_slot<kHasLut>(slot[u], slot[u > 0 ? u - 1 : 0], lane);
-        o_slot[32 * u] = slot[u];
+        o_slot[32 * u] = KVC_STORED_SLOT(in, rp, p0 + 32 * u, slot[u]);
         // every position here is > 0 but lane 0's of round 0 (whose prev0 stays -1 at position 0)
         o_prev[32 * u] = (u == 0 && lane == 0) ? prev0 : left;
       }
@@ -429,7 +449,7 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
         const i64 pos = wadd(base, eu);
         out.positions[eu] = pos;
         out.tokens[eu] = tok[u];
-        out.slots[eu] = slot[u];
+        out.slots[eu] = KVC_STORED_SLOT(in, rp, pos, slot[u]);
         out.prevs[eu] = pos > 0 ? ((lane == 0 && u == 0) ? prev0 : left) : (i64)-1;
       }
     }

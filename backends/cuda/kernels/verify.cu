@@ -14,7 +14,8 @@
 //
 // Specializations (defines): KVC_THREADS, KVC_CHECK_TOKEN (0/1), KVC_NSRC (0..4), KVC_PARTIAL (1: each source
 // folds one 16-byte chunk; 0: `chunks` chunks), KVC_VEC16 (1: slot stride % 16 == 0, 16-byte record loads),
-// KVC_EPT (entries per thread per round; default 4 without sources, 2 with).
+// KVC_EPT (entries per thread per round; default 4 without sources, 2 with), KVC_ZERO (1: the
+// ZERO_SLOT_IN_LIVE_RANGE extension reports the plan's kZeroSlotMark entries; 0: the default kernel).
 #include "kvcanary_common.cuh"
 
 #ifndef KVC_THREADS
@@ -28,6 +29,9 @@
 #endif
 #ifndef KVC_VEC16
 #define KVC_VEC16 1
+#endif
+#ifndef KVC_ZERO
+#define KVC_ZERO 0
 #endif
 #ifndef KVC_EPT
 #define KVC_EPT (KVC_NSRC == 0 ? 4 : 2)
@@ -131,6 +135,12 @@ extern "C" __global__ void __launch_bounds__(KVC_THREADS)
     for (int u = 0; u < U; ++u) {
       const i64 s = slot[u];
       if (s == kTokenToKvSlotPadding) continue;  // the padding slot is never verified
+#if KVC_ZERO
+      if (s == kZeroSlotMark) {  // the plan's mark of a padding slot inside a live range: reported at slot 0
+        ring.push(0, exp_pos[u], -1, exp_tok[u], 0, 0, kZeroSlotInLiveRange);
+        continue;
+      }
+#endif
       if (!live[u]) {                            // INVALID_SLOT included
         ring.push(s, exp_pos[u], -1, exp_tok[u], 0, 0, kIndexOutOfRange);
         continue;

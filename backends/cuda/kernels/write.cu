@@ -21,7 +21,10 @@
 //   requests of block column x and store field 3 of each record (the chain stores fields 0..2), so the fold
 //   never sits on the chain's critical path and a large fold (ALL, 2 KiB rows) is spread over many SMs.
 //
-// Specializations: KVC_NSRC (0..4), KVC_PARTIAL (0/1), KVC_ASSERT (input assert on), KVC_VEC16 (stride % 16 == 0).
+// Specializations: KVC_NSRC (0..4), KVC_PARTIAL (0/1), KVC_ASSERT (input assert on), KVC_VEC16 (stride % 16 == 0),
+// KVC_SLOT_CHECK (the WRITE_SLOT_MISMATCH extension: seven more parameters after chain_position_assert, the
+// request rows and req_to_token; 0: the default kernel, its parameters and code unchanged), KVC_SLOT_LUT (with
+// the check: translate req_to_token through the full->SWA LUT).
 #include "kvcanary_common.cuh"
 
 #ifndef KVC_ASSERT
@@ -32,6 +35,21 @@
 #endif
 #ifndef KVC_VEC16
 #define KVC_VEC16 1
+#endif
+#ifndef KVC_SLOT_CHECK
+#define KVC_SLOT_CHECK 0
+#endif
+#ifndef KVC_SLOT_LUT
+#define KVC_SLOT_LUT 0
+#endif
+#if KVC_SLOT_CHECK
+#define KVC_SLOT_PARAMS                                                                                        \
+  , const long long *__restrict__ slot_rpi, long long slot_rpi_len, const int *__restrict__ slot_r2t,          \
+      long long slot_rtt_rows, long long slot_rtt_cols, const long long *__restrict__ slot_lut, long long slot_lut_len
+#define KVC_SLOT_ARGS , slot_rpi, slot_rpi_len, slot_r2t, slot_rtt_rows, slot_rtt_cols, slot_lut, slot_lut_len
+#else
+#define KVC_SLOT_PARAMS
+#define KVC_SLOT_ARGS
 #endif
 #ifndef KVC_WRITE_WARPS
 #define KVC_WRITE_WARPS 4  // one chain warp per scheduler (write.py says why)
@@ -86,7 +104,28 @@ struct WriteArgs {
   const i64* exp_tokens;
   const i64* exp_positions;
   const int* chain_position_assert;
+#if KVC_SLOT_CHECK
+  const i64* rpi;
+  i64 rpi_len;
+  const int* r2t;
+  i64 rtt_rows;
+  i64 rtt_cols;
+  const i64* lut;
+  i64 lut_len;
+#endif
 };
+
+#if KVC_SLOT_CHECK
+// req_to_token[rp, pos] as a slot, by the plan's rules: INVALID_SLOT outside the table, through the LUT if any.
+__device__ __forceinline__ i64 wanted_slot(const WriteArgs& a, i64 rp, i64 pos) {
+  const bool ok = rp >= 0 && rp < a.rtt_rows && pos >= 0 && pos < a.rtt_cols;
+  i64 raw = ok ? (i64)a.r2t[rp * a.rtt_cols + pos] : kInvalidSlot;
+#if KVC_SLOT_LUT
+  if (raw >= 0) raw = raw < a.lut_len ? a.lut[raw] : kInvalidSlot;
+#endif
+  return raw;
+}
+#endif
 
 // One warp's tile in shared memory: the tokens and positions lane 0's chain reads, the hashes it hands back.
 struct Tile {
@@ -108,6 +147,9 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
   const i64 o0 = (i64)ld_now(a.offsets + r);
   const i64 o1 = (i64)ld_now(a.offsets + r + 1);  // r < capacity: offsets holds capacity + 1
   const i64 seed = (i64)ld_now(a.seeds + r);
+#if KVC_SLOT_CHECK
+  const i64 slot_rp = r < a.rpi_len ? (i64)ld_now(a.rpi + r) : 0;  // past req_pool_indices: padding, unchecked
+#endif
   const i64 nreq = iclamp(nv, 0, a.capacity);
   const i64 start = iclamp(o0, 0, a.ntok);
   const i64 end = iclamp(o1, 0, a.ntok);
@@ -212,6 +254,12 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
 #endif
 #endif
     }
+#if KVC_SLOT_CHECK
+    if (adv && slot_rp != 0) {
+      const i64 want = wanted_slot(a, slot_rp, in.pos);
+      if (in.loc != want) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, want, kWriteSlotMismatch);
+    }
+#endif
   }
   return written;
 }
@@ -263,7 +311,7 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
               const int* __restrict__ num_valid_reqs, long long capacity, const long long* __restrict__ input_ids,
               const long long* __restrict__ positions, const long long* __restrict__ out_cache_loc, long long ntok,
               const long long* __restrict__ exp_tokens, const long long* __restrict__ exp_positions,
-              const int* __restrict__ chain_position_assert, long long* __restrict__ ring_rows,
+              const int* __restrict__ chain_position_assert KVC_SLOT_PARAMS, long long* __restrict__ ring_rows,
               long long ring_capacity, int* __restrict__ write_index,
               unsigned long long* __restrict__ slot_run_counter,
               unsigned long long* __restrict__ kernel_run_counter, long long kind KVC_ALL_SOURCE_PARAMS) {
@@ -272,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
   __shared__ Tile tiles[KVC_WRITE_WARPS];
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(kernel_run_counter, 1ULL);
   const WriteArgs a{buf, num_slots, stride, offsets, seeds, num_valid_reqs, capacity, input_ids, positions,
-                    out_cache_loc, ntok, exp_tokens, exp_positions, chain_position_assert};
+                    out_cache_loc, ntok, exp_tokens, exp_positions, chain_position_assert KVC_SLOT_ARGS};
   if (blockIdx.y != 0) {
 #if KVC_NSRC > 0
     fold_requests(a, src);

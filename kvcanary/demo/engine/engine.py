@@ -282,7 +282,10 @@ class Engine:
             rows.append(RowWork(r, r.kv_len, 1, [r.tokens[r.kv_len]], [r.next_position], [s]))
         fwd = self.runner.build(rows, padded=True)
         rep.decode_rows, rep.padded_rows = len(reqs), len(fwd.rows) - len(reqs)
+        nulled = self._null_entries(reqs)
         logits = self.runner.run(fwd, self.target, DECODE_SLOT)
+        for row, start, saved in nulled:  # the per-batch table is rebuilt for the next forward
+            self.memory.r2t.write(row, start, saved)
         nxt = logits.argmax(-1).tolist()
         for i, r in enumerate(reqs):
             if r.abort_pending or r.retract_pending:
@@ -290,6 +293,26 @@ class Engine:
             table.commit_tokens(r, [int(nxt[fwd.row_starts[i]])])
             if r.num_outputs >= r.max_new_tokens:
                 finishing.append(r)
+
+    def _null_entries(self, reqs: list[Request]) -> list[tuple[int, int, list[int]]]:
+        """The two zero-slot bug classes, for this forward only: entries of one request's row set to 0 (the
+        padding slot) inside its live prefix. Returns what to restore after the forward."""
+        out: list[tuple[int, int, list[int]]] = []
+        w = self.cfg.swa_window
+        for r in reqs:
+            lo = hi = 0
+            if r.match_len == 0 and r.kv_len >= 4 and self.faults.armed(Fault.PREFIX_MISS_ZERO_ROW):
+                lo, hi = 0, min(r.kv_len - 1, 8)  # the miss's first block (never the last position: the seed)
+                detail = f"request {r.rid} (a prefix miss): positions [{lo}, {hi}) read as slot 0"
+                fault = Fault.PREFIX_MISS_ZERO_ROW
+            elif w > 0 and r.kv_len > w + 2 and self.faults.armed(Fault.NULL_BLOCK_IN_WINDOW):
+                lo, hi = r.kv_len - 4, r.kv_len - 2  # inside the window [kv_len - w, kv_len)
+                detail = f"request {r.rid}: window positions [{lo}, {hi}) read as slot 0"
+                fault = Fault.NULL_BLOCK_IN_WINDOW
+            if hi > lo and self.faults.fire(fault, detail):
+                out.append((r.row, lo, self.memory.r2t.read(r.row, lo, hi)))
+                self.memory.r2t.write(r.row, lo, [0] * (hi - lo))  # BUG: the batch's table names slot 0
+        return out
 
     def _extend(self, chunks: list[tuple[Request, int]], finishing: list[Request], rep: StepReport) -> list[RowWork]:
         table = self.requests

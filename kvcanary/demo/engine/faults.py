@@ -30,6 +30,10 @@ class Fault(str, Enum):
     KV_FLIP_USED = "kv_flip_used"  # in-place K pre-scale on an aliased pool view
     KV_FLIP_CACHED = "kv_flip_cached"  # eviction scrub hits the next LRU leaf instead of the evicted one
     CORRUPTED_TRANSFER = "corrupted_transfer"  # PD transfer drops the last partial chunk of KV
+    # caught only with kvcanary.Extensions on (the compatible design misses them by construction)
+    PREFIX_MISS_ZERO_ROW = "prefix_miss_zero_row"  # the batch's table gives a prefix miss an all-zero row
+    DRAFT_PAST_ALLOCATION = "draft_past_allocation"  # a draft token's KV written past the request's slots
+    NULL_BLOCK_IN_WINDOW = "null_block_in_window"  # a null (slot 0) block inside the sliding window
 
 
 DESCRIPTIONS: dict[Fault, str] = {
@@ -54,7 +58,22 @@ DESCRIPTIONS: dict[Fault, str] = {
     "running request reads, instead of the leaf it just evicted",
     Fault.CORRUPTED_TRANSFER: "the PD transfer copies KV in chunks but computes the chunk count with floor "
     "division, dropping the last partial chunk of K/V bytes while the canary records travel complete",
+    Fault.PREFIX_MISS_ZERO_ROW: "the per-batch block table of a batch mixing prefix hits and misses gives a miss "
+    "an all-zero row for its first block during one decode forward: attention reads slot 0, which every check "
+    "skips as the padding slot",
+    Fault.DRAFT_PAST_ALLOCATION: "the draft model's decode writes one draft token's KV at a slot past the "
+    "request's allocation (no lookahead slot reserved); the draft KV is rewritten or rolled back afterwards, so "
+    "no later read ever sees the stray record",
+    Fault.NULL_BLOCK_IN_WINDOW: "a rollback leaves null (slot 0) entries inside a decode request's sliding "
+    "window for one forward: attention reads null KV, which every check skips as the padding slot",
 }
+
+EXTENSION_FAULTS: frozenset[Fault] = frozenset(
+    {Fault.PREFIX_MISS_ZERO_ROW, Fault.DRAFT_PAST_ALLOCATION, Fault.NULL_BLOCK_IN_WINDOW})
+"""The classes only the opt-in extension checks catch: the demo runs each with extensions off (missed) and on."""
+
+CORE_FAULTS: tuple[Fault, ...] = tuple(f for f in Fault if f not in EXTENSION_FAULTS)
+"""The classes the default (SGLang-compatible) checks catch."""
 
 
 @dataclass(frozen=True)
@@ -115,5 +134,9 @@ DETECTION_BOUND: dict[Fault, int] = {
     Fault.RADIX_UAF: 10,
     Fault.DOUBLE_ALLOC: 10,
     Fault.STALE_SWA_TRANSLATION: 20,
+    # with extensions on: the same forward's HEAD verify (zero slots) or the draft write itself (write slot)
+    Fault.PREFIX_MISS_ZERO_ROW: 0,
+    Fault.DRAFT_PAST_ALLOCATION: 0,
+    Fault.NULL_BLOCK_IN_WINDOW: 0,
 }
 """How many steps after its buggy branch runs each fault class is reported, at most (see the comments)."""

@@ -96,10 +96,15 @@ class SpecDecoder:
                 table.advance_position(r)  # BUG: the in-place advance ran before the draft forwards
         drafts = {r.rid: [r.draft_next] for r in reqs}
         for j in range(1, k):
+            stray = (self.memory.alloc_slots(1) if j == k - 1 and self.faults.fire(
+                Fault.DRAFT_PAST_ALLOCATION, f"request {reqs[0].rid}: draft {j} written past its allocation")
+                else [])
             rows = [RowWork(r, r.kv_len + j - 1, 1, [drafts[r.rid][-1]], [r.next_position + j - 1],
-                            [slots[r.rid][j - 1]]) for r in reqs]
+                            [stray[0] if stray and i == 0 else slots[r.rid][j - 1]]) for i, r in enumerate(reqs)]
             fwd = run.build(rows)
             logits = run.run(fwd, self.draft, j - 1)
+            if stray:
+                self.memory.free_slots(stray)  # BUG: the stray slot was never the request's
             for i, r in enumerate(reqs):
                 drafts[r.rid].append(int(logits[fwd.row_starts[i]].argmax()))
         rows = [RowWork(r, r.kv_len, k + 1, [r.tokens[r.kv_len], *drafts[r.rid]],

@@ -132,7 +132,10 @@ def _header_constants() -> dict[str, int]:
     out: dict[str, int] = {}
     for name, raw in re.findall(r"constexpr\s+\w+\s+(k\w+)\s*=\s*([^;]+);", text):
         value = re.sub(r"[uUlL]+$", "", raw.strip())
-        out[name] = -(2**63) if value.startswith("-9223372036854775807") else int(value, 0)
+        if value.startswith("-9223372036854775807"):  # INT64_MIN is spelled INT64_MIN + 1 - 1
+            out[name] = -(2**63) if value.endswith("- 1") else -(2**63) + 1
+        else:
+            out[name] = int(value, 0)
     return out
 
 
@@ -146,7 +149,9 @@ def test_constants_match_kvcanary_consts() -> None:
         "kCanaryFieldRealKvHash": consts.CANARY_FIELD_REAL_KV_HASH, "kCanarySlotBytes": consts.CANARY_SLOT_BYTES,
         "kViolationFields": consts.VIOLATION_FIELDS, "kMaxRealKvSources": consts.MAX_REAL_KV_SOURCES,
         "kRealKvChunkBytes": consts.REAL_KV_CHUNK_BYTES, "kPlanBsBlockSize": consts.PLAN_BS_BLOCK_SIZE,
-        "kInvalidSlot": consts.INVALID_SLOT,
+        "kInvalidSlot": consts.INVALID_SLOT, "kZeroSlotMark": consts.ZERO_SLOT_MARK,
+        "kZeroSlotInLiveRange": kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE,
+        "kWriteSlotMismatch": kc.FailReason.WRITE_SLOT_MISMATCH,
         "kVerifyChainHashMismatch": kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH,
         "kVerifyPositionMismatch": kc.FailReason.VERIFY_POSITION_MISMATCH,
         "kVerifyRealKvHashMismatch": kc.FailReason.VERIFY_REAL_KV_HASH_MISMATCH,
@@ -220,13 +225,40 @@ def test_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
     assert all(k in KEYS[Op.VERIFY][1] for m, k in seen if m == verify.__name__)
 
 
+def test_extension_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> None:
+    """With the extensions on, each launch picks an extension Spec CI compiles, with the parameters it takes;
+    with them off (None or every flag off), today's Spec and arguments."""
+    from tests.backends import _extensions as X
+
+    on = kc.Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
+    rng = random.Random(7)
+    packed: dict[str, list[tuple[Any, ...]]] = {}
+    for mod in (verify, write, plan, plan_entries):
+        for _ in range(6):
+            kw = GENERATORS[{verify: Op.VERIFY, write: Op.WRITE, plan: Op.PLAN, plan_entries: Op.PLAN_ENTRIES}[mod]](
+                rng, hostile=False).make("cpu")
+            base = mod.pack(call_of(mod, kw))
+            assert mod.pack(call_of(mod, {**kw, "extensions": kc.Extensions()})) == base
+            ext: dict[str, Any] = {"extensions": on}
+            if mod is write:
+                ext.update(req_pool_indices=torch.zeros(3, dtype=torch.int64),
+                           req_to_token=torch.zeros(X.ROWS, X.COLS, dtype=torch.int32),
+                           full_to_swa_index_mapping=torch.zeros(8, dtype=torch.int64) if rng.random() < 0.5 else None)
+            key, _sizes, args = mod.pack(call_of(mod, {**kw, **ext}))
+            spec = mod.KERNELS.spec(*key)  # compiled here if CI's subset (EXTENSION_KEYS) does not hold it
+            n = len(_nvrtc.entry_params(_ptx(nvrtc, spec), spec.entry))
+            assert len(args) == n, f"{spec.label()}: kernel takes {n} parameters, the packer passes {len(args)}"
+            packed.setdefault(mod.__name__, []).append(key)
+    assert all(k[-1] for k in packed[verify.__name__]) and all(k[4] for k in packed[write.__name__])
+
+
 def test_mode_none_folds_nothing_and_records_alignment_picks_vector_loads() -> None:
     src = kv_sources(random.Random(1), 8, 2)
     for stride, vec in ((32, True), (40, False), (48, True)):
         ctx = context(canary_buf=torch.zeros(8, stride, dtype=torch.uint8), sources=src, ring=4)
         key, _, args = verify.pack(VerifyLaunch(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
                                                 check_verify_expected_token=False))
-        assert key == (False, 0, True, vec, verify.THREADS) and len(args) == 16
+        assert key == (False, 0, True, vec, verify.THREADS, False) and len(args) == 16
     ctx = context(canary_buf=torch.zeros(8, 32, dtype=torch.uint8), sources=src, mode=kc.RealKvHashMode.ALL, ring=4)
     key, _, args = verify.pack(VerifyLaunch(context=ctx, plan=kc.VerifyPlan.allocate(verify_capacity=3, device="cpu"),
                                             check_verify_expected_token=True))
@@ -243,27 +275,27 @@ def test_entries_per_thread_match_the_kernels() -> None:
 
 
 def test_launch_shapes_depend_only_on_capacities() -> None:
-    assert verify.shape((False, 0, True, True, 256), 0, 1000) == (1, 1, 256, 0)
-    assert verify.shape((False, 0, True, True, 256), 10**8, 1056) == (1056, 1, 256, 0)
-    assert verify.shape((False, 0, True, True, 256), 300, 1056) == (2, 1, 256, 0)
-    assert write.shape((0, True, False, True), (0, 0), 9) == (1, 1, write.THREADS, 0)
-    assert write.shape((0, True, False, True), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
-    assert write.shape((2, True, False, True), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
-    assert write.shape((1, False, False, True), (1, 32768), 9) == (1, 17, write.THREADS, 0)
-    assert write.shape((1, False, False, True), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
-    assert plan.shape((False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
-    assert plan.shape((True, True), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
-    assert plan.shape((True, True), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)
-    assert plan.shape((True, True), (8, 10**6), 1) == (2, 1, plan_entries.THREADS, 32 * 8)  # at least one entry block
+    assert verify.shape((False, 0, True, True, 256, False), 0, 1000) == (1, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256, False), 10**8, 1056) == (1056, 1, 256, 0)
+    assert verify.shape((False, 0, True, True, 256, False), 300, 1056) == (2, 1, 256, 0)
+    assert write.shape((0, True, False, True, False, False), (0, 0), 9) == (1, 1, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
+    assert write.shape((2, True, False, True, False, False), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False), (1, 32768), 9) == (1, 17, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
+    assert plan.shape((False, False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
+    assert plan.shape((True, True, False), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
+    assert plan.shape((True, True, False), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)
+    assert plan.shape((True, True, False), (8, 10**6), 1) == (2, 1, plan_entries.THREADS, 32 * 8)  # at least one entry block
     # tiles (256 x 4 = 1024 entries) never span rows: 256 rows of 16 entries are 256 tiles, not
     # cdiv(4096, 1024) = 4
     assert plan_entries.THREADS * plan_entries.ENTRIES_PER_THREAD == 1024
-    assert plan.shape((False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan_entries.THREADS, 32 * 256)
-    assert plan.shape((False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan_entries.THREADS, 32 * 256)
+    assert plan.shape((False, False, False), (256, 4096), 600) == (1 + 4 + 256, 1, plan_entries.THREADS, 32 * 256)
+    assert plan.shape((False, False, False), (256, 1 << 20), 10**4) == (1 + 1024 + 256, 1, plan_entries.THREADS, 32 * 256)
     assert plan_offsets.shape((False,), (4096), 9) == (1, 1, plan_offsets.THREADS, 0)
-    assert plan_entries.shape((False, False), (0, 5), 9) is None and plan_entries.shape((False, False), (3, 0), 9) is None
-    assert plan_entries.shape((False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)
-    assert plan_entries.shape((False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 96)
+    assert plan_entries.shape((False, False, False), (0, 5), 9) is None and plan_entries.shape((False, False, False), (3, 0), 9) is None
+    assert plan_entries.shape((False, False, False), (3, 600), 9) == (1 + 3, 1, plan_entries.THREADS, 96)
+    assert plan_entries.shape((False, False, False), (3, 10**6), 9) == (9, 1, plan_entries.THREADS, 96)
     assert scatter.shape((), (0, 5, 3, 4), 0) is None and scatter.shape((), (2, 0, 3, 4), 0) is None
     assert scatter.shape((), (2, 5, 3, 4), 0) == (2, 1, scatter.THREADS, 0)
     assert scatter.shape((), (1, 10**6, 3, 32768), 0) == (1, 32, scatter.THREADS, 0)

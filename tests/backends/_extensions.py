@@ -1,0 +1,161 @@
+"""Extension scenarios: a two-step pipeline (plan, verify, write; twice) on every backend, with faults the
+extension checks catch, and their encoding as golden-style vectors (``tests/golden/extensions_cases.json``).
+
+A scenario is plain data (lists of ints), so it is its own golden encoding: the generator stores the
+scenario and torch_ref's outputs; the replay rebuilds the tensors and compares any backend's outputs.
+Step 1 prefills each request's prompt; step 2 verifies it and writes one or more new tokens (a draft run
+writes several, EAGLE-style, with ``kv_token_id_vs_position_offset = 1``). The faults: zeroed
+``req_to_token`` entries inside live prefixes (a prefix-miss row, a null block in a window), misdirected
+``out_cache_loc`` entries (a draft past its allocation), padding tokens (-1), an idle padding batch row, and
+an SWA LUT that translates some slots to 0 (evicted positions, to stay silent).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import torch
+
+from kvcanary.consts import CANARY_SLOT_BYTES, CanaryLaunchTag, RealKvHashMode
+from kvcanary.context import VerifyOrWriteContext
+from kvcanary.extensions import Extensions
+from kvcanary.launch.plan import launch_canary_plan_kernels
+from kvcanary.launch.verify import launch_canary_verify_kernel
+from kvcanary.launch.write import launch_canary_write_kernel
+from kvcanary.plans import VerifyPlan, WritePlan
+
+Scenario = dict[str, Any]
+NUM_SLOTS = 96
+ROWS, COLS = 5, 40
+CAPACITY = 160
+RING = 256
+
+
+def make(seed: int) -> Scenario:
+    """A random scenario (the same for the same seed)."""
+    rnd = random.Random(seed)
+    swa = rnd.random() < 0.35
+    offset = 1 if rnd.random() < 0.3 else 0
+    free = list(range(1, NUM_SLOTS))
+    rnd.shuffle(free)
+    r2t = [[0] * COLS for _ in range(ROWS)]
+    reqs = []
+    for row in range(1, 1 + rnd.randint(1, ROWS - 1)):
+        prompt = rnd.randint(1, 14)
+        new = rnd.randint(1, 4)
+        for p in range(prompt + new):
+            r2t[row][p] = free.pop()
+        reqs.append((row, prompt, new))
+    lut = None
+    window = 0
+    if swa:
+        perm = list(range(1, NUM_SLOTS))
+        rnd.shuffle(perm)  # one-to-one (two full slots sharing an SWA slot in a launch is unspecified)
+        lut = [0] + [s if rnd.random() > 0.15 else 0 for s in perm]
+        window = rnd.randint(0, 8)
+    zeros = [(row, rnd.randrange(prompt)) for row, prompt, _ in reqs if rnd.random() < 0.6]
+    steps = []
+    for step in range(2):
+        rpi, prefix, extend, ids, poss, locs = [], [], [], [], [], []
+        for row, prompt, new in reqs:
+            lo, n = (0, prompt) if step == 0 else (prompt, new)
+            rpi.append(row)
+            prefix.append(lo)
+            extend.append(n)
+            for p in range(lo, lo + n):
+                ids.append(rnd.randrange(1000))
+                poss.append(p)
+                loc = r2t[row][p]
+                if step == 1 and rnd.random() < 0.3:
+                    # a padding token, or a slot nobody owns (a misdirected write; never one another token of
+                    # the launch writes, whose record would then be unspecified)
+                    loc = -1 if rnd.random() < 0.3 or not free else free.pop()
+                locs.append(loc)
+        if rnd.random() < 0.5:  # an idle CUDA-graph padding row
+            rpi.append(0)
+            prefix.append(rnd.randint(0, 3))
+            extend.append(0)
+        steps.append({"rpi": rpi, "prefix": prefix, "extend": extend, "ids": ids, "pos": poss, "loc": locs})
+    return {"seed": seed, "req_to_token": r2t, "lut": lut, "window": window, "offset": offset, "zeros": zeros,
+            "steps": steps}
+
+
+def _t(v: list[Any], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    return torch.tensor(v, dtype=dtype, device=device)
+
+
+def run(sc: Scenario, backend: str, ext: Extensions | None, device: torch.device | str = "cpu", *,
+        capture: bool = False) -> dict[str, Any]:
+    """Both steps on ``backend``: the verify plans' active entries, the ring rows (a multiset), the canary
+    buffer. The zeroed entries are applied to req_to_token after step 1 (the prefill wrote the real slots).
+    ``capture``: step 2's launches are captured in a CUDA graph and replayed once (the kernels must already be
+    loaded: run the scenario once without it first)."""
+    r2t = _t(sc["req_to_token"], torch.int32, device)
+    lut = None if sc["lut"] is None else _t(sc["lut"], torch.int64, device)
+    buf = torch.zeros(NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8, device=device)
+    ring = torch.zeros(RING, 8, dtype=torch.int64, device=device)
+    widx = torch.zeros(1, dtype=torch.int32, device=device)
+    ctx = VerifyOrWriteContext(
+        canary_buf=buf, kernel_kind=CanaryLaunchTag.TAIL_K_SWA if lut is not None else CanaryLaunchTag.TAIL_K_FULL,
+        violation_ring=ring, violation_write_index=widx, slot_run_counter=torch.zeros(1, dtype=torch.int64,
+                                                                                      device=device),
+        kernel_run_counter=torch.zeros(1, dtype=torch.int64, device=device), real_kv_sources=(),
+        real_kv_hash_mode=RealKvHashMode.NONE, enable_chain_position_assert=torch.ones(1, dtype=torch.int32,
+                                                                                       device=device))
+    vp = VerifyPlan.allocate(verify_capacity=CAPACITY, device=device)
+    wp = WritePlan.allocate(write_req_capacity=8, device=device)
+    staged = []
+    for st in sc["steps"]:
+        loc = _t(st["loc"], torch.int64, device)
+        if lut is not None:  # an SWA group's write names SWA slots (padding tokens stay negative); a slot the
+            # LUT sends to 0 is written as a padding token (several records written to slot 0 in one launch
+            # would be unspecified)
+            swa = lut[loc.clamp(min=0)]
+            loc = torch.where((loc >= 0) & (swa != 0), swa, -1)
+        staged.append((_t(st["rpi"], torch.int64, device), _t(st["prefix"], torch.int64, device),
+                       _t(st["extend"], torch.int64, device), _t(st["ids"], torch.int64, device),
+                       _t(st["pos"], torch.int64, device), loc))
+
+    def launches(k: int) -> None:
+        rpi, prefix, extend, ids, pos, loc = staged[k]
+        launch_canary_plan_kernels(
+            verify_plan_out=vp, write_plan_out=wp, req_pool_indices=rpi, prefix_lens=prefix, extend_seq_lens=extend,
+            req_to_token=r2t, swa_window_size=sc["window"], full_to_swa_index_mapping=lut, verify_capacity=CAPACITY,
+            req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=sc["offset"], extensions=ext, backend=backend)
+        launch_canary_verify_kernel(context=ctx, plan=vp, check_verify_expected_token=False, extensions=ext,
+                                    backend=backend)
+        launch_canary_write_kernel(
+            context=ctx, plan=wp, input_ids=ids, positions=pos, out_cache_loc=loc, enable_write_input_assert=False,
+            expected_input_tokens=None, expected_input_positions=None, req_pool_indices=rpi, req_to_token=r2t,
+            full_to_swa_index_mapping=lut, extensions=ext, backend=backend)
+
+    plans = []
+    for k in range(len(staged)):
+        if k == 1:
+            for row, p in sc["zeros"]:
+                r2t[row, p] = 0
+        if capture and k == 1:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                launches(k)
+            graph.replay()
+        else:
+            launches(k)
+        n = int(vp.verify_num_valid[0])
+        plans.append(vp.verify_slot_indices[:n].cpu().tolist())
+    total = int(widx[0])
+    rows = sorted(tuple(int(v) for v in r) for r in ring[: min(total, RING)].cpu().tolist())
+    return {"plans": plans, "rows": [list(r) for r in rows], "total": total,
+            "canary_buf": buf.view(torch.int64).cpu().tolist()}
+
+
+def bits_count(out: dict[str, Any], bit: int) -> int:
+    """How many rows carry ``bit``."""
+    return sum(1 for r in out["rows"] if r[7] & bit)
+
+
+def row_multiset(out: dict[str, Any]) -> Counter[tuple[int, ...]]:
+    return Counter(tuple(r) for r in out["rows"])
