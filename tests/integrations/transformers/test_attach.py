@@ -1,0 +1,69 @@
+"""Attaching and detaching: the engine is restored, bad settings are refused, raise mode names requests."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import transformers
+from transformers.generation.continuous_batching.model_runner import ModelRunner
+
+from kvcanary.integrations.transformers import attach_canaries
+from kvcanary.integrations.transformers.faults import FaultHook, TfFault
+from kvcanary.integrations.transformers.version import check_version, parse_version
+from kvcanary.integrations.transformers.workload import cb_config
+from tests.integrations.transformers.harness import prompts
+
+
+def test_detach_restores_the_engine(model: Any) -> None:
+    before = ModelRunner.compute_batch
+    with attach_canaries(model):
+        assert ModelRunner.compute_batch is not before
+    assert ModelRunner.compute_batch is before
+
+
+def test_attaching_twice_to_one_model_is_refused(model: Any) -> None:
+    with attach_canaries(model), pytest.raises(RuntimeError, match="already attached"):
+        attach_canaries(model).attach()
+
+
+def test_bad_settings_are_refused(model: Any) -> None:
+    with pytest.raises(ValueError, match="real_kv must be 'partial' or 'all'"):
+        attach_canaries(model, real_kv="none")
+    with pytest.raises(ValueError, match="mode must be 'log' or 'raise'"):
+        attach_canaries(model, mode="off")
+
+
+def test_version_range() -> None:
+    assert parse_version("5.17.0") == (5, 17)
+    assert check_version("5.23.0.dev0") == (5, 23)
+    for bad in ("4.57.1", "5.24.0", "6.0", "garbage"):
+        with pytest.raises(RuntimeError, match=re.escape(">=5.17,<5.24")):
+            check_version(bad)
+
+
+generation_config: Any = transformers.GenerationConfig
+
+
+def test_raise_mode_fails_the_step_naming_the_request(model: Any) -> None:
+    hook = FaultHook(TfFault.POSITION_OFF_BY_ONE)
+    gc = generation_config(max_new_tokens=8, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    with attach_canaries(model, mode="raise") as canary:
+        canary.hooks.append(hook)
+        out = model.generate_batch(prompts(), generation_config=gc, continuous_batching_config=cb_config(),
+                                   progress_bar=False)
+    assert hook.fired_step is not None and canary.reports
+    errors = [o.error for o in out.values() if o.error]
+    assert errors, "raise mode must fail the step's requests"
+    assert any(f"requests affected: {hook.detail['request']}" in e for e in errors), errors[0]
+
+
+def test_kvcanary_imports_without_transformers() -> None:
+    code = ("import sys; sys.modules['transformers'] = None\n"  # any import of it would now fail
+            "import kvcanary, kvcanary.manager, kvcanary.integrations.transformers\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr

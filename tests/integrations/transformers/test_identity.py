@@ -1,0 +1,28 @@
+"""The canary changes nothing it observes, and a clean run is silent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcanary.integrations.transformers.workload import generate
+from tests.integrations.transformers.harness import SEED, prompts, run
+
+
+def test_tokens_identical_with_canaries_on_and_off_and_clean_run_silent(model: Any) -> None:
+    off = generate(model, prompts())
+    canary, on = run(model)
+    assert on == off, f"seed {SEED}: canaries changed the generated tokens"
+    assert canary.reports == [], f"seed {SEED}: clean run reported {[r.event.message for r in canary.reports]}"
+    assert canary.steps > 10
+    assert canary.prefix_hits > 0, "the workload must exercise prefix-shared blocks"
+    assert canary.swept_entries > 0, "the sweep must have verified cached or shared slots"
+    manager = canary.managers[0]
+    assert manager.sweep_passes > 0
+    assert int(manager.state.kernel_run_counters.sum()) > 0
+
+
+def test_all_bytes_mode_is_identical_and_silent(model: Any) -> None:
+    off = generate(model, prompts())
+    canary, on = run(model, real_kv="all", sweep_interval=1)
+    assert on == off, f"seed {SEED}"
+    assert canary.reports == [], f"seed {SEED}"
