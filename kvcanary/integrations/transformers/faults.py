@@ -9,30 +9,14 @@ them touches a canary buffer; the canary has to notice the consequences on its o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 import torch
 
+from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, TfFault
 from kvcanary.integrations.transformers.layout import hand_out_next
 from kvcanary.integrations.transformers.session import ScheduledRequest, StepView
 
-
-class TfFault(str, Enum):
-    """The bug classes injected into transformers' engine."""
-
-    KV_FLIP_USED = "kv_flip_used"
-    BLOCK_HANDED_TWICE = "block_handed_twice"
-    BLOCK_TABLE_REDIRECT = "block_table_redirect"
-    POSITION_OFF_BY_ONE = "position_off_by_one"
-
-
-DESCRIPTIONS: dict[TfFault, str] = {
-    TfFault.KV_FLIP_USED: "one bit of layer 0's K flips in a block a running request still reads",
-    TfFault.BLOCK_HANDED_TWICE: "the allocator hands a block still referenced by a running request to the next "
-    "request that needs a fresh block (a block freed too early)",
-    TfFault.BLOCK_TABLE_REDIRECT: "one entry of a request's block table is pointed at another request's block",
-    TfFault.POSITION_OFF_BY_ONE: "a decoding request's position id is one ahead in the step's model inputs",
-}
+__all__ = ["DESCRIPTIONS", "FaultHook", "TfFault"]
 
 
 @dataclass
