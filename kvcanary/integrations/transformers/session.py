@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +184,9 @@ class TransformersCanary:
         """Requests the engine admitted with part of their prompt already cached (prefix-shared blocks)."""
         self.swept_entries = 0
         """Cached and shared slots verified by the sweeps so far."""
+        self.host_seconds: dict[str, float] = dict.fromkeys(("map", "head", "forward", "tail", "end_step"), 0.0)
+        """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
+        on a GPU, so this is enqueue time there)."""
         self._seen: set[str] = set()
         self._pools: dict[int, _PoolState] = {}
         self._attached = False
@@ -264,12 +268,18 @@ class TransformersCanary:
         stream = runner.inputs_and_outputs.compute_stream
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         manager = pool.manager
+        clock = self.host_seconds
         with ctx:
+            t0 = time.perf_counter()
             batch = pool.batch(reqs, batch_data)
+            t1 = time.perf_counter()
             manager.prepare(batch)
             manager.head(batch)
+            t2 = time.perf_counter()
             original(runner, model, batch_data)
+            t3 = time.perf_counter()
             manager.tail()
+            t4 = time.perf_counter()
             seen = len(manager.events)
             try:
                 manager.end_step()
@@ -278,6 +288,10 @@ class TransformersCanary:
                 owners = sorted({r for f in found for r in f.request_ids})
                 raise RuntimeError(f"{err}\nkv-canary: requests affected: {', '.join(owners) or 'none'}") from None
             self._collect(pool, manager.events[seen:])
+            t5 = time.perf_counter()
+        for name, dt in (("map", t1 - t0), ("head", t2 - t1), ("forward", t3 - t2), ("tail", t4 - t3),
+                         ("end_step", t5 - t4)):
+            clock[name] += dt
         self.steps += 1
         self.swept_entries = sum(p.swept for p in self._pools.values())
 
