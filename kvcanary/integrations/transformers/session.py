@@ -168,6 +168,21 @@ def _uninstall() -> None:
         _runner_class().compute_batch = original
 
 
+def check_runner(runner: Any) -> None:
+    """Refuse a model runner whose settings the canary cannot follow, with the setting to change."""
+    if getattr(runner, "pad_inputs", False):
+        raise RuntimeError("kv-canary: the transformers integration runs eagerly around the step; turn CUDA "
+                           "graphs and torch.compile off (ContinuousBatchingConfig(use_cuda_graph=False), no "
+                           "compile configs)")
+    offload = getattr(runner.cb_config, "cpu_offload_space", 0.0)
+    if offload is None or offload > 0:
+        raise RuntimeError("kv-canary: CPU offloading copies KV between blocks without the canary records; pass "
+                           "ContinuousBatchingConfig(cpu_offload_space=0) with canaries attached")
+    if not hasattr(runner.inputs_and_outputs, "requests_in_batch"):
+        raise RuntimeError("kv-canary: asynchronous batching is not supported; pass "
+                           "ContinuousBatchingConfig(use_async_batching=False)")
+
+
 class TransformersCanary:
     """Canaries on one model's continuous-batching runs. Use :func:`attach_canaries`."""
 
@@ -242,13 +257,7 @@ class TransformersCanary:
 
     # -- the step ------------------------------------------------------------------------------------
     def _pool(self, runner: Any) -> _PoolState:
-        if getattr(runner, "pad_inputs", False):
-            raise RuntimeError("kv-canary: the transformers integration runs eagerly around the step; turn CUDA "
-                               "graphs and torch.compile off (ContinuousBatchingConfig(use_cuda_graph=False), no "
-                               "compile configs)")
-        if not hasattr(runner.inputs_and_outputs, "requests_in_batch"):
-            raise RuntimeError("kv-canary: asynchronous batching is not supported; pass "
-                               "ContinuousBatchingConfig(use_async_batching=False)")
+        check_runner(runner)
         pool = self._pools.get(id(runner.cache))
         if pool is None or pool.cache is not runner.cache:
             pool = _PoolState(self, runner)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from transformers.generation.continuous_batching.model_runner import ModelRunner
 
 from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.faults import FaultHook, TfFault
+from kvcanary.integrations.transformers.session import check_runner
 from kvcanary.integrations.transformers.version import check_version, parse_version
 from kvcanary.integrations.transformers.workload import cb_config
 from tests.integrations.transformers.harness import prompts
@@ -67,3 +69,33 @@ def test_kvcanary_imports_without_transformers() -> None:
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def _errors(model: Any, cb: Any) -> list[str]:
+    gc = generation_config(max_new_tokens=4, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    with attach_canaries(model):
+        out = model.generate_batch(prompts()[:2], generation_config=gc, continuous_batching_config=cb,
+                                   progress_bar=False)
+    return [o.error or "" for o in out.values()]
+
+
+def test_sliding_window_models_are_refused_with_a_message() -> None:
+    mistral_config: Any = transformers.MistralConfig
+    mistral: Any = transformers.MistralForCausalLM
+    cfg = mistral_config(vocab_size=192, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, sliding_window=8)
+    errors = _errors(mistral(cfg).eval(), cb_config())
+    assert errors and all("supports models whose layers are all full attention" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(("settings", "match"), [
+    ({"cpu_offload_space": 1.0}, "cpu_offload_space=0"), ({"cpu_offload_space": None}, "cpu_offload_space=0"),
+    ({"pad_inputs": True}, "turn CUDA graphs and torch.compile off"), ({"io": object()}, "use_async_batching=False")])
+def test_runner_settings_the_canary_cannot_follow_are_refused(settings: dict[str, Any], match: str) -> None:
+    io = settings.get("io", SimpleNamespace(requests_in_batch=[]))
+    runner = SimpleNamespace(pad_inputs=settings.get("pad_inputs", False), inputs_and_outputs=io,
+                             cb_config=SimpleNamespace(cpu_offload_space=settings.get("cpu_offload_space", 0.0)))
+    with pytest.raises(RuntimeError, match=re.escape(match)):
+        check_runner(runner)
+    check_runner(SimpleNamespace(pad_inputs=False, inputs_and_outputs=SimpleNamespace(requests_in_batch=[]),
+                                 cb_config=SimpleNamespace(cpu_offload_space=0.0)))
