@@ -12,6 +12,7 @@ class TfFault(str, Enum):
     BLOCK_HANDED_TWICE = "block_handed_twice"
     BLOCK_TABLE_REDIRECT = "block_table_redirect"
     POSITION_OFF_BY_ONE = "position_off_by_one"
+    STALE_SWA_BLOCK = "stale_swa_block"
 
 
 DESCRIPTIONS: dict[TfFault, str] = {
@@ -20,4 +21,9 @@ DESCRIPTIONS: dict[TfFault, str] = {
     "request that needs a fresh block (a block freed too early)",
     TfFault.BLOCK_TABLE_REDIRECT: "one entry of a request's block table is pointed at another request's block",
     TfFault.POSITION_OFF_BY_ONE: "a decoding request's position id is one ahead in the step's model inputs",
+    TfFault.STALE_SWA_BLOCK: "a request's sliding-window ring block is swapped for a ring block of another "
+    "request, so its window attention reads stale KV (on a model with sliding-window layers)",
 }
+
+NEEDS_SLIDING_WINDOW = frozenset({TfFault.STALE_SWA_BLOCK})
+"""Faults that need a model with a sliding-window group (the demo and tests use a hybrid one for them)."""

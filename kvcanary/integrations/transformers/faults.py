@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, TfFault
+from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, NEEDS_SLIDING_WINDOW, TfFault
 from kvcanary.integrations.transformers.layout import hand_out_next
 from kvcanary.integrations.transformers.session import ScheduledRequest, StepView
 
-__all__ = ["DESCRIPTIONS", "FaultHook", "TfFault"]
+__all__ = ["DESCRIPTIONS", "NEEDS_SLIDING_WINDOW", "FaultHook", "TfFault"]
 
 
 @dataclass
@@ -99,9 +99,29 @@ def _shift(hook: FaultHook, view: StepView) -> bool:
     return False
 
 
+def _stale_swa(hook: FaultHook, view: StepView) -> bool:
+    sw = view.layout.sliding
+    if sw is None:
+        return False
+    table = sw.block_table
+    for c in view.requests:
+        if c.query_length != 1 or c.past_length < 2 * sw.window:  # the ring has moved past any shared prompt
+            continue
+        for a in view.requests:
+            theirs = table.get(a.request_id)
+            if a.request_id != c.request_id and theirs and theirs[0] != table[c.request_id][0]:
+                block = theirs[0]
+                table[c.request_id][0] = block
+                hook.detail = {"request": c.request_id, "victim": a.request_id, "block": block,
+                               "slots": [block * sw.stride + o for o in range(sw.page)]}
+                return True
+    return False
+
+
 _FIRE = {
     TfFault.KV_FLIP_USED: _flip,
     TfFault.BLOCK_HANDED_TWICE: _hand_twice,
     TfFault.BLOCK_TABLE_REDIRECT: _redirect,
     TfFault.POSITION_OFF_BY_ONE: _shift,
+    TfFault.STALE_SWA_BLOCK: _stale_swa,
 }

@@ -21,8 +21,34 @@ import torch
 
 
 @dataclass
+class SlidingLayout:
+    """The sliding-window group (5.22+): a per-request ring of blocks where position ``p`` lives at ring
+    index ``p % window``; ``index`` is its row in the engine's ``write_index`` / ``read_index`` lists."""
+
+    allocator: Any
+    index: int
+    page: int
+    stride: int
+    window: int
+    k_rows: torch.Tensor
+    v_rows: torch.Tensor
+
+    @property
+    def block_table(self) -> dict[str, list[int]]:
+        """The engine's live ``request id -> ring blocks`` table (not a copy)."""
+        table: dict[str, list[int]] = self.allocator.block_table
+        return table
+
+    def ring_slot(self, blocks: list[int], position: int) -> int:
+        """Physical index holding ``position`` in a request's ring (``blocks``: its sliding block table)."""
+        page, offset = divmod(position % self.window, self.page)
+        return blocks[page] * self.stride + offset
+
+
+@dataclass
 class CacheLayout:
-    """The full-attention group of one ``PagedAttentionCache``, read through its own objects."""
+    """The full-attention group of one ``PagedAttentionCache`` (and its sliding group, if any), read through
+    the cache's own objects; ``index`` is the full group's row in ``write_index`` / ``read_index``."""
 
     cache: Any
     allocator: Any
@@ -32,6 +58,8 @@ class CacheLayout:
     v_rows: torch.Tensor
     num_token_slots: int
     _cached: Callable[[], list[int]]
+    index: int = 0
+    sliding: SlidingLayout | None = None
 
     @property
     def block_table(self) -> dict[str, list[int]]:
@@ -53,29 +81,46 @@ class CacheLayout:
 
 
 def _unsupported(what: str) -> RuntimeError:
-    return RuntimeError(f"kv-canary: the transformers integration supports models whose layers are all full "
-                        f"attention; this cache has {what}. Sliding-window groups keep their own per-request ring "
-                        "of blocks, which kvcanary's plan cannot read yet (see docs/transformers.md)")
+    return RuntimeError(f"kv-canary: the transformers integration supports models with full-attention layers and, "
+                        f"on transformers>=5.22, at most one sliding-window group beside them; this cache has "
+                        f"{what} (see docs/transformers.md)")
+
+
+def _rows(alloc: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0 of the group: K and V views indexed by physical index, cut to one length."""
+    k, v = alloc._kv_token_views[alloc.layer_indices[0]]
+    n = min(int(k.shape[0]), int(v.shape[0]))
+    return k[:n], v[:n]
 
 
 def read_layout(cache: Any) -> CacheLayout:
     """The layout of ``cache`` (a ``PagedAttentionCache``), for either release line."""
     if hasattr(cache, "cache_allocators"):
-        names = list(cache.cache_allocators)
-        if names != ["full_attention"]:
+        names = sorted(cache.cache_allocators)
+        if names not in (["full_attention"], ["full_attention", "sliding_attention"]):
             raise _unsupported(f"attention groups {names}")
         alloc = cache.cache_allocators["full_attention"]
-        k, v = alloc._kv_token_views[alloc.layer_indices[0]]
-        n = int(v.shape[0])
+        k, v = _rows(alloc)
         ledger = alloc.ledger
+        sliding = None
+        if "sliding_attention" in names:
+            sw = cache.cache_allocators["sliding_attention"]
+            if int(sw.sliding_window) < 2:
+                raise _unsupported(f"a sliding window of {sw.sliding_window}")
+            sk, sv = _rows(sw)
+            n = min(int(k.shape[0]), int(sk.shape[0]))
+            k, v, sk, sv = k[:n], v[:n], sk[:n], sv[:n]
+            sliding = SlidingLayout(allocator=sw, index=int(sw.index), page=int(sw.tokens_per_page),
+                                    stride=int(sw.block_physical_stride), window=int(sw.sliding_window),
+                                    k_rows=sk, v_rows=sv)
         return CacheLayout(cache=cache, allocator=alloc, page=int(alloc.tokens_per_page),
-                           stride=int(alloc.block_physical_stride), k_rows=k[:n], v_rows=v,
+                           stride=int(alloc.block_physical_stride), k_rows=k, v_rows=v,
                            num_token_slots=int(alloc.num_blocks) * int(alloc.tokens_per_page),
-                           _cached=lambda: list(ledger.cached_blocks))
+                           _cached=lambda: list(ledger.cached_blocks), index=int(alloc.index), sliding=sliding)
     if hasattr(cache, "group_cache_managers"):
         groups = cache.group_cache_managers
-        sliding: int = getattr(cache, "num_sliding_attention_groups", 0)
-        if len(groups) != 1 or sliding:
+        sliding_groups: int = getattr(cache, "num_sliding_attention_groups", 0)
+        if len(groups) != 1 or sliding_groups:
             raise _unsupported(f"{len(groups)} layer groups with sliding windows")
         alloc = groups[0]
         page = int(alloc.block_size)

@@ -75,6 +75,10 @@ class RequestRows:
             self.blocks_info[blocks[k]] = BlockInfo(k * page, prev)
         return row
 
+    def row_tensor(self, rid: str) -> torch.Tensor:
+        """``rid``'s synced row on the host (int32, physical indices by position)."""
+        return self._host[self.row_of[rid]]
+
     def slots(self, rid: str, start: int, end: int) -> list[int]:
         """Physical indices of ``rid``'s tokens ``[start, end)`` (from its synced row)."""
         return self._host[self.row_of[rid], start:end].tolist()

@@ -29,3 +29,12 @@ def check_version(text: str) -> tuple[int, int]:
                            "kvcanary's transformers integration (it reads private parts of the continuous-batching "
                            f"engine); install transformers{SUPPORTED_RANGE}")
     return v
+
+
+SLIDING_MIN_VERSION = (5, 22)
+"""From this release on, the cache's layout lets the canary follow a sliding-window group."""
+
+
+def sliding_supported(text: str) -> bool:
+    """Whether transformers ``text`` keeps the layout the sliding-window support reads."""
+    return parse_version(text) >= SLIDING_MIN_VERSION

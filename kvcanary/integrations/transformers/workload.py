@@ -26,6 +26,22 @@ def tiny_llama(*, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int =
     return model
 
 
+def tiny_hybrid(*, seed: int = 0, window: int = 6, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
+                vocab: int = 192, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Any:
+    """A ``Qwen2ForCausalLM`` (Llama family) whose first layer has a sliding window of ``window`` tokens and
+    whose second has full attention: transformers gives it a sliding-window group beside the full one."""
+    import transformers
+
+    qwen2_config: Any = transformers.Qwen2Config
+    qwen2: Any = transformers.Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    cfg = qwen2_config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, sliding_window=window,
+                       use_sliding_window=True, layer_types=["sliding_attention", "full_attention"],
+                       max_position_embeddings=4096, attn_implementation="sdpa")
+    return qwen2(cfg).to(device=device, dtype=dtype).eval()
+
+
 def cb_config(*, page: int = 4, num_blocks: int = 96, max_batch_tokens: int = 64, max_requests: int = 4) -> Any:
     """Continuous-batching settings: small pages so requests allocate and free blocks, eager steps
     (no CUDA graphs, no compile), synchronous batching; the page-size field is named per release."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from kvcanary.consts import FailReason
 from kvcanary.integrations.transformers.faults import FaultHook, TfFault
-from tests.integrations.transformers.harness import SEED, first, run
+from tests.integrations.transformers.harness import SEED, SLIDING, first, run
 
 
 def _fired(hook: FaultHook) -> None:
@@ -64,3 +64,18 @@ def test_position_off_by_one(model: Any) -> None:
     assert r.event.violation.reasons == FailReason.WRITE_POSITION_MISMATCH
     assert r.event.step_recorded == hook.fired_step
     assert hook.detail["request"] in r.request_ids
+
+
+@SLIDING
+def test_stale_sliding_window_block_read(hybrid: Any) -> None:
+    hook = FaultHook(TfFault.STALE_SWA_BLOCK)
+    canary, _ = run(hybrid, hook=hook)
+    _fired(hook)
+    slots = hook.detail["slots"]
+    assert isinstance(slots, list)
+    r = first(canary)
+    assert r.check == "per_forward_head_k_swa", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx in slots
+    assert r.event.violation.reasons & FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    assert r.event.step_recorded == hook.fired_step
+    assert {hook.detail["request"], hook.detail["victim"]} <= set(r.request_ids)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvcanary.integrations.transformers.demo import run_demo
-from kvcanary.integrations.transformers.fault_kinds import TfFault
+from kvcanary.integrations.transformers.fault_kinds import NEEDS_SLIDING_WINDOW, TfFault
 from tests.integrations.transformers.harness import SEED
 
 pytestmark = pytest.mark.gpu
@@ -21,3 +21,4 @@ def test_demo_table_on_cuda() -> None:
     outcomes = run_demo(list(TfFault), device="cuda", backend=None, seed=SEED, max_new_tokens=16, out=out)
     assert all(o.ok for o in outcomes), f"seed {SEED}:\n{out.getvalue()}"
     assert outcomes[0].steps > 10
+    assert {o.fault for o in outcomes} >= {f for f in TfFault if f not in NEEDS_SLIDING_WINDOW}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvcanary.integrations.transformers.workload import generate
-from tests.integrations.transformers.harness import SEED, prompts, run
+from tests.integrations.transformers.harness import SEED, SLIDING, prompts, run
 
 
 def test_tokens_identical_with_canaries_on_and_off_and_clean_run_silent(model: Any) -> None:
@@ -26,3 +26,17 @@ def test_all_bytes_mode_is_identical_and_silent(model: Any) -> None:
     canary, on = run(model, real_kv="all", sweep_interval=1)
     assert on == off, f"seed {SEED}"
     assert canary.reports == [], f"seed {SEED}"
+
+
+@SLIDING
+def test_sliding_window_model_identical_and_silent(hybrid: Any) -> None:
+    off = generate(hybrid, prompts())
+    canary, on = run(hybrid)
+    assert on == off, f"seed {SEED}: canaries changed the generated tokens"
+    assert canary.reports == [], f"seed {SEED}: clean run reported {[r.event.message for r in canary.reports]}"
+    layout = canary.layout
+    assert layout is not None and layout.sliding is not None
+    assert max(len(p) for p in prompts()) > layout.sliding.window, "the ring must wrap"
+    counters = canary.managers[0].state.kernel_run_counters
+    swa = [t for t in canary.managers[0].active_tags if t.name.endswith("_SWA")]
+    assert swa and all(int(counters[int(t)]) > 0 for t in swa)
