@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.workload import generate
 from tests.integrations.transformers.harness import SEED, SLIDING, prompts, run
 
@@ -40,3 +41,19 @@ def test_sliding_window_model_identical_and_silent(hybrid: Any) -> None:
     counters = canary.managers[0].state.kernel_run_counters
     swa = [t for t in canary.managers[0].active_tags if t.name.endswith("_SWA")]
     assert swa and all(int(counters[int(t)]) > 0 for t in swa)
+
+
+def test_chunked_prefill_identical_and_silent(model: Any) -> None:
+    off = generate(model, prompts(), max_batch_tokens=5)
+    with attach_canaries(model) as canary:
+        on = generate(model, prompts(), max_batch_tokens=5)
+    assert on == off and canary.reports == [], f"seed {SEED}"
+
+
+@SLIDING
+def test_sliding_window_chunks_shorter_than_the_window_are_silent(hybrid: Any) -> None:
+    window = 6  # tiny_hybrid's
+    off = generate(hybrid, prompts(), max_batch_tokens=window - 1)
+    with attach_canaries(hybrid) as canary:
+        on = generate(hybrid, prompts(), max_batch_tokens=window - 1)
+    assert on == off and canary.reports == [], f"seed {SEED}"
