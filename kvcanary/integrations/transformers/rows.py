@@ -36,6 +36,7 @@ class RequestRows:
         self._free = list(range(num_rows - 1, 0, -1))
         self.row_of: dict[str, int] = {}
         self._blocks: dict[str, tuple[int, ...]] = {}
+        self._complete: dict[str, int] = {}
         self.blocks_info: dict[int, BlockInfo] = {}
         page = layout.page
         self._offsets = torch.arange(page, dtype=torch.int32)
@@ -46,6 +47,7 @@ class RequestRows:
         for rid in [r for r in self.row_of if r not in live]:
             self._free.append(self.row_of.pop(rid))
             self._blocks.pop(rid, None)
+            self._complete.pop(rid, None)
 
     def sync(self, rid: str, written: int) -> int:
         """Bring ``rid``'s row up to date with the engine's block table; ``written`` is the number of its
@@ -62,17 +64,21 @@ class RequestRows:
         if written > self.max_len:
             raise RuntimeError(f"kv-canary: request {rid} reached {written} tokens, more than max_context_len="
                                f"{self.max_len}; raise attach_canaries(max_context_len=...)")
+        start = self._complete.get(rid, 0)
         if blocks != self._blocks.get(rid):
             self._blocks[rid] = blocks
+            start = 0
             n = min(len(blocks) * page, self.max_len)
             if blocks:
                 b = torch.tensor(blocks, dtype=torch.int32) * self.layout.stride
                 full = (b[:, None] + self._offsets[None, :]).reshape(-1)
                 self._host[row, :n] = full[:n]
             self.device_table[row, :n].copy_(self._host[row, :n], non_blocking=True)
-        for k in range(min(written // page, len(blocks))):  # the latest holder's view wins (blocks get reused)
-            prev = int(self._host[row, k * page - 1]) if k else -1
-            self.blocks_info[blocks[k]] = BlockInfo(k * page, prev)
+        complete = min(written // page, len(blocks))
+        stride = self.layout.stride
+        for k in range(start, complete):  # the latest holder's view wins (blocks get reused)
+            self.blocks_info[blocks[k]] = BlockInfo(k * page, blocks[k - 1] * stride + page - 1 if k else -1)
+        self._complete[rid] = complete
         return row
 
     def row_tensor(self, rid: str) -> torch.Tensor:
@@ -80,7 +86,10 @@ class RequestRows:
         return self._host[self.row_of[rid]]
 
     def slots(self, rid: str, start: int, end: int) -> list[int]:
-        """Physical indices of ``rid``'s tokens ``[start, end)`` (from its synced row)."""
+        """Physical indices of ``rid``'s tokens ``[start, end)`` (from its synced block list)."""
+        blocks, page, stride = self._blocks[rid], self.layout.page, self.layout.stride
+        if end - start == 1:  # decode: one token
+            return [blocks[start // page] * stride + start % page]
         return self._host[self.row_of[rid], start:end].tolist()
 
     def shared_blocks(self) -> set[int]:

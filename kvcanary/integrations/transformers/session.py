@@ -130,11 +130,12 @@ class _PoolState:
         bs = len(reqs)
         ntok = sum(r.query_length for r in reqs)
         host = self._staging
+        meta: list[int] = [0] * (3 * bs)
         loc: list[int] = []
         for i, r in enumerate(reqs):
-            host[i] = self.rows.sync(r.request_id, r.past_length + r.query_length)
-            host[bs + i] = r.past_length
-            host[2 * bs + i] = r.query_length
+            meta[i] = self.rows.sync(r.request_id, r.past_length + r.query_length)
+            meta[bs + i] = r.past_length
+            meta[2 * bs + i] = r.query_length
             loc += self.rows.slots(r.request_id, r.past_length, r.past_length + r.query_length)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index
@@ -142,7 +143,7 @@ class _PoolState:
             else None
         if engine_loc is None or engine_loc.shape[0] != ntok:
             engine_loc = None
-        host[3 * bs : 3 * bs + ntok] = torch.tensor(loc, dtype=torch.int64)
+        host[: 3 * bs + ntok] = torch.tensor(meta + loc, dtype=torch.int64)
         m = self._lut_updates(reqs, host[3 * bs + ntok :]) if self.lut is not None else 0
         end = 3 * bs + ntok + 2 * m
         dev = self._device_in[:end]
