@@ -11,6 +11,16 @@ from typing import Any
 import torch
 
 
+def _sdpa() -> str:
+    """SDPA, kept by the engine: transformers before 5.22 switches a plain ``sdpa`` to flash attention when a
+    flash package is installed, unless it is asked for ``paged|sdpa`` (a name 5.22+ deprecates)."""
+    import transformers
+
+    from kvcanary.integrations.transformers.version import parse_version
+
+    return "paged|sdpa" if parse_version(transformers.__version__) < (5, 22) else "sdpa"
+
+
 def tiny_llama(*, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
                vocab: int = 192, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Any:
     """A ``LlamaForCausalLM`` with seeded random weights (eval mode, SDPA attention)."""
@@ -21,7 +31,7 @@ def tiny_llama(*, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int =
     torch.manual_seed(seed)
     cfg = llama_config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
-                      attn_implementation="sdpa")
+                      attn_implementation=_sdpa())
     model = llama(cfg).to(device=device, dtype=dtype).eval()
     return model
 
@@ -38,7 +48,7 @@ def tiny_hybrid(*, seed: int = 0, window: int = 6, hidden: int = 64, heads: int 
     cfg = qwen2_config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
                        num_attention_heads=heads, num_key_value_heads=kv_heads, sliding_window=window,
                        use_sliding_window=True, layer_types=["sliding_attention", "full_attention"],
-                       max_position_embeddings=4096, attn_implementation="sdpa")
+                       max_position_embeddings=4096, attn_implementation=_sdpa())
     return qwen2(cfg).to(device=device, dtype=dtype).eval()
 
 
@@ -49,7 +59,9 @@ def cb_config(*, page: int = 4, num_blocks: int = 96, max_batch_tokens: int = 64
 
     config_cls: Any = configuration_utils.ContinuousBatchingConfig
     names = {f.name for f in dataclasses.fields(config_cls)}
-    size = {"page_size": page} if "page_size" in names else {"block_size": page}
+    size: dict[str, object] = {"page_size": page} if "page_size" in names else {"block_size": page}
+    if "auto_switch_to_flash" in names:
+        size["auto_switch_to_flash"] = False  # stay on SDPA: the same kernels with and without the canary
     return config_cls(num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
                                     max_requests_per_batch=max_requests, use_cuda_graph=False,
                                     use_async_batching=False, **size)
