@@ -88,7 +88,8 @@ class _PoolState:
         dev = lay.k_rows.device
         max_reqs = int(runner.inputs_and_outputs.max_requests_per_batch)
         rows = session.max_requests or (2 * max_reqs + 1)
-        max_len = session.max_context_len or lay.num_token_slots
+        model_len = getattr(cache.config, "max_position_embeddings", None)
+        max_len = session.max_context_len or min(lay.num_token_slots, int(model_len or lay.num_token_slots))
         self.rows = RequestRows(lay, num_rows=rows + 1, max_len=max_len, device=dev)
         caps = CanaryCapacities.from_engine(pool_slot_count=lay.num_token_slots, max_batch_size=max_reqs,
                                             req_rows=rows + 1, max_tokens_per_forward=int(cache.max_batch_tokens),
@@ -376,7 +377,7 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     was found. ``mode``: ``log`` or ``raise`` (the step fails, naming the requests); ``real_kv``:
     ``partial`` (16 bytes of each K/V row) or ``all``; ``sweep_interval``: steps between sweeps of shared
     and cached blocks (0: off). ``max_requests`` / ``max_context_len`` size the request table (default:
-    twice the engine's batch, the whole cache).
+    twice the engine's batch, and the model's ``max_position_embeddings`` or the cache, whichever is less).
     """
     import transformers
 
