@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvcanary.integrations.transformers.pool import ScheduledRequest
     from kvcanary.integrations.transformers.session import (
         CanaryReport,
-        ScheduledRequest,
         StepHook,
         StepView,
         TransformersCanary,

@@ -14,7 +14,8 @@ import torch
 
 from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, NEEDS_SLIDING_WINDOW, TfFault
 from kvcanary.integrations.transformers.layout import hand_out_next
-from kvcanary.integrations.transformers.session import ScheduledRequest, StepView
+from kvcanary.integrations.transformers.pool import ScheduledRequest
+from kvcanary.integrations.transformers.session import StepView
 
 __all__ = ["DESCRIPTIONS", "NEEDS_SLIDING_WINDOW", "FaultHook", "TfFault"]
 

@@ -12,7 +12,6 @@ Detaching puts the original method back. The canary only reads the engine's tens
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -22,31 +21,18 @@ from typing import Any
 
 import torch
 
-from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
-from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
+from kvcanary.consts import CanaryMode, RealKvHashMode
+from kvcanary.integrations.transformers.layout import CacheLayout
+from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
 from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import (
-    CanaryBatch,
-    CanaryCapacities,
     CanaryConfig,
     CanaryManager,
-    KvPoolSpec,
-    PoolGroupSpec,
-    SweepEntries,
     ViolationEvent,
 )
 from kvcanary.violations import canary_kind
 
 logger = logging.getLogger("kvcanary.transformers")
-
-
-@dataclass(frozen=True)
-class ScheduledRequest:
-    """One request of a step, as the engine scheduled it: tokens already cached, tokens this step."""
-
-    request_id: str
-    past_length: int
-    query_length: int
 
 
 @dataclass(frozen=True)
@@ -75,120 +61,6 @@ class CanaryReport:
     def check(self) -> str:
         """``per_forward_head_k_full``, ``sweep_v_full``... (the launch tag, lower case)."""
         return canary_kind(self.event.violation.kernel_kind)
-
-
-class _PoolState:
-    """The manager and the row mirror of one paged cache (one generate_batch run or persistent manager)."""
-
-    def __init__(self, session: TransformersCanary, runner: Any) -> None:
-        cache = runner.cache
-        self.cache = cache
-        self.layout = read_layout(cache)
-        lay = self.layout
-        dev = lay.k_rows.device
-        max_reqs = int(runner.inputs_and_outputs.max_requests_per_batch)
-        rows = session.max_requests or (2 * max_reqs + 1)
-        model_len = getattr(cache.config, "max_position_embeddings", None)
-        max_len = session.max_context_len or min(lay.num_token_slots, int(model_len or lay.num_token_slots))
-        self.rows = RequestRows(lay, num_rows=rows + 1, max_len=max_len, device=dev)
-        caps = CanaryCapacities.from_engine(pool_slot_count=lay.num_token_slots, max_batch_size=max_reqs,
-                                            req_rows=rows + 1, max_tokens_per_forward=int(cache.max_batch_tokens),
-                                            max_context_len=max_len)
-        groups = [PoolGroupSpec(kind=PoolKind.FULL, k_layer0=lay.k_rows, v_layer0=lay.v_rows)]
-        self.lut: torch.Tensor | None = None
-        lut_room = 0
-        if lay.sliding is not None:
-            sw = lay.sliding
-            # full slot -> ring slot, refreshed every step for the positions the step reads and writes
-            self.lut = torch.zeros(int(lay.k_rows.shape[0]), dtype=torch.int64, device=dev)
-            groups.append(PoolGroupSpec(kind=PoolKind.SWA, k_layer0=sw.k_rows, v_layer0=sw.v_rows,
-                                        swa_window_size=sw.window - 1, full_to_swa_index_mapping=self.lut))
-            lut_room = 2 * (caps.write_req_capacity * (sw.window - 1) + caps.write_token_capacity)
-        config = session.config
-        if lay.sliding is not None:  # transformers shares and caches no block of a model with a sliding group
-            config = dataclasses.replace(config, sweep_interval=0)
-        self.manager = CanaryManager.attach(
-            pool=KvPoolSpec(groups=tuple(groups), req_to_token=self.rows.device_table), capacities=caps,
-            config=config)
-        self.swept = 0
-        if config.sweep_interval:
-            self.manager.set_sweep_source(self._sweep_entries)
-        self.manager.mark_init_finished()  # no warmup batches: graphs and compile are refused
-        self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
-                                    dtype=torch.int64,
-                                    pin_memory=dev.type == "cuda")
-        self._device_in = torch.zeros_like(self._staging, device=dev)
-
-    def _sweep_entries(self) -> SweepEntries:
-        entries = self.rows.sweep_entries(set(self.layout.cached_blocks()) | self.rows.shared_blocks())
-        self.swept += len(entries)
-        return entries
-
-    def batch(self, reqs: tuple[ScheduledRequest, ...], batch_data: dict[str, Any]) -> CanaryBatch:
-        """The step as a CanaryBatch: rows, prefix and extend lengths and write slots staged in one copy;
-        token ids and positions are the engine's own input tensors."""
-        self.rows.release_finished()
-        bs = len(reqs)
-        ntok = sum(r.query_length for r in reqs)
-        host = self._staging
-        meta: list[int] = [0] * (3 * bs)
-        loc: list[int] = []
-        for i, r in enumerate(reqs):
-            meta[i] = self.rows.sync(r.request_id, r.past_length + r.query_length)
-            meta[bs + i] = r.past_length
-            meta[2 * bs + i] = r.query_length
-            loc += self.rows.slots(r.request_id, r.past_length, r.past_length + r.query_length)
-        write_index = batch_data.get("write_index") or []
-        idx = self.layout.index
-        engine_loc = write_index[idx][:ntok] if len(write_index) > idx and batch_data.get("block_table") is None \
-            else None
-        if engine_loc is None or engine_loc.shape[0] != ntok:
-            engine_loc = None
-        host[: 3 * bs + ntok] = torch.tensor(meta + loc, dtype=torch.int64)
-        m = self._lut_updates(reqs, host[3 * bs + ntok :]) if self.lut is not None else 0
-        end = 3 * bs + ntok + 2 * m
-        dev = self._device_in[:end]
-        dev.copy_(host[:end], non_blocking=True)
-        if self.lut is not None and m:
-            self.lut.index_copy_(0, dev[3 * bs + ntok : 3 * bs + ntok + m], dev[3 * bs + ntok + m : end])
-        return CanaryBatch(req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs], extend_lens=dev[2 * bs : 3 * bs],
-                           input_ids=batch_data["input_ids"][0, :ntok], positions=batch_data["position_ids"][0, :ntok],
-                           out_cache_loc=engine_loc if engine_loc is not None else dev[3 * bs :])
-
-
-    def _lut_updates(self, reqs: tuple[ScheduledRequest, ...], out: torch.Tensor) -> int:
-        """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the
-        engine's sliding block table as it is now; return the number of entries (indices, then values).
-
-        The window is the ``window - 1`` positions before the step (what the step's attention reads).
-        Positions whose ring slot this step's own tokens overwrite (a chunk longer than one token) map to
-        slot 0, which the verify skips; new tokens the ring does not keep (a chunk longer than the window)
-        map to -1, which the write skips."""
-        sw = self.layout.sliding
-        assert sw is not None
-        keys: list[torch.Tensor] = []
-        vals: list[torch.Tensor] = []
-        w = sw.window
-        for r in reqs:
-            past, q = r.past_length, r.query_length
-            lo = max(0, past - (w - 1))
-            p = torch.arange(lo, past + q, dtype=torch.int64)
-            blocks = torch.tensor(sw.block_table.get(r.request_id, []), dtype=torch.int64)
-            if blocks.numel() == 0:
-                continue
-            ring = p % w
-            slot = blocks[(ring // sw.page).clamp(max=blocks.numel() - 1)] * sw.stride + ring % sw.page
-            slot = torch.where((p < past) & (p < past - w + q), 0, slot)
-            slot = torch.where((p >= past) & (p < past + q - w), -1, slot)
-            keys.append(self.rows.row_tensor(r.request_id)[lo : past + q].to(torch.int64))
-            vals.append(slot)
-        if not keys:
-            return 0
-        k, v = torch.cat(keys), torch.cat(vals)
-        m = int(k.numel())
-        out[:m] = k
-        out[m : 2 * m] = v
-        return m
 
 
 _LOCK = threading.Lock()
@@ -261,7 +133,7 @@ class TransformersCanary:
         """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
         on a GPU, so this is enqueue time there)."""
         self._seen: set[str] = set()
-        self._pools: dict[int, _PoolState] = {}
+        self._pools: dict[int, PoolState] = {}
         self._attached = False
 
     # -- attach / detach -----------------------------------------------------------------------------
@@ -303,7 +175,7 @@ class TransformersCanary:
         """The layout of the latest paged cache (None before the first step)."""
         return next(reversed(self._pools.values())).layout if self._pools else None
 
-    def _collect(self, pool: _PoolState, events: list[ViolationEvent]) -> list[CanaryReport]:
+    def _collect(self, pool: PoolState, events: list[ViolationEvent]) -> list[CanaryReport]:
         new = []
         sw = pool.layout.sliding
         for e in events:
@@ -319,11 +191,12 @@ class TransformersCanary:
         return new
 
     # -- the step ------------------------------------------------------------------------------------
-    def _pool(self, runner: Any) -> _PoolState:
+    def _pool(self, runner: Any) -> PoolState:
         check_runner(runner)
         pool = self._pools.get(id(runner.cache))
         if pool is None or pool.cache is not runner.cache:
-            pool = _PoolState(self, runner)
+            pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
+                             max_context_len=self.max_context_len)
             self._pools[id(runner.cache)] = pool
         return pool
 
