@@ -142,8 +142,14 @@ def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None
 @arguments("demo")
 def _demo_args(p: argparse.ArgumentParser) -> None:
     from kvcanary.demo.engine.faults import Fault
+    from kvcanary.integrations.transformers.fault_kinds import TfFault
 
-    p.add_argument("--fault", choices=["all", "none", *[f.value for f in Fault]], default="all",
+    p.add_argument("--engine", choices=["kvcanary", "transformers"], default="kvcanary",
+                   help="kvcanary's small engine (default) or transformers' continuous batching (needs the "
+                        "'transformers' extra)")
+    p.add_argument("--fault", choices=["all", "none", *[f.value for f in Fault],
+                                       *[f.value for f in TfFault if f.value not in {g.value for g in Fault}]],
+                   default="all",
                    help="the fault class to inject after the clean run (default: every class; none: clean only)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="engine steps per run")
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
@@ -164,6 +170,10 @@ def main(args: argparse.Namespace) -> int:
     from kvcanary.demo.engine.faults import Fault
     from kvcanary.registry import BackendError
 
+    if args.engine == "transformers":
+        from kvcanary.integrations.transformers.cli import main as transformers_main
+
+        return transformers_main(args)
     if args.steps < 16:
         raise UsageError(f"--steps must be >= 16, got {args.steps}",
                          hint="the workload's faults need that many steps to occur")

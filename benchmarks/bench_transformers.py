@@ -1,0 +1,142 @@
+"""Tokens/s of transformers' continuous batching with and without kvcanary attached, same inputs.
+
+One ``generate_batch`` run of ``bs`` seeded random prompts (greedy, eager: no CUDA graphs, no compile) on a
+Llama-family model with seeded random weights, alternately without and with canaries (real-KV PARTIAL, K and
+V, sweep every 4 steps), after one warm-up run of each. Figures (best of ``--rounds``):
+
+- ``generate ... without canary`` / ``with canary``: wall time of the run (the floor of the second is the
+  first: the same work without the canary), and ``tokens/s`` of each;
+- ``canary_share``: (with - without) / with, the canary's share of the run;
+- ``host phases``: per step, the host time of each phase of the wrapped step (map: block tables to
+  canary rows; head: plan + HEAD verify/write; tail; end_step: sweep, read-back, report) beside the forward's.
+
+GPU defaults: 8 layers, hidden 1024 (8 heads of 128, 8 KV heads), bs 32, 1536-token prompts + 128 new
+tokens, bf16, page 256. ``--device cpu`` shrinks everything (2 layers, hidden 256, bs 8, 96 + 32 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from benchmarks.report import Report, machine
+from kvcanary.integrations.transformers import attach_canaries
+from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
+
+BENCH = "bench_transformers"
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, canary: bool) -> tuple[float, Any]:
+    """Seconds of one generate_batch run (and the attached canary, if any)."""
+    import transformers
+
+    gen_cls: Any = transformers.GenerationConfig
+    gc = gen_cls(max_new_tokens=args.new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    pages = (args.prompt_len + args.new_tokens + args.page - 1) // args.page
+    cb = cb_config(page=args.page, num_blocks=args.bs * pages + 8, max_batch_tokens=args.batch_tokens,
+                   max_requests=args.bs)
+    session = attach_canaries(model, real_kv=args.real_kv, backend=args.backend) if canary else None
+    _sync(args.device)
+    start = time.perf_counter()
+    if session is not None:
+        with session:
+            out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb,
+                                       progress_bar=False)
+    else:
+        out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb, progress_bar=False)
+    _sync(args.device)
+    seconds = time.perf_counter() - start
+    bad = [rid for rid, o in out.items() if o.error or len(o.generated_tokens) != args.new_tokens]
+    if bad:
+        raise RuntimeError(f"requests failed or were cut short: {bad[:4]}")
+    if session is not None and session.reports:
+        raise RuntimeError(f"the clean benchmark run reported violations: {session.reports[0].event.message}")
+    return seconds, session
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
+    p.add_argument("--real-kv", default="partial", choices=["partial", "all"])
+    p.add_argument("--layers", type=int)
+    p.add_argument("--hidden", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--bs", type=int)
+    p.add_argument("--prompt-len", type=int)
+    p.add_argument("--new-tokens", type=int)
+    p.add_argument("--page", type=int)
+    p.add_argument("--batch-tokens", type=int)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None, help="results JSON (benchmarks/report.py's schema)")
+    args = p.parse_args()
+    cpu = args.device == "cpu"
+    defaults = dict(layers=2, hidden=256, heads=4, bs=8, prompt_len=96, new_tokens=32, page=16, batch_tokens=512) \
+        if cpu else dict(layers=8, hidden=1024, heads=8, bs=32, prompt_len=1536, new_tokens=128, page=256,
+                         batch_tokens=4096)
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    dtype = torch.float32 if cpu else torch.bfloat16
+    vocab = 1024 if cpu else 32000
+    if cpu:
+        torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    model = tiny_llama(seed=0, layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.heads,
+                       vocab=vocab, dtype=dtype, device=args.device)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(1, vocab) for _ in range(args.prompt_len)] for _ in range(args.bs)]
+    import transformers
+
+    from kvcanary.registry import REGISTRY, Op
+
+    used = {op.value: REGISTRY.select(op, torch.device(args.device), args.backend).backend.name for op in Op}
+    shape = (f"{args.layers}L h{args.hidden} bs={args.bs} ctx={args.prompt_len}+{args.new_tokens} "
+             f"{str(dtype).removeprefix('torch.')} page={args.page} real_kv={args.real_kv} [{used['verify']}]")
+    r = Report(BENCH, machine(args.device, f"transformers {transformers.__version__}"))
+    r.details.update(vars(args))
+    r.details["backend_per_op"] = used
+    one_run(model, prompts, args, False)  # warm-up: allocator, kernels, autotuning
+    one_run(model, prompts, args, True)
+    off: list[float] = []
+    on: list[float] = []
+    sessions = []
+    for _ in range(args.rounds):
+        off.append(one_run(model, prompts, args, False)[0])
+        t, s = one_run(model, prompts, args, True)
+        on.append(t)
+        sessions.append(s)
+    t_off, t_on = min(off), min(on)
+    tokens = args.bs * args.new_tokens
+    r.add(f"generate without canary {shape}", t_off, t_off, unit="ms")
+    r.add(f"generate with canary {shape}", t_on, t_off, unit="ms")
+    r.value(f"tokens/s without canary {shape}", tokens / t_off, None, unit="tokens/s")
+    r.value(f"tokens/s with canary {shape}", tokens / t_on, None, unit="tokens/s")
+    r.value(f"canary_share {shape}", (t_on - t_off) / t_on * 100, None, unit="%",
+            note="of the run's wall time (target on the GPU: < 3)")
+    best = sessions[on.index(t_on)]
+    steps = max(1, best.steps)
+    for phase, seconds in best.host_seconds.items():
+        r.add(f"host {phase} per step {shape}", seconds / steps, None, unit="us")
+    r.details["host_seconds"] = best.host_seconds
+    r.details["steps"] = best.steps
+    r.details["attn_implementation"] = str(getattr(model.config, "_attn_implementation", "?"))
+    r.details["rounds_off"] = off
+    r.details["rounds_on"] = on
+    r.write(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""The attached canary: wraps transformers' model-runner step, runs HEAD before the forward, TAIL after.
+
+``ModelRunner.compute_batch(model, batch_data)`` is the one call every continuous-batching step makes
+with the step's own inputs (``input_ids``, ``position_ids``, the ``write_index`` per group, the cache)
+while the batch's request states sit in ``runner.inputs_and_outputs.requests_in_batch``. Attaching
+replaces that method on the class with a wrapper that, for the attached model only, maps the step onto a
+:class:`~kvcanary.manager.CanaryBatch`, runs the manager's HEAD, the original step, the manager's TAIL,
+then ``end_step`` (the sweep over shared and cached blocks, the asynchronous read-back, the report).
+Detaching puts the original method back. The canary only reads the engine's tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvcanary.consts import CanaryMode, RealKvHashMode
+from kvcanary.integrations.transformers.layout import CacheLayout
+from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
+from kvcanary.integrations.transformers.rows import RequestRows
+from kvcanary.manager import (
+    CanaryConfig,
+    CanaryManager,
+    ViolationEvent,
+)
+from kvcanary.violations import canary_kind
+
+logger = logging.getLogger("kvcanary.transformers")
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What a step hook sees before the forward: the engine's kwargs (mutable: a fault may edit them),
+    the scheduled requests in token order, the cache layout and the step number."""
+
+    step: int
+    batch_data: dict[str, Any]
+    requests: tuple[ScheduledRequest, ...]
+    layout: CacheLayout
+    rows: RequestRows
+
+
+StepHook = Callable[[StepView], None]
+
+
+@dataclass(frozen=True)
+class CanaryReport:
+    """A violation with the requests whose blocks hold its slot (empty for a cached, unowned block)."""
+
+    event: ViolationEvent
+    request_ids: tuple[str, ...]
+
+    @property
+    def check(self) -> str:
+        """``per_forward_head_k_full``, ``sweep_v_full``... (the launch tag, lower case)."""
+        return canary_kind(self.event.violation.kernel_kind)
+
+
+_LOCK = threading.Lock()
+_ACTIVE: dict[int, TransformersCanary] = {}
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _runner_class() -> Any:
+    from transformers.generation.continuous_batching.model_runner import ModelRunner
+
+    return ModelRunner
+
+
+def _install() -> None:
+    cls = _runner_class()
+    if "compute_batch" in _ORIGINAL:
+        return
+    original = cls.compute_batch
+    _ORIGINAL["compute_batch"] = original
+
+    def compute_batch(self: Any, model: Any, batch_data: dict[str, Any]) -> None:
+        session = _ACTIVE.get(id(model))
+        if session is None:
+            original(self, model, batch_data)
+            return
+        session._step(self, model, batch_data, original)
+
+    compute_batch.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.compute_batch = compute_batch
+
+
+def _uninstall() -> None:
+    original = _ORIGINAL.pop("compute_batch", None)
+    if original is not None:
+        _runner_class().compute_batch = original
+
+
+def check_runner(runner: Any) -> None:
+    """Refuse a model runner whose settings the canary cannot follow, with the setting to change."""
+    if getattr(runner, "pad_inputs", False):
+        raise RuntimeError("kv-canary: the transformers integration runs eagerly around the step; turn CUDA "
+                           "graphs and torch.compile off (ContinuousBatchingConfig(use_cuda_graph=False), no "
+                           "compile configs)")
+    offload = getattr(runner.cb_config, "cpu_offload_space", 0.0)
+    if offload is None or offload > 0:
+        raise RuntimeError("kv-canary: CPU offloading copies KV between blocks without the canary records; pass "
+                           "ContinuousBatchingConfig(cpu_offload_space=0) with canaries attached")
+    if not hasattr(runner.inputs_and_outputs, "requests_in_batch"):
+        raise RuntimeError("kv-canary: asynchronous batching is not supported; pass "
+                           "ContinuousBatchingConfig(use_async_batching=False)")
+
+
+class TransformersCanary:
+    """Canaries on one model's continuous-batching runs. Use :func:`attach_canaries`."""
+
+    def __init__(self, model: Any, *, config: CanaryConfig, max_requests: int | None,
+                 max_context_len: int | None) -> None:
+        self.model = model
+        self.config = config
+        self.max_requests = max_requests
+        self.max_context_len = max_context_len
+        self.hooks: list[StepHook] = []
+        self.reports: list[CanaryReport] = []
+        self.steps = 0
+        self.prefix_hits = 0
+        """Requests the engine admitted with part of their prompt already cached (prefix-shared blocks)."""
+        self.swept_entries = 0
+        """Cached and shared slots verified by the sweeps so far."""
+        self.host_seconds: dict[str, float] = dict.fromkeys(("map", "head", "forward", "tail", "end_step"), 0.0)
+        """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
+        on a GPU, so this is enqueue time there)."""
+        self._seen: set[str] = set()
+        self._pools: dict[int, PoolState] = {}
+        self._attached = False
+
+    # -- attach / detach -----------------------------------------------------------------------------
+    def attach(self) -> TransformersCanary:
+        """Install the step wrapper for this model (idempotent)."""
+        with _LOCK:
+            if id(self.model) in _ACTIVE and _ACTIVE[id(self.model)] is not self:
+                raise RuntimeError("kv-canary: canaries are already attached to this model; detach them first")
+            _install()
+            _ACTIVE[id(self.model)] = self
+            self._attached = True
+        return self
+
+    def detach(self) -> list[CanaryReport]:
+        """Remove the wrapper (the engine is as it was), read what is still in flight, return every report."""
+        with _LOCK:
+            _ACTIVE.pop(id(self.model), None)
+            if not _ACTIVE:
+                _uninstall()
+            self._attached = False
+        for pool in self._pools.values():
+            self._collect(pool, pool.manager.flush())
+        return self.reports
+
+    def __enter__(self) -> TransformersCanary:
+        return self.attach()
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+    # -- what it found -------------------------------------------------------------------------------
+    @property
+    def managers(self) -> list[CanaryManager]:
+        """The canary manager of each paged cache seen so far (one per generate_batch run)."""
+        return [p.manager for p in self._pools.values()]
+
+    @property
+    def layout(self) -> CacheLayout | None:
+        """The layout of the latest paged cache (None before the first step)."""
+        return next(reversed(self._pools.values())).layout if self._pools else None
+
+    def _collect(self, pool: PoolState, events: list[ViolationEvent]) -> list[CanaryReport]:
+        new = []
+        sw = pool.layout.sliding
+        for e in events:
+            slot = e.violation.slot_idx
+            if sw is not None and e.violation.tag_name.endswith("_SWA"):
+                owners = tuple(r for r, b in sw.block_table.items() if slot // sw.stride in b)
+            else:
+                owners = tuple(pool.rows.owners(pool.layout.block_of(slot)))
+            new.append(CanaryReport(e, owners))
+            logger.warning("kv-canary: %s slot %d belongs to request(s) %s", e.violation.tag_name,
+                           e.violation.slot_idx, ", ".join(owners) or "none (cached block)")
+        self.reports += new
+        return new
+
+    # -- the step ------------------------------------------------------------------------------------
+    def _pool(self, runner: Any) -> PoolState:
+        check_runner(runner)
+        pool = self._pools.get(id(runner.cache))
+        if pool is None or pool.cache is not runner.cache:
+            pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
+                             max_context_len=self.max_context_len)
+            self._pools[id(runner.cache)] = pool
+        return pool
+
+    def _step(self, runner: Any, model: Any, batch_data: dict[str, Any], original: Any) -> None:
+        pool = self._pool(runner)
+        reqs = tuple(ScheduledRequest(fs.state.request_id, fs.state.position_offset - fs.query_length,
+                                      fs.query_length) for fs in runner.inputs_and_outputs.requests_in_batch)
+        for r in reqs:
+            if r.request_id not in self._seen:
+                self._seen.add(r.request_id)
+                self.prefix_hits += r.past_length > 0
+        for hook in self.hooks:
+            hook(StepView(self.steps, batch_data, reqs, pool.layout, pool.rows))
+        stream = runner.inputs_and_outputs.compute_stream
+        ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        manager = pool.manager
+        clock = self.host_seconds
+        with ctx:
+            t0 = time.perf_counter()
+            batch = pool.batch(reqs, batch_data)
+            t1 = time.perf_counter()
+            manager.prepare(batch)
+            manager.head(batch)
+            t2 = time.perf_counter()
+            original(runner, model, batch_data)
+            t3 = time.perf_counter()
+            manager.tail()
+            t4 = time.perf_counter()
+            seen = len(manager.events)
+            try:
+                manager.end_step()
+            except RuntimeError as err:  # RAISE mode: name the requests, then fail the batch
+                found = self._collect(pool, manager.events[seen:])
+                owners = sorted({r for f in found for r in f.request_ids})
+                raise RuntimeError(f"{err}\nkv-canary: requests affected: {', '.join(owners) or 'none'}") from None
+            self._collect(pool, manager.events[seen:])
+            t5 = time.perf_counter()
+        for name, dt in (("map", t1 - t0), ("head", t2 - t1), ("forward", t3 - t2), ("tail", t4 - t3),
+                         ("end_step", t5 - t4)):
+            clock[name] += dt
+        self.steps += 1
+        self.swept_entries = sum(p.swept for p in self._pools.values())
+
+
+def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,
+                    enable_v: bool = True, backend: str | None = None, max_requests: int | None = None,
+                    max_context_len: int | None = None) -> TransformersCanary:
+    """Canaries on ``model``'s continuous-batching runs (``generate_batch``, the manager, ``serve``).
+
+    ``with attach_canaries(model) as canary: model.generate_batch(...)``; ``canary.reports`` lists what
+    was found. ``mode``: ``log`` or ``raise`` (the step fails, naming the requests); ``real_kv``:
+    ``partial`` (16 bytes of each K/V row) or ``all``; ``sweep_interval``: steps between sweeps of shared
+    and cached blocks (0: off). ``max_requests`` / ``max_context_len`` size the request table (default:
+    twice the engine's batch, and the model's ``max_position_embeddings`` or the cache, whichever is less).
+    """
+    import transformers
+
+    from kvcanary.integrations.transformers.version import check_version
+
+    check_version(transformers.__version__)
+    if real_kv.strip().lower() not in ("partial", "all"):
+        raise ValueError(f"kv-canary: real_kv must be 'partial' or 'all', got {real_kv!r}")
+    if mode.strip().lower() not in ("log", "raise"):
+        raise ValueError(f"kv-canary: mode must be 'log' or 'raise', got {mode!r}")
+    config = CanaryConfig.from_strings(mode=mode, real_data=real_kv, sweep_interval=sweep_interval,
+                                       enable_v=enable_v, backend=backend, stats_every=10**9)
+    assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
+    return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)

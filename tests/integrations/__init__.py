@@ -1,0 +1,1 @@
+"""Tests of kvcanary's engine integrations."""

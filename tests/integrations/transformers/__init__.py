@@ -1,0 +1,1 @@
+"""kvcanary inside transformers' continuous batching: tiny seeded models on the CPU."""

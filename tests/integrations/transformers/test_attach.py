@@ -1,0 +1,101 @@
+"""Attaching and detaching: the engine is restored, bad settings are refused, raise mode names requests."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import transformers
+from transformers.generation.continuous_batching.model_runner import ModelRunner
+
+from kvcanary.integrations.transformers import attach_canaries
+from kvcanary.integrations.transformers.faults import FaultHook, TfFault
+from kvcanary.integrations.transformers.session import check_runner
+from kvcanary.integrations.transformers.version import check_version, parse_version
+from kvcanary.integrations.transformers.workload import cb_config
+from tests.integrations.transformers.harness import prompts
+
+
+def test_detach_restores_the_engine(model: Any) -> None:
+    before = ModelRunner.compute_batch
+    with attach_canaries(model):
+        assert ModelRunner.compute_batch is not before
+    assert ModelRunner.compute_batch is before
+
+
+def test_attaching_twice_to_one_model_is_refused(model: Any) -> None:
+    with attach_canaries(model), pytest.raises(RuntimeError, match="already attached"):
+        attach_canaries(model).attach()
+
+
+def test_bad_settings_are_refused(model: Any) -> None:
+    with pytest.raises(ValueError, match="real_kv must be 'partial' or 'all'"):
+        attach_canaries(model, real_kv="none")
+    with pytest.raises(ValueError, match="mode must be 'log' or 'raise'"):
+        attach_canaries(model, mode="off")
+
+
+def test_version_range() -> None:
+    assert parse_version("5.17.0") == (5, 17)
+    assert check_version("5.23.0.dev0") == (5, 23)
+    for bad in ("4.57.1", "5.24.0", "6.0", "garbage"):
+        with pytest.raises(RuntimeError, match=re.escape(">=5.17,<5.24")):
+            check_version(bad)
+
+
+generation_config: Any = transformers.GenerationConfig
+
+
+def test_raise_mode_fails_the_step_naming_the_request(model: Any) -> None:
+    hook = FaultHook(TfFault.POSITION_OFF_BY_ONE)
+    gc = generation_config(max_new_tokens=8, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    with attach_canaries(model, mode="raise") as canary:
+        canary.hooks.append(hook)
+        out = model.generate_batch(prompts(), generation_config=gc, continuous_batching_config=cb_config(),
+                                   progress_bar=False)
+    assert hook.fired_step is not None and canary.reports
+    errors = [o.error for o in out.values() if o.error]
+    assert errors, "raise mode must fail the step's requests"
+    assert any(f"requests affected: {hook.detail['request']}" in e for e in errors), errors[0]
+
+
+def test_kvcanary_imports_without_transformers() -> None:
+    code = ("import sys; sys.modules['transformers'] = None\n"  # any import of it would now fail
+            "import kvcanary, kvcanary.manager, kvcanary.integrations.transformers\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def _errors(model: Any, cb: Any) -> list[str]:
+    gc = generation_config(max_new_tokens=4, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    with attach_canaries(model):
+        out = model.generate_batch(prompts()[:2], generation_config=gc, continuous_batching_config=cb,
+                                   progress_bar=False)
+    return [o.error or "" for o in out.values()]
+
+
+def test_models_without_full_attention_are_refused_with_a_message() -> None:
+    mistral_config: Any = transformers.MistralConfig
+    mistral: Any = transformers.MistralForCausalLM
+    cfg = mistral_config(vocab_size=192, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, sliding_window=8)
+    errors = _errors(mistral(cfg).eval(), cb_config())
+    assert errors and all("supports models with full-attention layers" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(("settings", "match"), [
+    ({"cpu_offload_space": 1.0}, "cpu_offload_space=0"), ({"cpu_offload_space": None}, "cpu_offload_space=0"),
+    ({"pad_inputs": True}, "turn CUDA graphs and torch.compile off"), ({"io": object()}, "use_async_batching=False")])
+def test_runner_settings_the_canary_cannot_follow_are_refused(settings: dict[str, Any], match: str) -> None:
+    io = settings.get("io", SimpleNamespace(requests_in_batch=[]))
+    runner = SimpleNamespace(pad_inputs=settings.get("pad_inputs", False), inputs_and_outputs=io,
+                             cb_config=SimpleNamespace(cpu_offload_space=settings.get("cpu_offload_space", 0.0)))
+    with pytest.raises(RuntimeError, match=re.escape(match)):
+        check_runner(runner)
+    check_runner(SimpleNamespace(pad_inputs=False, inputs_and_outputs=SimpleNamespace(requests_in_batch=[]),
+                                 cb_config=SimpleNamespace(cpu_offload_space=0.0)))

@@ -1,0 +1,81 @@
+"""Each fault injected into the real engine is caught: the check that fired, the slot, the reason bits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcanary.consts import FailReason
+from kvcanary.integrations.transformers.faults import FaultHook, TfFault
+from tests.integrations.transformers.harness import SEED, SLIDING, first, run
+
+
+def _fired(hook: FaultHook) -> None:
+    assert hook.fired_step is not None, f"seed {SEED}: {hook.fault.value} found no place to fire"
+
+
+def test_flipped_kv_bytes_in_a_used_block(model: Any) -> None:
+    hook = FaultHook(TfFault.KV_FLIP_USED)
+    canary, _ = run(model, hook=hook)
+    _fired(hook)
+    r = first(canary)
+    assert r.check == "per_forward_tail_k_full", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx == hook.detail["slot"]
+    assert r.event.violation.reasons == FailReason.VERIFY_REAL_KV_HASH_MISMATCH
+    assert hook.detail["request"] in r.request_ids
+
+
+def test_block_handed_to_a_second_request_while_referenced(model: Any) -> None:
+    hook = FaultHook(TfFault.BLOCK_HANDED_TWICE)
+    canary, _ = run(model, hook=hook)
+    _fired(hook)
+    slots = hook.detail["slots"]
+    assert isinstance(slots, list)
+    r = first(canary)
+    # the new owner's forward overwrites the block's K/V: the old owner's TAIL sees the bytes change
+    assert r.check == "per_forward_tail_k_full", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx in slots
+    assert r.event.violation.reasons == FailReason.VERIFY_REAL_KV_HASH_MISMATCH
+    assert hook.detail["request"] in r.request_ids
+    # and the old owner's next HEAD verify finds another request's records in its block
+    heads = [x for x in canary.reports if x.check == "per_forward_head_k_full" and x.event.violation.slot_idx in slots]
+    assert heads, f"seed {SEED}: no HEAD report in the reused block"
+    assert heads[0].event.violation.reasons & FailReason.VERIFY_CHAIN_HASH_MISMATCH
+
+
+def test_block_table_entry_pointing_at_another_requests_block(model: Any) -> None:
+    hook = FaultHook(TfFault.BLOCK_TABLE_REDIRECT)
+    canary, _ = run(model, hook=hook)
+    _fired(hook)
+    r = first(canary)
+    assert r.check == "per_forward_head_k_full", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx == hook.detail["slot"]
+    assert r.event.violation.reasons == FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    assert r.event.step_recorded == hook.fired_step
+    assert {hook.detail["request"], hook.detail["victim"]} <= set(r.request_ids)
+
+
+def test_position_off_by_one(model: Any) -> None:
+    hook = FaultHook(TfFault.POSITION_OFF_BY_ONE)
+    canary, _ = run(model, hook=hook)
+    _fired(hook)
+    r = first(canary)
+    assert r.check == "per_forward_head_k_full", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx == hook.detail["slot"]
+    assert r.event.violation.reasons == FailReason.WRITE_POSITION_MISMATCH
+    assert r.event.step_recorded == hook.fired_step
+    assert hook.detail["request"] in r.request_ids
+
+
+@SLIDING
+def test_stale_sliding_window_block_read(hybrid: Any) -> None:
+    hook = FaultHook(TfFault.STALE_SWA_BLOCK)
+    canary, _ = run(hybrid, hook=hook)
+    _fired(hook)
+    slots = hook.detail["slots"]
+    assert isinstance(slots, list)
+    r = first(canary)
+    assert r.check == "per_forward_head_k_swa", f"seed {SEED}: {r.event.message}"
+    assert r.event.violation.slot_idx in slots
+    assert r.event.violation.reasons & FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    assert r.event.step_recorded == hook.fired_step
+    assert {hook.detail["request"], hook.detail["victim"]} <= set(r.request_ids)
