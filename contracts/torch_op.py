@@ -273,7 +273,8 @@ def register_contract_op(
     schema = sig.schema(extras)
     fn_name = "_rebuild_" + qualname.replace("::", "_")
     source, env = sig.rebuild_source(fn_name)
-    fields = ", ".join(contract.model_fields)
+    optional = contract.none_defaults()
+    fields = ", ".join(f"{f}=None" if f in optional else f for f in contract.model_fields)
     source += f"def _flatten(*, {fields}):\n    return [{', '.join(sig.flat_exprs())}]\n"
     filename = f"<operator {qualname}>"
     register_source(filename, source)
