@@ -85,20 +85,20 @@ class Contract(BaseModel):
     @classmethod
     def compiled(cls) -> Compiled:
         """Compile (once) and return the checker with its checks."""
-        done = cls.__dict__.get("_compiled_")
-        if isinstance(done, Compiled):
-            return done
-        cls._compiled_ = cls._compile(traceable=False)
-        return cls._compiled_
+        return cls._cached("_compiled_", traceable=False)
 
     @classmethod
     def traceable(cls) -> Compiled:
         """Compile (once) the checker without the checks that read memory addresses (see the compiler)."""
-        done = cls.__dict__.get("_traceable_")
-        if isinstance(done, Compiled):
-            return done
-        cls._traceable_ = cls._compile(traceable=True)
-        return cls._traceable_
+        return cls._cached("_traceable_", traceable=True)
+
+    @classmethod
+    def _cached(cls, attr: str, *, traceable: bool) -> Compiled:
+        done = cls.__dict__.get(attr)
+        if not isinstance(done, Compiled):
+            done = cls._compile(traceable=traceable)
+            setattr(cls, attr, done)
+        return done
 
     @classmethod
     def _compile(cls, *, traceable: bool) -> Compiled:

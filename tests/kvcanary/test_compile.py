@@ -8,7 +8,6 @@ repeats the step on a GPU with both GPU backends and CUDA graphs.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,19 +16,13 @@ from torch._dynamo.utils import counters
 
 import kvcanary as kc
 from kvcanary.registry import Op
+from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
 from kvcanary.testing.scenarios import GENERATORS
 from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step
 from tests.golden import loader as g
 
 GOLDEN = [c for f in ("verify_cases", "write_cases", "plan_cases", "scatter_cases") for c in g.load(f)]
 CPU_BACKENDS = ("torch_ref", "triton")
-
-
-def _opcheck(op: Op, kwargs: dict[str, Any], backend: str) -> None:
-    operator = kc.operators()[op]
-    flat = operator.flatten(**kwargs)
-    result = torch.library.opcheck(operator.op, (*flat, backend))
-    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_schema_is_derived_from_the_contract() -> None:
@@ -73,24 +66,13 @@ GOLDEN_RUNS = [("torch_ref", c) for c in GOLDEN] + [("triton", c) for c in GOLDE
 @pytest.mark.parametrize(("backend", "case"), GOLDEN_RUNS, ids=[f"{b}-{c.name}" for b, c in GOLDEN_RUNS])
 def test_opcheck_golden(case: g.Case, backend: str) -> None:
     launcher, kwargs = g.launch_args(case)
-    _opcheck(_op_of(launcher), kwargs, backend)
+    opcheck(op_of(launcher), kwargs, backend)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("op", list(Op), ids=[o.value for o in Op])
 def test_opcheck_random_valid_calls(op: Op, backend: str) -> None:
-    seed = random.randrange(2**32)
-    rng = random.Random(seed)
-    for _ in range(2):
-        call = GENERATORS[op](rng)
-        try:
-            _opcheck(op, call.make("cpu"), backend)
-        except AssertionError as exc:  # pragma: no cover - the message is what matters
-            raise AssertionError(f"{op.value} {call.label} from random.Random({seed}): {exc}") from exc
-
-
-def _op_of(launcher: Callable[..., None]) -> Op:
-    return next(op for op, o in kc.operators().items() if o.op is launcher.__kvc_operator__.op)  # type: ignore[attr-defined]
+    opcheck_random(op, "cpu", backend, count=2)
 
 
 # -- compiled steps -------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from torch._dynamo.utils import counters
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
 from kvcanary.testing.parity import ring_rows
-from kvcanary.testing.scenarios import GENERATORS
 from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step
 from tests.golden import loader as g
 
@@ -34,31 +34,17 @@ def _backends() -> list[str]:
 BACKENDS = _backends() if torch.cuda.is_available() else ["triton", "cuda"]
 
 
-def _opcheck(op: Op, kwargs: dict[str, object], backend: str) -> None:
-    operator = kc.operators()[op]
-    result = torch.library.opcheck(operator.op, (*operator.flatten(**kwargs), backend))
-    assert set(result.values()) == {"SUCCESS"}, result
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_opcheck_golden_gpu(backend: str) -> None:
     for case in GOLDEN:
         launcher, kwargs = g.launch_args(case, DEV)
-        op = next(o for o, c in kc.operators().items() if c.op is launcher.__kvc_operator__.op)  # type: ignore[attr-defined]
-        _opcheck(op, kwargs, backend)
+        opcheck(op_of(launcher), kwargs, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", list(Op), ids=[o.value for o in Op])
 def test_opcheck_random_gpu(op: Op, backend: str) -> None:
-    seed = random.randrange(2**32)
-    rng = random.Random(seed)
-    for _ in range(3):
-        call = GENERATORS[op](rng)
-        try:
-            _opcheck(op, call.make(DEV), backend)
-        except AssertionError as exc:  # pragma: no cover
-            raise AssertionError(f"{op.value} {call.label} from random.Random({seed}): {exc}") from exc
+    opcheck_random(op, DEV, backend, count=3)
 
 
 def _static(world: StepWorld) -> None:
