@@ -59,6 +59,7 @@ def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, cana
         out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb, progress_bar=False)
     _sync(args.device)
     seconds = time.perf_counter() - start
+    print(f"run {'with' if canary else 'without'} canary: {seconds:.2f} s", flush=True)
     bad = [rid for rid, o in out.items() if o.error or len(o.generated_tokens) != args.new_tokens]
     if bad:
         raise RuntimeError(f"requests failed or were cut short: {bad[:4]}")

@@ -13,9 +13,9 @@ for b in triton cuda; do
     echo "transformers gpu tests [$b]: rc=$r"; grep -E "passed|failed|error" "$OUT/tests_$b.log" | tail -2
 done
 for b in cuda triton; do
-    timeout 80 python3 benchmarks/bench_transformers.py --device cuda --backend "$b" --rounds 2 \
+    timeout 110 python3 benchmarks/bench_transformers.py --device cuda --backend "$b" --rounds 1 \
         --out "$OUT/bench_transformers_$b.json" >"$OUT/bench_$b.log" 2>&1
     r=$?; rc=$((rc | r))
-    echo "bench_transformers [$b]: rc=$r"; grep -E "^(generate|tokens/s|canary_share|host)" "$OUT/bench_$b.log" | tail -10
+    echo "bench_transformers [$b]: rc=$r"; grep -E "^(run |generate|tokens/s|canary_share|host)" "$OUT/bench_$b.log" | tail -14
 done
 exit $rc
