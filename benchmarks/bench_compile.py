@@ -27,10 +27,11 @@ import torch
 import kvcanary as kc
 from benchmarks import timing
 from benchmarks.report import Report, machine
+from kvcanary.manager import CanaryBatch
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
 from kvcanary.testing.parity import launcher
-from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step, forward_only
+from kvcanary.testing.step_world import StepWorld, batch_tensors, canary_step, forward_only
 
 SMALL: dict[Op, Callable[[torch.device], dict[str, object]]] = {
     Op.VERIFY: calls.verify, Op.WRITE: calls.write, Op.PLAN: calls.plan, Op.SCATTER: calls.scatter,
@@ -52,30 +53,21 @@ def host_rows(r: Report, dev: torch.device) -> None:
               note="host time per eager launch; floor: the public launcher, same backend")
 
 
-def decode_inputs(world: StepWorld, prefix: int) -> StepInputs:
+def decode_inputs(world: StepWorld, prefix: int) -> CanaryBatch:
     """Every row's next token after ``prefix`` cached ones (written by a prefill step first)."""
     bs, dev = world.rows, world.device
     rows = torch.arange(1, bs + 1, device=dev)
     r2t = world.req_to_token
-    pre = StepInputs(rows, torch.zeros(bs, dtype=torch.int64, device=dev),
-                     torch.full((bs,), prefix, dtype=torch.int64, device=dev),
-                     (torch.arange(prefix, device=dev)[None, :] + 1000 * rows[:, None]).reshape(-1),
-                     torch.arange(prefix, device=dev).repeat(bs), r2t[1:, :prefix].reshape(-1).to(torch.int64))
+    pre = CanaryBatch(req_pool_indices=rows, prefix_lens=torch.zeros(bs, dtype=torch.int64, device=dev),
+                      extend_lens=torch.full((bs,), prefix, dtype=torch.int64, device=dev),
+                      input_ids=(torch.arange(prefix, device=dev)[None, :] + 1000 * rows[:, None]).reshape(-1),
+                      positions=torch.arange(prefix, device=dev).repeat(bs),
+                      out_cache_loc=r2t[1:, :prefix].reshape(-1).to(torch.int64))
     canary_step(world, pre)
-    return StepInputs(rows, torch.full((bs,), prefix, dtype=torch.int64, device=dev),
-                      torch.ones(bs, dtype=torch.int64, device=dev), 1000 * rows + prefix,
-                      torch.full((bs,), prefix, dtype=torch.int64, device=dev), r2t[1:, prefix].to(torch.int64))
-
-
-def mark_static(world: StepWorld, x: StepInputs) -> None:
-    """Persistent buffers keep their address across steps: CUDA graphs through the compiler may then write them."""
-    tensors = [*world.buffer_tensors(), world.req_to_token, *x.tensors()]
-    for ctx in (world.head, world.tail):
-        tensors += [ctx.slot_run_counter, ctx.kernel_run_counter, ctx.enable_chain_position_assert]
-    for plan in (world.verify_plan, world.write_plan):
-        tensors += [getattr(plan, f) for f in plan.__dataclass_fields__ if getattr(plan, f) is not None]
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
+    return CanaryBatch(req_pool_indices=rows, prefix_lens=torch.full((bs,), prefix, dtype=torch.int64, device=dev),
+                       extend_lens=torch.ones(bs, dtype=torch.int64, device=dev), input_ids=1000 * rows + prefix,
+                       positions=torch.full((bs,), prefix, dtype=torch.int64, device=dev),
+                       out_cache_loc=r2t[1:, prefix].to(torch.int64))
 
 
 def step_rows(r: Report, dev: torch.device, bs: int, prefix: int) -> None:
@@ -83,7 +75,9 @@ def step_rows(r: Report, dev: torch.device, bs: int, prefix: int) -> None:
     x = decode_inputs(world, prefix)
     mode = "reduce-overhead" if dev.type == "cuda" else "default"
     if dev.type == "cuda":
-        mark_static(world, x)
+        world.mark_static()
+        for t in batch_tensors(x):
+            torch._dynamo.mark_static_address(t)
     with_canary = torch.compile(canary_step, mode=mode, fullgraph=True)
     without = torch.compile(forward_only, mode=mode, fullgraph=True)
     t_with = timing.wall(lambda: with_canary(world, x), calls=20, reps=7, warmup=3, include_gpu=True)

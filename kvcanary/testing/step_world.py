@@ -3,7 +3,8 @@ writes K/V, TAIL verify. Used by the ``torch.compile`` tests and the compiled-st
 
 :class:`StepWorld` holds every persistent buffer (the K pool, page table, canary records, ring, counters,
 plans); :func:`canary_step` is the function a test runs eagerly on one world and compiled on an identical
-one, then compares the buffers byte for byte. :meth:`StepWorld.inputs` makes one step's per-batch tensors:
+one, then compares the buffers byte for byte. :meth:`StepWorld.inputs` makes one step's batch (a
+:class:`~kvcanary.manager.CanaryBatch`):
 a batch of requests, each extending its row by a few tokens, with a decode-shaped or prefill-shaped mix.
 """
 
@@ -19,6 +20,7 @@ from kvcanary.context import VerifyOrWriteContext
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
+from kvcanary.manager.batch import CanaryBatch
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 from kvcanary.violations import ViolationLog
@@ -26,20 +28,9 @@ from kvcanary.violations import ViolationLog
 BYTES_PER_SLOT = 64
 
 
-@dataclass
-class StepInputs:
-    """One step's batch: request rows, their prefix and extend lengths, and the flat token arrays."""
-
-    req_pool_indices: torch.Tensor
-    prefix_lens: torch.Tensor
-    extend_lens: torch.Tensor
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    out_cache_loc: torch.Tensor
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.req_pool_indices, self.prefix_lens, self.extend_lens, self.input_ids, self.positions,
-                self.out_cache_loc]
+def batch_tensors(x: CanaryBatch) -> list[torch.Tensor]:
+    """A step's six per-batch tensors (its request rows, lengths and flat token arrays)."""
+    return [x.req_pool_indices, x.prefix_lens, x.extend_lens, x.input_ids, x.positions, x.out_cache_loc]
 
 
 @dataclass
@@ -115,7 +106,18 @@ class StepWorld:
     def buffer_tensors(self) -> list[torch.Tensor]:
         return list(self.buffers().values())
 
-    def inputs(self, rng: random.Random, *, bs: int, max_extend: int = 4) -> StepInputs:
+    def mark_static(self) -> None:
+        """Mark every persistent buffer as keeping its address across steps, so that CUDA graphs recorded
+        through the compiler (``mode="reduce-overhead"``) may write them in place."""
+        tensors = [*self.buffer_tensors(), self.req_to_token]
+        for ctx in (self.head, self.tail):
+            tensors += [ctx.slot_run_counter, ctx.kernel_run_counter, ctx.enable_chain_position_assert]
+        for plan in (self.verify_plan, self.write_plan):
+            tensors += [t for t in vars(plan).values() if isinstance(t, torch.Tensor)]
+        for t in tensors:
+            torch._dynamo.mark_static_address(t)
+
+    def inputs(self, rng: random.Random, *, bs: int, max_extend: int = 4) -> CanaryBatch:
         """A batch of ``bs`` distinct rows that still have room, each extending by 1..max_extend tokens;
         rows that fill up start over (a new request in a recycled row). Advances :attr:`lengths`."""
         order = list(range(1, self.rows + 1))
@@ -143,7 +145,8 @@ class StepWorld:
         def t(v: list[int]) -> torch.Tensor:
             return torch.tensor(v, dtype=torch.int64, device=self.device)
 
-        return StepInputs(t(rpi), t(prefix), t(extend), t(ids), t(pos), t(loc))
+        return CanaryBatch(req_pool_indices=t(rpi), prefix_lens=t(prefix), extend_lens=t(extend), input_ids=t(ids),
+                           positions=t(pos), out_cache_loc=t(loc))
 
 
 def fake_forward(kv: torch.Tensor, input_ids: torch.Tensor, positions: torch.Tensor, loc: torch.Tensor) -> None:
@@ -153,7 +156,7 @@ def fake_forward(kv: torch.Tensor, input_ids: torch.Tensor, positions: torch.Ten
     kv.index_copy_(0, loc, values.to(torch.uint8))
 
 
-def canary_step(world: StepWorld, x: StepInputs, backend: str | None = None) -> None:
+def canary_step(world: StepWorld, x: CanaryBatch, backend: str | None = None) -> None:
     """One forward with canaries: plan, HEAD verify + write, the forward, TAIL verify + write (real KV)."""
     launch_canary_plan_kernels(
         verify_plan_out=world.verify_plan, write_plan_out=world.write_plan, req_pool_indices=x.req_pool_indices,
@@ -172,6 +175,6 @@ def canary_step(world: StepWorld, x: StepInputs, backend: str | None = None) -> 
             fake_forward(world.kv, x.input_ids, x.positions, x.out_cache_loc)
 
 
-def forward_only(world: StepWorld, x: StepInputs) -> None:
+def forward_only(world: StepWorld, x: CanaryBatch) -> None:
     """The same step without canaries (the benchmark's baseline)."""
     fake_forward(world.kv, x.input_ids, x.positions, x.out_cache_loc)

@@ -3,6 +3,7 @@ against eager, and 100 steps under ``mode="reduce-overhead"`` (CUDA graphs throu
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -13,7 +14,7 @@ import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
 from kvcanary.testing.parity import ring_rows
-from kvcanary.testing.step_world import StepInputs, StepWorld, canary_step
+from kvcanary.testing.step_world import StepWorld, canary_step
 from tests.golden import loader as g
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -47,17 +48,6 @@ def test_opcheck_random_gpu(op: Op, backend: str) -> None:
     opcheck_random(op, DEV, backend, count=3)
 
 
-def _static(world: StepWorld) -> None:
-    """Persistent buffers keep their address: CUDA graphs through the compiler may write them in place."""
-    tensors = [*world.buffer_tensors(), world.req_to_token]
-    for ctx in (world.head, world.tail):
-        tensors += [ctx.slot_run_counter, ctx.kernel_run_counter, ctx.enable_chain_position_assert]
-    for plan in (world.verify_plan, world.write_plan):
-        tensors += [t for t in vars(plan).values() if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
-
-
 def _compare(eager: StepWorld, compiled: StepWorld, step: int, base: int) -> int:
     """Every buffer equal; the rows this step appended equal as a multiset (a GPU appends them in any order).
     Returns the write index after the step."""
@@ -80,7 +70,7 @@ def test_compiled_steps_match_eager_gpu(backend: str, mode: str) -> None:
     eager = StepWorld.create(DEV, rows=16, max_len=64)
     compiled = StepWorld.create(DEV, rows=16, max_len=64)
     if mode == "reduce-overhead":
-        _static(compiled)
+        compiled.mark_static()
     step = torch.compile(canary_step, mode=mode, fullgraph=True, dynamic=True)
     rng_e, rng_c = random.Random(11), random.Random(11)
     sizes = [8, 8, 12, 3, 8, 16, 5]
@@ -103,8 +93,7 @@ def test_compiled_steps_match_eager_gpu(backend: str, mode: str) -> None:
 def test_contract_error_under_compile_gpu() -> None:
     world = StepWorld.create(DEV, rows=4, max_len=8)
     x = world.inputs(random.Random(0), bs=2)
-    bad = StepInputs(x.req_pool_indices, x.prefix_lens, x.extend_lens, x.input_ids.to(torch.int32), x.positions,
-                     x.out_cache_loc)  # int32 token ids: the contract wants int64
+    bad = dataclasses.replace(x, input_ids=x.input_ids.to(torch.int32))  # int32 token ids: the contract wants int64
     with pytest.raises(kc.ContractError) as eager:
         canary_step(world, bad)
     torch._dynamo.reset()
