@@ -2,8 +2,9 @@
 
 A parallel backend may append one launch's rows in any order, so ring rows past ``base`` (the write index
 before the launch) are compared as a multiset; rows before ``base`` and the final write index must be
-exact. When a launch overflows the ring part-way (``order_sensitive``), which rows were kept depends on
-the order, so only the index and the untouched prefix are compared.
+exact. When a launch overflows the ring part-way (``order_sensitive``, or the reference's own write index
+passing the capacity), which rows were kept depends on the order, so only the index and the untouched
+prefix are compared.
 
 Two things torch_ref documents as unspecified for a parallel backend are taken out of write calls before
 they are compared (:func:`without_unspecified`): a slot stored twice by one launch, and a seed slot the same
@@ -35,6 +36,7 @@ def compare_ring(got: torch.Tensor, want: torch.Tensor, base: int, total: int, *
     got, want = got.cpu(), want.cpu()
     kept = min(max(total, 0), cap)
     start = min(max(base, 0), cap)
+    order_sensitive = order_sensitive or start < cap < total  # the reference itself overflowed part-way
     problems: list[str] = []
     if not torch.equal(got[:start], want[:start]):
         problems.append("rows before the launch changed")

@@ -394,7 +394,7 @@ def verify_call(rng: random.Random, *, hostile: bool = False) -> Call:
         return {"context": ctx, "plan": _rows_plan(rows, device, num_valid=num_valid, enable=enable),
                 "check_verify_expected_token": check}
 
-    overflow = base < world.ring.shape[0] < base + count
+    overflow = base < world.ring.shape[0] < base + min(max(num_valid, 0), cap)
     return Call(Op.VERIFY, make, context_outputs, base, order_sensitive=overflow, label="verify")
 
 

@@ -52,6 +52,12 @@ def test_random_scenarios(op: Op, hostile: bool) -> None:
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
 
 
+@pytest.mark.parametrize(("op", "seed", "count"), [(Op.VERIFY, 3139321740, 4)], ids=["verify-ring-overflow"])
+def test_recorded_seeds(op: Op, seed: int, count: int) -> None:
+    """Seeds that once failed: a verify whose rows overflowed the ring with the scenario predicting none."""
+    assert fuzz(op, "cpu", EMU, seed=seed, count=count, hostile=False) == []
+
+
 S = _support
 MID_WARP = S.ROWS_ENDING_MID_WARP
 LARGER: dict[str, Callable[[], Call]] = {
