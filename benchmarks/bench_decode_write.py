@@ -5,6 +5,10 @@ and 4 sources, each launch replayed from a CUDA graph (GPU time). The floor besi
 same ``bs``, a probe launch doing only what a one-token write cannot avoid: per request the two dependent
 loads (offset and seed; then the seed record, token and slot) and one store (benchmarks/floors_cuda.py,
 measured in the same run). Targets: real-KV off at most 2x that probe; Triton at most 1.3x CUDA.
+
+``--fold-tiles 128,64`` also times Triton with other real-KV fold tiles (tokens per fold iteration): the
+tile sets the kernel's registers, hence how many of the ``bs x 2`` programs of a PARTIAL decode write are
+resident at once (``tools/triton_resources.py`` prints that without a GPU).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from benchmarks import floors_cuda as fc
 from benchmarks import timing
 from benchmarks.report import Report, machine
 from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
+from kvcanary.backends.triton._jit import TUNING
 from kvcanary.testing import scenarios as sc
 
 DEV = torch.device("cuda")
@@ -45,7 +50,10 @@ def sources(num_slots: int, count: int) -> tuple[kc.RealKvSource, ...]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
+    ap.add_argument("--fold-tiles", default="", help="comma-separated Triton fold tiles to time besides the default")
     args = ap.parse_args()
+    fold_tiles = [int(t) for t in args.fold_tiles.split(",") if t]
+    default_tile = TUNING["write_fold_tile"]
     if not torch.cuda.is_available():
         print("bench_decode_write: needs a CUDA device", file=sys.stderr)
         return
@@ -72,6 +80,16 @@ def main() -> None:
                       target=2.0 if nsrc == 0 else None, note="floor: the dependent-load probe, same bs")
             r.value(f"bs={bs} x 1, {label}: triton / cuda", times["triton"] / times["cuda"], 1.0, unit="x",
                     target=1.3)
+            for tile in fold_tiles if nsrc else ():
+                TUNING["write_fold_tile"] = tile
+                try:
+                    t = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="triton"), rounds=100)
+                finally:
+                    TUNING["write_fold_tile"] = default_tile
+                r.add(f"bs={bs} x 1, {label} [triton, fold tile {tile}, graph]", t, probe,
+                      note=f"default tile {default_tile}: {times['triton'] * 1e6:.2f} us")
+                r.value(f"bs={bs} x 1, {label}: triton fold tile {tile} / cuda", t / times["cuda"], 1.0, unit="x",
+                        target=1.3)
     r.write(args.out)
 
 

@@ -28,8 +28,8 @@ import triton
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 """True when the kernels below were decorated under Triton's interpreter (CPU tensors only)."""
 
-#: Launch shapes. Module-level so that ``benchmarks/bench_triton.py --sweep`` can try alternatives on a GPU
-#: without touching the kernels (each key is read at launch time; changing one recompiles once).
+#: Launch shapes. Module-level so that a benchmark can try alternatives on a GPU without touching the kernels
+#: (each key is read at launch time; changing one recompiles once): ``bench_decode_write.py --fold-tiles``.
 TUNING: dict[str, int] = {
     "verify_block": 512,  # entries per program iteration
     "verify_warps": 8,

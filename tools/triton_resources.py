@@ -1,0 +1,108 @@
+"""Registers of the Triton write kernel's specializations, compiled for a Hopper GPU without one.
+
+Triton compiles ahead of time for a named target (``GPUTarget("cuda", 90, 32)``) with the ``ptxas`` its
+wheel ships, so the register count of every specialization, and from it how many programs an SM holds at
+once, can be read on a machine with no GPU. For a decode-shaped write (``bs`` one-token requests, grid
+``bs x F`` with ``F = 2`` when real-KV sources are folded) this says whether the whole grid is resident in
+one wave or needs two, which the GPU benchmark (``benchmarks/bench_decode_write.py --fold-tiles``) then
+measures.
+
+    python tools/triton_resources.py [--sms 132] [--bs 1024] [--tiles 256,128,64,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from kvcanary.backends.triton import write as triton_write
+from kvcanary.backends.triton._jit import TUNING
+
+# sm_90 limits (CUDA occupancy rules): registers are allocated per warp in units of 256
+REGS_PER_SM, MAX_BLOCKS, MAX_WARPS, REG_UNIT = 65536, 32, 64, 256
+POINTERS = {"buf": "*u8", "ring": "*i64", "write_index": "*i32", "slot_counter": "*i64", "kernel_counter": "*i64",
+            "chain_assert": "*i32", "offsets": "*i64", "seeds": "*i64", "num_valid_reqs": "*i32",
+            "input_ids": "*i64", "positions": "*i64", "out_cache_loc": "*i64"}
+SOURCE_ARG = re.compile(r"^([srwptn])(\d)$")
+
+
+def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """Argument types and constexprs of the write kernel as the backend launches it (input assert and the
+    write-slot check off: arguments the kernel never reads are constexpr None)."""
+    consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
+              "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False,
+              "expected_tokens": None, "expected_positions": None, "rpi": None, "r2t": None, "lut": None,
+              "rpi_len": 0, "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
+    sig: dict[str, str] = {}
+    for name in inspect.signature(triton_write._write_kernel.fn).parameters:
+        m = SOURCE_ARG.match(name)
+        if name in consts:
+            sig[name] = "constexpr"
+        elif m and int(m.group(2)) >= nsrc:
+            sig[name], consts[name] = "constexpr", None
+        elif m:
+            sig[name] = "*u8" if m.group(1) == "s" else "i64"
+        else:
+            sig[name] = POINTERS.get(name, "i64")
+    return sig, consts
+
+
+def registers(fn: Any, sig: dict[str, str], consts: dict[str, Any], warps: int) -> tuple[int, int]:
+    """Registers per thread of ``fn`` compiled for sm_90 and the bytes of local memory (spills) per thread,
+    read back from the cubin with cuobjdump."""
+    names = list(sig)
+    src = ASTSource(fn, sig, {(names.index(k),): v for k, v in consts.items()})
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    return int(re.findall(r"REG:(\d+)", out)[0]), int(re.findall(r"LOCAL:(\d+)", out)[0])
+
+
+def blocks_per_sm(regs: int, warps: int) -> int:
+    per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
+    return min(MAX_BLOCKS, MAX_WARPS // warps, REGS_PER_SM // (per_warp * warps))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sms", type=int, default=132, help="streaming multiprocessors (H100 SXM and H200: 132)")
+    ap.add_argument("--bs", type=int, default=1024, help="one-token requests of the decode write")
+    ap.add_argument("--tiles", default="256,128,64,32", help="fold tiles to compile")
+    args = ap.parse_args()
+    warps = TUNING["write_warps"]
+    tiles = [int(t) for t in args.tiles.split(",")]
+    print(f"write kernel, {warps} warp(s) a program, sm_90, {args.sms} SMs; decode grid {args.bs} x F "
+          f"(default fold tile {TUNING['write_fold_tile']})")
+    print(f"{'sources':>7} {'mode':>7} {'fold tile':>9} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} "
+          f"{'grid':>6} {'waves':>5}")
+    for nsrc in (0, 1, 2, 4):
+        for partial in ((True,) if nsrc == 0 else (True, False)):
+            for tile in tiles[:1] if nsrc == 0 else tiles:
+                sig, consts = write_signature(nsrc, partial, tile)
+                regs, spill = registers(triton_write._write_kernel, sig, consts, warps)
+                per_sm = blocks_per_sm(regs, warps)
+                resident = per_sm * args.sms
+                grid = args.bs * triton_write.fold_programs(nsrc, args.bs)
+                mode = "NONE" if nsrc == 0 else ("PARTIAL" if partial else "ALL")
+                print(f"{nsrc:>7} {mode:>7} {tile if nsrc else '-':>9} {regs:>5} {spill:>7} {per_sm:>11} {resident:>8} "
+                      f"{grid:>6} {-(-grid // resident):>5}")
+
+
+if __name__ == "__main__":
+    main()
