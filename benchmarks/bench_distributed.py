@@ -8,8 +8,9 @@ staged through the host with gloo). Rank 0 is the sender / TP peer, rank 1 measu
   reference every canary cost is compared with. Floor: its bytes at the device copy bandwidth.
 - ``kv + records transfer``: the same message with the canary records (4 buffers x 32 B per slot).
 - ``pack_records`` / ``unpack_records`` (sender gather, receiver scatter at other slot numbers) and the
-  receiver's ``TransferVerifier`` (HEAD + TAIL, K + V, real-KV PARTIAL, token check), each beside its
-  traffic floor; then the canary's total per transfer against the transfer, and per transferred MiB.
+  receiver's ``TransferVerifier`` (HEAD + TAIL, K + V, real-KV PARTIAL, token check; the run given as host
+  lists, then as device tensors), each beside its traffic floor; then the canary's total per transfer
+  against the transfer, and per transferred MiB.
 - TP: the per-forward digest fold of a decode batch, the per-step exchange's host cost (take + async
   all_gather start + non-blocking poll), beside the canary's own decode step (bench_engine's CanaryWorld).
   The fold on CUDA is the fused Triton launch a TP rank runs (eager, floor: an empty Triton launch; and
@@ -102,6 +103,8 @@ def _rank(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any]:
     res["t_pack"] = timing.device_time(lambda: pack_records(mgr, src), dev, reps=reps)
     res["t_unpack"] = timing.device_time(lambda: unpack_records(mgr, full.records, dst), dev, reps=reps)
     res["t_verify"] = timing.device_time(lambda: verifier.verify(slots, tokens=tokens), dev, reps=reps)
+    dev_tokens = world.tokens[0, :n]
+    res["t_verify_tensor"] = timing.device_time(lambda: verifier.verify(dst, tokens=dev_tokens), dev, reps=reps)
     res["nbuf"] = int(full.records.shape[0])
     # TP: the digest of a decode step (rank 1 alone), then the per-step exchange, both ranks in lockstep
     buf = mgr.groups[0].k_head
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add(f"unpack_records {n} slots (relocated)", res["t_unpack"], 2 * recb / bw)
     verify_bytes = 4 * n * (2 * 32 + 4 * 8) + 2 * n * 16
     r.add(f"receiver verify {n} slots (HEAD+TAIL, K+V, PARTIAL)", res["t_verify"], verify_bytes / bw)
+    r.add(f"receiver verify {n} slots, slots and tokens as device tensors", res["t_verify_tensor"], verify_bytes / bw)
     canary = (res["t_full"] - res["t_kv"]) + res["t_pack"] + res["t_unpack"] + res["t_verify"]
     r.value(f"canary per transfer / kv transfer {tag}", canary / res["t_kv"], None, unit="x",
             note="records on the wire + pack + unpack + verify")

@@ -19,11 +19,11 @@ from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager import CanaryManager, Phase
 from kvcanary.plans import VerifyPlan
 
+Entries = Sequence[int] | torch.Tensor
+"""Slots or tokens of a transferred run: a host sequence, or a 1-D integer tensor on any device."""
 
-def transfer_entries(slots: Sequence[int], first_position: int,
-                     prev_slot: int = -1) -> tuple[list[int], list[int], list[int]]:
-    """(slots, positions, predecessor slots) of a contiguous run of positions from ``first_position``:
-    the predecessor of the first is ``prev_slot`` (-1: ``first_position`` is a chain head)."""
+
+def _check_start(first_position: int, prev_slot: int) -> None:
     if first_position < 0:
         raise ValueError(f"kv-canary: first_position must be >= 0, got {first_position}")
     if first_position == 0 and prev_slot != -1:
@@ -31,8 +31,25 @@ def transfer_entries(slots: Sequence[int], first_position: int,
     if first_position > 0 and prev_slot <= 0:
         raise ValueError(f"kv-canary: prev_slot must name the slot of position {first_position - 1}, "
                          f"got {prev_slot}")
+
+
+def transfer_entries(slots: Sequence[int], first_position: int,
+                     prev_slot: int = -1) -> tuple[list[int], list[int], list[int]]:
+    """(slots, positions, predecessor slots) of a contiguous run of positions from ``first_position``:
+    the predecessor of the first is ``prev_slot`` (-1: ``first_position`` is a chain head)."""
+    _check_start(first_position, prev_slot)
     s = [int(x) for x in slots]
     return s, list(range(first_position, first_position + len(s))), [prev_slot, *s[:-1]]
+
+
+def _entries(values: Entries, name: str, device: torch.device) -> torch.Tensor:
+    """``values`` as a 1-D int64 tensor on ``device`` (a device tensor is copied there without a host read)."""
+    if isinstance(values, torch.Tensor):
+        if values.ndim != 1 or values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+            raise ValueError(f"kv-canary: {name} must be a 1-D integer tensor, got {values.dtype} of shape "
+                             f"{tuple(values.shape)}")
+        return values.to(device=device, dtype=torch.int64)
+    return torch.tensor([int(v) for v in values], dtype=torch.int64, device=device)
 
 
 class TransferVerifier:
@@ -48,28 +65,40 @@ class TransferVerifier:
                           if e.kind is PoolKind.FULL and e.phase in (Phase.HEAD, Phase.TAIL)]
         self.verified = 0
 
-    def verify(self, slots: Sequence[int], *, first_position: int = 0, prev_slot: int = -1,
-               tokens: Sequence[int] | None = None) -> None:
+    def verify(self, slots: Entries, *, first_position: int = 0, prev_slot: int = -1,
+               tokens: Entries | None = None) -> None:
         """Launch the verifies of the transferred run ``slots`` (receiver's slots, positions from
-        ``first_position``); ``tokens`` (same length) turns the token check on."""
-        s, pos, prev = transfer_entries(slots, first_position, prev_slot)
-        if tokens is not None and len(tokens) != len(s):
-            raise ValueError(f"kv-canary: tokens has {len(tokens)} entries, slots has {len(s)}")
-        toks = [int(t) for t in tokens] if tokens is not None else [-1] * len(s)
-        for a in range(0, len(s), self.capacity):
-            b = min(len(s), a + self.capacity)
-            self._launch(s[a:b], pos[a:b], prev[a:b], toks[a:b], check_token=tokens is not None)
-        self.verified += len(s)
+        ``first_position``); ``tokens`` (same length) turns the token check on. Slots and tokens already
+        on the device are used there: positions and predecessors are built on the device, never read back."""
+        _check_start(first_position, prev_slot)
+        dev = self.manager.device
+        idx = _entries(slots, "slots", dev)
+        tok = None if tokens is None else _entries(tokens, "tokens", dev)
+        n = int(idx.shape[0])
+        if tok is not None and int(tok.shape[0]) != n:
+            raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {n}")
+        for a in range(0, n, self.capacity):
+            self._launch(idx, tok, a, min(n, a + self.capacity), first_position, prev_slot)
+        self.verified += n
 
-    def _launch(self, s: list[int], pos: list[int], prev: list[int], toks: list[int], *, check_token: bool) -> None:
-        p, n = self.plan, len(s)
-        host = torch.tensor([s, pos, prev, toks], dtype=torch.int64)
-        p.verify_slot_indices[:n].copy_(host[0])
-        p.verify_expected_positions[:n].copy_(host[1])
-        p.verify_prev_slot_indices[:n].copy_(host[2])
-        p.verify_expected_tokens[:n].copy_(host[3])
-        p.verify_num_valid.fill_(n)
+    def _launch(self, idx: torch.Tensor, tok: torch.Tensor | None, a: int, b: int, first_position: int,
+                prev_slot: int) -> None:
+        """Fill the plan with entries ``a:b`` of the run (device copies only) and verify on every endpoint."""
+        p, m = self.plan, b - a
+        p.verify_slot_indices[:m].copy_(idx[a:b])
+        p.verify_expected_positions[:m].copy_(
+            torch.arange(first_position + a, first_position + b, dtype=torch.int64, device=idx.device))
+        if a == 0:
+            p.verify_prev_slot_indices[:1].fill_(prev_slot)
+        else:
+            p.verify_prev_slot_indices[:1].copy_(idx[a - 1 : a])
+        p.verify_prev_slot_indices[1:m].copy_(idx[a : b - 1])
+        if tok is None:
+            p.verify_expected_tokens[:m].fill_(-1)
+        else:
+            p.verify_expected_tokens[:m].copy_(tok[a:b])
+        p.verify_num_valid.fill_(m)
         p.enable.fill_(1)
         for ep in self.endpoints:
-            launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=check_token,
+            launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=tok is not None,
                                         backend=self.manager.config.backend)

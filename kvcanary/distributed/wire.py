@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
-from kvcanary.distributed.verify import TransferVerifier
+from kvcanary.distributed.verify import Entries, TransferVerifier
 from kvcanary.manager import CanaryManager
 
 MAGIC = 0x4B5643414E415259  # "KVCANARY"
@@ -142,9 +142,9 @@ class ReceivedTransfer:
 
 
 def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | None,
-                    layers: Sequence[torch.Tensor], msg: TransferMessage, slots: Sequence[int], *,
+                    layers: Sequence[torch.Tensor], msg: TransferMessage, slots: Entries, *,
                     first_position: int = 0, prev_slot: int = -1,
-                    tokens: Sequence[int] | None = None) -> ReceivedTransfer:
+                    tokens: Entries | None = None) -> ReceivedTransfer:
     """Receiver side: write ``msg``'s KV and records at ``slots`` (the receiver's; a shorter message fills
     a prefix of them), then verify every expected slot before first use. A message with more slots than
     expected, or records of another layout, raises ValueError and writes nothing."""
@@ -154,7 +154,7 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
         raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
                          f"{packed_shape(manager, n)}")
-    head = list(slots)[:n]
+    head = slots[:n]
     unpack_kv(layers, head, msg.kv)
     if manager is not None:
         unpack_records(manager, msg.records, _slot_index(head, manager.device))

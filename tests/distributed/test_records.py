@@ -25,6 +25,7 @@ from kvcanary.distributed import (
 )
 from kvcanary.distributed.exchange import compare
 from kvcanary.hashing import MASK64, splitmix64, to_int64
+from kvcanary.plans import VerifyPlan
 from tests.distributed.world import events
 from tests.manager.test_capture_safety import HOST_READS, _forbid
 from tests.manager.world import Req, World, make_world
@@ -172,3 +173,66 @@ def test_slots_and_layers_are_checked_before_anything_moves() -> None:
     with pytest.raises(ValueError, match="KV payload has shape"):
         unpack_kv([src.k], [1, 2], torch.zeros(1, 64, dtype=torch.uint8))
     assert torch.equal(before, src.k)
+
+
+def test_device_slots_and_tokens_verify_like_host_lists() -> None:
+    """A run given as tensors (what an engine holds) is verified exactly as the same run given as lists,
+    chunked or not; a predecessor inside the run crosses the chunk boundary."""
+    src, req = _prefilled(11)
+    dst = make_world()
+    slots = random.sample(range(1, 63), len(req.slots))
+    unpack_records(dst.manager, pack_records(src.manager, torch.tensor(req.slots)), torch.tensor(slots))
+    unpack_kv([dst.k, dst.v], slots, pack_kv([src.k, src.v], req.slots))
+    tokens = req.tokens[: len(slots)]
+    seen = 0
+    for capacity in (4, 16):
+        ver = TransferVerifier(dst.manager, capacity=capacity)
+        ver.verify(torch.tensor(slots), tokens=torch.tensor(tokens, dtype=torch.int32))
+        ver.verify(torch.tensor(slots[3:]), first_position=3, prev_slot=slots[2])
+        assert events(dst.manager)[seen:] == []
+        wrong = list(tokens)
+        wrong[5] += 1
+        ver.verify(slots, tokens=wrong)
+        by_list = events(dst.manager)[seen:]
+        seen += len(by_list)
+        ver.verify(torch.tensor(slots), tokens=torch.tensor(wrong))
+        assert by_list and events(dst.manager)[seen:] == by_list
+        seen += len(by_list)
+        assert {s for _, s, _ in by_list} == {slots[5]}
+
+
+def test_bad_tensor_runs_raise_naming_the_argument() -> None:
+    dst = make_world()
+    ver = TransferVerifier(dst.manager, capacity=4)
+    with pytest.raises(ValueError, match="slots must be a 1-D integer tensor"):
+        ver.verify(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="tokens must be a 1-D integer tensor"):
+        ver.verify(torch.tensor([1, 2]), tokens=torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="tokens has 1 entries, slots has 2"):
+        ver.verify(torch.tensor([1, 2]), tokens=torch.tensor([1]))
+    assert ver.verified == 0
+
+
+def test_tensor_runs_are_planned_without_reading_a_value_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan of a tensor run is built by device copies only: every way to read a tensor's value on the
+    host raises while the verifier plans (the launches are recorded, not run)."""
+    import kvcanary.distributed.verify as verify_module
+
+    dst = make_world()
+    plans: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+
+    def record(*, plan: VerifyPlan, **_: object) -> None:
+        fields = (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices,
+                  plan.verify_expected_tokens)
+        plans.append((plan.verify_num_valid.clone(), [t.clone() for t in fields]))
+
+    monkeypatch.setattr(verify_module, "launch_canary_verify_kernel", record)
+    ver = TransferVerifier(dst.manager, capacity=3)
+    slots, tokens = torch.tensor([7, 9, 4, 12, 5]), torch.tensor([70, 90, 40, 120, 50])
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        ver.verify(slots, first_position=2, prev_slot=3, tokens=tokens)
+    got = [[t[: int(n[0])].tolist() for t in fields] for n, fields in plans[:: len(ver.endpoints)]]
+    assert got == [[[7, 9, 4], [2, 3, 4], [3, 7, 9], [70, 90, 40]],
+                   [[12, 5], [5, 6], [4, 12], [120, 50]]]
