@@ -320,7 +320,7 @@ class ContractCompiler:
             loads = []
             for child in node.children:
                 attr = child.path.rsplit(".", 1)[1]
-                if node.optional:
+                if node.optional or guard:  # absent, or inside an absent optional struct
                     loads.append(f"{child.local} = {node.local}.{attr} if {node.local} is not None else None")
                 else:
                     loads.append(f"{child.local} = {node.local}.{attr}")

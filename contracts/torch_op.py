@@ -93,6 +93,9 @@ class OpSignature:
         elif isinstance(spec, StructArg):
             _check_rebuildable(spec, dotted)
             struct_optional = optional or bool(spec.optional)
+            if struct_optional and any(isinstance(c, (StructArg, ItemsArg)) for c in spec.fields.values()):
+                raise ContractDefinitionError(f"{dotted}: an optional struct holding a struct or a collection "
+                                              "cannot cross an operator")
             if struct_optional and not listed:
                 self.args.append(FlatArg(f"{name}__present", path, "bool", False, False, False, presence=True))
             for attr, child in spec.fields.items():
@@ -100,6 +103,9 @@ class OpSignature:
         elif isinstance(spec, ItemsArg):
             if listed:
                 raise ContractDefinitionError(f"{dotted}: collections inside collections are not supported")
+            if optional or spec.optional:
+                raise ContractDefinitionError(f"{dotted}: an optional collection cannot cross an operator "
+                                              "(pass an empty one)")
             item = spec.item
             _check_rebuildable(item, dotted)
             for attr, child in item.fields.items():
@@ -159,10 +165,14 @@ class OpSignature:
     def rebuild_source(self, fn_name: str) -> tuple[str, dict[str, object]]:
         """Source of ``fn_name(*flat) -> dict`` that returns the launch's keyword arguments, structs rebuilt.
 
-        Structs are made with ``object.__new__`` and their attributes set directly: their own validation
-        (``__post_init__``) would check what the contract checks anyway.
+        Structs are made with ``object.__new__``, their attributes set directly, then their own validation
+        (``__post_init__``, where the class has one) runs as a constructor call would run it: an operator
+        called directly gets the same errors as the launcher's caller building the struct. Flat arguments
+        that describe no struct (collection columns of different lengths, fields of an absent optional
+        struct) raise ValueError naming them.
         """
-        env: dict[str, object] = {"_new": object.__new__, "_set": object.__setattr__, "_tuple": tuple, "_zip": zip}
+        env: dict[str, object] = {"_new": object.__new__, "_set": object.__setattr__, "_tuple": tuple, "_zip": zip,
+                                  "_columns": _columns, "_absent": _absent}
         params = [a.name for a in self.args]
         lines = [f"def {fn_name}({', '.join(params)}):"]
         fields = list(self.contract.model_fields)
@@ -183,13 +193,21 @@ class OpSignature:
             k = next(counter)
             env[f"_T{k}"] = spec.type
             var = f"_o{k}"
-            sets = [f"_set({var}, {attr!r}, {self._build((*path, attr), child, lines, env, counter)})"
-                    for attr, child in spec.fields.items()]
+            exprs = {attr: self._build((*path, attr), child, lines, env, counter)
+                     for attr, child in spec.fields.items()}
+            sets = [f"_set({var}, {attr!r}, {expr})" for attr, expr in exprs.items()]
+            post = getattr(spec.type, "__post_init__", None)
+            if post is not None:
+                env[f"_P{k}"] = post
+                sets.append(f"_P{k}({var})")
             if self._optional_struct(path):
+                given = ", ".join(f"{expr!r}: {expr}" for expr in exprs.values())
                 lines.append(f"    {var} = None")
                 lines.append(f"    if {name}__present:")
                 lines.append(f"        {var} = _new(_T{k})")
                 lines.extend(f"        {s}" for s in sets)
+                lines.append("    else:")
+                lines.append(f"        _absent({name + '__present'!r}, {{{given}}})")
             else:
                 lines.append(f"    {var} = _new(_T{k})")
                 lines.extend(f"    {s}" for s in sets)
@@ -203,9 +221,35 @@ class OpSignature:
         lines.append(f"    def {maker}({', '.join(attrs)}):")
         lines.append(f"        _x = _new(_T{k})")
         lines.extend(f"        _set(_x, {a!r}, {a})" for a in attrs)
+        post = getattr(spec.item.type, "__post_init__", None)
+        if post is not None:
+            env[f"_P{k}"] = post
+            lines.append(f"        _P{k}(_x)")
         lines.append("        return _x")
+        lines.append(f"    _columns({{{', '.join(f'{c!r}: {c}' for c in cols)}}})")
         built = f"_tuple({maker}(*_r) for _r in _zip({', '.join(cols)}))"
         return f"(None if {cols[0]} is None else {built})"
+
+
+def _columns(cols: Mapping[str, Any]) -> None:
+    """The list arguments of one collection must all be given, with one entry per item each."""
+    given = {k: v for k, v in cols.items() if v is not None}
+    if given and len(given) != len(cols):
+        missing = sorted(set(cols) - set(given))
+        raise ValueError(f"kv-canary: operator arguments {missing} are None while {sorted(given)} are given: "
+                         "every attribute of a collection's items must be given")
+    lengths = {k: len(v) for k, v in given.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"kv-canary: the list arguments of one collection must have one entry per item, got "
+                         f"lengths {lengths}")
+
+
+def _absent(flag: str, fields: Mapping[str, Any]) -> None:
+    """An absent optional struct (``flag`` False) carries no field values."""
+    given = sorted(k for k, v in fields.items() if v is not None)
+    if given:
+        raise ValueError(f"kv-canary: operator argument {flag} is False but {given} are given: pass the struct's "
+                         f"fields only with {flag}=True")
 
 
 _LIBRARIES: dict[str, torch.library.Library] = {}

@@ -15,15 +15,13 @@ from collections.abc import Sequence
 import torch
 
 from kvcanary.consts import PoolKind
+from kvcanary.distributed.slots import Entries, entries
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager import CanaryManager, Phase
 from kvcanary.plans import VerifyPlan
 
-Entries = Sequence[int] | torch.Tensor
-"""Slots or tokens of a transferred run: a host sequence, or a 1-D integer tensor on any device."""
 
-
-def _check_start(first_position: int, prev_slot: int) -> None:
+def check_start(first_position: int, prev_slot: int) -> None:
     if first_position < 0:
         raise ValueError(f"kv-canary: first_position must be >= 0, got {first_position}")
     if first_position == 0 and prev_slot != -1:
@@ -37,19 +35,9 @@ def transfer_entries(slots: Sequence[int], first_position: int,
                      prev_slot: int = -1) -> tuple[list[int], list[int], list[int]]:
     """(slots, positions, predecessor slots) of a contiguous run of positions from ``first_position``:
     the predecessor of the first is ``prev_slot`` (-1: ``first_position`` is a chain head)."""
-    _check_start(first_position, prev_slot)
+    check_start(first_position, prev_slot)
     s = [int(x) for x in slots]
     return s, list(range(first_position, first_position + len(s))), [prev_slot, *s[:-1]]
-
-
-def _entries(values: Entries, name: str, device: torch.device) -> torch.Tensor:
-    """``values`` as a 1-D int64 tensor on ``device`` (a device tensor is copied there without a host read)."""
-    if isinstance(values, torch.Tensor):
-        if values.ndim != 1 or values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
-            raise ValueError(f"kv-canary: {name} must be a 1-D integer tensor, got {values.dtype} of shape "
-                             f"{tuple(values.shape)}")
-        return values.to(device=device, dtype=torch.int64)
-    return torch.tensor([int(v) for v in values], dtype=torch.int64, device=device)
 
 
 class TransferVerifier:
@@ -70,10 +58,10 @@ class TransferVerifier:
         """Launch the verifies of the transferred run ``slots`` (receiver's slots, positions from
         ``first_position``); ``tokens`` (same length) turns the token check on. Slots and tokens already
         on the device are used there: positions and predecessors are built on the device, never read back."""
-        _check_start(first_position, prev_slot)
+        check_start(first_position, prev_slot)
         dev = self.manager.device
-        idx = _entries(slots, "slots", dev)
-        tok = None if tokens is None else _entries(tokens, "tokens", dev)
+        idx = entries(slots, "slots", dev)
+        tok = None if tokens is None else entries(tokens, "tokens", dev)
         n = int(idx.shape[0])
         if tok is not None and int(tok.shape[0]) != n:
             raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {n}")

@@ -4,7 +4,7 @@ One message per transfer: a header (magic, slot count, KV bytes per slot, record
 (every layer's bytes of each slot, ``uint8 [n, kv_bytes]``) and the records payload (from
 :func:`~kvcanary.distributed.records.pack_records`). With NCCL the tensors go device to device; with gloo
 and CUDA tensors (two processes on one GPU) they are staged through host memory. On arrival
-:func:`recv_transfer` writes KV and records at the receiver's slots and verifies the whole expected range
+:func:`accept_transfer` writes KV and records at the receiver's slots and verifies the whole expected range
 before first use (:class:`~kvcanary.distributed.verify.TransferVerifier`).
 """
 
@@ -17,15 +17,12 @@ import torch
 import torch.distributed as dist
 
 from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
-from kvcanary.distributed.verify import Entries, TransferVerifier
+from kvcanary.distributed.slots import Entries, entries, slot_index
+from kvcanary.distributed.verify import TransferVerifier, check_start
 from kvcanary.manager import CanaryManager
 
 MAGIC = 0x4B5643414E415259  # "KVCANARY"
 HEADER_FIELDS = 4
-
-
-def _slot_index(slots: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(slots, dtype=torch.int64).to(device)
 
 
 def _check_layers(layers: Sequence[torch.Tensor]) -> None:
@@ -38,26 +35,38 @@ def _check_layers(layers: Sequence[torch.Tensor]) -> None:
                              f"{layers[0].device}, got shape {tuple(t.shape)} on {t.device}")
 
 
-def pack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """``uint8 [n, Σ bytes per slot]``: each layer buffer's (``[num_slots, ...]``) rows of ``slots``."""
+def _kv_slots(layers: Sequence[torch.Tensor], slots: Entries) -> torch.Tensor:
+    """The layers checked, and ``slots`` as an index into their rows (in ``[1, num_slots)``)."""
     _check_layers(layers)
-    idx = _slot_index(slots, layers[0].device)
+    return slot_index(slots, "slots", int(layers[0].shape[0]), layers[0].device)
+
+
+def _kv_widths(layers: Sequence[torch.Tensor], n: int, payload: torch.Tensor) -> list[int]:
+    """Bytes per slot of each layer, once ``payload`` is known to be the ``uint8 [n, Σ widths]`` they need."""
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
+        raise ValueError("kv-canary: payload must be the uint8 tensor pack_kv returned")
+    widths = [int(t[0].numel()) * t.element_size() for t in layers]
+    if tuple(payload.shape) != (n, sum(widths)):
+        raise ValueError(f"kv-canary: KV payload has shape {tuple(payload.shape)}, expected {(n, sum(widths))}")
+    return widths
+
+
+def pack_kv(layers: Sequence[torch.Tensor], slots: Entries) -> torch.Tensor:
+    """``uint8 [n, Σ bytes per slot]``: each layer buffer's (``[num_slots, ...]``) rows of ``slots``."""
+    idx = _kv_slots(layers, slots)
     n = int(idx.shape[0])
     return torch.cat([t.index_select(0, idx).reshape(n, -1).view(torch.uint8) for t in layers], dim=1)
 
 
-def unpack_kv(layers: Sequence[torch.Tensor], slots: Sequence[int] | torch.Tensor, payload: torch.Tensor) -> None:
-    """Write ``payload`` (from :func:`pack_kv`) into ``layers`` at ``slots`` (receiver's slot numbers); a
-    payload of another shape or dtype raises before anything is written."""
-    _check_layers(layers)
-    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
-        raise ValueError("kv-canary: payload must be the uint8 tensor pack_kv returned")
-    idx = _slot_index(slots, layers[0].device)
-    n = int(idx.shape[0])
-    widths = [int(t[0].numel()) * t.element_size() for t in layers]
-    if tuple(payload.shape) != (n, sum(widths)):
-        raise ValueError(f"kv-canary: KV payload has shape {tuple(payload.shape)}, expected {(n, sum(widths))}")
-    off = 0
+def unpack_kv(layers: Sequence[torch.Tensor], slots: Entries, payload: torch.Tensor) -> None:
+    """Write ``payload`` (from :func:`pack_kv`) into ``layers`` at ``slots`` (receiver's slot numbers); bad
+    slots or a payload of another shape or dtype raise before anything is written."""
+    idx = _kv_slots(layers, slots)
+    _write_kv(layers, idx, payload, _kv_widths(layers, int(idx.shape[0]), payload))
+
+
+def _write_kv(layers: Sequence[torch.Tensor], idx: torch.Tensor, payload: torch.Tensor, widths: list[int]) -> None:
+    n, off = int(idx.shape[0]), 0
     for t, w in zip(layers, widths, strict=True):
         rows = payload[:, off : off + w].contiguous().view(t.dtype).reshape((n, *t.shape[1:]))
         t.index_copy_(0, idx, rows.to(t.device))
@@ -80,13 +89,12 @@ class TransferMessage:
         return int(self.kv.numel() + self.records.numel())
 
 
-def make_message(manager: CanaryManager | None, layers: Sequence[torch.Tensor],
-                 slots: Sequence[int] | torch.Tensor) -> TransferMessage:
+def make_message(manager: CanaryManager | None, layers: Sequence[torch.Tensor], slots: Entries) -> TransferMessage:
     """Sender side: the KV of ``slots`` and (with a manager) their records."""
     kv = pack_kv(layers, slots)
     if manager is None:
         return TransferMessage(kv, torch.zeros(0, len(kv), 32, dtype=torch.uint8, device=kv.device))
-    return TransferMessage(kv, pack_records(manager, _slot_index(slots, manager.device)))
+    return TransferMessage(kv, pack_records(manager, slots))
 
 
 class Wire:
@@ -146,18 +154,35 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
                     first_position: int = 0, prev_slot: int = -1,
                     tokens: Entries | None = None) -> ReceivedTransfer:
     """Receiver side: write ``msg``'s KV and records at ``slots`` (the receiver's; a shorter message fills
-    a prefix of them), then verify every expected slot before first use. A message with more slots than
-    expected, or records of another layout, raises ValueError and writes nothing."""
-    n, want = msg.num_slots, len(slots)
+    a prefix of them), then verify every expected slot before first use. Everything is checked before the
+    first write: slots (integers in ``[1, num_slots)``), a message with more slots than expected, KV or
+    records of another layout, the chain start and the tokens raise ValueError and write nothing."""
+    n = msg.num_slots
+    _check_layers(layers)
+    num_slots = int(layers[0].shape[0])
+    if manager is not None:
+        num_slots = min(num_slots, manager.groups[0].num_slots)
+    idx = slot_index(slots, "slots", num_slots, layers[0].device)
+    want = int(idx.shape[0])
     if n > want:
         raise ValueError(f"kv-canary: transfer message carries {n} slots, the receiver expects at most {want}")
-    if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
-        raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
-                         f"{packed_shape(manager, n)}")
-    head = slots[:n]
-    unpack_kv(layers, head, msg.kv)
+    widths = _kv_widths(layers, n, msg.kv)
     if manager is not None:
-        unpack_records(manager, msg.records, _slot_index(head, manager.device))
+        if not isinstance(msg.records, torch.Tensor) or msg.records.dtype != torch.uint8:
+            raise ValueError("kv-canary: records payload must be the uint8 tensor pack_records returned")
+        if tuple(msg.records.shape) != packed_shape(manager, n):
+            raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
+                             f"{packed_shape(manager, n)}")
+    tok = None
     if verifier is not None and want:
-        verifier.verify(slots, first_position=first_position, prev_slot=prev_slot, tokens=tokens)
+        check_start(first_position, prev_slot)
+        tok = None if tokens is None else entries(tokens, "tokens", verifier.manager.device)
+        if tok is not None and int(tok.shape[0]) != want:
+            raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {want}")
+    # every check passed: write
+    _write_kv(layers, idx[:n], msg.kv, widths)
+    if manager is not None:
+        unpack_records(manager, msg.records, idx[:n])
+    if verifier is not None and want:
+        verifier.verify(idx, first_position=first_position, prev_slot=prev_slot, tokens=tok)
     return ReceivedTransfer(n, want)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections import deque
+from typing import Any
 
 import pytest
 import torch
@@ -90,7 +92,7 @@ def test_suffix_transfer_chains_onto_the_receivers_predecessor() -> None:
 def test_bad_messages_raise_and_write_nothing() -> None:
     src, req = _prefilled()
     dst = make_world()
-    before = [t.clone() for _, t in dst.manager.transfer_buffers()]
+    before = [t.clone() for _, t in dst.manager.transfer_buffers()] + [dst.k.clone(), dst.v.clone()]
     packed = pack_records(src.manager, torch.tensor(req.slots))
     with pytest.raises(ValueError, match="partial or mismatched"):
         unpack_records(dst.manager, packed[:, :-1], torch.tensor(list(range(30, 30 + len(req.slots)))))
@@ -101,7 +103,26 @@ def test_bad_messages_raise_and_write_nothing() -> None:
     msg = make_message(src.manager, [src.k, src.v], req.slots)
     with pytest.raises(ValueError, match="at most"):
         accept_transfer(dst.manager, None, [dst.k, dst.v], msg, list(range(30, 33)))
-    assert all(torch.equal(a, t) for a, (_, t) in zip(before, dst.manager.transfer_buffers(), strict=True))
+    # each of these fails only after the message itself checked out: still nothing is written
+    dst_slots = list(range(30, 30 + len(req.slots)))
+    ver = TransferVerifier(dst.manager, 16)
+    late: list[tuple[dict[str, Any], str]] = [
+        ({"first_position": 3}, "prev_slot must name the slot of position 2"),
+        ({"tokens": req.tokens[:3]}, "tokens has 3 entries"),
+        ({"tokens": [1.5] * len(req.slots)}, r"tokens\[0\] must be an integer"),
+        ({"slots": [0, *dst_slots[1:]]}, r"slots must hold slots in \[1, 64\)"),
+        ({"slots": [*dst_slots[:-1], 64]}, r"slots must hold slots in \[1, 64\)"),
+        ({"slots": torch.tensor(dst_slots, dtype=torch.float32)}, "slots must be a 1-D integer tensor"),
+        ({"msg": TransferMessage(msg.kv, msg.records.view(torch.int8))}, "records payload must be the uint8"),
+        ({"msg": TransferMessage(msg.kv[:, :-1], msg.records)}, "KV payload has shape"),
+    ]
+    for change, error in late:
+        kw: dict[str, Any] = {"msg": msg, "slots": dst_slots, **change}
+        with pytest.raises(ValueError, match=error):
+            accept_transfer(dst.manager, ver, [dst.k, dst.v], kw.pop("msg"), kw.pop("slots"), **kw)
+    after = [t for _, t in dst.manager.transfer_buffers()] + [dst.k, dst.v]
+    assert all(torch.equal(a, t) for a, t in zip(before, after, strict=True))
+    assert ver.verified == 0
     with pytest.raises(ValueError, match="prev_slot"):
         transfer_entries([3, 4], 2)
     with pytest.raises(ValueError, match="chain head"):
@@ -172,7 +193,14 @@ def test_slots_and_layers_are_checked_before_anything_moves() -> None:
     before = src.k.clone()
     with pytest.raises(ValueError, match="KV payload has shape"):
         unpack_kv([src.k], [1, 2], torch.zeros(1, 64, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"slots must hold slots in \[1, 64\)"):
+        pack_kv([src.k], [0])  # the padding slot
+    with pytest.raises(ValueError, match=r"slots must hold slots in \[1, 64\) .* got values in \[-1, 5\]"):
+        unpack_kv([src.k], [5, -1], torch.zeros(2, 64, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"slots\[1\] must be an integer, got float"):
+        pack_records(src.manager, [3, 4.0])  # type: ignore[list-item]
     assert torch.equal(before, src.k)
+    assert torch.equal(pack_kv([src.k], deque([3, 4])), pack_kv([src.k], torch.tensor([3, 4], dtype=torch.int32)))
 
 
 def test_device_slots_and_tokens_verify_like_host_lists() -> None:

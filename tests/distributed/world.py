@@ -131,7 +131,7 @@ def pd_run(rank: int, world_size: int, seed: int, backend: str, device: str) -> 
     dist.recv(tokens_t, 0)
     tokens = tokens_t.tolist()
     out: dict[str, list[Event]] = {}
-    for case in CASES:
+    for i, case in enumerate(CASES):
         msg = wire.recv(0)
         w = make_world(device=device)
         slots = random.Random(seed + 1).sample(range(30, 60), 12)  # the receiver's own slot numbers
@@ -139,7 +139,11 @@ def pd_run(rank: int, world_size: int, seed: int, backend: str, device: str) -> 
             prev = Req(row=3, tokens=[t ^ 5 for t in tokens], slots=slots)
             w.forward([(prev, 0, 12)])
         verifier = TransferVerifier(w.manager, capacity=8)  # smaller than the transfer: chunked
-        accept_transfer(w.manager, verifier, [w.k, w.v], msg, slots, tokens=tokens)
+        if i % 2:  # host lists, or tensors on the device (what an engine holds): the same outcome
+            accept_transfer(w.manager, verifier, [w.k, w.v], msg, slots, tokens=tokens)
+        else:
+            accept_transfer(w.manager, verifier, [w.k, w.v], msg, torch.tensor(slots, device=device),
+                            tokens=tokens_t.to(device))
         found = events(w.manager)
         req = Req(row=1, tokens=[*tokens, 7], slots=[*slots, 61])
         w.forward([(req, 12, 1)])  # first use: one decode step over the received prefix

@@ -59,6 +59,7 @@ def test_compiled_manager_reports_what_eager_reports_without_graph_breaks() -> N
     assert any(bits & int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH) for _, _, bits in want)  # the flip was seen
     _same_buffers(eager, compiled)
     assert sum(counters["graph_break"].values()) == 0
+    assert int(counters["stats"]["unique_graphs"]) >= 2  # the plan-and-HEAD part and the TAIL part, compiled
 
 
 def test_compiled_manager_with_a_verification_budget() -> None:
@@ -70,3 +71,4 @@ def test_compiled_manager_with_a_verification_budget() -> None:
     assert sorted(got) == sorted(want)
     _same_buffers(eager, compiled)
     assert sum(counters["graph_break"].values()) == 0
+    assert int(counters["stats"]["unique_graphs"]) >= 2  # the plan-and-HEAD part and the TAIL part, compiled

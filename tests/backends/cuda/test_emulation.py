@@ -116,7 +116,7 @@ def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
 
 
 _ASAN_SCRIPT = """
-from kvcanary.registry import register_backend
+from kvcanary.registry import Op, register_backend
 from tests.golden import loader as g
 from kvcanary.testing.parity import fuzz
 from kvcanary.testing.scenarios import GENERATORS
@@ -124,8 +124,16 @@ from tests.backends.cuda import _emu, _support as s
 register_backend(_emu.BACKEND, replace=True)
 bad = [p for _, c in s.golden_cases() for p in s.check_golden(c, "cpu", "cuda_emu")]
 bad += [p for c in g.load("pipeline_cases") for p in s.check_pipeline(c, "cpu", "cuda_emu")]
+seed = %d
 for op in GENERATORS:
-    bad += fuzz(op, "cpu", "cuda_emu", seed=%d, count=12, hostile=True)
+    bad += fuzz(op, "cpu", "cuda_emu", seed=seed, count=12, hostile=True)
+import random
+from kvcanary.testing.parity import check_call
+from tests.backends.test_extensions import _with_extensions
+rng = random.Random(seed)
+for op in (Op.PLAN, Op.PLAN_ENTRIES, Op.VERIFY, Op.WRITE):
+    for _ in range(8):
+        bad += check_call(_with_extensions(GENERATORS[op](rng, hostile=True), rng), "cpu", "cuda_emu")
 assert not bad, bad[:5]
 print("asan-clean")
 """
@@ -135,8 +143,9 @@ print("asan-clean")
 @pytest.mark.skipif(__import__("os").environ.get("KVCANARY_RUN_ASAN") != "1",
                     reason="set KVCANARY_RUN_ASAN=1 (several minutes)")
 def test_emulated_kernels_stay_in_bounds_under_address_sanitizer() -> None:
-    """Golden, pipeline and hostile calls with the emulation built under AddressSanitizer (libasan preloaded):
-    torch's CPU tensors get redzones, so any out-of-bounds access of a kernel aborts the run."""
+    """Golden, pipeline and hostile calls (also with every extension check on) with the emulation built under
+    AddressSanitizer (libasan preloaded): torch's CPU tensors get redzones, so any out-of-bounds access of a
+    kernel aborts the run."""
     import os
     import subprocess
     import sys
