@@ -1,6 +1,7 @@
 """Contract of ``launch_canary_write_kernel``."""
 
 
+import dataclasses
 from typing import Annotated, ClassVar
 
 import torch
@@ -62,6 +63,7 @@ class WriteLaunch(Contract):
                 fix="Pass the batch's req_pool_indices and the engine's req_to_token (and the full-to-SWA LUT for an "
                 "SWA group), or turn extensions.write_slot_mismatch off.",
             ),
+            dataclasses.replace(p.REQ_TO_TOKEN_NOT_EMPTY, when="req_to_token is not None"),
         ),
     )
 

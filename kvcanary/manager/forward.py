@@ -119,7 +119,7 @@ class ForwardRunner:
                 loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
                 assert loc is not None
                 rot.tail(self._verify[gi], gp.write, input_ids=v.input_ids, positions=v.positions,
-                         out_cache_loc=loc, backend=self._backend)
+                         out_cache_loc=loc, backend=self._backend, extensions=self._ext)
             # a plan that overflowed skipped its verifies: count it on the device (never read here)
             self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
 

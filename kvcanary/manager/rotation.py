@@ -26,6 +26,7 @@ import torch
 
 from kvcanary.consts import CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.extensions import Extensions
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.manager.buffers import alloc_canary_buf, make_row_source
@@ -81,9 +82,10 @@ class LayerRotation:
         return [s.context.canary_buf for s in self.sets]
 
     def tail(self, plan: VerifyPlan, write: WritePlan, *, input_ids: torch.Tensor, positions: torch.Tensor,
-             out_cache_loc: torch.Tensor, backend: str | None) -> None:
+             out_cache_loc: torch.Tensor, backend: str | None, extensions: Extensions | None = None) -> None:
         """After the forward: verify the plan against this forward's set, then write every set's records for
-        the new tokens. Device work only (capturable)."""
+        the new tokens. Device work only (capturable). ``extensions`` are the manager's: the plan was built
+        with them, so its verify must read it with them (a zero-slot mark is an entry, not a slot)."""
         turn = torch.remainder(self.counter, self.num_sets)
         torch.mul((self._ids == turn).to(torch.int32), plan.enable, out=self._enables)
         for g, s in enumerate(self.sets):
@@ -94,7 +96,7 @@ class LayerRotation:
                               verify_prev_slot_indices=plan.verify_prev_slot_indices,
                               verify_num_valid=plan.verify_num_valid, enable=s.enable)
             launch_canary_verify_kernel(context=s.context, plan=view, check_verify_expected_token=False,
-                                        backend=backend)
+                                        extensions=extensions, backend=backend)
         for s in self.sets:
             launch_canary_write_kernel(context=s.context, plan=write, input_ids=input_ids, positions=positions,
                                        out_cache_loc=out_cache_loc, enable_write_input_assert=False,

@@ -73,10 +73,13 @@ def test_fresh_random_scenarios_match_torch_ref(backend: str) -> None:
             assert X.run(sc, backend, ext) == X.run(sc, "torch_ref", ext), (seed, ext)
 
 
-def test_every_flag_off_is_none_byte_for_byte() -> None:
-    for seed in random.Random().sample(range(10**6), 6):
+@pytest.mark.parametrize("backend", ["torch_ref", "triton", pytest.param("cuda_emu", marks=pytest.mark.skipif(
+    _emu.compiler() is None, reason="no C++ compiler"))])
+def test_every_flag_off_is_none_byte_for_byte(backend: str) -> None:
+    """``Extensions()`` (every flag off) on each backend gives torch_ref's outputs without extensions."""
+    for seed in random.Random().sample(range(10**6), 6 if backend == "torch_ref" else 2):
         sc = X.make(seed)
-        assert X.run(sc, "torch_ref", Extensions()) == X.run(sc, "torch_ref", None), seed
+        assert X.run(sc, backend, Extensions()) == X.run(sc, "torch_ref", None), seed
 
 
 @pytest.mark.parametrize("file", ["plan_cases", "verify_cases", "write_cases"])
@@ -149,6 +152,18 @@ def test_padding_tokens_and_draft_layouts_are_not_reported() -> None:
     sc = _scenario(offset=1)  # an EAGLE draft pool: the slot still follows the position
     sc["steps"][1].update(extend=[2, 0], ids=[7, 8], pos=[6, 7], loc=[17, -1])  # the second token is padding
     assert _rows(sc) == []
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)])
+def test_write_slot_check_refuses_an_empty_table(shape: tuple[int, int]) -> None:
+    """A table without rows or columns holds no slot: refused before any backend runs (row 0 always exists)."""
+    with pytest.raises(kc.ContractError, match=r"req_to_token must have at least one row and one column"):
+        kc.launch_canary_write_kernel(
+            context=calls.context(), plan=calls.write_plan(),
+            input_ids=torch.zeros(2, dtype=torch.int64), positions=torch.zeros(2, dtype=torch.int64),
+            out_cache_loc=torch.zeros(2, dtype=torch.int64), enable_write_input_assert=False,
+            expected_input_tokens=None, expected_input_positions=None, extensions=ON,
+            req_pool_indices=torch.zeros(1, dtype=torch.int64), req_to_token=torch.zeros(shape, dtype=torch.int32))
 
 
 def test_write_slot_check_needs_the_table() -> None:

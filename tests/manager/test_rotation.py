@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kvcanary.consts import CanaryLaunchTag, FailReason, PoolKind, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
 from kvcanary.manager.rotation import rotation_sets
 from tests.manager.world import MAX_LEN, NUM_SLOTS, ROWS, Req, World
@@ -30,12 +31,13 @@ class LayeredWorld(World):
                     buf[s] = torch.randn(buf.shape[1:], generator=g)
 
 
-def layered_world(num_layers: int, per_step: int, mode: RealKvHashMode = RealKvHashMode.ALL) -> LayeredWorld:
+def layered_world(num_layers: int, per_step: int, mode: RealKvHashMode = RealKvHashMode.ALL,
+                  extensions: Extensions | None = None) -> LayeredWorld:
     layers = tuple(torch.zeros(NUM_SLOTS, 2, 8) for _ in range(2 * num_layers))  # K0, V0, K1, V1, ...
     r2t = torch.zeros(ROWS, MAX_LEN, dtype=torch.int32)
     group = PoolGroupSpec(kind=PoolKind.FULL, k_layer0=layers[0], v_layer0=layers[1], layers=layers)
     cfg = CanaryConfig(real_kv_mode=mode, enable_v=True, layer_rotation=per_step, health_warmup_steps=3,
-                       health_every=1)
+                       health_every=1, extensions=extensions)
     caps = CanaryCapacities.from_engine(pool_slot_count=NUM_SLOTS, max_batch_size=8, req_rows=ROWS,
                                         max_tokens_per_forward=MAX_LEN, max_context_len=MAX_LEN)
     mgr = CanaryManager.attach(pool=KvPoolSpec(groups=(group,), req_to_token=r2t), capacities=caps, config=cfg)
@@ -106,3 +108,20 @@ def test_rotation_needs_layers_and_a_fingerprint_mode() -> None:
         CanaryConfig(layer_rotation=1)
     with pytest.raises(ValueError, match="at most 4"):
         CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, layer_rotation=5)
+
+
+def test_rotation_reads_a_zero_marked_plan_as_the_endpoints_do() -> None:
+    """With the zero-slot extension on, a zero inside a live prefix is one ZERO_SLOT finding per endpoint; the
+    rotation's verify reads the same plan with the same extension, so it adds no out-of-range rows."""
+    w = layered_world(2, 1, extensions=Extensions(zero_slot_in_live_range=True))
+    req = Req(row=1, tokens=list(range(100, 140)), slots=list(range(10, 16)))
+    w.forward([(req, 0, 6)])
+    w.step()
+    assert w.events() == []
+    req.slots[2] = 0
+    for i in range(4):
+        req.slots.append(20 + i)
+        w.forward([(req, len(req.slots) - 1, 1)])
+        w.step()
+    bits = {b for _, _, b in w.events()}
+    assert bits == {int(FailReason.ZERO_SLOT_IN_LIVE_RANGE)}, w.events()
