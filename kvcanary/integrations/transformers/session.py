@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
-from kvcanary.integrations.transformers.layout import CacheLayout
+from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
 from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
 from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import (
@@ -63,6 +63,9 @@ class CanaryReport:
         return canary_kind(self.event.violation.kernel_kind)
 
 
+FORK_MARK = "__child#"
+"""What transformers appends to a request id to name the requests it forks from it (parallel sampling)."""
+
 _LOCK = threading.Lock()
 _ACTIVE: dict[int, TransformersCanary] = {}
 _ORIGINAL: dict[str, Any] = {}
@@ -98,6 +101,22 @@ def _uninstall() -> None:
         _runner_class().compute_batch = original
 
 
+def check_fresh(layout: CacheLayout, reqs: tuple[ScheduledRequest, ...]) -> None:
+    """Refuse a cache that already holds KV written without canaries: its records would be missing, so every
+    verify of it would report. Fresh means: no request of the step has tokens cached, no other request holds
+    blocks, and the prefix cache keeps no block."""
+    stepping = {r.request_id for r in reqs}
+    cached = [r.request_id for r in reqs if r.past_length > 0]
+    others = [rid for rid, blocks in layout.block_table.items() if rid not in stepping and blocks]
+    kept = layout.cached_blocks()
+    if cached or others or kept:
+        raise RuntimeError(
+            "kv-canary: this paged cache already holds KV written without canaries "
+            f"({len(cached) + len(others)} request(s) with cached tokens, {len(kept)} prefix-cache block(s)); "
+            "attach canaries before the cache serves its first request (with a persistent manager or "
+            "ContinuousBatchingManager, keep one attach_canaries block around all of its runs)")
+
+
 def check_runner(runner: Any) -> None:
     """Refuse a model runner whose settings the canary cannot follow, with the setting to change."""
     if getattr(runner, "pad_inputs", False):
@@ -127,8 +146,7 @@ class TransformersCanary:
         self.steps = 0
         self.prefix_hits = 0
         """Requests the engine admitted with part of their prompt already cached (prefix-shared blocks)."""
-        self.swept_entries = 0
-        """Cached and shared slots verified by the sweeps so far."""
+        self._swept_retired = 0
         self.host_seconds: dict[str, float] = dict.fromkeys(("map", "head", "forward", "tail", "end_step"), 0.0)
         """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
         on a GPU, so this is enqueue time there)."""
@@ -148,26 +166,64 @@ class TransformersCanary:
         return self
 
     def detach(self) -> list[CanaryReport]:
-        """Remove the wrapper (the engine is as it was), read what is still in flight, return every report."""
+        """Remove the wrapper (the engine is as it was), read what is still in flight, return every report.
+
+        Detaching twice, or after another session attached to the model, changes nothing but the reports. In
+        ``raise`` mode a violation found only now (the last steps' read-back) raises after every cache was
+        read, naming the requests."""
         with _LOCK:
-            _ACTIVE.pop(id(self.model), None)
-            if not _ACTIVE:
-                _uninstall()
+            if self._attached and _ACTIVE.get(id(self.model)) is self:
+                del _ACTIVE[id(self.model)]
+                if not _ACTIVE:
+                    _uninstall()
             self._attached = False
-        for pool in self._pools.values():
-            self._collect(pool, pool.manager.flush())
+        self._flush_all(raise_found=True)
         return self.reports
 
     def __enter__(self) -> TransformersCanary:
         return self.attach()
 
-    def __exit__(self, *exc: object) -> None:
-        self.detach()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.detach()
+            return
+        # an error is already on its way out: detach and report, never replace it
+        with contextlib.suppress(RuntimeError):
+            self.detach()
+
+    def _flush_all(self, *, raise_found: bool) -> None:
+        """Read back every cache's violations; in raise mode, raise once all were read, naming the requests."""
+        errors: list[str] = []
+        owners: set[str] = set()
+        for pool in list(self._pools.values()):
+            seen = len(pool.manager.events)
+            try:
+                self._collect(pool, pool.manager.flush())
+            except RuntimeError as err:
+                errors.append(str(err))
+                owners |= {r for f in self._collect(pool, pool.manager.events[seen:]) for r in f.request_ids}
+        if errors and raise_found:
+            affected = ", ".join(sorted(owners)) or "none"
+            raise RuntimeError("\n".join(errors) + f"\nkv-canary: requests affected: {affected}")
+
+    def _retire_pools(self) -> None:
+        """A new cache replaced the previous one (a new generate_batch run): read the old caches' last
+        violations, keep the reports, and let their KV and canary buffers go."""
+        if self._pools:
+            self._flush_all(raise_found=False)
+            self._swept_retired += sum(p.swept for p in self._pools.values())
+            self._pools.clear()
 
     # -- what it found -------------------------------------------------------------------------------
     @property
+    def swept_entries(self) -> int:
+        """Cached and shared slots verified by the sweeps so far."""
+        return self._swept_retired + sum(p.swept for p in self._pools.values())
+
+    @property
     def managers(self) -> list[CanaryManager]:
-        """The canary manager of each paged cache seen so far (one per generate_batch run)."""
+        """The canary manager of the paged cache in use (the latest generate_batch run; earlier runs' caches
+        are let go when the next one starts, their reports kept)."""
         return [p.manager for p in self._pools.values()]
 
     @property
@@ -191,21 +247,28 @@ class TransformersCanary:
         return new
 
     # -- the step ------------------------------------------------------------------------------------
-    def _pool(self, runner: Any) -> PoolState:
+    def _pool(self, runner: Any, reqs: tuple[ScheduledRequest, ...]) -> PoolState:
         check_runner(runner)
         pool = self._pools.get(id(runner.cache))
         if pool is None or pool.cache is not runner.cache:
+            check_fresh(read_layout(runner.cache), reqs)
+            self._retire_pools()
             pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
                              max_context_len=self.max_context_len)
             self._pools[id(runner.cache)] = pool
         return pool
 
     def _step(self, runner: Any, model: Any, batch_data: dict[str, Any], original: Any) -> None:
-        pool = self._pool(runner)
         reqs = tuple(ScheduledRequest(fs.state.request_id, fs.state.position_offset - fs.query_length,
                                       fs.query_length) for fs in runner.inputs_and_outputs.requests_in_batch)
+        pool = self._pool(runner, reqs)
         for r in reqs:
             if r.request_id not in self._seen:
+                if FORK_MARK in r.request_id:
+                    raise RuntimeError(
+                        f"kv-canary: request {r.request_id} is a fork (parallel sampling, num_return_sequences > 1): "
+                        "transformers copies its blocks without the canary records; generate one sequence per "
+                        "request with canaries attached")
                 self._seen.add(r.request_id)
                 self.prefix_hits += r.past_length > 0
         for hook in self.hooks:
@@ -238,7 +301,6 @@ class TransformersCanary:
                          ("end_step", t5 - t4)):
             clock[name] += dt
         self.steps += 1
-        self.swept_entries = sum(p.swept for p in self._pools.values())
 
 
 def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import transformers
 from transformers.generation.continuous_batching.model_runner import ModelRunner
 
@@ -99,3 +100,85 @@ def test_runner_settings_the_canary_cannot_follow_are_refused(settings: dict[str
         check_runner(runner)
     check_runner(SimpleNamespace(pad_inputs=False, inputs_and_outputs=SimpleNamespace(requests_in_batch=[]),
                                  cb_config=SimpleNamespace(cpu_offload_space=0.0)))
+
+
+def _run(model: Any, prompts_: list[list[int]], **kwargs: Any) -> dict[str, Any]:
+    n = kwargs.pop("num_return_sequences", 1)
+    gc = generation_config(max_new_tokens=4, do_sample=n > 1, eos_token_id=-1, pad_token_id=0, num_return_sequences=n)
+    out: dict[str, Any] = model.generate_batch(prompts_, generation_config=gc, continuous_batching_config=cb_config(),
+                                               progress_bar=False, **kwargs)
+    return out
+
+
+def test_a_stale_detach_leaves_a_later_session_attached(model: Any) -> None:
+    """Detaching is idempotent: a session detached twice does not take down the one attached after it."""
+    before = ModelRunner.compute_batch
+    a = attach_canaries(model)
+    with a:
+        pass
+    with attach_canaries(model) as b:
+        a.detach()
+        assert ModelRunner.compute_batch is not before
+        _run(model, prompts()[:2])
+        assert b.steps > 0
+    assert ModelRunner.compute_batch is before
+
+
+def test_each_run_lets_the_previous_cache_go(model: Any) -> None:
+    """Several generate_batch runs in one block keep one cache's state at a time, and every run's reports."""
+    hook = FaultHook(TfFault.POSITION_OFF_BY_ONE)
+    with attach_canaries(model) as canary:
+        canary.hooks.append(hook)
+        _run(model, prompts()[:3])
+        assert len(canary.managers) == 1 and canary.reports
+        first = canary.managers[0]
+        canary.hooks.clear()
+        _run(model, prompts()[3:5])  # the first run's cache is let go: its last read-back lands in the reports
+        assert canary.managers != [first] and len(canary.managers) == 1
+        found = len(canary.reports)
+        _run(model, prompts()[3:5])
+        assert len(canary.managers) == 1
+    assert found > 0 and len(canary.reports) == found  # the clean runs added nothing; the first run's stayed
+
+
+def test_a_cache_filled_without_canaries_is_refused(model: Any) -> None:
+    """A persistent manager's prefix cache filled by an unwatched run has no records: the step says so instead
+    of reporting every cached slot."""
+    try:
+        _run(model, prompts()[:4], persistent_manager=True)  # no canaries: its cached blocks carry no records
+        with attach_canaries(model) as canary:
+            out = _run(model, prompts()[4:], persistent_manager=True)
+        errors = [o.error for o in out.values() if o.error]
+        assert errors and all("already holds KV written without canaries" in e for e in errors), errors
+        assert canary.reports == [] and canary.steps == 0
+    finally:
+        model.destroy_cached_continuous_batching_manager()
+
+
+def test_forks_are_refused(model: Any) -> None:
+    with attach_canaries(model) as canary:
+        out = _run(model, prompts()[:2], num_return_sequences=2)
+    errors = [o.error for o in out.values() if o.error]
+    assert errors and any("is a fork" in e for e in errors), errors
+    assert canary.reports == []
+
+
+def test_raise_mode_raises_what_only_the_last_read_back_finds(model: Any) -> None:
+    """A flip at the run's last step is found by the read-back at detach: raised there, naming the request,
+    with the report kept."""
+    def last_step_flip(view: Any) -> None:
+        if view.step == 3:  # one prefill and three decodes: the last step
+            r = view.requests[0]
+            slot = view.layout.slot(view.layout.block_table[r.request_id][0], 1)
+            view.layout.k_rows[slot].reshape(-1).view(torch.uint8)[0] ^= 1
+
+    canary = attach_canaries(model, mode="raise")
+    with pytest.raises(RuntimeError, match="requests affected: req_0"), canary:
+        canary.hooks.append(last_step_flip)
+        _run(model, prompts()[:1])
+    assert canary.reports and canary.reports[0].request_ids == ("req_0",)
+    with pytest.raises(KeyError), attach_canaries(model, mode="raise") as quiet:  # an error already leaving wins
+        quiet.hooks.append(last_step_flip)
+        _run(model, prompts()[:1])
+        raise KeyError("the caller's own error")
+    assert quiet.reports
