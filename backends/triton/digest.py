@@ -7,7 +7,7 @@ length only) strides over the slots; each program sums its share in registers an
 accumulator with one int64 atomic per word (integer sums are exact, so the order the programs land in does
 not change the result). No host read, no allocation: the launch can be captured in a CUDA graph.
 
-A slot past the buffer is not read (its fields count as 0); the torch-ops fold refuses it instead.
+A slot past the buffer is not read (its fields count as 0), in the torch-ops fold as well.
 """
 
 from __future__ import annotations
@@ -64,12 +64,12 @@ _LAUNCH = Launcher(_fold_kernel)
 def fold_into(acc: torch.Tensor, canary_buf: torch.Tensor, slots: torch.Tensor) -> None:
     """Add the fold of ``canary_buf``'s records at ``slots`` to ``acc`` (``int64 [2]``, same device).
 
-    ``canary_buf``: ``uint8 [num_slots, 32]`` with 32 contiguous bytes per record and a row stride of whole
-    int64 words; ``slots``: a 1-D integer tensor (any stride). The caller checks both (one launch, no
+    ``canary_buf``: ``[num_slots, 32 bytes]`` of any integer dtype, 32 contiguous bytes per record and a row
+    stride of whole int64 words; ``slots``: a 1-D integer tensor (any stride). The caller checks both (one launch, no
     check of device values here)."""
     n = int(slots.shape[0])
     num_slots = int(canary_buf.shape[0])
-    stride_words = int(canary_buf.stride(0)) // 8
+    stride_words = int(canary_buf.stride(0)) * canary_buf.element_size() // 8  # rows apart, in int64 words
     slot_stride = int(slots.stride(0))
     block = TUNING["digest_block"]
     grid = (persistent_grid(slots.device, cdiv(n, block), TUNING["digest_waves"]),)

@@ -46,7 +46,8 @@ def check_fold_args(canary_buf: torch.Tensor, slots: torch.Tensor | None = None)
     row's bytes contiguous, 8-byte aligned rows a whole number of int64 words apart); ``slots`` a 1-D
     integer tensor on the buffer's device. Shapes and dtypes only: no device value is read."""
     row_bytes = canary_buf.shape[1] * canary_buf.element_size() if canary_buf.dim() == 2 else -1
-    if (row_bytes != CANARY_SLOT_BYTES or canary_buf.dtype.is_floating_point or canary_buf.dtype == torch.bool
+    if (row_bytes != CANARY_SLOT_BYTES or canary_buf.dtype.is_floating_point or canary_buf.dtype.is_complex
+            or canary_buf.dtype == torch.bool
             or (canary_buf.stride(1) != 1 and canary_buf.shape[1] > 1)
             or canary_buf.stride(0) * canary_buf.element_size() % 8 or canary_buf.data_ptr() % 8):
         raise ValueError(f"canary_buf must be a [num_slots, {CANARY_SLOT_BYTES} bytes] integer tensor with each "
@@ -66,12 +67,18 @@ def check_slots(slots: torch.Tensor, device: torch.device) -> None:
 
 def fold_records_torch(canary_buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """The fold in torch ops (the reference; any device): ``int64 [2]``, see :func:`fold_records`. A slot
-    past the buffer is refused by ``index_select``."""
+    past the buffer (a corrupted index) is counted with its fields read as 0 and nothing is read for it,
+    as in the fused fold: no index ever leaves the buffer."""
     loc = slots.to(torch.int64)
     valid = loc > 0
-    idx = torch.where(valid, loc, torch.zeros_like(loc))
-    rec = canary_buf.index_select(0, idx).view(torch.int64)
-    h = splitmix64_t(idx ^ _SLOT_SALT)
+    num_slots = int(canary_buf.shape[0])
+    inside = valid & (loc < num_slots)
+    idx = torch.where(inside, loc, torch.zeros_like(loc))
+    if num_slots:
+        rec = canary_buf.index_select(0, idx).view(torch.int64) * inside.to(torch.int64).unsqueeze(1)
+    else:
+        rec = torch.zeros(loc.shape[0], CANARY_SLOT_BYTES // 8, dtype=torch.int64, device=loc.device)
+    h = splitmix64_t(loc ^ _SLOT_SALT)
     for f in (CANARY_FIELD_TOKEN, CANARY_FIELD_POSITION, CANARY_FIELD_PREV_HASH):
         h = splitmix64_t(h ^ rec[:, f])
     v = valid.to(torch.int64)

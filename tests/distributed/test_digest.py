@@ -99,12 +99,27 @@ def test_the_fused_accumulator_adds_in_place_and_take_zeroes_it() -> None:
     assert out.tolist() == [*want, 7] and acc.acc.tolist() == [0, 0]
 
 
-def test_a_slot_past_the_buffer_is_not_read_by_the_fused_fold() -> None:
-    """The fused fold folds zeros for it (no out-of-bounds read); the torch ops refuse it."""
+def test_a_slot_past_the_buffer_is_not_read_by_either_fold() -> None:
+    """A corrupted slot (past the buffer, up to INT64_MAX) folds zeros in both folds: nothing out of bounds is
+    read (on a GPU, torch's index check would end the process), and the two still agree."""
     rng = random.Random()
     buf = random_buf(16, rng)
-    slots = torch.tensor([rng.randrange(1, 16), 16 + rng.randrange(1 << 20), 0], device=DEV)
-    assert fused(buf, slots).tolist() == reference(buf, slots)
+    slots = torch.tensor([rng.randrange(1, 16), 16, 16 + rng.randrange(1 << 20), (1 << 63) - 1, 0], device=DEV)
+    want = reference(buf, slots)
+    assert fused(buf, slots).tolist() == want == fold_records_torch(buf, slots).tolist()
+    empty = buf[:0]
+    assert fused(empty, slots).tolist() == reference(empty, slots) == fold_records_torch(empty, slots).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_a_buffer_of_wider_words_folds_as_its_bytes(dtype: torch.dtype) -> None:
+    """The records are bytes: a buffer viewed as int64, int32 or int16 words folds as its uint8 view does."""
+    rng = random.Random()
+    buf = random_buf(24, rng, row_words=rng.choice([4, 6]))
+    slots = random_slots(20, 24, rng)
+    as_words = buf.view(dtype)
+    want = reference(buf, slots)
+    assert fused(as_words, slots).tolist() == want == fold_records_torch(as_words, slots).tolist()
 
 
 def test_bad_arguments_are_refused_before_anything_moves() -> None:
@@ -125,6 +140,8 @@ def test_bad_arguments_are_refused_before_anything_moves() -> None:
         fold_records(buf.reshape(-1), slots)
     with pytest.raises(ValueError, match="canary_buf must be"):
         fold_records(torch.zeros(4, 40, dtype=torch.uint8, device=DEV)[:, 3:35], slots)
+    with pytest.raises(ValueError, match="canary_buf must be"):
+        fold_records(torch.zeros(4, 2, dtype=torch.complex128, device=DEV), slots)
 
 
 def test_selection_fused_on_cuda_only_by_the_triton_backends_rules(monkeypatch: pytest.MonkeyPatch) -> None:
