@@ -38,6 +38,8 @@ def device_problem(dev: torch.device) -> tuple[str, str] | None:
 
     if dev.type == "cpu":
         return None
+    if dev.type == "meta":
+        return "the meta device holds no data (tensors without storage)", "use --device cpu or cuda"
     if dev.type == "cuda":
         if torch.version.cuda is None and not getattr(torch.version, "hip", None):
             return (f"this torch ({torch.__version__}) is a CPU-only build",

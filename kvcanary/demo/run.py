@@ -139,6 +139,17 @@ def run_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO | None
     return outcomes
 
 
+def _seed(text: str) -> int:
+    """A workload seed: an integer in [0, 2**63 - 1] (what every engine's generator takes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63 - 1], got {value}")
+    return value
+
+
 @arguments("demo")
 def _demo_args(p: argparse.ArgumentParser) -> None:
     from kvcanary.demo.engine.faults import Fault
@@ -154,7 +165,7 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="engine steps per run")
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--seed", type=_seed, default=0, help="workload seed (0 to 2**63 - 1)")
     p.add_argument("--compile", action="store_true",
                    help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
@@ -173,7 +184,19 @@ def main(args: argparse.Namespace) -> int:
     if args.engine == "transformers":
         from kvcanary.integrations.transformers.cli import main as transformers_main
 
+        for flag, given in (("--workers 2", args.workers == 2), ("--compile", args.compile)):
+            if given:
+                raise UsageError(f"{flag} is not available with --engine transformers",
+                                 hint="the transformers integration runs eagerly in one process; drop the option, "
+                                 "or use the default engine")
         return transformers_main(args)
+    if args.fault not in ("all", "none") and args.fault not in {f.value for f in Fault}:
+        raise UsageError(f"--fault {args.fault} is a fault class of the transformers engine only",
+                         hint=f"add --engine transformers, or use one of all, none, "
+                         f"{', '.join(f.value for f in Fault)}")
+    if args.workers == 2 and args.compile:
+        raise UsageError("--compile applies to the single-process runs only, not to --workers 2",
+                         hint="drop one of the two options")
     if args.steps < 16:
         raise UsageError(f"--steps must be >= 16, got {args.steps}",
                          hint="the workload's faults need that many steps to occur")

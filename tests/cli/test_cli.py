@@ -101,6 +101,25 @@ def test_demo_refuses_what_cannot_run_in_one_line(outside: Path) -> None:
     assert_user_error(kvcanary_cmd("demo", "--steps", "3", cwd=outside), "--steps must be >= 16")
 
 
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--fault", "block_handed_twice"], "fault class of the transformers engine only"),
+    (["--engine", "transformers", "--workers", "2"], "--workers 2 is not available with --engine transformers"),
+    (["--engine", "transformers", "--compile"], "--compile is not available with --engine transformers"),
+    (["--workers", "2", "--compile"], "--compile applies to the single-process runs only"),
+    (["--device", "meta", "--fault", "none"], "the meta device holds no data"),
+], ids=["tf-fault", "tf-workers", "tf-compile", "workers-compile", "meta"])
+def test_demo_options_that_do_not_go_together_are_one_line(args: list[str], needle: str, outside: Path) -> None:
+    """Nothing is silently ignored: a combination the demo cannot run is refused before any run."""
+    assert_user_error(kvcanary_cmd("demo", *args, cwd=outside), needle)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_demo_seed_out_of_range_is_an_argument_error(seed: str, outside: Path) -> None:
+    res = kvcanary_cmd("demo", "--seed", seed, cwd=outside)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "argument --seed: must be in [0, 2**63 - 1]" in res.stderr
+
+
 def test_backends_tells_the_truth_about_a_device_torch_cannot_use(outside: Path) -> None:
     res = kvcanary_cmd("backends", "--device", NO_CUDA, cwd=outside)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
