@@ -53,6 +53,9 @@ class ExpectedTokens:
         if self.lens.shape[0] != bs:
             raise RuntimeError(f"kv-canary: req_all_ids_lens length {self.lens.shape[0]} != batch_size {bs}; "
                                "ForwardBatch snapshot diverged")
+        if bs and int(self.lens.min()) < 0:
+            raise ValueError("kv-canary: ExpectedTokens.lens must be >= 0 (tokens per row), got "
+                             f"{int(self.lens.min())}")
         total = int(self.lens.sum()) if bs else 0
         if total != self.flat.numel():
             raise RuntimeError(f"kv-canary: cumsum(req_all_ids_lens)={total} != req_all_ids_flat.numel()="

@@ -11,7 +11,11 @@ smaller plan that the verify launches of the step share. Each request keeps:
 
 So a request whose older entries number at most ``M`` has each of them verified at least once every
 ``ceil(M / stride) + 1`` steps (:meth:`VerifyBudget.period`); sliding-window requests, whose entries shift by
-their extend length ``E`` per step, every ``ceil(M / (stride - E)) + 1`` steps.
+their extend length ``E`` per step, every ``ceil(M / (stride - E)) + 1`` steps. A step keeps at most
+:meth:`VerifyBudget.entries_bound` entries, more than ``max_entries`` when the batch is too large for
+``newest + 1`` entries per request within it; the filter has room for that at every batch size the engine
+declared, so no request is ever cut off. With layer rotation over ``G`` sets, the cursors move once every
+``G`` forwards (each window is read against every set), so the period is ``G`` times as long.
 """
 
 from __future__ import annotations
@@ -63,9 +67,13 @@ class VerifyBudget:
 class BudgetFilter:
     """The device-side filter of one forward slot's verify plan (buffers allocated once)."""
 
-    def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device) -> None:
+    def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device,
+                 max_batch: int = 1) -> None:
         self.budget = budget
-        cap = budget.max_entries
+        # room for the most one step keeps at any batch size up to max_batch (entries_bound): max_entries, or
+        # more when the batch is too large for every request's newest entries and one older one to fit
+        cap = max(budget.max_entries, max_batch * (budget.newest_per_request + 1))
+        self.capacity = cap
         self._ext = [torch.zeros(cap + 1, dtype=torch.int64, device=device) for _ in range(4)]
         self._ext[1].fill_(-1)
         self.plan = VerifyPlan(
@@ -77,13 +85,22 @@ class BudgetFilter:
         """Per request row: where its older-entries window starts next step."""
         self._iota = torch.arange(full_capacity, dtype=torch.int64, device=device)
 
-    def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor) -> VerifyPlan:
+    def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
+              advance: torch.Tensor | None = None) -> VerifyPlan:
         """Fill :attr:`plan` from ``full`` (built by the plan kernels for ``batch_size`` requests, with its
-        offsets scratch) and advance the cursors. Returns :attr:`plan`."""
+        offsets scratch) and advance the cursors. Returns :attr:`plan`.
+
+        ``advance`` (a device int64 scalar, 0 or 1; None: 1) says whether the cursors move this step: with
+        layer rotation they move once per round of the rotation's sets, so that each window of older
+        entries is read against every set before the next one comes."""
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
-        cap_in, cap_out = full.verify_capacity, self.budget.max_entries
+        cap_in, cap_out = full.verify_capacity, self.capacity
+        if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
+            self.plan.verify_num_valid.zero_()
+            self.plan.enable.copy_(full.enable)
+            return self.plan
         newest, stride = self.budget.newest_per_request, self.budget.stride(batch_size)
         # per request: its entries [start, end) of the full plan; M = its older entries (at least 1)
         start = scratch[:batch_size]
@@ -107,5 +124,6 @@ class BudgetFilter:
             out.scatter_(0, dest, values)
         self.plan.verify_num_valid.copy_(keep.sum().clamp_max(cap_out))
         self.plan.enable.copy_(full.enable)
-        self.cursor.index_copy_(0, rows, torch.remainder(cur + stride, older))
+        step = stride if advance is None else advance * stride
+        self.cursor.index_copy_(0, rows, torch.remainder(cur + step, older))
         return self.plan

@@ -62,7 +62,8 @@ class ForwardRunner:
             for g in groups
         ]
         rows = int(req_to_token.shape[0])
-        self.budgets = [BudgetFilter(budget, full_capacity=capacities.verify_capacity, num_rows=rows, device=dev)
+        self.budgets = [BudgetFilter(budget, full_capacity=capacities.verify_capacity, num_rows=rows, device=dev,
+                                     max_batch=capacities.write_req_capacity)
                         for _ in groups] if budget is not None else []
         """With a verification budget: per group, the filter whose smaller plan the step's verifies use."""
         self._verify = [gp.verify for gp in self.plans]
@@ -99,8 +100,10 @@ class ForwardRunner:
                 req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
                 kv_token_id_vs_position_offset=self._offset, extensions=self._ext, backend=self._backend)
             if self.budgets:
+                rot = self._rotations[gi]
                 self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,
-                                                          req_pool_indices=v.req_pool_indices)
+                                                          req_pool_indices=v.req_pool_indices,
+                                                          advance=None if rot is None else rot.round_ends())
             self._launch(gi, gp.head, v)
 
     def tail(self) -> None:

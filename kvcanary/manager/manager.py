@@ -227,12 +227,14 @@ class CanaryManager:
         if self._sweep.due(s) and self._sweep_source is not None:
             self.run_sweep()
         snap = self._pump.step(s)
-        if snap is not None:
-            self.last_snapshot = snap
-            self.reporter.process(snap, s)
-            if self.health.due(s):
-                self.health.check(snap, s)
-        self.step = s + 1
+        try:
+            if snap is not None:
+                self.last_snapshot = snap
+                self.reporter.process(snap, s)  # raise mode raises here: the step still ends
+                if self.health.due(s):
+                    self.health.check(snap, s)
+        finally:
+            self.step = s + 1
         stats = StepStats.from_snapshot(self.last_snapshot, step=s, sweep_passes=self.sweep_passes,
                                         tags=self.active_tags)
         if self.step % self.config.stats_every == 0:

@@ -139,3 +139,32 @@ def test_a_flip_is_caught_within_the_period_under_a_budget() -> None:
     assert caught_at is not None and caught_at <= period, (caught_at, period)
     ev = w.events()
     assert all(slot == 2 and bits == int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH) for _, slot, bits in ev), ev
+
+
+def test_a_batch_too_large_for_max_entries_keeps_every_request() -> None:
+    """Three decoding requests under max_entries=4, newest=1: a step keeps 6 entries (entries_bound), not 4,
+    so the last request in batch order is verified too and a flip in its newest prefix slot is caught."""
+    w = make_world(config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL,
+                                       verify_budget=VerifyBudget(max_entries=4, newest_per_request=1)))
+    a, b, c = (Req(i + 1, list(range(100 * (i + 1), 100 * (i + 1) + 40)), list(range(1 + 5 * i, 6 + 5 * i)))
+               for i in range(3))
+    w.forward([(a, 0, 5), (b, 0, 5), (c, 0, 5)])
+    w.step()
+    w.k[c.slots[-1], 0, 0] += 1.0
+    for n in range(3):
+        for r, base in ((a, 16), (b, 30), (c, 44)):
+            r.slots.append(base + n)
+        w.forward([(a, 5 + n, 1), (b, 5 + n, 1), (c, 5 + n, 1)])
+        w.step()
+    assert {slot for _, slot, bits in w.events() if bits & int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)} == {
+        c.slots[4]}
+
+
+def test_an_empty_forward_under_a_budget_verifies_nothing() -> None:
+    w = make_world(config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL, verify_budget=VerifyBudget(max_entries=16)))
+    a = Req(1, list(range(100, 112)), list(range(1, 9)))
+    w.forward([(a, 0, 8)])
+    w.step()
+    w.forward([])  # bs = 0: the engine had nothing to run this step
+    w.step()
+    assert w.events() == []

@@ -109,3 +109,37 @@ def test_health_check_passes_while_running_and_covers_sweep_tags() -> None:
         w2.forward([(a, 0, 4)])
         w2.step()
     assert w2.manager.health.checks >= 2
+
+
+def test_raise_mode_still_ends_the_step_it_raises_in() -> None:
+    """The step counter (step_when_pumped, health and sweep schedules) does not fall behind after a raise."""
+    w = make_world(config=CanaryConfig(mode=CanaryMode.RAISE, real_kv_mode=RealKvHashMode.ALL,
+                                       health_warmup_steps=1000))
+    a = Req(1, list(range(100, 112)), list(range(1, 9)))
+    w.forward([(a, 0, 8)])
+    w.step()
+    w.k[2] += 1.0
+    w.forward([(a, 8, 0)])
+    calls, raised = 0, 0
+    for _ in range(5):
+        calls += 1
+        try:
+            w.step()
+        except RuntimeError:
+            raised += 1
+    assert raised == 1 and w.manager.step == calls + 1
+
+
+def test_negative_expected_token_lengths_are_refused() -> None:
+    import torch
+
+    from kvcanary.manager import CanaryBatch, ExpectedTokens
+
+    w = make_world()
+    t = torch.tensor
+    bad = CanaryBatch(req_pool_indices=t([1, 2]), prefix_lens=t([8, 8]), extend_lens=t([0, 0]),
+                      input_ids=t([], dtype=torch.int64), positions=t([], dtype=torch.int64),
+                      out_cache_loc=t([], dtype=torch.int64),
+                      expected_tokens=ExpectedTokens(flat=t(list(range(100, 112))), lens=t([-4, 16])))
+    with pytest.raises(ValueError, match=r"ExpectedTokens.lens must be >= 0"):
+        w.manager.prepare(bad)

@@ -11,7 +11,14 @@ import torch
 
 from kvcanary.consts import CanaryLaunchTag, FailReason, PoolKind, RealKvHashMode
 from kvcanary.extensions import Extensions
-from kvcanary.manager import CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
+from kvcanary.manager import (
+    CanaryCapacities,
+    CanaryConfig,
+    CanaryManager,
+    KvPoolSpec,
+    PoolGroupSpec,
+    VerifyBudget,
+)
 from kvcanary.manager.rotation import rotation_sets
 from tests.manager.world import MAX_LEN, NUM_SLOTS, ROWS, Req, World
 
@@ -32,12 +39,12 @@ class LayeredWorld(World):
 
 
 def layered_world(num_layers: int, per_step: int, mode: RealKvHashMode = RealKvHashMode.ALL,
-                  extensions: Extensions | None = None) -> LayeredWorld:
+                  extensions: Extensions | None = None, budget: VerifyBudget | None = None) -> LayeredWorld:
     layers = tuple(torch.zeros(NUM_SLOTS, 2, 8) for _ in range(2 * num_layers))  # K0, V0, K1, V1, ...
     r2t = torch.zeros(ROWS, MAX_LEN, dtype=torch.int32)
     group = PoolGroupSpec(kind=PoolKind.FULL, k_layer0=layers[0], v_layer0=layers[1], layers=layers)
     cfg = CanaryConfig(real_kv_mode=mode, enable_v=True, layer_rotation=per_step, health_warmup_steps=3,
-                       health_every=1, extensions=extensions)
+                       health_every=1, extensions=extensions, verify_budget=budget)
     caps = CanaryCapacities.from_engine(pool_slot_count=NUM_SLOTS, max_batch_size=8, req_rows=ROWS,
                                         max_tokens_per_forward=MAX_LEN, max_context_len=MAX_LEN)
     mgr = CanaryManager.attach(pool=KvPoolSpec(groups=(group,), req_to_token=r2t), capacities=caps, config=cfg)
@@ -125,3 +132,24 @@ def test_rotation_reads_a_zero_marked_plan_as_the_endpoints_do() -> None:
         w.step()
     bits = {b for _, _, b in w.events()}
     assert bits == {int(FailReason.ZERO_SLOT_IN_LIVE_RANGE)}, w.events()
+
+
+@pytest.mark.parametrize("victim", [2, 3, 4])
+def test_a_budget_and_layer_rotation_together_still_reach_every_layer(victim: int) -> None:
+    """With a budget whose window moves every forward and two rotation sets, a window could meet only one
+    set forever; the window now stays a whole round, so a flip in layer 1 of any older slot is caught
+    within G x the budget's period."""
+    w = layered_world(2, 2, budget=VerifyBudget(max_entries=4, newest_per_request=2))
+    req = Req(row=1, tokens=list(range(100, 140)), slots=list(range(1, 8)))
+    w.forward([(req, 0, 7)])
+    w.step()
+    w.layers[2][req.slots[victim]].view(torch.uint8).reshape(-1)[0] ^= 0x10  # K of layer 1 only
+    budget = w.manager.config.verify_budget
+    assert budget is not None
+    rounds = rotation_sets(4, 2) * budget.period(batch_size=1, max_verify_len=7 + 12)
+    for n in range(min(rounds, 12)):
+        req.slots.append(20 + n)
+        w.forward([(req, 7 + n, 1)])
+        w.step()
+    hits = [e for e in w.events() if e[2] & RKV]
+    assert hits and {slot for _, slot, _ in hits} == {req.slots[victim]}, hits
