@@ -183,6 +183,7 @@ class CanaryManager:
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
         runner.head(batch)
+        self.health.launched(runner.head_tags, self.device)
         for observe in self._head_observers:
             observe(batch)
 
@@ -193,7 +194,9 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        self._runner(forward_index).tail()
+        runner = self._runner(forward_index)
+        runner.tail()
+        self.health.launched(runner.tail_tags, self.device)
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
@@ -212,7 +215,9 @@ class CanaryManager:
             if self._sweep_source is None:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
-        return self._sweep.run(entries, self.step)
+        n = self._sweep.run(entries, self.step)
+        self.health.launched(self._sweep.tags, self.device)
+        return n
 
     @property
     def sweep_passes(self) -> int:
@@ -226,6 +231,7 @@ class CanaryManager:
         s = self.step
         if self._sweep.due(s) and self._sweep_source is not None:
             self.run_sweep()
+        self.health.mark(s)
         snap = self._pump.step(s)
         try:
             if snap is not None:

@@ -91,6 +91,43 @@ def test_health_check_fails_when_the_canary_stops_running() -> None:
         "canary path is not executing")
 
 
+def test_health_check_fails_when_the_canary_stops_after_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The canary ran, then its launches stopped reaching the device (a wrapper lost inside a forward, a
+    compiled graph without them) while the engine still called head and tail: the counters stop growing."""
+    w = make_world(config=CanaryConfig(sweep_interval=0, health_warmup_steps=2, health_every=2))
+    a = Req(1, list(range(100, 112)), list(range(1, 5)))
+    for _ in range(4):  # steps 0-3; the check at step 2 (snapshot 1) and at step 4 (snapshot 3) see growth
+        w.forward([(a, 0, 4)])
+        w.step()
+    runner = w.manager._forwards[0]
+    monkeypatch.setattr(runner, "_head_launches", lambda v, bs: None)
+    monkeypatch.setattr(runner, "_tail_launches", lambda v: None)
+    w.forward([(a, 0, 4)])
+    w.step()  # step 4 checks snapshot 3: still growing
+    w.forward([(a, 0, 4)])
+    w.step()
+    with pytest.raises(RuntimeError) as info:
+        w.step()  # step 6 checks snapshot 5: no growth since snapshot 3, two forwards issued
+    assert str(info.value) == (
+        "kv-canary: kernel_run_counter has not advanced for tags=[HEAD_K_FULL, TAIL_K_FULL] from step=3 to step=5, "
+        "over 2 launches issued; canary path is not executing")
+
+
+def test_health_check_is_silent_while_the_engine_is_idle() -> None:
+    """Steps without a forward issue nothing: counters that do not grow then are no stall."""
+    w = make_world(config=CanaryConfig(sweep_interval=0, health_warmup_steps=2, health_every=1))
+    a = Req(1, list(range(100, 112)), list(range(1, 5)))
+    for _ in range(3):
+        w.forward([(a, 0, 4)])
+        w.step()
+    for _ in range(6):
+        w.step()
+    w.forward([(a, 0, 4)])
+    for _ in range(3):
+        w.step()
+    assert w.manager.health.checks >= 9
+
+
 def test_health_check_passes_while_running_and_covers_sweep_tags() -> None:
     w = make_world(config=CanaryConfig(sweep_interval=1, enable_v=True, health_warmup_steps=2, health_every=1))
     assert CanaryLaunchTag.SWEEP_V_FULL in w.manager.active_tags
