@@ -4,7 +4,10 @@ Cases: bs 1, 8, 64, 256 and 1024, with real-KV off and PARTIAL over 1, 2 (one to
 and 4 sources, each launch replayed from a CUDA graph (GPU time). The floor beside every figure is, for the
 same ``bs``, a probe launch doing only what a one-token write cannot avoid: per request the two dependent
 loads (offset and seed; then the seed record, token and slot) and one store (benchmarks/floors_cuda.py,
-measured in the same run). Targets: real-KV off at most 2x that probe; Triton at most 1.3x CUDA.
+measured in the same run). Beside each case, the same write by a kernel shaped like SGLang's published one
+(one thread per request, tokens and folds serial: benchmarks/sglang_shape.cu), its records checked equal to
+the backend's (the run fails otherwise). Targets: real-KV off at most 2x that probe; PARTIAL at most 0.8x the
+SGLang-shaped write; Triton at most 1.3x CUDA.
 
 ``--fold-tiles 128,64`` also times Triton with other real-KV fold tiles (tokens per fold iteration): the
 tile sets the kernel's registers, hence how many of the ``bs x 2`` programs of a PARTIAL decode write are
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -28,6 +33,7 @@ from benchmarks import timing
 from benchmarks.report import Report, machine
 from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
 from kvcanary.backends.triton._jit import TUNING
+from kvcanary.context import VerifyOrWriteContext
 from kvcanary.testing import scenarios as sc
 
 DEV = torch.device("cuda")
@@ -47,6 +53,17 @@ def sources(num_slots: int, count: int) -> tuple[kc.RealKvSource, ...]:
     return tuple(out)
 
 
+def sglang_shape(ctx: VerifyOrWriteContext, kw: dict[str, Any]) -> tuple[float, bool]:
+    """The SGLang-shaped write of ``kw`` (benchmarks/sglang_shape.cu): GPU seconds, and whether it leaves the
+    records the cuda backend leaves from the same starting buffer."""
+    start = ctx.canary_buf.clone()
+    kc.launch_canary_write_kernel(**kw, backend="cuda")
+    reference = ctx.canary_buf.clone()
+    ctx.canary_buf.copy_(start)
+    return fc.sglang_shape_write_cuda(ctx, kw["plan"], kw["input_ids"], kw["positions"], kw["out_cache_loc"],
+                                      reference)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
@@ -58,6 +75,7 @@ def main() -> None:
         print("bench_decode_write: needs a CUDA device", file=sys.stderr)
         return
     r = Report("bench_decode_write", machine(DEV))
+    mismatches = 0
     for bs in (1, 8, 64, 256, 1024):
         num_slots = 4 * bs + 64
         locs = torch.randperm(num_slots - 1, device=DEV) + 1
@@ -80,6 +98,17 @@ def main() -> None:
                       target=2.0 if nsrc == 0 else None, note="floor: the dependent-load probe, same bs")
             r.value(f"bs={bs} x 1, {label}: triton / cuda", times["triton"] / times["cuda"], 1.0, unit="x",
                     target=1.3)
+            try:
+                shape, same = sglang_shape(ctx, kw)
+            except Exception:  # the backends' figures above still get written; the run fails at the end
+                traceback.print_exc()
+                mismatches += 1
+            else:
+                mismatches += not same
+                r.add(f"bs={bs} x 1, {label} [SGLang shape, graph]", shape, probe,
+                      note="records equal the backend's" if same else "RECORDS DIFFER from the backend's")
+                r.value(f"bs={bs} x 1, {label}: cuda / SGLang shape", times["cuda"] / shape, 1.0, unit="x",
+                        target=0.8)
             for tile in fold_tiles if nsrc else ():
                 TUNING["write_fold_tile"] = tile
                 try:
@@ -91,6 +120,8 @@ def main() -> None:
                 r.value(f"bs={bs} x 1, {label}: triton fold tile {tile} / cuda", t / times["cuda"], 1.0, unit="x",
                         target=1.3)
     r.write(args.out)
+    if mismatches:
+        sys.exit(f"bench_decode_write: the SGLang-shaped write failed or left other records in {mismatches} cases")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ through backends.cuda._toolchain and launched through cuda.core like the kernels
   thread issued before any use; the fastest U is the floor (``gather_floor_cuda_detail`` says which);
 - ``gather_rkv_floor_cuda``: the same plus the real-KV strips verify reads, without hashing;
 - ``dependent_loads_cuda``: only the dependent loads and the store of one-token writes;
-- ``plan_stream_cuda``: a plain stream of the fused plan's traffic.
+- ``plan_stream_cuda``: a plain stream of the fused plan's traffic;
+- ``sglang_shape_write_cuda``: not a floor but the head-to-head's other side, a write shaped like SGLang's
+  published kernel (benchmarks/sglang_shape.cu), its records checked equal to the backends'.
 
 Timing is benchmarks/timing.py's: :func:`~benchmarks.timing.events` over launches issued back to back (GPU
 time whenever a launch takes longer on the GPU than on the host), :func:`~benchmarks.timing.graph` for
@@ -29,7 +31,10 @@ from pathlib import Path
 import torch
 
 from benchmarks import timing
+from kvcanary.backends.cuda._pack import fold
 from kvcanary.backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
+from kvcanary.context import VerifyOrWriteContext
+from kvcanary.plans import WritePlan
 
 PROBE_DIR = Path(__file__).resolve().parent  # floors_probes.cu
 
@@ -157,3 +162,29 @@ def plan_stream_cuda(n: int, sets: int = 4) -> dict[str, float]:
                for o in outs]
         times[f"u{u}w{w}"] = timing.graph(fns)
     return times
+
+
+def sglang_shape_write_cuda(ctx: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Tensor,
+                            positions: torch.Tensor, out_cache_loc: torch.Tensor, reference: torch.Tensor
+                            ) -> tuple[float, bool]:
+    """GPU seconds (graph-replayed) of the SGLang-shaped write of these arguments, and whether the canary
+    buffer it leaves equals ``reference`` (the buffer after the backend's launch of the same write, from the
+    same starting buffer). Runs on ``ctx.canary_buf`` in place."""
+    nsrc, partial, src_args = fold(ctx)
+    k = load(Spec("sglang_shape.cu", "kvc_shape_write_serial", (("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial))),
+                  1, extra_include=str(PROBE_DIR)), torch.cuda.current_device())
+    buf = ctx.canary_buf
+    grid = max(1, plan.write_seed_slot_indices.shape[0])
+    args = (buf.data_ptr(), buf.stride(0) * buf.element_size(), plan.write_offsets.data_ptr(),
+            plan.write_seed_slot_indices.data_ptr(), plan.write_num_valid_reqs.data_ptr(), input_ids.data_ptr(),
+            positions.data_ptr(), out_cache_loc.data_ptr(), ctx.enable_chain_position_assert.data_ptr(),
+            ctx.violation_ring.data_ptr(), ctx.violation_ring.shape[0], ctx.violation_write_index.data_ptr(),
+            ctx.slot_run_counter.data_ptr(), ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *src_args)
+
+    def one() -> None:
+        _launch(k, (grid, 1, 1, 0), *args)
+
+    one()
+    torch.cuda.synchronize()
+    same = bool(torch.equal(buf, reference))
+    return timing.graph(one, rounds=100), same

@@ -8,6 +8,6 @@ tail -13 "$OUT/host_launch.log"
 echo "host_launch: rc=$rc"
 timeout 150 python3 benchmarks/bench_decode_write.py --fold-tiles 128,64 --out "$OUT/bench_decode_write.json" >"$OUT/bench_decode_write.log" 2>&1
 rc2=$?
-grep -E "/ cuda|real-KV off \[cuda|PARTIAL, 2 sources \[" "$OUT/bench_decode_write.log" | head -30
+grep -E "/ cuda|/ SGLang|real-KV off \[cuda|PARTIAL, 2 sources \[" "$OUT/bench_decode_write.log" | head -40
 echo "bench_decode_write: rc=$rc2"
 [ $rc -eq 0 ] && [ $rc2 -eq 0 ]

@@ -265,36 +265,49 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
 }
 
 #if KVC_NSRC > 0
+// Flat token j of a fold column -> its index into the token arrays (request k's tokens follow those of 0..k-1).
+__device__ __forceinline__ i64 flat_at(const i64 (&start)[KVC_WRITE_WARPS], const i64 (&first)[KVC_WRITE_WARPS + 1],
+                                       i64 j) {
+  i64 at = start[0] + j;
+#pragma unroll
+  for (int k = 1; k < KVC_WRITE_WARPS; ++k)
+    if (j >= first[k]) at = start[k] + (j - first[k]);
+  return at;
+}
+
 // Fold block (x, y >= 1): with the other fold blocks of column x, fold the strips of every stored token of the
 // requests of chain block x and store field 3 of their records. The column's tokens are taken as one flat
 // range (request k's tokens after those of requests 0..k-1), so every load round is issued for all of its
-// requests at once: the counter and the column's offsets, the total, the slots, the strips. A loop over the
-// requests, one after another, made 1024 one-token requests a chain of 14 dependent rounds.
+// requests at once: a loop over the requests, one after another, made 1024 one-token requests a chain of 14
+// dependent rounds. Three rounds remain: the counter and the column's offsets; the total and this thread's
+// first slot (laid out as if every request of the column were live: the live ones come first, so their flat
+// indices are the same, and the clamped offsets keep the load inside the token arrays); its strips.
 __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* src) {
   const i64 r0 = (i64)blockIdx.x * KVC_WRITE_WARPS;
   const i64 nv = ld_now_s32(a.num_valid_reqs);
   i64 off[KVC_WRITE_WARPS + 1];
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
-  const i64 nreq = iclamp(nv, 0, a.capacity);
-  if (r0 >= nreq) return;
-  if ((i64)ld_nc(a.offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
   i64 start[KVC_WRITE_WARPS], first[KVC_WRITE_WARPS + 1];  // request k: tokens [start, +count) at flat first[k]
   first[0] = 0;
 #pragma unroll
   for (int k = 0; k < KVC_WRITE_WARPS; ++k) {
     start[k] = iclamp(off[k], 0, a.ntok);
-    const i64 count = r0 + k < nreq ? imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0) : 0;
+    const i64 count = r0 + k < a.capacity ? imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0) : 0;
     first[k + 1] = first[k] + count;
   }
   const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
   const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
-  for (i64 j = worker; j < first[KVC_WRITE_WARPS]; j += workers) {
-    i64 at = start[0] + j;
+  const i64 loc0 = worker < first[KVC_WRITE_WARPS] ? (i64)ld_now(a.out_cache_loc + flat_at(start, first, worker)) : -1;
+  const i64 nreq = iclamp(nv, 0, a.capacity);
+  if (r0 >= nreq) return;
+  if ((i64)ld_nc(a.offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
+  i64 live = 0;  // the column's live tokens: those of requests r0 + k < nreq
 #pragma unroll
-    for (int k = 1; k < KVC_WRITE_WARPS; ++k)
-      if (j >= first[k]) at = start[k] + (j - first[k]);
-    const i64 loc = (i64)ld_nc(a.out_cache_loc + at);
+  for (int k = 0; k < KVC_WRITE_WARPS; ++k)
+    if (r0 + k < nreq) live = first[k + 1];
+  for (i64 j = worker; j < live; j += workers) {
+    const i64 loc = j == worker ? loc0 : (i64)ld_nc(a.out_cache_loc + flat_at(start, first, j));
     if (loc < 0 || loc >= a.num_slots) continue;
     bool oob = false;
     const u64 rkv = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);

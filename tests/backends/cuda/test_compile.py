@@ -43,6 +43,7 @@ from tests.backends.cuda._emu import call_of
 SPECS = all_specs()
 REPO = Path(__file__).resolve().parents[3]
 PROBES = REPO / "benchmarks" / "floors_probes.cu"  # the benchmarks' CUDA floor probes
+SHAPE = REPO / "benchmarks" / "sglang_shape.cu"  # the benchmarks' SGLang-shaped write (the head-to-head)
 ARCHS = ("sm_90", "sm_75")  # the H200, and the oldest compute capability the backend accepts
 
 
@@ -82,6 +83,15 @@ def test_nvrtc_compiles_the_benchmark_probes(nvrtc: Any) -> None:
     for arch in ARCHS:
         assert _nvrtc.compile_source(nvrtc, PROBES.read_text(), PROBES.name,
                                      [f"--gpu-architecture={arch}", "-std=c++17", f"-I{KERNEL_DIR}"], ptx=False)
+
+
+@pytest.mark.parametrize("nsrc", [0, 1, 4])
+def test_nvrtc_compiles_the_sglang_shaped_write(nvrtc: Any, nsrc: int) -> None:
+    """Every parameter 8 bytes, like the backend's kernels (the benchmark launches it the same way)."""
+    opts = ["--gpu-architecture=compute_90", "-std=c++17", f"-I{KERNEL_DIR}", f"-DKVC_NSRC={nsrc}"]
+    ptx = _nvrtc.compile_source(nvrtc, SHAPE.read_text(), SHAPE.name, opts, ptx=True).decode()
+    params = _nvrtc.entry_params(ptx, "kvc_shape_write_serial")
+    assert len(params) == 15 + 6 * nsrc and all(re.search(r"\.(u64|b64|s64)\b", p) for p in params), params
 
 
 def _nvcc_specs() -> list[Spec]:
