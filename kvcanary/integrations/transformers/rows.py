@@ -106,18 +106,15 @@ class RequestRows:
         return [rid for rid, blocks in self._blocks.items() if block in blocks]
 
     def sweep_entries(self, blocks: set[int]) -> SweepEntries:
-        """One entry per token of each complete, known block of ``blocks``, each block's tokens in order."""
-        slots: list[int] = []
-        positions: list[int] = []
-        prevs: list[int] = []
+        """One entry per token of each complete, known block of ``blocks``, each block's tokens in order
+        (built with tensor ops: a sweep covers every cached block, tens of thousands of tokens)."""
+        known = [(b, info) for b in sorted(blocks) if (info := self.blocks_info.get(b)) is not None]
         page = self.layout.page
-        for b in sorted(blocks):
-            info = self.blocks_info.get(b)
-            if info is None:
-                continue
-            for o in range(page):
-                s = self.layout.slot(b, o)
-                slots.append(s)
-                positions.append(info.first_position + o)
-                prevs.append(info.prev_slot if o == 0 else s - 1)
-        return SweepEntries.from_lists(slots, positions, prevs)
+        offsets = torch.arange(page, dtype=torch.int64)
+        ids = torch.tensor([b for b, _ in known], dtype=torch.int64)
+        firsts = torch.tensor([i.first_position for _, i in known], dtype=torch.int64)
+        heads = torch.tensor([i.prev_slot for _, i in known], dtype=torch.int64)
+        slots = (ids * self.layout.stride)[:, None] + offsets  # CacheLayout.slot(block, offset)
+        prevs = slots - 1
+        prevs[:, 0] = heads
+        return SweepEntries(slots.reshape(-1), (firsts[:, None] + offsets).reshape(-1), prevs.reshape(-1))
