@@ -131,7 +131,11 @@ def main() -> None:
     steps = max(1, best.steps)
     for phase, seconds in best.host_seconds.items():
         r.add(f"host {phase} per step {shape}", seconds / steps, None, unit="us")
+    r.add(f"host end_step: sweep entries per step {shape}", best.sweep_entry_seconds / steps, None, unit="us",
+          note="part of end_step")
     r.details["host_seconds"] = best.host_seconds
+    r.details["sweep_entry_seconds"] = best.sweep_entry_seconds
+    r.details["swept_entries"] = best.swept_entries
     r.details["steps"] = best.steps
     r.details["attn_implementation"] = str(getattr(model.config, "_attn_implementation", "?"))
     r.details["rounds_off"] = off

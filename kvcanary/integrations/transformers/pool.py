@@ -9,6 +9,7 @@ tensors, and, for a sliding-window group, the full-slot to ring-slot table refre
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,7 @@ class PoolState:
             pool=KvPoolSpec(groups=tuple(groups), req_to_token=self.rows.device_table), capacities=caps,
             config=config)
         self.swept = 0
+        self.sweep_entry_seconds = 0.0  # host time building the sweeps' entries (part of end_step)
         if config.sweep_interval:
             self.manager.set_sweep_source(self._sweep_entries)
         self.manager.mark_init_finished()  # no warmup batches: graphs and compile are refused
@@ -81,7 +83,9 @@ class PoolState:
         self._device_in = torch.zeros_like(self._staging, device=dev)
 
     def _sweep_entries(self) -> SweepEntries:
+        t0 = time.perf_counter()
         entries = self.rows.sweep_entries(set(self.layout.cached_blocks()) | self.rows.shared_blocks())
+        self.sweep_entry_seconds += time.perf_counter() - t0
         self.swept += len(entries)
         return entries
 

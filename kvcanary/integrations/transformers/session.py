@@ -147,6 +147,7 @@ class TransformersCanary:
         self.prefix_hits = 0
         """Requests the engine admitted with part of their prompt already cached (prefix-shared blocks)."""
         self._swept_retired = 0
+        self._sweep_seconds_retired = 0.0
         self.host_seconds: dict[str, float] = dict.fromkeys(("map", "head", "forward", "tail", "end_step"), 0.0)
         """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
         on a GPU, so this is enqueue time there)."""
@@ -212,6 +213,7 @@ class TransformersCanary:
         if self._pools:
             self._flush_all(raise_found=False)
             self._swept_retired += sum(p.swept for p in self._pools.values())
+            self._sweep_seconds_retired += sum(p.sweep_entry_seconds for p in self._pools.values())
             self._pools.clear()
 
     # -- what it found -------------------------------------------------------------------------------
@@ -219,6 +221,11 @@ class TransformersCanary:
     def swept_entries(self) -> int:
         """Cached and shared slots verified by the sweeps so far."""
         return self._swept_retired + sum(p.swept for p in self._pools.values())
+
+    @property
+    def sweep_entry_seconds(self) -> float:
+        """Host time spent building the sweeps' entry lists so far (part of ``host_seconds["end_step"]``)."""
+        return self._sweep_seconds_retired + sum(p.sweep_entry_seconds for p in self._pools.values())
 
     @property
     def managers(self) -> list[CanaryManager]:

@@ -17,6 +17,7 @@ def test_tokens_identical_with_canaries_on_and_off_and_clean_run_silent(model: A
     assert canary.steps > 10
     assert canary.prefix_hits > 0, "the workload must exercise prefix-shared blocks"
     assert canary.swept_entries > 0, "the sweep must have verified cached or shared slots"
+    assert 0 < canary.sweep_entry_seconds < canary.host_seconds["end_step"]
     manager = canary.managers[0]
     assert manager.sweep_passes > 0
     assert int(manager.state.kernel_run_counters.sum()) > 0
