@@ -76,10 +76,6 @@ class ForwardRunner:
         self._ext = extensions
         self._rotations = rotations or [None] * len(groups)
         self._views: StepViews | None = None
-        self.head_tags = tuple(sorted({e.tag for gp in self.plans for e in gp.head}))
-        """The tags :meth:`head` launches (each once or more)."""
-        self.tail_tags = tuple(sorted({e.tag for gp in self.plans for e in gp.tail}))
-        """The tags :meth:`tail` launches."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:

@@ -25,7 +25,7 @@ from kvcanary.manager.batch import CanaryBatch
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
-from kvcanary.manager.endpoints import Endpoint, build_endpoints
+from kvcanary.manager.endpoints import Endpoint, Phase, build_endpoints
 from kvcanary.manager.forward import ForwardRunner
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
@@ -94,6 +94,8 @@ class CanaryManager:
         self._pump = SnapshotPump(self.state)
         self.reporter = ViolationReporter(config.mode, config.ring_capacity)
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
+        self._phase_tags = {p: tuple(sorted({e.tag for e in self.endpoints if e.phase is p})) for p in Phase}
+        """The tags each phase launches (what the watchdog counts as issued)."""
         self.step = 0
         self.init_finished = False
         self.last_snapshot: HostSnapshot | None = None
@@ -183,7 +185,7 @@ class CanaryManager:
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
         runner.head(batch)
-        self.health.launched(runner.head_tags, self.device)
+        self.health.launched(self._phase_tags[Phase.HEAD], self.device)
         for observe in self._head_observers:
             observe(batch)
 
@@ -194,9 +196,8 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        runner = self._runner(forward_index)
-        runner.tail()
-        self.health.launched(runner.tail_tags, self.device)
+        self._runner(forward_index).tail()
+        self.health.launched(self._phase_tags[Phase.TAIL], self.device)
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
@@ -216,7 +217,7 @@ class CanaryManager:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
         n = self._sweep.run(entries, self.step)
-        self.health.launched(self._sweep.tags, self.device)
+        self.health.launched(self._phase_tags[Phase.SWEEP], self.device)
         return n
 
     @property

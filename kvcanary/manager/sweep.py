@@ -79,8 +79,6 @@ class SweepRunner:
             plan.verify_expected_tokens.fill_(-1)
             eps = tuple(e for e in endpoints if e.kind is g.kind and e.phase is Phase.SWEEP)
             self._groups.append(_GroupSweep(g, plan, eps))
-        self.tags = tuple(sorted({e.tag for gs in self._groups for e in gs.endpoints}))
-        """The tags a sweep launches."""
         self._h2d = HostStaging(3 * capacity, dev)
         self._dev = torch.zeros(3 * capacity, dtype=torch.int64, device=dev)
         self._tmp = torch.zeros(capacity, dtype=torch.int64, device=dev)
