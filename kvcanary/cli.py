@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "contracts": ("kvcanary.cli_commands", "contracts", "list the launcher contracts and their error codes (--json)"),
     "docs": ("kvcanary.cli_commands", "docs", "generate the docs site's pages (error catalog, matrix, ...)"),
     "demo": ("kvcanary.demo.run", "main", "serve a workload clean, then once per fault class; show what is caught"),
+    "inspect": ("kvcanary.evidence.cli", "inspect", "print an evidence bundle's report (--html: one page)"),
+    "replay": ("kvcanary.evidence.cli", "replay", "re-run an evidence bundle's failing checks on the CPU"),
 }
 
 Setup = Callable[[argparse.ArgumentParser], None]

@@ -170,6 +170,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
                    help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
                    help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback)")
+    p.add_argument("--bundles", metavar="DIR", default=None,
+                   help="write one evidence bundle per fault class into DIR instead (`kvcanary inspect`/`replay`)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -181,6 +183,10 @@ def main(args: argparse.Namespace) -> int:
     from kvcanary.demo.engine.faults import Fault
     from kvcanary.registry import BackendError
 
+    if getattr(args, "bundles", None) is not None:
+        from kvcanary.evidence.cli import demo_bundles
+
+        return demo_bundles(args.bundles, args.engine, args.fault, args.steps, args.seed)
     if args.engine == "transformers":
         from kvcanary.integrations.transformers.cli import main as transformers_main
 

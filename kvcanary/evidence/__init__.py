@@ -1,0 +1,32 @@
+"""Evidence bundles: on the first violation of a slot, everything needed to diagnose and replay it.
+
+:class:`BundleSink` (a guard sink) captures a bundle per violated slot; :func:`read_bundle` loads one;
+:func:`replay` re-runs its checks on the CPU; :mod:`kvcanary.evidence.report` renders it as text or as one
+HTML page. Writing and reading bundles needs the ``kvcanary[evidence]`` extra (safetensors).
+"""
+
+from kvcanary.evidence.attribution import Attribution, BugClass, attribute, claimants_at, first_anomaly
+from kvcanary.evidence.capture import BundleLimits, BundleSink
+from kvcanary.evidence.describe import RequestDescriber, RequestView
+from kvcanary.evidence.format import BUNDLE_FORMAT, BUNDLE_VERSION, Bundle, BundleError, read_bundle, write_bundle
+from kvcanary.evidence.replay import ReplayResult, replay
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "Attribution",
+    "BugClass",
+    "Bundle",
+    "BundleError",
+    "BundleLimits",
+    "BundleSink",
+    "ReplayResult",
+    "RequestDescriber",
+    "RequestView",
+    "attribute",
+    "claimants_at",
+    "first_anomaly",
+    "read_bundle",
+    "replay",
+    "write_bundle",
+]

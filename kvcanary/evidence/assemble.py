@@ -1,0 +1,275 @@
+"""Turn what :class:`~kvcanary.evidence.capture.BundleSink` copied into a bundle: the decoded rows, the
+records (stored, expected, the chain neighbour), the owners, the journal, the attribution and the replay
+plan (the verify entries and writes that reproduce the rows, with the records and KV words they read).
+
+The replay plan is rebuilt from the rows and the captured records: a verify entry's predecessor is the
+record whose chain link equals the row's expected hash (or the anchor), its expected position is the row's
+stored position unless the position check failed (then the predecessor's position + 1); a chain-position
+write row's seed is the record whose link equals the hash the write started from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import kvcanary
+from kvcanary.consts import INVALID_SLOT, ZERO_SLOT_MARK, CanaryLaunchTag, FailReason, PoolKind, RealKvHashMode
+from kvcanary.evidence.attribution import attribute
+from kvcanary.evidence.describe import RequestView
+from kvcanary.evidence.format import Bundle
+from kvcanary.evidence.hashes import ANCHOR_I64
+from kvcanary.guard.journal import JournalEvent, SlotJournal
+from kvcanary.hashing import to_int64
+from kvcanary.manager.reporter import ViolationEvent
+from kvcanary.violations import Violation
+
+_WRITE_BITS = int(FailReason.WRITE_POSITION_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
+                  | FailReason.WRITE_SLOT_MISMATCH)
+_CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+_POS = int(FailReason.VERIFY_POSITION_MISMATCH)
+
+
+@dataclass(frozen=True)
+class SourceCapture:
+    """One real-KV source's words for the slot (``None``: the slot's strip lies outside the source)."""
+
+    nbytes: int
+    words: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class RowCapture:
+    event: ViolationEvent
+    record: torch.Tensor | None
+    link: torch.Tensor | None
+    link_idx: torch.Tensor | None
+    link_found: torch.Tensor | None
+    sources: tuple[SourceCapture, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Captured:
+    kind: PoolKind
+    slot: int
+    rows: tuple[RowCapture, ...]
+    history: tuple[JournalEvent, ...]
+    views: dict[str, RequestView]
+    readers: tuple[str, ...]
+    full_slots: list[int] | torch.Tensor
+    engine: str
+    block_size: int
+    real_kv_mode: RealKvHashMode
+    created: str
+
+
+def row_fields(v: Violation) -> list[int]:
+    """The ring row's eight int64 fields, as the device wrote them."""
+    return [v.kernel_kind, v.slot_idx, v.position, v.stored_token, v.expected_token, to_int64(v.stored_chain_hash),
+            to_int64(v.expected_aux), v.fail_reason_bits]
+
+
+def _hex(x: int) -> str:
+    return f"{x & ((1 << 64) - 1):#018x}"
+
+
+def _record_json(r: list[int] | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"token": r[0], "position": r[1], "prev_hash": _hex(r[2]), "real_kv_hash": _hex(r[3])}
+
+
+def journal_json(history: tuple[JournalEvent, ...] | list[JournalEvent]) -> list[dict[str, Any]]:
+    return [{"step": e.step, "kind": e.kind.value, "block": e.block, "owner": str(e.owner) if e.owner else None,
+             "first_position": e.first_position, "last_position": e.last_position} for e in history]
+
+
+class _Buffers:
+    """Per tag: the slots whose records (and KV words) the replay needs, in first-use order."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, dict[int, list[int]]] = {}
+        self.kv: dict[str, dict[int, list[torch.Tensor | None]]] = {}
+        self.kv_bytes: dict[str, list[int]] = {}
+
+    def add(self, tag: str, slot: int, record: list[int], kv: tuple[SourceCapture, ...] | None = None) -> None:
+        recs = self.slots.setdefault(tag, {})
+        if slot not in recs:
+            recs[slot] = record
+        if kv is not None:
+            self.kv.setdefault(tag, {})[slot] = [s.words for s in kv]
+            self.kv_bytes[tag] = [s.nbytes for s in kv]
+
+    def tensors(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        meta: dict[str, Any] = {}
+        out: dict[str, torch.Tensor] = {}
+        for tag, recs in self.slots.items():
+            slots = list(recs)
+            out[f"records/{tag}"] = torch.tensor([recs[s] for s in slots], dtype=torch.int64).reshape(-1, 4)
+            nbytes = self.kv_bytes.get(tag, [])
+            kv = self.kv.get(tag, {})
+            for i, nb in enumerate(nbytes):
+                rows = []
+                for s in slots:
+                    words = kv.get(s, [None] * len(nbytes))[i]
+                    w = words.cpu() if words is not None else torch.zeros(nb // 8, dtype=torch.int64)
+                    rows.append(w.view(torch.uint8))
+                out[f"kv/{tag}/{i}"] = torch.stack(rows) if rows else torch.zeros(0, nb, dtype=torch.uint8)
+            meta[tag] = {"slots": slots, "source_bytes": nbytes}
+        return meta, out
+
+
+def _host(t: torch.Tensor | None) -> list[int] | None:
+    return [int(x) for x in t.cpu().tolist()] if t is not None else None
+
+
+def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
+    """Build the bundle of one slot from its capture (runs on the writer thread)."""
+    rows_json: list[dict[str, Any]] = []
+    records_json: list[dict[str, Any]] = []
+    verify: list[dict[str, Any]] = []
+    writes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    unreplayable: list[str] = []
+    bufs = _Buffers()
+    uses_zero = uses_wslot = False
+    for i, rc in enumerate(cap.rows):
+        v = rc.event.violation
+        fields = row_fields(v)
+        rows_json.append({"ring_index": rc.event.ring_index, "tag": v.tag_name, "fields": fields,
+                          "fail_reasons": v.reason_labels,
+                          "codes": [int(b) for b in FailReason if b & v.fail_reason_bits],
+                          "step_recorded": rc.event.step_recorded, "step_pumped": rc.event.step_pumped,
+                          "message": rc.event.message})
+        record = _host(rc.record)
+        link = _host(rc.link)
+        found = bool(rc.link_found.cpu()) if rc.link_found is not None else False
+        link_slot = int(rc.link_idx.cpu()) if rc.link_idx is not None and found else None
+        tag = v.tag_name
+        bits = v.fail_reason_bits
+        is_write = bool(bits & _WRITE_BITS)
+        anchor_target = (fields[5] if is_write else fields[6]) == ANCHOR_I64
+        prev: int | None
+        if anchor_target:
+            prev = -1
+        elif found:
+            prev = link_slot
+        elif not is_write and not bits & _CHAIN:
+            prev = 0  # no chain check needed to reproduce the row: its predecessor's record is not known
+        else:
+            prev = None
+        expected: dict[str, Any] = {"token": v.expected_token if v.expected_token != -1 else None,
+                                    "prev_hash": _hex(fields[6]) if not is_write else None}
+        neighbour = ({"slot": link_slot, "record": _record_json(link)} if link_slot is not None else
+                     ({"slot": -1, "record": None, "anchor": True} if prev == -1 else None))
+        if rc.error is not None:
+            unreplayable.append(f"row {i}: {rc.error}")
+        elif bits & FailReason.INDEX_OUT_OF_RANGE:
+            unreplayable.append(f"row {i}: an INDEX_OUT_OF_RANGE row names no record to replay")
+        elif bits == int(FailReason.ZERO_SLOT_IN_LIVE_RANGE):
+            uses_zero = True
+            verify.append({"tag": tag, "slot": ZERO_SLOT_MARK, "prev_slot": 0, "expected_position": v.position,
+                           "expected_token": -1, "row": i})
+            expected["position"] = v.position
+        elif record is None:
+            unreplayable.append(f"row {i}: slot {v.slot_idx} lies outside the {tag} buffer")
+        elif is_write:
+            chain_row = bool(bits & FailReason.WRITE_POSITION_MISMATCH) and v.stored_token == v.expected_token
+            if bits & FailReason.WRITE_TOKEN_MISMATCH or (bits & FailReason.WRITE_POSITION_MISMATCH
+                                                           and not chain_row):
+                unreplayable.append(f"row {i}: write-input assert rows need the oracle's expected tensors")
+            elif prev is None:
+                unreplayable.append(f"row {i}: the seed record the write chained from has changed since")
+            else:
+                want = fields[6] if bits & FailReason.WRITE_SLOT_MISMATCH else None
+                uses_wslot = uses_wslot or want is not None
+                key = (tag, v.slot_idx, v.position, v.stored_token, fields[5], prev)
+                w = writes.setdefault(key, {"tag": tag, "seed_slot": prev, "slot": v.slot_idx,
+                                            "token": v.stored_token, "position": v.position,
+                                            "chain_assert": False, "want_slot": None, "rows": []})
+                w["rows"].append(i)
+                w["chain_assert"] = w["chain_assert"] or chain_row
+                if want is not None:
+                    w["want_slot"] = want
+                if cap.kind is PoolKind.SWA and want is not None:
+                    unreplayable.append(f"row {i}: a sliding-window write-slot row needs the translation table")
+                bufs.add(tag, v.slot_idx, record)
+                if prev > 0 and link is not None:
+                    bufs.add(tag, prev, link)
+                expected["position"] = (link[1] + 1) if link is not None and prev > 0 else (0 if prev == -1 else None)
+        else:
+            if prev is None:
+                unreplayable.append(f"row {i}: the predecessor record the check hashed has changed since")
+            else:
+                exp_pos: int | None = v.position
+                if bits & _POS:
+                    exp_pos = 0 if prev == -1 else (link[1] + 1 if link is not None and prev > 0 else None)
+                if exp_pos is None:
+                    unreplayable.append(f"row {i}: the expected position is not known")
+                else:
+                    verify.append({"tag": tag, "slot": v.slot_idx, "prev_slot": prev, "expected_position": exp_pos,
+                                   "expected_token": v.expected_token, "row": i})
+                    bufs.add(tag, v.slot_idx, record, rc.sources)
+                    if prev > 0 and link is not None:
+                        bufs.add(tag, prev, link)
+                expected["position"] = exp_pos
+        records_json.append({"tag": tag, "slot": v.slot_idx, "stored": _record_json(record), "expected": expected,
+                             "neighbour": neighbour})
+    buf_meta, tensors = bufs.tensors()
+    # attribution over the journal (full-slot space)
+    full_slots = cap.full_slots if isinstance(cap.full_slots, list) else [int(x) for x in cap.full_slots.tolist()]
+    history = list(cap.history)
+    if not history and journal is not None and cap.kind is PoolKind.SWA:
+        for fs in full_slots:
+            history = journal.history(fs)
+            if history:
+                break
+    tables = {rid: dict(zip(view.positions, view.slots, strict=True)) for rid, view in cap.views.items()}
+    violations = [rc.event.violation for rc in cap.rows]
+    step = min(rc.event.step_recorded for rc in cap.rows)
+    att = attribute(violations, history, step=step, slot=cap.slot, swa=cap.kind is PoolKind.SWA,
+                    writer_slot_at=tables)
+    owner_ids = {o.split(":", 1)[1] for o in (att.writer, *att.holders) if o and o.startswith("request:")}
+    owners = []
+    for rid, view in cap.views.items():
+        role = ("writer" if att.writer == f"request:{rid}" else
+                "holder" if rid in owner_ids else "reader" if rid in cap.readers else "journal")
+        owners.append({"role": role, **view.to_json()})
+    meta: dict[str, Any] = {
+        "created": cap.created,
+        "kvcanary_version": kvcanary.__version__,
+        "torch_version": torch.__version__,
+        "engine": cap.engine,
+        "slot": cap.slot,
+        "group": cap.kind.name,
+        "full_slots": full_slots,
+        "block_size": cap.block_size,
+        "step_recorded": step,
+        "step_pumped": min(rc.event.step_pumped for rc in cap.rows),
+        "rows": rows_json,
+        "records": records_json,
+        "owners": owners,
+        "readers": list(cap.readers),
+        "journal": journal_json(history),
+        "attribution": att.to_json(),
+        "replay": {
+            "backend": "torch_ref",
+            "real_kv_mode": cap.real_kv_mode.name,
+            "extensions": {"zero_slot_in_live_range": uses_zero, "write_slot_mismatch": uses_wslot},
+            "verify": verify,
+            "write": list(writes.values()),
+            "buffers": buf_meta,
+            "unreplayable": unreplayable,
+        },
+    }
+    return Bundle(meta, tensors)
+
+
+def tag_of(name: str) -> CanaryLaunchTag:
+    return CanaryLaunchTag[name]
+
+
+__all__ = ["INVALID_SLOT", "Captured", "RowCapture", "SourceCapture", "assemble", "journal_json", "row_fields",
+           "tag_of"]

@@ -1,0 +1,232 @@
+"""BundleSink: on the first violation of each slot, capture the evidence and write one bundle, off the step.
+
+``on_violations`` runs on the host when a step's read-back holds new rows. For each slot it has not
+bundled yet (at most ``limits.max_bundles``) it copies, with device operations only (no value is read
+back to the host there): the slot's record in every buffer a row names, the record its chain link came
+from (found by hashing the buffer, see :mod:`kvcanary.evidence.hashes`) and the real-KV words its
+fingerprint covers. It copies the host facts that change later too: the slot's journal history and the
+owners' descriptions. A background thread turns the copies into a bundle (attribution, replay plan, JSON
+and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding-window row's full slot
+(for the journal) is found through the group's translation table, one small read on that thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kvcanary.consts import CanaryLaunchTag, FailReason, PoolKind, RealKvHashMode
+from kvcanary.evidence.assemble import Captured, RowCapture, SourceCapture, assemble
+from kvcanary.evidence.describe import RequestDescriber, RequestView
+from kvcanary.evidence.format import write_bundle
+from kvcanary.evidence.hashes import find_link
+from kvcanary.guard.decision import GuardDecision
+from kvcanary.guard.journal import OwnerKind, SlotJournal
+from kvcanary.manager.reporter import ViolationEvent
+from kvcanary.manager.stats import StepStats
+
+if TYPE_CHECKING:
+    from kvcanary.manager.endpoints import Endpoint
+    from kvcanary.manager.manager import CanaryManager
+
+_WRITE_BITS = int(FailReason.WRITE_POSITION_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
+                  | FailReason.WRITE_SLOT_MISMATCH)
+
+
+@dataclass(frozen=True)
+class BundleLimits:
+    """At most ``max_bundles`` bundles per sink, ``max_rows`` rows and ``max_bytes`` of real-KV bytes each."""
+
+    max_bundles: int = 16
+    max_rows: int = 64
+    max_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_bundles", "max_rows", "max_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"kv-canary: BundleLimits.{name} must be a positive int, got {v!r}")
+
+
+def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
+    return PoolKind.SWA if tag.name.endswith("_SWA") else PoolKind.FULL
+
+
+@dataclass
+class _Job:
+    captured: Captured
+    path: Path
+    devices: list[torch.Tensor] = field(default_factory=list)
+
+
+class BundleSink:
+    """A :class:`~kvcanary.guard.GuardSink` that writes one evidence bundle per violated slot into ``out_dir``.
+
+    ``journal`` and ``describer`` are optional: without them a bundle still holds the rows, records and KV
+    bytes (and replays), but names no owners. ``background=False`` writes in ``on_violations`` itself."""
+
+    def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
+                 describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
+                 engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
+        self.manager = manager
+        self.out_dir = Path(out_dir)
+        self.journal = journal
+        self.describer = describer
+        self.limits = limits if limits is not None else BundleLimits()
+        self.engine = engine
+        self.name = name
+        self.written: list[Path] = []
+        self.errors: list[str] = []
+        self._seen: set[tuple[PoolKind, int]] = set()
+        self._endpoints: dict[CanaryLaunchTag, Endpoint] = {e.tag: e for e in manager.endpoints}
+        self._luts = {g.kind: g.swa_index_lut for g in manager.groups}
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._background = background
+        self.steps_seen = 0
+
+    # -- GuardSink ---------------------------------------------------------------------------------------
+    def on_step(self, stats: StepStats) -> None:
+        self.steps_seen += 1
+
+    def on_decision(self, decision: GuardDecision) -> None:
+        return None
+
+    def on_violations(self, events: Sequence[ViolationEvent]) -> None:
+        """Capture a bundle for every slot seen here for the first time (within the limits)."""
+        by_slot: dict[tuple[PoolKind, int], list[ViolationEvent]] = {}
+        for e in events:
+            tag = e.violation.tag
+            if tag is None:
+                continue
+            key = (_kind_of(tag), e.violation.slot_idx)
+            if key in self._seen:
+                continue
+            by_slot.setdefault(key, []).append(e)
+        for key, evs in by_slot.items():
+            if len(self._seen) >= self.limits.max_bundles:
+                return
+            self._seen.add(key)
+            job = self._capture(key[0], key[1], evs[: self.limits.max_rows])
+            if self._background:
+                self._ensure_thread()
+                self._queue.put(job)
+            else:
+                self._write(job)
+
+    # -- capture (host side of the step: device copies and host facts only) ---------------------------------
+    def _capture(self, kind: PoolKind, slot: int, events: list[ViolationEvent]) -> _Job:
+        rows: list[RowCapture] = []
+        budget = self.limits.max_bytes
+        for e in events:
+            v = e.violation
+            tag = v.tag
+            assert tag is not None
+            ep = self._endpoints.get(tag)
+            if ep is None:
+                rows.append(RowCapture(e, None, None, None, None, (), "no endpoint with this tag"))
+                continue
+            rec = ep.context.canary_buf.view(torch.int64)
+            n = int(rec.shape[0])
+            record = rec[slot, :4].clone() if 0 <= slot < n else None
+            is_write = bool(v.fail_reason_bits & _WRITE_BITS)
+            target = v.stored_chain_hash if is_write else v.expected_aux
+            idx, found = find_link(rec[:, :4], target)
+            link = rec[idx, :4].clone()
+            sources: list[SourceCapture] = []
+            if 0 <= slot < n and ep.context.real_kv_hash_mode is not RealKvHashMode.NONE:
+                for src in ep.context.real_kv_sources:
+                    eff = 16 if ep.context.real_kv_hash_mode is RealKvHashMode.PARTIAL else src.read_bytes
+                    if eff > budget:
+                        sources = []
+                        break
+                    budget -= eff
+                    words = src.tensor.view(torch.uint8).view(torch.int64)
+                    row = slot // src.page_size
+                    if row >= int(words.shape[0]):
+                        sources.append(SourceCapture(eff, None))
+                        continue
+                    base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
+                    sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
+            rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None))
+        history = []
+        full_slots: list[int] | torch.Tensor = [slot]
+        lut = self._luts.get(kind)
+        if kind is PoolKind.SWA and lut is not None:
+            full_slots = (lut == slot).nonzero().flatten()[:4].clone()
+        describer = self.describer
+        views: dict[str, RequestView] = {}
+        readers: list[str] = []
+        if describer is not None and kind is PoolKind.FULL:
+            readers = describer.requests_holding(slot)
+        if self.journal is not None and kind is PoolKind.FULL:
+            history = self.journal.history(slot)
+        if describer is not None:
+            owners = set(readers)
+            for ev in history:
+                if ev.owner is not None and ev.owner.kind is OwnerKind.REQUEST:
+                    owners.add(ev.owner.id)
+            for rid in sorted(owners):
+                view = describer.describe_request(rid)
+                if view is not None:
+                    views[rid] = view
+        engine = describer.engine_version() if describer is not None else self.engine
+        cap = Captured(kind=kind, slot=slot, rows=tuple(rows), history=tuple(history), views=views,
+                       readers=tuple(readers), full_slots=full_slots, engine=engine,
+                       block_size=self.journal.block_size if self.journal is not None else 1,
+                       real_kv_mode=self.manager.config.real_kv_mode,
+                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        first = events[0]
+        name = f"{self.name}-{kind.name.lower()}-slot{slot}-step{first.step_recorded}"
+        return _Job(cap, self.out_dir / name)
+
+    # -- writing (background thread) ------------------------------------------------------------------------
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="kvcanary-bundles", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                self._write(job)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, job: _Job) -> None:
+        try:
+            bundle = assemble(job.captured, self.journal)
+            write_bundle(bundle, job.path)
+            self.written.append(job.path)
+        except Exception as exc:  # a bundle must never take the engine down: keep the reason
+            self.errors.append(f"{job.path.name}: {type(exc).__name__}: {exc}")
+
+    def flush(self) -> list[Path]:
+        """Wait until every captured bundle is written; the paths written so far."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.join()
+        return list(self.written)
+
+    def close(self) -> list[Path]:
+        """Flush and stop the writer thread."""
+        out = self.flush()
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._thread = None
+        return out
+
+
+def bundle_summary(meta: dict[str, Any]) -> str:
+    """``slot 70 (FULL): use after free`` for listings."""
+    return f"slot {meta['slot']} ({meta['group']}): {meta['attribution']['bug_class'].replace('_', ' ')}"

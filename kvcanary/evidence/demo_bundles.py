@@ -1,0 +1,105 @@
+"""``kvcanary demo --bundles DIR``: one bundle per fault class, each the first violated slot of that fault's run.
+
+Each run is the demo's (the same engine pair, workload and canary settings as ``kvcanary demo``) with a
+journal fed from the engine, a describer, and a :class:`BundleSink` limited to one bundle; the bundle is
+written as ``DIR/<engine>-<fault>``. :data:`EXPECTED_CLASS` is the bug class each injected fault should be
+attributed to, which the tests assert bundle by bundle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvcanary.demo.engine.faults import Fault
+from kvcanary.evidence.attribution import BugClass
+
+EXPECTED_CLASS: dict[Fault, BugClass] = {
+    Fault.RADIX_UAF: BugClass.USE_AFTER_FREE,
+    Fault.DOUBLE_ALLOC: BugClass.DOUBLE_ALLOCATION,
+    Fault.WRONG_CACHE_LOC: BugClass.WRONG_CACHE_LOCATION,
+    Fault.ROW_RECYCLED: BugClass.STALE_TRANSLATION,
+    Fault.POSITION_OFF_BY_ONE: BugClass.POSITION_ERROR,
+    Fault.PADDING_ROW_WRITE: BugClass.BYTE_CORRUPTION,
+    Fault.STALE_SWA_TRANSLATION: BugClass.STALE_TRANSLATION,
+    Fault.KV_FLIP_USED: BugClass.BYTE_CORRUPTION,
+    Fault.KV_FLIP_CACHED: BugClass.BYTE_CORRUPTION,
+    Fault.CORRUPTED_TRANSFER: BugClass.BYTE_CORRUPTION,
+    Fault.PREFIX_MISS_ZERO_ROW: BugClass.STALE_TRANSLATION,
+    Fault.DRAFT_PAST_ALLOCATION: BugClass.WRONG_CACHE_LOCATION,
+    Fault.NULL_BLOCK_IN_WINDOW: BugClass.STALE_TRANSLATION,
+}
+"""The bug class a report should name for each demo-engine fault: the ownership faults by their journal
+pattern, a padding row's stray write and the flips by what the record shows (intact record, changed KV
+bytes), a recycled row and the zero-slot faults as a wrong slot mapping with clean ownership."""
+
+
+def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int = 0, device: str = "cpu",
+                     backend: str | None = None) -> Path | None:
+    """Run the demo workload with ``fault`` armed and write its first bundle as ``out_dir/demo-<fault>``;
+    the path, or None when nothing fired."""
+    from kvcanary.consts import RealKvHashMode
+    from kvcanary.demo.engine import Engine, FaultInjector, demo_engine_config, drive, shared_prefix_workload
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
+    from kvcanary.demo.run import DRAFT_TOKENS
+    from kvcanary.evidence.capture import BundleLimits, BundleSink
+    from kvcanary.evidence.demo_engine import DemoDescriber, DemoJournalFeed, SinkFeed
+    from kvcanary.extensions import Extensions
+    from kvcanary.guard.journal import SlotJournal
+    from kvcanary.manager import CanaryConfig
+
+    ext = (Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if fault in EXTENSION_FAULTS
+           else None)
+    canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
+                          sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
+                          backend=backend, extensions=ext)
+    cfg = demo_engine_config(device)
+    drafts = fault is Fault.DRAFT_PAST_ALLOCATION
+    if drafts:
+        cfg = dataclasses.replace(cfg, num_draft_tokens=DRAFT_TOKENS, swa_window=0)
+    engine = Engine(cfg, canary=canary, faults=FaultInjector(fault), name="decode")
+    peer = Engine(cfg, canary=canary, model=engine.model, name="prefill")
+    if not drafts:
+        engine.attach_prefill_peer(peer)
+    journal = SlotJournal(block_size=1)
+    DemoJournalFeed(engine, journal)
+    peer.warmup()
+    engine.warmup()
+    manager = engine.draft_canary if drafts else engine.canary
+    assert manager is not None
+    with tempfile.TemporaryDirectory(prefix="kvcanary-bundle-") as tmp:
+        sink = BundleSink(manager, tmp, journal=journal, describer=DemoDescriber(engine),
+                          limits=BundleLimits(max_bundles=1), name=f"demo-{fault.value}")
+        feed = SinkFeed(manager, [sink], sync=True)
+        workload = shared_prefix_workload(seed=seed, vocab_size=cfg.model.vocab_size, steps=steps,
+                                          remote_prefill=not drafts)
+        try:
+            drive(engine, workload, steps, on_step=feed)
+        except Exception:  # a fault can break the engine itself: keep what was caught before
+            pass
+        engine.flush_canaries()
+        feed()
+        written = sink.close()
+        if sink.errors:
+            raise RuntimeError("; ".join(sink.errors))
+        if not written:
+            return None
+        target = out_dir / f"demo-{fault.value}"
+        if target.exists():
+            shutil.rmtree(target)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(written[0]), str(target))
+        return target
+
+
+def write_demo_bundles(out_dir: Path, faults: Sequence[Fault] | None = None, **kwargs: object) -> list[Path]:
+    """One bundle per fault in ``faults`` (every demo-engine fault by default)."""
+    out: list[Path] = []
+    for f in faults if faults is not None else list(Fault):
+        p = run_fault_bundle(f, out_dir, **kwargs)  # type: ignore[arg-type]
+        if p is not None:
+            out.append(p)
+    return out
