@@ -22,7 +22,7 @@ from kvcanary.evidence.describe import RequestView
 from kvcanary.evidence.format import Bundle
 from kvcanary.evidence.hashes import ANCHOR_I64
 from kvcanary.guard.journal import JournalEvent, SlotJournal
-from kvcanary.hashing import to_int64
+from kvcanary.hashing import real_kv_hash, record_hash, to_int64
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.violations import Violation
 
@@ -64,6 +64,8 @@ class Captured:
     block_size: int
     real_kv_mode: RealKvHashMode
     created: str
+    peers: tuple[tuple[int, int, int, int, int], ...] = ()
+    """The read-back's other verify rows: (kernel kind, slot, token, position, prev_hash) as each check saw it."""
 
 
 def row_fields(v: Violation) -> list[int]:
@@ -126,6 +128,36 @@ def _host(t: torch.Tensor | None) -> list[int] | None:
     return [int(x) for x in t.cpu().tolist()] if t is not None else None
 
 
+def _peer_link(peers: tuple[tuple[int, int, int, int, int], ...], kind: int,
+               target: int) -> tuple[int, int, int, int, int] | None:
+    """The verify row (same launch tag) whose record links to ``target``, if any."""
+    want = target & ((1 << 64) - 1)
+    for p in peers:
+        if p[0] == kind and p[1] > 0 and record_hash(p[4], p[2], p[3]) == want:
+            return p
+    return None
+
+
+def _record_at_check(v: Violation, fields: list[int], now: list[int], sources: tuple[SourceCapture, ...], tag: str,
+                     mode: RealKvHashMode) -> tuple[list[int] | None, str | None]:
+    """The record the check read. The row carries its token, position and prev_hash; when the record now
+    holds the same three, it is that record. When the slot was rewritten after the check (the same forward's
+    write, a later step), the record is rebuilt from the row, with the fingerprint the check must have seen
+    where the row proves it (no fingerprint mismatch: it equals the KV bytes' fold, 0 for a HEAD buffer,
+    which has no sources); a rewritten slot whose fingerprint mismatched cannot be rebuilt."""
+    at_check = [v.stored_token, v.position, fields[5]]
+    if now[:3] == at_check:
+        return now, None
+    if v.fail_reason_bits & FailReason.VERIFY_REAL_KV_HASH_MISMATCH:
+        return None, "the slot was rewritten after the check and its fingerprint mismatched: the stored one is gone"
+    if tag.startswith("HEAD") or mode is RealKvHashMode.NONE or not sources:
+        return [*at_check, 0], None
+    if any(s.words is None for s in sources):
+        return None, "the slot's KV strip lies outside a source"
+    strips = [bytes(s.words.cpu().view(torch.uint8).tolist()) for s in sources if s.words is not None]
+    return [*at_check, to_int64(real_kv_hash(strips, mode))], None
+
+
 def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
     """Build the bundle of one slot from its capture (runs on the writer thread)."""
     rows_json: list[dict[str, Any]] = []
@@ -156,6 +188,10 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
             prev = -1
         elif found:
             prev = link_slot
+        elif (peer := _peer_link(cap.peers, v.kernel_kind, fields[5] if is_write else fields[6])) is not None:
+            # the predecessor was rewritten after the check; its own row in the same read-back holds the
+            # record the check hashed
+            prev, link_slot, link = peer[1], peer[1], [peer[2], peer[3], to_int64(peer[4]), 0]
         elif not is_write and not bits & _CHAIN:
             prev = 0  # no chain check needed to reproduce the row: its predecessor's record is not known
         else:
@@ -171,7 +207,7 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
         elif bits == int(FailReason.ZERO_SLOT_IN_LIVE_RANGE):
             uses_zero = True
             verify.append({"tag": tag, "slot": ZERO_SLOT_MARK, "prev_slot": 0, "expected_position": v.position,
-                           "expected_token": -1, "row": i})
+                           "expected_token": v.expected_token, "row": i})
             expected["position"] = v.position
         elif record is None:
             unreplayable.append(f"row {i}: slot {v.slot_idx} lies outside the {tag} buffer")
@@ -200,9 +236,14 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
                     bufs.add(tag, prev, link)
                 expected["position"] = (link[1] + 1) if link is not None and prev > 0 else (0 if prev == -1 else None)
         else:
-            if prev is None:
+            checked, why = _record_at_check(v, fields, record, rc.sources, tag, cap.real_kv_mode)
+            if why is not None:
+                unreplayable.append(f"row {i}: {why}")
+            elif prev is None:
                 unreplayable.append(f"row {i}: the predecessor record the check hashed has changed since")
             else:
+                assert checked is not None
+                record = checked
                 exp_pos: int | None = v.position
                 if bits & _POS:
                     exp_pos = 0 if prev == -1 else (link[1] + 1 if link is not None and prev > 0 else None)

@@ -114,7 +114,7 @@ class BundleSink:
             if len(self._seen) >= self.limits.max_bundles:
                 return
             self._seen.add(key)
-            job = self._capture(key[0], key[1], evs[: self.limits.max_rows])
+            job = self._capture(key[0], key[1], evs[: self.limits.max_rows], events)
             if self._background:
                 self._ensure_thread()
                 self._queue.put(job)
@@ -122,7 +122,8 @@ class BundleSink:
                 self._write(job)
 
     # -- capture (host side of the step: device copies and host facts only) ---------------------------------
-    def _capture(self, kind: PoolKind, slot: int, events: list[ViolationEvent]) -> _Job:
+    def _capture(self, kind: PoolKind, slot: int, events: list[ViolationEvent],
+                 batch: Sequence[ViolationEvent]) -> _Job:
         rows: list[RowCapture] = []
         budget = self.limits.max_bytes
         for e in events:
@@ -182,6 +183,9 @@ class BundleSink:
                        readers=tuple(readers), full_slots=full_slots, engine=engine,
                        block_size=self.journal.block_size if self.journal is not None else 1,
                        real_kv_mode=self.manager.config.real_kv_mode,
+                       peers=tuple((e.violation.kernel_kind, e.violation.slot_idx, e.violation.stored_token,
+                                    e.violation.position, e.violation.stored_chain_hash) for e in batch
+                                   if not e.violation.fail_reason_bits & _WRITE_BITS)[:4096],
                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         first = events[0]
         name = f"{self.name}-{kind.name.lower()}-slot{slot}-step{first.step_recorded}"

@@ -62,7 +62,11 @@ def replay(args: argparse.Namespace) -> int:
         print(f"  missing (bundled, not reproduced): {list(row)}")
     for row in result.extra:
         print(f"  extra (reproduced, not bundled): {list(row)}")
-    print("reproduced: the same violation rows" if result.ok else "NOT reproduced")
+    if result.ok:
+        print("reproduced: the same violation rows" + ("" if result.complete else
+              f" ({len(result.unreplayable)} bundled row(s) without the evidence to replay, listed above)"))
+    else:
+        print("NOT reproduced")
     return 0 if result.ok else 1
 
 

@@ -44,7 +44,13 @@ class ReplayResult:
 
     @property
     def ok(self) -> bool:
-        return not self.unreplayable and Counter(self.expected) == Counter(self.replayed)
+        """Every row the bundle holds the evidence for was reproduced, and nothing else was (at least one)."""
+        return bool(self.expected) and Counter(self.expected) == Counter(self.replayed)
+
+    @property
+    def complete(self) -> bool:
+        """``ok``, and the bundle held the evidence for every one of its rows."""
+        return self.ok and not self.unreplayable
 
 
 def _i64(values: list[int]) -> torch.Tensor:
