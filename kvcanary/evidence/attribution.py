@@ -38,7 +38,7 @@ class BugClass(str, Enum):
     UNKNOWN = "unknown"
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
         return self.value.replace("_", " ")
 
 

@@ -151,10 +151,10 @@ def replay(bundle: Bundle) -> ReplayResult:
             r2t[1, pos] = loc if want is None else _want_local(w, int(want))
             rpi = _i64([1])
             write_ext = extensions
-        plan = WritePlan(write_offsets=_i64([0, 1]), write_seed_slot_indices=_i64([w.map_in(int(wr["seed_slot"]))]),
-                         write_num_valid_reqs=_one(1, torch.int32))
+        wplan = WritePlan(write_offsets=_i64([0, 1]), write_seed_slot_indices=_i64([w.map_in(int(wr["seed_slot"]))]),
+                          write_num_valid_reqs=_one(1, torch.int32))
         launch_canary_write_kernel(
-            context=w.ctx, plan=plan, input_ids=_i64([int(wr["token"])]), positions=_i64([pos]),
+            context=w.ctx, plan=wplan, input_ids=_i64([int(wr["token"])]), positions=_i64([pos]),
             out_cache_loc=_i64([loc]), enable_write_input_assert=False, expected_input_tokens=None,
             expected_input_positions=None, req_pool_indices=rpi, req_to_token=r2t, full_to_swa_index_mapping=None,
             extensions=write_ext, backend="torch_ref")

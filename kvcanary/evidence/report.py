@@ -138,7 +138,7 @@ def _timeline_svg(meta: dict[str, Any]) -> str:
     height = 30 + lane * max(1, len(owners))
 
     def x(step: int) -> float:
-        return left + (width - left - 20) * (step - lo) / span
+        return float(left + (width - left - 20) * (step - lo) / span)
 
     colors = {"allocated": "#1a7f37", "shared": "#0969da", "cached": "#8250df", "written": "#bf8700",
               "released": "#57606a", "freed": "#cf222e", "quarantined": "#6e7781", "reinstated": "#1a7f37"}
