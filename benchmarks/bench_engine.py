@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.nn.functional as F
 
-from benchmarks import floors, timing
+from benchmarks import floors, journal_cost, timing
 from benchmarks.report import Report, machine
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.manager import (
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add(f"attention_paged bf16 q{args.q_heads}/kv{args.kv_heads}/d{args.head_dim} {tag}", attn, kv_bytes / bw)
     r.add(f"attention_sdpa bf16 contiguous {tag}", timing.device_time(contiguous, dev, reps=reps), kv_bytes / bw)
     r.value(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), unit="x")
+    sink_s = journal_cost.sink_step_seconds(world.manager)
     del world
     if not args.skip_engine:
         ebs = args.engine_bs or (4 if cpu else 64)
@@ -246,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         r.add(f"engine_step without canary {etag}", off, off, unit="ms")
         r.add(f"engine_step with canary {etag}", on, off, unit="ms")
         r.value(f"canary_share {etag}", (on - off) / on * 100, None, unit="%", note="of the engine's decode step")
+        jour, jfloor = journal_cost.journal_step_seconds(bs=ebs)
+        r.add(f"journal per decode step bs={ebs} block=16", jour, jfloor, unit="us",
+              note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+        r.add(f"bundle sink per step, nothing fires {etag}", sink_s, None, unit="us")
+        r.value(f"journal_share {etag}", (jour + sink_s) / (on - off) * 100, None, unit="%",
+                note="journal + sink of the canary's own per-step time (engine with - without); goal < 2")
     r.write(args.out)
     return 0
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks import journal_cost
 from benchmarks.report import Report, machine
 from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
@@ -133,6 +134,12 @@ def main() -> None:
         r.add(f"host {phase} per step {shape}", seconds / steps, None, unit="us")
     r.add(f"host end_step: sweep entries per step {shape}", best.sweep_entry_seconds / steps, None, unit="us",
           note="part of end_step")
+    canary_host = sum(best.host_seconds.values()) / steps
+    jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
+    r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
+          note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+    r.value(f"journal_share {shape}", jour / canary_host * 100, None, unit="%",
+            note="of the canary's own per-step host time (sum of the host phases); goal < 2")
     r.details["host_seconds"] = best.host_seconds
     r.details["sweep_entry_seconds"] = best.sweep_entry_seconds
     r.details["swept_entries"] = best.swept_entries

@@ -1,0 +1,92 @@
+"""The slot journal's and the bundle sink's host cost per decode step, beside their floor.
+
+``JOURNAL_FEED`` is the hook: what one decode step records into the journal. Until the manager feeds the
+journal itself, it stands for that feed as the issue describes it: for ``bs`` requests decoding one token
+each into blocks of ``block_size`` slots, one WRITTEN event per request and step and an ALLOCATED event
+when a request enters a new block. Replace it with the manager's own per-step feed to measure that.
+The floor is the least host bookkeeping that keeps the same events: appending their tuples to a list.
+The sink figure is a :class:`BundleSink`'s per-step cost when nothing fires (``on_step`` and the check for
+new events).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
+
+JournalFeed = Callable[[SlotJournal, int, int, int], None]
+"""(journal, step, bs, block_size) -> None: one decode step's journal feed."""
+
+
+def _owners(bs: int) -> list[Owner]:
+    return [Owner(OwnerKind.REQUEST, str(i)) for i in range(bs)]
+
+
+_OWNERS: dict[int, list[Owner]] = {}
+
+
+def decode_step_feed(journal: SlotJournal, step: int, bs: int, block_size: int) -> None:
+    """One decode step of ``bs`` requests: request ``i`` writes position ``step`` in its block."""
+    owners = _OWNERS.setdefault(bs, _owners(bs))
+    blocks_per_req = 1 << 12
+    for i in range(bs):
+        block = i * blocks_per_req + step // block_size
+        if step % block_size == 0:
+            journal.record(step, JournalKind.ALLOCATED, (block,), owners[i])
+        journal.record(step, JournalKind.WRITTEN, (block,), owners[i], first_position=step, last_position=step)
+
+
+JOURNAL_FEED: JournalFeed = decode_step_feed
+
+
+def _floor_step(events: list[tuple[object, ...]], step: int, bs: int, block_size: int) -> None:
+    for i in range(bs):
+        if step % block_size == 0:
+            events.append((step, JournalKind.ALLOCATED, i))
+        events.append((step, JournalKind.WRITTEN, i, step, step))
+
+
+def journal_step_seconds(*, bs: int, steps: int = 256, block_size: int = 16,
+                         feed: JournalFeed = JOURNAL_FEED) -> tuple[float, float]:
+    """Median seconds per decode step of ``feed`` and of its floor, over ``steps`` steps (five rounds)."""
+    figures: list[float] = []
+    floors: list[float] = []
+    for _ in range(5):
+        journal = SlotJournal(block_size=block_size)
+        t0 = time.perf_counter()
+        for s in range(steps):
+            feed(journal, s, bs, block_size)
+        figures.append((time.perf_counter() - t0) / steps)
+        events: list[tuple[object, ...]] = []
+        t0 = time.perf_counter()
+        for s in range(steps):
+            _floor_step(events, s, bs, block_size)
+        floors.append((time.perf_counter() - t0) / steps)
+    return statistics.median(figures), statistics.median(floors)
+
+
+def sink_step_seconds(manager: object, *, steps: int = 2000) -> float:
+    """Median seconds per step of a :class:`BundleSink` fed by :class:`SinkFeed` when nothing fires."""
+    from kvcanary.evidence.capture import BundleSink
+    from kvcanary.evidence.demo_engine import SinkFeed
+    from kvcanary.manager import CanaryManager
+    from kvcanary.manager.stats import StepStats
+
+    assert isinstance(manager, CanaryManager)
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = BundleSink(manager, tmp)
+        feed = SinkFeed(manager, [sink])
+        stats = StepStats.from_snapshot(None, step=0, sweep_passes=0, tags=manager.active_tags)
+        rounds = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for s in range(steps):
+                feed(s)
+                sink.on_step(stats)
+            rounds.append((time.perf_counter() - t0) / steps)
+        sink.close()
+    return statistics.median(rounds)
