@@ -65,7 +65,8 @@ class Captured:
     real_kv_mode: RealKvHashMode
     created: str
     peers: tuple[tuple[int, int, int, int, int], ...] = ()
-    """The read-back's other verify rows: (kernel kind, slot, token, position, prev_hash) as each check saw it."""
+    """The read-back's rows: (kernel kind, slot, token, position, prev_hash) of the record each check read (a
+    verify row) or stored (a write row)."""
 
 
 def row_fields(v: Violation) -> list[int]:

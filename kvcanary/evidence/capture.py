@@ -12,6 +12,7 @@ and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Sequence
@@ -90,11 +91,27 @@ class BundleSink:
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._background = background
+        self._pending: list[_Job] = []
         self.steps_seen = 0
 
     # -- GuardSink ---------------------------------------------------------------------------------------
     def on_step(self, stats: StepStats) -> None:
+        """End of a step: complete the bundles captured during it (their journal now holds the whole step)
+        and hand them to the writer. O(1) when nothing was captured."""
         self.steps_seen += 1
+        if self._pending:
+            self._release()
+
+    def _release(self) -> None:
+        jobs, self._pending = self._pending, []
+        for job in jobs:
+            if self.journal is not None and job.captured.kind is PoolKind.FULL:
+                job.captured = dataclasses.replace(job.captured, history=tuple(self.journal.history(job.captured.slot)))
+            if self._background:
+                self._ensure_thread()
+                self._queue.put(job)
+            else:
+                self._write(job)
 
     def on_decision(self, decision: GuardDecision) -> None:
         return None
@@ -114,12 +131,7 @@ class BundleSink:
             if len(self._seen) >= self.limits.max_bundles:
                 return
             self._seen.add(key)
-            job = self._capture(key[0], key[1], evs[: self.limits.max_rows], events)
-            if self._background:
-                self._ensure_thread()
-                self._queue.put(job)
-            else:
-                self._write(job)
+            self._pending.append(self._capture(key[0], key[1], evs[: self.limits.max_rows], events))
 
     # -- capture (host side of the step: device copies and host facts only) ---------------------------------
     def _capture(self, kind: PoolKind, slot: int, events: list[ViolationEvent],
@@ -184,8 +196,8 @@ class BundleSink:
                        block_size=self.journal.block_size if self.journal is not None else 1,
                        real_kv_mode=self.manager.config.real_kv_mode,
                        peers=tuple((e.violation.kernel_kind, e.violation.slot_idx, e.violation.stored_token,
-                                    e.violation.position, e.violation.stored_chain_hash) for e in batch
-                                   if not e.violation.fail_reason_bits & _WRITE_BITS)[:4096],
+                                    e.violation.position, e.violation.stored_chain_hash)
+                                   for e in batch)[:4096],
                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         first = events[0]
         name = f"{self.name}-{kind.name.lower()}-slot{slot}-step{first.step_recorded}"
@@ -216,7 +228,9 @@ class BundleSink:
             self.errors.append(f"{job.path.name}: {type(exc).__name__}: {exc}")
 
     def flush(self) -> list[Path]:
-        """Wait until every captured bundle is written; the paths written so far."""
+        """Complete what was captured, wait until every bundle is written; the paths written so far."""
+        if self._pending:
+            self._release()
         if self._thread is not None and self._thread.is_alive():
             self._queue.join()
         return list(self.written)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kvcanary.demo.engine.faults import Fault
 from kvcanary.evidence.attribution import BugClass
+from kvcanary.evidence.pick import CANDIDATES, pick_replayable
 
 EXPECTED_CLASS: dict[Fault, BugClass] = {
     Fault.RADIX_UAF: BugClass.USE_AFTER_FREE,
@@ -73,8 +74,10 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
     assert manager is not None
     with tempfile.TemporaryDirectory(prefix="kvcanary-bundle-") as tmp:
         sink = BundleSink(manager, tmp, journal=journal, describer=DemoDescriber(engine),
-                          limits=BundleLimits(max_bundles=1), name=f"demo-{fault.value}")
+                          limits=BundleLimits(max_bundles=CANDIDATES), name=f"demo-{fault.value}")
         feed = SinkFeed(manager, [sink], sync=True)
+        # also right after each HEAD verify + write, before later forwards of the step rewrite what it read
+        manager.add_head_observer(lambda _batch: feed.capture(mid_step=True))
         workload = shared_prefix_workload(seed=seed, vocab_size=cfg.model.vocab_size, steps=steps,
                                           remote_prefill=not drafts)
         with contextlib.suppress(Exception):  # a fault can break the engine itself: keep what was caught before
@@ -90,7 +93,7 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
         if target.exists():
             shutil.rmtree(target)
         out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(written[0]), str(target))
+        shutil.move(str(pick_replayable(written)), str(target))
         return target
 
 

@@ -10,6 +10,7 @@ demo pool has one slot per block.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from kvcanary.evidence.describe import RequestView
 from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.sink import GuardSink
 from kvcanary.manager import CanaryManager
+from kvcanary.manager.stats import StepStats
 
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
@@ -152,11 +154,23 @@ class SinkFeed:
         self._seen = 0
 
     def __call__(self, _step: int = 0) -> None:
+        """End of a step: hand new events to the sinks, then the step's end (``on_step``)."""
+        self.capture()
+        stats = StepStats.from_snapshot(self.manager.last_snapshot, step=self.manager.step - 1,
+                                        sweep_passes=self.manager.sweep_passes, tags=self.manager.active_tags)
+        for s in self.sinks:
+            s.on_step(stats)
+
+    def capture(self, *, mid_step: bool = False) -> None:
+        """Hand the new events to the sinks. ``mid_step``: called inside a step (as a HEAD observer), where
+        a synchronous read labels the rows with the previous step; they were recorded in this one."""
         if self.sync:
             self.manager.flush()
         events = self.manager.events
         if len(events) > self._seen:
             new = events[self._seen :]
+            if mid_step:
+                new = [dataclasses.replace(e, step_recorded=self.manager.step) for e in new]
             self._seen = len(events)
             for s in self.sinks:
                 s.on_violations(new)

@@ -147,7 +147,7 @@ def replay(bundle: Bundle) -> ReplayResult:
         r2t = rpi = None
         write_ext = None
         if extensions is not None and ext.write_slot_mismatch:
-            r2t = torch.full((2, pos + 1), 0, dtype=torch.int64)
+            r2t = torch.zeros((2, pos + 1), dtype=torch.int32)
             r2t[1, pos] = loc if want is None else _want_local(w, int(want))
             rpi = _i64([1])
             write_ext = extensions
