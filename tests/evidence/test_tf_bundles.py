@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-
-from kvcanary.evidence import Bundle, read_bundle, replay  # noqa: E402
-from kvcanary.evidence.demo_transformers import EXPECTED_TF_CLASS, run_tf_fault_bundle  # noqa: E402
-from kvcanary.integrations.transformers.fault_kinds import NEEDS_SLIDING_WINDOW, TfFault  # noqa: E402
+from kvcanary.evidence import Bundle, read_bundle, replay
+from kvcanary.evidence.demo_transformers import EXPECTED_TF_CLASS, run_tf_fault_bundle
+from kvcanary.integrations.transformers.fault_kinds import NEEDS_SLIDING_WINDOW, TfFault
 
 _DIR = Path(tempfile.mkdtemp(prefix="kvcanary-test-tf-bundles-"))
 
