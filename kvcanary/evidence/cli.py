@@ -77,21 +77,30 @@ def demo_bundles(out_dir: str, engine: str, fault: str, steps: int, seed: int) -
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--bundles {out_dir} is not a folder", hint="give a folder to write the bundles into")
-    if engine == "transformers":
-        raise UsageError("--bundles is not available with --engine transformers yet",
-                         hint="use the default engine; transformers' bundles need its journal feed")
     if fault == "none":
         raise UsageError("--bundles needs a fault class (--fault all or one class), not none",
                          hint="a clean run writes no bundle")
-    from kvcanary.demo.engine.faults import Fault
-    from kvcanary.evidence.demo_bundles import EXPECTED_CLASS, write_demo_bundles
+    expected: dict[str, str]
+    if engine == "transformers":
+        from kvcanary.evidence.demo_transformers import EXPECTED_TF_CLASS, write_tf_bundles
+        from kvcanary.integrations.transformers.fault_kinds import TfFault
 
-    if fault != "all" and fault not in {f.value for f in Fault}:
-        raise UsageError(f"--fault {fault} is a fault class of the transformers engine only",
-                         hint=f"use one of all, {', '.join(f.value for f in Fault)}")
-    faults = list(Fault) if fault == "all" else [Fault(fault)]
-    paths = write_demo_bundles(out, faults, steps=steps, seed=seed)
-    expected = {f"demo-{f.value}": EXPECTED_CLASS[f].value for f in faults}
+        if fault != "all" and fault not in {f.value for f in TfFault}:
+            raise UsageError(f"--fault {fault} is not a fault class of the transformers engine",
+                             hint=f"use one of all, {', '.join(f.value for f in TfFault)}")
+        tf_faults = list(TfFault) if fault == "all" else [TfFault(fault)]
+        paths = write_tf_bundles(out, tf_faults, seed=seed)
+        expected = {f"transformers-{f.value}": EXPECTED_TF_CLASS[f].value for f in tf_faults}
+    else:
+        from kvcanary.demo.engine.faults import Fault
+        from kvcanary.evidence.demo_bundles import EXPECTED_CLASS, write_demo_bundles
+
+        if fault != "all" and fault not in {f.value for f in Fault}:
+            raise UsageError(f"--fault {fault} is a fault class of the transformers engine only",
+                             hint=f"add --engine transformers, or use one of all, {', '.join(f.value for f in Fault)}")
+        faults = list(Fault) if fault == "all" else [Fault(fault)]
+        paths = write_demo_bundles(out, faults, steps=steps, seed=seed)
+        expected = {f"demo-{f.value}": EXPECTED_CLASS[f].value for f in faults}
     bad = 0
     got = {p.name: p for p in paths}
     for name, want in expected.items():

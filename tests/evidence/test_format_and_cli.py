@@ -95,3 +95,20 @@ def test_a_bad_bundle_path_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     assert main(["inspect", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "must be a folder holding bundle.json" in err
+
+
+def test_demo_bundles_writes_one_folder_per_fault_directly_under_dir(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--bundles", str(tmp_path), "--fault", "position_off_by_one"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["demo-position_off_by_one"]
+    assert "position error" in capsys.readouterr().out
+    assert main(["replay", str(tmp_path / "demo-position_off_by_one")]) == 0
+
+
+def test_demo_bundles_refuses_a_clean_run_and_another_engines_fault(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--bundles", str(tmp_path), "--fault", "none"]) == 2
+    assert "--bundles needs a fault class" in capsys.readouterr().err
+    assert main(["demo", "--bundles", str(tmp_path), "--fault", "block_handed_twice"]) == 2
+    assert "transformers engine only" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
