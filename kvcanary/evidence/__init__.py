@@ -5,11 +5,16 @@
 HTML page. Writing and reading bundles needs the ``kvcanary[evidence]`` extra (safetensors).
 """
 
-from kvcanary.evidence.attribution import Attribution, BugClass, attribute, claimants_at, first_anomaly
-from kvcanary.evidence.capture import BundleLimits, BundleSink
-from kvcanary.evidence.describe import RequestDescriber, RequestView
-from kvcanary.evidence.format import BUNDLE_FORMAT, BUNDLE_VERSION, Bundle, BundleError, read_bundle, write_bundle
-from kvcanary.evidence.replay import ReplayResult, replay
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvcanary.evidence.attribution import Attribution, BugClass, attribute, claimants_at, first_anomaly
+    from kvcanary.evidence.capture import BundleLimits, BundleSink
+    from kvcanary.evidence.describe import RequestDescriber, RequestView
+    from kvcanary.evidence.format import BUNDLE_FORMAT, BUNDLE_VERSION, Bundle, BundleError, read_bundle, write_bundle
+    from kvcanary.evidence.replay import ReplayResult, replay
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -30,3 +35,10 @@ __all__ = [
     "replay",
     "write_bundle",
 ]
+
+
+if not TYPE_CHECKING:  # names are imported on first use: `kvcanary inspect --help` imports no torch
+    from kvcanary._lazy import attach
+
+    __getattr__, __dir__ = attach(__name__, globals(), __all__)
+    del attach

@@ -50,7 +50,8 @@ def outside(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["selfcheck", "--help"], ["backends", "--help"],
-                                  ["demo", "--help"], ["docs", "--help"]], ids=" ".join)
+                                  ["demo", "--help"], ["docs", "--help"], ["inspect", "--help"],
+                                  ["replay", "--help"]], ids=" ".join)
 def test_help_and_version_import_no_torch(args: list[str], outside: Path) -> None:
     code = ("import sys\nfrom kvcanary.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    assert e.code == 0, e.code\nheavy = sorted(m for m in ('torch', 'pydantic') if m in sys.modules)\n"
