@@ -272,7 +272,7 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
     violations = [rc.event.violation for rc in cap.rows]
     step = min(rc.event.step_recorded for rc in cap.rows)
     att = attribute(violations, history, step=step, slot=cap.slot, swa=cap.kind is PoolKind.SWA,
-                    writer_slot_at=tables)
+                    writer_slot_at=tables, block_size=max(1, cap.block_size))
     owner_ids = {o.split(":", 1)[1] for o in (att.writer, *att.holders) if o and o.startswith("request:")}
     owners = []
     for rid, view in cap.views.items():

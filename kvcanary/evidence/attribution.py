@@ -179,12 +179,19 @@ def _row_class(rows: Sequence[Violation], swa: bool) -> tuple[BugClass, str] | N
     return None
 
 
+def _only_misdirected(cls: BugClass, intended: int | None) -> int | None:
+    return intended if cls is BugClass.WRONG_CACHE_LOCATION else None
+
+
 def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, step: int, slot: int,
-              swa: bool = False, writer_slot_at: dict[str, dict[int, int]] | None = None) -> Attribution:
+              swa: bool = False, writer_slot_at: dict[str, dict[int, int]] | None = None,
+              block_size: int = 1) -> Attribution:
     """Attribute the violation ``rows`` of ``slot`` (recorded during ``step``) from its block's ``history``.
 
     ``writer_slot_at``: per request id, position -> slot of its table (from the engine's description), used
-    to name the intended slot of a misdirected write. ``swa``: the rows are the sliding-window group's."""
+    to name the intended slot of a misdirected write (reported for a wrong cache location only: the writer's
+    table names a slot of another block for a position it wrote into this one; ``block_size`` is the
+    journal's). ``swa``: the rows are the sliding-window group's."""
     write = last_write(history, step)
     writer = write.owner if write is not None else None
     held = claimants_at(history, write.step if write is not None else step)
@@ -196,7 +203,7 @@ def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, ste
         table = writer_slot_at.get(writer.id, {})
         for p in range(wpos[0], wpos[1] + 1):
             s = table.get(p)
-            if s is not None and s != slot:
+            if s is not None and s >= 0 and s // block_size != slot // block_size:  # its table names another block
                 intended = s
                 break
     base: dict[str, Any] = {"writer": str(writer) if writer else None, "write_step": write.step if write else None,
@@ -204,17 +211,17 @@ def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, ste
     fixed = _row_class(rows, False)
     if fixed is not None and fixed[0] in (BugClass.WRONG_CACHE_LOCATION, BugClass.POSITION_ERROR,
                                           BugClass.STALE_TRANSLATION):
-        return Attribution(fixed[0], fixed[1], intended_slot=intended, **base)
+        return Attribution(fixed[0], fixed[1], intended_slot=_only_misdirected(fixed[0], intended), **base)
     anomaly = first_anomaly(history)
     if anomaly is not None and anomaly.step <= step:
         names = tuple(str(o) for o in anomaly.owners)
         all_holders = tuple(dict.fromkeys(holders + tuple(n for n in names if n != base["writer"])))
         base["holders"] = all_holders
-        return Attribution(anomaly.bug_class, anomaly.reason, intended_slot=intended, anomaly_step=anomaly.step,
-                           **base)
+        return Attribution(anomaly.bug_class, anomaly.reason, anomaly_step=anomaly.step,
+                           intended_slot=_only_misdirected(anomaly.bug_class, intended), **base)
     by_rows = _row_class(rows, swa)
     if by_rows is not None:
-        return Attribution(by_rows[0], by_rows[1], intended_slot=intended, **base)
+        return Attribution(by_rows[0], by_rows[1], intended_slot=_only_misdirected(by_rows[0], intended), **base)
     bits = 0
     for v in rows:
         bits |= v.fail_reason_bits
