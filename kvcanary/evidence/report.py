@@ -142,7 +142,7 @@ def _timeline_svg(meta: dict[str, Any]) -> str:
 
     colors = {"allocated": "#1a7f37", "shared": "#0969da", "cached": "#8250df", "written": "#bf8700",
               "released": "#57606a", "freed": "#cf222e", "quarantined": "#6e7781", "reinstated": "#1a7f37"}
-    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+    parts = [f'<svg id="timeline" width="{width}" height="{height}" '
              f'role="img" aria-label="owners and writes of the slot over steps">']
     for i, o in enumerate(owners):
         y = 20 + lane * i
