@@ -54,7 +54,7 @@ from kvcanary.backends.cuda import preload
 from kvcanary.backends.cuda import verify as cverify
 from kvcanary.backends.cuda._toolchain import cdiv, core, loaded
 from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
-from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.registry import Op
 from kvcanary.testing import calls
 from kvcanary.testing import scenarios as sc

@@ -140,6 +140,11 @@ class Contract(BaseModel):
         return self
 
 
+def forget_contract(name: str) -> None:
+    """Remove the contract named ``name`` from the declared ones (a test's or a discarded operation's)."""
+    _REGISTRY.pop(name, None)
+
+
 def all_contracts(family: Family | None = None) -> list[type[Contract]]:
     """Every contract class declared so far (of one family, if given), in declaration order."""
     return [c for c in _REGISTRY.values() if family is None or c.contract.family is family]

@@ -1,7 +1,7 @@
 """Tensor mutations a rule may name in ``breaks``: how the error catalog builds a failing example.
 
 Small and dependency-free on purpose: contract declarations import these, and declarations are runtime code,
-while the counterexample search that applies them (:mod:`kvcanary.contracts.examples`) is docs tooling.
+while the counterexample search that applies them (:mod:`kvcanary.contracts.counterexamples`) is docs tooling.
 """
 
 from __future__ import annotations

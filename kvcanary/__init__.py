@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
     from kvcanary.launch.verify import launch_canary_verify_kernel
     from kvcanary.launch.write import launch_canary_write_kernel
-    from kvcanary.library import operators
+    from kvcanary.operation import operators
     from kvcanary.manager import (
         CanaryBatch,
         CanaryCapacities,

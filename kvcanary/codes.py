@@ -12,14 +12,14 @@ from kvcanary.contracts import Check, Contract, all_contracts
 from kvcanary.errors import FAMILY
 
 CONTRACT_MODULES: tuple[str, ...] = (
-    "kvcanary.contract.real_kv_source",
-    "kvcanary.contract.allocation",
-    "kvcanary.contract.plan",
-    "kvcanary.contract.plan_offsets",
-    "kvcanary.contract.plan_entries",
-    "kvcanary.contract.write",
-    "kvcanary.contract.verify",
-    "kvcanary.contract.scatter",
+    "kvcanary.ops.real_kv_source",
+    "kvcanary.ops.allocation",
+    "kvcanary.ops.plan",
+    "kvcanary.ops.plan_offsets",
+    "kvcanary.ops.plan_entries",
+    "kvcanary.ops.write",
+    "kvcanary.ops.verify",
+    "kvcanary.ops.scatter",
 )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import VIOLATION_FIELDS, CanaryLaunchTag, FailReason
-from kvcanary.contract.allocation import check_violation_log_allocate
+from kvcanary.ops.allocation import check_violation_log_allocate
 from kvcanary.hashing import to_uint64
 
 _WRITE_BITS = FailReason.WRITE_TOKEN_MISMATCH | FailReason.WRITE_POSITION_MISMATCH

@@ -29,8 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from kvcanary.backends.priority import devices
-from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
+from kvcanary.registry import Backend, Op, Reason, ReasonKind
 
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _NOTES = "NVRTC via cuda.core; capturable (no host sync, no allocation)"
@@ -86,22 +85,15 @@ def _capability_reasons(index: int) -> list[Reason]:
     return []
 
 
-def _op(op: Op, path: str, notes: str = "") -> OpSupport:
-    return OpSupport(f"kvcanary.backends.cuda.{path}", devices("cuda", op), capture_safe=True,
-                     notes=f"{notes}; {_NOTES}" if notes else _NOTES)
+def notes(extra: str = "") -> str:
+    """A kernel's notes in the support matrix: ``extra``, then what every kernel of this backend shares."""
+    return f"{extra}; {_NOTES}" if extra else _NOTES
 
 
 BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
-    ops={
-        Op.PLAN: _op(Op.PLAN, "plan:plan", "one launch for both stages"),
-        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets"),
-        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries"),
-        Op.VERIFY: _op(Op.VERIFY, "verify:verify"),
-        Op.WRITE: _op(Op.WRITE, "write:write"),
-        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids"),
-    },
+    package=__name__,  # each operation's module attaches its kernel: @OP.kernel("cuda", ...)
 )
 
 

@@ -15,9 +15,10 @@ us); rows of 4000 took 17.9 against 13.9 us, rows of 1000 43.5 against 19.1 us (
 from __future__ import annotations
 
 from kvcanary.backends.cuda._pack import Args, Shape, ptr
+from kvcanary.backends.cuda import notes
 from kvcanary.backends.cuda._toolchain import launch
 from kvcanary.backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
-from kvcanary.contract.plan import PlanLaunch
+from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary.extensions import zero_slot_on
 
 KERNELS = plan_kernels("plan.cu", "kvc_plan")
@@ -51,6 +52,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
+@PLAN.kernel("cuda", notes=notes("one launch for both stages"))
 def plan(call: PlanLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.verify_plan_out.verify_slot_indices.get_device()

@@ -7,8 +7,9 @@ every size comes from shapes, so the launch is capturable. Nothing is launched w
 from __future__ import annotations
 
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape
+from kvcanary.backends.cuda import notes
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.contract.scatter import ScatterLaunch
+from kvcanary.ops.scatter import SCATTER, ScatterLaunch
 
 THREADS = 256
 COLUMNS_PER_BLOCK = 1024  # 4 per thread: one round of 4 loads in flight
@@ -48,6 +49,7 @@ def shape(key: Key, sizes: Sizes, max_blocks: int) -> Shape | None:
     return bs, split(bs, cols, ntok), THREADS, 0
 
 
+@SCATTER.kernel("cuda", notes=notes())
 def scatter_req_token_ids(call: ScatterLaunch) -> None:
     key, sizes, args = pack(call)
     s = shape(key, sizes, 0)

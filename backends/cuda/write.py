@@ -13,8 +13,9 @@ One 32 Ki-token chain is the same (109.6 ns per step).
 from __future__ import annotations
 
 from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
+from kvcanary.backends.cuda import notes
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.contract.write import WriteLaunch
+from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
 
 Key = tuple[int, bool, bool, bool, bool, bool]  # sources, partial, input assert, 16-byte records, slot check, LUT
@@ -77,6 +78,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
+@WRITE.kernel("cuda", notes=notes())
 def write(call: WriteLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.context.canary_buf.get_device()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage, offsets_stage
-from kvcanary.contract.plan import PlanLaunch
+from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary.extensions import zero_slot_on
 
 
+@PLAN.kernel("torch_ref")
 def plan(call: PlanLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     lut = call.full_to_swa_index_mapping

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage
-from kvcanary.contract.plan_entries import PlanEntriesLaunch
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
 
 
+@PLAN_ENTRIES.kernel("torch_ref")
 def plan_entries(call: PlanEntriesLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     lut = call.full_to_swa_index_mapping

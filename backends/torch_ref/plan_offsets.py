@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import offsets_stage
-from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
+from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 
 
+@PLAN_OFFSETS.kernel("torch_ref")
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     off = offsets_stage(call)

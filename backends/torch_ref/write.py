@@ -29,10 +29,11 @@ from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary.backends.torch_ref._plan_common import read_slot
 from kvcanary.backends.torch_ref._records import OOB, WPOS, WSLOT, WTOK, append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
-from kvcanary.contract.write import WriteLaunch
+from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
 
 
+@WRITE.kernel("torch_ref", host_sync=True, notes="loops over the longest request's tokens; sizes the loop on the host")
 def write(call: WriteLaunch) -> None:
     ctx = call.context
     ctx.kernel_run_counter.add_(1)

@@ -32,7 +32,7 @@ from kvcanary.backends.triton._hash import (
 from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary.extensions import zero_slot_on
 
 
@@ -124,6 +124,7 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=False)
 
 
+@VERIFY.kernel("triton", notes="persistent grid over the plan's entries")
 def verify(call: VerifyLaunch) -> None:
     """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
     c: ContextArgs = _CONTEXTS.get(call.context, _context_part)

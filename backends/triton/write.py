@@ -48,7 +48,7 @@ from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, d
 from kvcanary.backends.triton._plan_common import read_slot
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract.write import WriteLaunch
+from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
 
 
@@ -235,6 +235,7 @@ def _slot_args(call: WriteLaunch) -> tuple[tuple[object, ...], Hashable, bool]:
     return (rpi, rpi.shape[0], r2t, r2t.shape[0], r2t.shape[1], lut, lut_len), key, lut is not None
 
 
+@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs")
 def write(call: WriteLaunch) -> None:
     """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation).
 

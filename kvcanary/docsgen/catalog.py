@@ -21,11 +21,11 @@ import torch
 
 import kvcanary
 from kvcanary import codes
-from kvcanary.contract.examples import EXAMPLES
+from kvcanary.valid_calls import EXAMPLES
 from kvcanary.contracts import Check, Contract, ContractTypeError
 from kvcanary.contracts.checks import PHASE_NAMES
 from kvcanary.contracts.compiler import Node
-from kvcanary.contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
+from kvcanary.contracts.counterexamples import Counterexample, counterexample, mark_changes, render_call, unchecked
 from kvcanary.contracts.expr import Expr
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
@@ -107,7 +107,7 @@ def example_imports(*sources: str) -> str:
     if public:
         lines.append(f"from kvcanary import {', '.join(public)}")
     if "unchecked" in names:
-        lines.append("from kvcanary.contracts.examples import unchecked  # builds an object without its checks")
+        lines.append("from kvcanary.contracts.counterexamples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
@@ -128,7 +128,7 @@ def other_names(template: str, name: str) -> list[str]:
 class Declared:
     """Where something is declared: module, line, and the file as a path inside the package.
 
-    The path is derived from the module's name (``kvcanary/contract/verify.py``), so it reads the same in a
+    The path is derived from the module's name (``kvcanary/ops/verify.py``), so it reads the same in a
     checkout and in an installed package, and nothing outside the package is consulted.
     """
 
@@ -141,7 +141,7 @@ class Declared:
 
 
 def module_file(module: str) -> str:
-    """``kvcanary.contract.verify`` -> ``kvcanary/contract/verify.py`` (``.../__init__.py`` for a package)."""
+    """``kvcanary.ops.verify`` -> ``kvcanary/ops/verify.py`` (``.../__init__.py`` for a package)."""
     spec = importlib.util.find_spec(module) if module else None
     if spec is None or not spec.origin:
         return module

@@ -114,7 +114,7 @@ def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
         where = cat.declared(page.check.origin)
         assert where.file.startswith("kvcanary/") and where.file.endswith(".py"), (code, where.file)
         assert where.line > 0 and (package_parent / where.file).is_file(), (code, page.check.origin)
-    assert cat.module_file("kvcanary.contract") == "kvcanary/contract/__init__.py"
+    assert cat.module_file("kvcanary.ops") == "kvcanary/ops/__init__.py"
 
 
 def test_docs_command_writes_checks_and_updates_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],

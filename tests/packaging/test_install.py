@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary.contracts.examples", "kvcanary.contracts.stubs",
-           "kvcanary.launch.stubs", "kvcanary.launch.__main__", "kvcanary.contract.examples", "kvcanary.mypy", "tests",
+TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary.contracts.counterexamples", "kvcanary.contracts.stubs",
+           "kvcanary.launch.stubs", "kvcanary.launch.__main__", "kvcanary.valid_calls", "kvcanary.mypy", "tests",
            "benchmarks")
 
 _GRAPH = """

@@ -33,7 +33,7 @@ from kvcanary.backends.cuda import (
 )
 from kvcanary.backends.cuda._specs import KEYS, all_specs
 from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
-from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing.scenarios import GENERATORS, context, kv_sources

@@ -1,4 +1,4 @@
-"""Contract of ``launch_plan_offsets_kernel`` (plan stage 1: per-request offsets, seeds, overflow).
+"""The plan_offsets operation: the contract of ``launch_plan_offsets_kernel`` and its :class:`~kvcanary.operation.Operation` (plan stage 1: per-request offsets, seeds, overflow).
 
 Messages are SGLang's ``_validate_offsets_kernel_inputs`` texts, including its name ``lut_tensor`` for
 ``full_to_swa_index_mapping``.
@@ -11,9 +11,10 @@ import torch
 from pydantic import Field
 
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
-from kvcanary.contract import _plan_inputs as p
+from kvcanary.ops import _plan_inputs as p
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 
 NAME = "launch_plan_offsets_kernel"
 
@@ -91,3 +92,10 @@ class PlanOffsetsLaunch(Contract):
 
 
 check_plan_offsets = PlanOffsetsLaunch.checker()
+
+PLAN_OFFSETS = OPERATION = Operation(
+    "plan_offsets", PlanOffsetsLaunch, constant="PLAN_OFFSETS", module="kvcanary.launch.plan_offsets",
+    doc="""Write each row's exclusive verify offset (total at ``[bs]``), the write offsets ``[0..bs]``, the
+    seeds ``[0, bs)``, ``num_valid``, ``enable`` and ``num_valid_reqs``. Entries past bs are untouched.""",
+)
+launch_plan_offsets_kernel = OPERATION.launcher

@@ -1,4 +1,4 @@
-"""Contract of ``launch_scatter_req_token_ids_kernel`` (SGLang's messages; dtype errors are TypeErrors)."""
+"""The scatter_req_token_ids operation: the contract of ``launch_scatter_req_token_ids_kernel`` and its :class:`~kvcanary.operation.Operation` (SGLang's messages; dtype errors are TypeErrors)."""
 
 
 from typing import Annotated, ClassVar
@@ -8,6 +8,7 @@ from pydantic import Field
 
 from kvcanary.contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 
 _TYPE_ERR = {"dtype": ContractTypeError}
 _R1 = {"rank": "scatter_req_token_ids {name} must be 1-D, got shape {shape}",
@@ -61,3 +62,10 @@ class ScatterLaunch(Contract):
 
 
 check_scatter = ScatterLaunch.checker()
+
+SCATTER = OPERATION = Operation(
+    "scatter_req_token_ids", ScatterLaunch, constant="SCATTER", module="kvcanary.launch.scatter",
+    doc="""``pool_out[rp, :min(len, cols)] = int32(flat_in[start:start+len])`` per request; the last request
+    naming a row wins; everything else in the pool is left as it was.""",
+)
+launch_scatter_req_token_ids_kernel = OPERATION.launcher

@@ -1,4 +1,4 @@
-"""Contract of ``launch_canary_write_kernel``."""
+"""The write operation: the contract of ``launch_canary_write_kernel`` and its :class:`~kvcanary.operation.Operation`."""
 
 
 import dataclasses
@@ -8,8 +8,8 @@ import torch
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract import _plan_inputs as p
-from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
+from kvcanary.ops import _plan_inputs as p
+from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
 from kvcanary.contracts import (
     Contract,
     ContractInfo,
@@ -20,6 +20,7 @@ from kvcanary.contracts import (
     TensorArg,
 )
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
 from kvcanary.plans import WritePlan
 
@@ -93,3 +94,9 @@ class WriteLaunch(Contract):
 
 
 check_write = WriteLaunch.checker()
+
+WRITE = OPERATION = Operation(
+    "write", WriteLaunch, constant="WRITE", module="kvcanary.launch.write",
+    doc="""Write one record per token with ``out_cache_loc >= 0``, chained per request from its seed slot.""",
+)
+launch_canary_write_kernel = OPERATION.launcher

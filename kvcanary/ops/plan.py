@@ -1,4 +1,4 @@
-"""Contract of ``launch_canary_plan_kernels`` (the fused plan: offsets, entries and write metadata).
+"""The plan operation: the contract of ``launch_canary_plan_kernels`` and its :class:`~kvcanary.operation.Operation` (the fused plan: offsets, entries and write metadata).
 
 The capacity and valid-lens messages are the torch reference's texts: they are what the golden vectors
 (made by running the reference) record, and kvcanary raises one text on every backend.
@@ -10,8 +10,8 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contract import _plan_inputs as p
-from kvcanary.contract._shared import (
+from kvcanary.ops import _plan_inputs as p
+from kvcanary.ops._shared import (
     EXTENSIONS,
     EXTENSIONS_DOC,
     VERIFY_PLAN_FIELDS,
@@ -21,6 +21,7 @@ from kvcanary.contract._shared import (
 )
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 
@@ -80,3 +81,10 @@ class PlanLaunch(Contract):
 
 
 check_plan = PlanLaunch.checker()
+
+PLAN = OPERATION = Operation(
+    "plan", PlanLaunch, constant="PLAN", module="kvcanary.launch.plan",
+    doc="""Verify entries for every prefix token ``[window_start, prefix_len)`` of each active row, and the
+    write offsets and seeds for the tokens it writes. Overflow sets ``enable = 0`` instead of raising.""",
+)
+launch_canary_plan_kernels = OPERATION.launcher

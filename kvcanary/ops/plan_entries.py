@@ -1,4 +1,4 @@
-"""Contract of ``launch_plan_entries_kernel`` (plan stage 2: one verify entry per prefix token)."""
+"""The plan_entries operation: the contract of ``launch_plan_entries_kernel`` and its :class:`~kvcanary.operation.Operation` (plan stage 2: one verify entry per prefix token)."""
 
 
 from typing import Annotated, ClassVar
@@ -6,10 +6,11 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contract import _plan_inputs as p
-from kvcanary.contract._shared import EXTENSIONS, EXTENSIONS_DOC
+from kvcanary.ops import _plan_inputs as p
+from kvcanary.ops._shared import EXTENSIONS, EXTENSIONS_DOC
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
 
 NAME = "launch_plan_entries_kernel"
@@ -64,3 +65,10 @@ class PlanEntriesLaunch(Contract):
 
 
 check_plan_entries = PlanEntriesLaunch.checker()
+
+PLAN_ENTRIES = OPERATION = Operation(
+    "plan_entries", PlanEntriesLaunch, constant="PLAN_ENTRIES", module="kvcanary.launch.plan_entries",
+    doc="""Write entries ``[0, min(total, capacity))`` where ``total = verify_offsets_scratch[bs]``, unless
+    ``verify_enable == 0``. Entries past the total are untouched.""",
+)
+launch_plan_entries_kernel = OPERATION.launcher

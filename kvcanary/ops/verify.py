@@ -1,4 +1,4 @@
-"""Contract of ``launch_canary_verify_kernel``."""
+"""The verify operation: the contract of ``launch_canary_verify_kernel`` and its :class:`~kvcanary.operation.Operation`."""
 
 
 from typing import Annotated, ClassVar
@@ -6,9 +6,10 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
+from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
+from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan
 
@@ -31,3 +32,12 @@ class VerifyLaunch(Contract):
 
 
 check_verify = VerifyLaunch.checker()
+
+VERIFY = OPERATION = Operation(
+    "verify", VerifyLaunch, constant="VERIFY", module="kvcanary.launch.verify",
+    doc="""Verify ``plan``'s entries against ``context.canary_buf``; violations go to the ring.
+
+    Never raises because of device data: bad indices are recorded as INDEX_OUT_OF_RANGE violations.
+    Raises :class:`~contracts.ContractError` (a ValueError) for a bad call, before anything runs.""",
+)
+launch_canary_verify_kernel = OPERATION.launcher
