@@ -32,7 +32,7 @@ from kvcanary.contracts.compiler import Compiled, Node
 from kvcanary.contracts.contract import Contract
 from kvcanary.contracts.errors import ContractError
 from kvcanary.contracts.expr import Expr
-from kvcanary.contracts.mutations import Misalign, PadStride, Resize
+from kvcanary.contracts.mutations import Misalign, PadStride, Resize, Strided
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.contracts.specs import Dim, ItemsArg, ScalarArg, TensorArg
 
@@ -539,7 +539,7 @@ class _Engine:
                 raise ValueError(f"{check.contract}/{check.slug}: breaks names {name!r}, which is neither an "
                                  "argument, an attribute nor a symbol of the contract")
             kind, where = target
-            if isinstance(how, (Misalign, PadStride, Resize)):
+            if isinstance(how, (Misalign, PadStride, Resize, Strided)):
                 t = _get(new, _steps(where))
                 if not isinstance(t, torch.Tensor):
                     return

@@ -58,6 +58,23 @@ class Resize:
         return f"`{name}` has {self.size} entries along dim {self.dim}"
 
 
+@dataclass(frozen=True)
+class Strided:
+    """The same shape and dtype, every ``step``-th element along ``dim`` (its stride ``step`` elements)."""
+
+    dim: int = 0
+    step: int = 2
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        base = _zeros(t, self.dim, t.shape[self.dim] * self.step)
+        index = [slice(None)] * t.dim()
+        index[self.dim] = slice(None, None, self.step)
+        return base[tuple(index)]
+
+    def describe(self, name: str) -> str:
+        return f"`{name}` takes every {self.step}th element along dim {self.dim}"
+
+
 def _zeros(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     """Zeros of ``t``'s dtype and device, with ``t``'s shape but ``size`` along ``dim``."""
     shape = list(t.shape)
@@ -65,4 +82,4 @@ def _zeros(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
-TensorMutation = Misalign | PadStride | Resize
+TensorMutation = Misalign | PadStride | Resize | Strided

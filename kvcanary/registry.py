@@ -292,7 +292,8 @@ class Registry:
             try:
                 impl = backend.implementation(op)
             except Exception as exc:
-                msg = f"loading {support.impl!r} failed: {type(exc).__name__}: {exc}"
+                where = support.impl if isinstance(support.impl, str) else getattr(support.impl, "__qualname__", "")
+                msg = f"loading {where} failed: {type(exc).__name__}: {exc}"
                 declined[name] = [Reason(ReasonKind.BROKEN, msg)]
                 continue
             prio = support.priority(device.type)

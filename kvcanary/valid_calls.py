@@ -164,6 +164,11 @@ def _scatter() -> Call:
             "pool_out": _i32(MAX_REQS, MAX_CONTEXT)}
 
 
+def _fold() -> Call:
+    return {"acc": _i64(2), "canary_buf": torch.zeros(NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8),
+            "slots": _i64(NUM_TOKENS)}
+
+
 def _source_call() -> Call:
     s = source()
     return {"tensor": s.tensor, "page_size": s.page_size, "num_bytes_per_token": s.num_bytes_per_token,
@@ -207,5 +212,7 @@ EXAMPLES: Mapping[str, ExampleSet] = {
     )),
     "launch_scatter_req_token_ids_kernel": ExampleSet(
         "launch_scatter_req_token_ids_kernel", (Variant("3 requests", _scatter),)),
+    "launch_digest_fold_kernel": ExampleSet(
+        "launch_digest_fold_kernel", (Variant("one step's slots", _fold),)),
 }
 """Contract name -> its valid calls."""

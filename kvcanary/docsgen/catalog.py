@@ -25,11 +25,19 @@ from kvcanary.valid_calls import EXAMPLES
 from kvcanary.contracts import Check, Contract, ContractTypeError
 from kvcanary.contracts.checks import PHASE_NAMES
 from kvcanary.contracts.compiler import Node
-from kvcanary.contracts.counterexamples import Counterexample, counterexample, mark_changes, render_call, unchecked
+from kvcanary.contracts.counterexamples import (
+    Counterexample,
+    ExampleSet,
+    counterexample,
+    mark_changes,
+    render_call,
+    unchecked,
+)
 from kvcanary.contracts.expr import Expr
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
+from kvcanary.operation import operations
 
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",
@@ -63,6 +71,14 @@ PRESENCE_KINDS = frozenset({"all_or_none", "required_if", "forbidden_unless", "r
 _RELATED_LIMIT = 8
 
 
+def examples_of(contract: type[Contract]) -> ExampleSet:
+    """The valid calls the pages of ``contract`` are built from: its operation's, else the built-in table's."""
+    for op in operations():
+        if op.contract is contract and op.examples is not None:
+            return op.examples
+    return EXAMPLES[contract.contract.name]
+
+
 def group_kind(check: Check) -> str:
     """The kind the catalog groups by (``min_size`` is a size, ``required_if`` a presence rule, ...)."""
     kind = check.family_kind
@@ -81,6 +97,7 @@ def namespace(*, validate_only: bool = False) -> dict[str, Any]:
     checked, not launched).
     """
     ns: dict[str, Any] = {name: getattr(kvcanary, name) for name in kvcanary.__all__}
+    ns.update({op.contract.contract.name: op.launcher for op in operations()})
     ns.update(torch=torch, SimpleNamespace=types.SimpleNamespace, unchecked=unchecked)
     if validate_only:
         for c in codes.contracts():
@@ -101,11 +118,14 @@ def example_imports(*sources: str) -> str:
                 (assigned if isinstance(node.ctx, ast.Store) else names).add(node.id)
     names -= assigned
     public = sorted(n for n in names if n in kvcanary.__all__)
+    elsewhere = {op.contract.contract.name: op.launcher.__module__ for op in operations()
+                 if op.contract.contract.name in names and op.contract.contract.name not in kvcanary.__all__}
     lines = ["import torch"] if "torch" in names else []
     if "SimpleNamespace" in names:
         lines.insert(0, "from types import SimpleNamespace")
     if public:
         lines.append(f"from kvcanary import {', '.join(public)}")
+    lines += [f"from {module} import {name}" for name, module in sorted(elsewhere.items())]
     if "unchecked" in names:
         lines.append("from kvcanary.contracts.counterexamples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
@@ -332,7 +352,7 @@ def _mutation_note(check: Check) -> str:
 
 def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
     contract = ctx.contract
-    examples = EXAMPLES[contract.contract.name]
+    examples = examples_of(contract)
     ce = counterexample(contract, examples, check)
     failing = render_call(examples.callee, ce.failing, examples.extra, unchecked_ids=ce.unchecked, views=ce.views)
     fixed: list[tuple[str, str]] = []

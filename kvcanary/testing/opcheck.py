@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from kvcanary.library import operators
+from kvcanary.operation import operators
 from kvcanary.registry import Op
 from kvcanary.testing.scenarios import GENERATORS, Device
 

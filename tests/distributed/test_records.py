@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kvcanary.consts import FailReason
+from kvcanary.backends.torch_ref._hash import splitmix64 as splitmix64_tensor
 from kvcanary.distributed import (
     DigestAccumulator,
     TransferMessage,
@@ -20,7 +21,6 @@ from kvcanary.distributed import (
     pack_kv,
     pack_records,
     packed_shape,
-    splitmix64_t,
     transfer_entries,
     unpack_kv,
     unpack_records,
@@ -131,7 +131,7 @@ def test_bad_messages_raise_and_write_nothing() -> None:
 
 def test_device_splitmix_matches_the_host_hash() -> None:
     xs = [random.getrandbits(64) for _ in range(64)] + [0, MASK64, 1 << 63]
-    got = splitmix64_t(torch.tensor([to_int64(x) for x in xs], dtype=torch.int64)).tolist()
+    got = splitmix64_tensor(torch.tensor([to_int64(x) for x in xs], dtype=torch.int64)).tolist()
     assert got == [to_int64(splitmix64(x)) for x in xs]
 
 

@@ -1,4 +1,4 @@
-"""The tensor-parallel digest fold in one launch: ``kvcanary.distributed.digest.fold_records`` fused.
+"""fold: the tensor-parallel digest fold in one launch (semantics: backends/torch_ref/fold.py).
 
 Adds ``(Σ mix(slot, token, position, prev_hash), count)`` over the records at ``slots`` (entries <= 0 left
 out) to an ``int64 [2]`` accumulator on the device, bit for bit what the torch-ops fold adds: every mix is
@@ -18,6 +18,7 @@ import triton.language as tl
 from kvcanary.backends.triton._hash import as_i64, as_u64, splitmix64
 from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, fits32, kernel, persistent_grid
 from kvcanary.consts import CANARY_FIELD_POSITION, CANARY_FIELD_PREV_HASH, CANARY_FIELD_TOKEN
+from kvcanary.ops.fold import FOLD, FoldLaunch
 
 SLOT_SALT = tl.constexpr(0x9E3779B97F4A7C15)
 """XOR-ed into a slot number before its first splitmix64 round (as uint64)."""
@@ -61,12 +62,10 @@ def _fold_kernel(
 _LAUNCH = Launcher(_fold_kernel)
 
 
-def fold_into(acc: torch.Tensor, canary_buf: torch.Tensor, slots: torch.Tensor) -> None:
-    """Add the fold of ``canary_buf``'s records at ``slots`` to ``acc`` (``int64 [2]``, same device).
-
-    ``canary_buf``: ``[num_slots, 32 bytes]`` of any integer dtype, 32 contiguous bytes per record and a row
-    stride of whole int64 words; ``slots``: a 1-D integer tensor (any stride). The caller checks both (one launch, no
-    check of device values here)."""
+@FOLD.kernel("triton", notes="persistent grid over the slots; one int64 atomic per word and program")
+def fold(call: FoldLaunch) -> None:
+    """Add the fold of ``canary_buf``'s records at ``slots`` to ``acc`` (the contract has checked all three)."""
+    acc, canary_buf, slots = call.acc, call.canary_buf, call.slots
     n = int(slots.shape[0])
     num_slots = int(canary_buf.shape[0])
     stride_words = int(canary_buf.stride(0)) * canary_buf.element_size() // 8  # rows apart, in int64 words
