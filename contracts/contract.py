@@ -140,6 +140,11 @@ class Contract(BaseModel):
         return self
 
 
+def remember_contract(contract: type[Contract]) -> None:
+    """Declare ``contract`` again after :func:`forget_contract` (an operation declared anew)."""
+    _REGISTRY[contract.contract.name] = contract
+
+
 def forget_contract(name: str) -> None:
     """Remove the contract named ``name`` from the declared ones (a test's or a discarded operation's)."""
     _REGISTRY.pop(name, None)

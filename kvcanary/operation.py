@@ -121,12 +121,14 @@ class Operation(metaclass=_OperationType):
     def __init__(self, name: str, contract: type[Contract], *, constant: str | None = None, doc: str = "",
                  module: str | None = None, namespace: str = NAMESPACE, examples: ExampleSet | None = None,
                  extras: Mapping[str, Extra] | None = None) -> None:
+        from kvcanary.contracts.contract import remember_contract
         from kvcanary.contracts.launcher import Extra, build_launcher
         from kvcanary.registry import REGISTRY
 
         if name in _DECLARED:
             raise ValueError(f"kv-canary: an operation named {name!r} is already declared "
                              f"(by {_DECLARED[name].contract.__name__})")
+        remember_contract(contract)
         self.name = name
         self.constant = constant or name.upper()
         self.contract = contract

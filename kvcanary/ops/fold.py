@@ -30,6 +30,7 @@ class FoldLaunch(Contract):
         "Add the digest of the records at the given slots (slot, token, position, prev_hash) to an int64 [2] "
         "accumulator.",
         device_key="canary_buf",
+        writes=("acc",),
         constants={"CANARY_SLOT_BYTES": CANARY_SLOT_BYTES},
         rules=(
             Relation(
@@ -78,7 +79,7 @@ class FoldLaunch(Contract):
         ),
     )
 
-    acc: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=(2,), writes=True)] = Field(
+    acc: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=(2,))] = Field(
         description="The accumulator the fold adds to: (wrapping sum of the records' mixes, record count).")
     canary_buf: Annotated[torch.Tensor, TensorArg(dtype=INTEGER_DTYPES, shape=("num_slots", "row_words"),
                                                   contiguous=False)] = Field(

@@ -19,6 +19,7 @@ from kvcanary.distributed import DigestAccumulator, fold_records, fold_records_t
 from kvcanary.hashing import MASK64, splitmix64, to_int64
 from kvcanary.contracts import ContractError
 from kvcanary.ops.fold import FOLD
+from kvcanary.testing.opcheck import opcheck
 from kvcanary.registry import REGISTRY
 
 CUDA = torch.cuda.is_available()
@@ -244,3 +245,15 @@ def test_traced_by_torch_compile_the_accumulator_folds_with_torch_ops() -> None:
     step = torch.compile(acc.add, backend="eager", fullgraph=True)
     step(slots)
     assert acc.acc.tolist() == reference(buf, slots)
+
+
+@pytest.mark.parametrize("backend", ["torch_ref", "triton"])
+def test_the_fold_operator_passes_opcheck(backend: str) -> None:
+    """``torch.ops.kvcanary.fold`` (schema, fake kernel, mutation of ``acc`` only) on random valid calls."""
+    if backend == "triton" and fused_fold(DEV, None) is None and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton runs here only through TRITON_INTERPRET=1")
+    rng = random.Random()
+    for n in (0, 5, rng.randrange(20, 200)):
+        buf = random_buf(32, rng, row_words=rng.choice([4, 6]))
+        opcheck(FOLD, {"acc": torch.zeros(2, dtype=torch.int64, device=DEV), "canary_buf": buf,
+                       "slots": random_slots(n, 32, rng, rng.choice([torch.int64, torch.int32]))}, backend)
