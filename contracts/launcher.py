@@ -132,9 +132,20 @@ def launcher_signature(contract: type[Contract], extras: Mapping[str, Extra] = {
                           default=None if name in optional else inspect.Parameter.empty)
         for name, finfo in contract.model_fields.items()
     ]
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=extra.annotation,
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(extra.annotation),
                                  default=extra.default) for name, extra in extras.items()]
     return inspect.Signature(params, return_annotation=None)
+
+
+_SIMPLE_TYPES: dict[str, object] = {"str": str, "int": int, "bool": bool, "float": float, "None": None}
+
+
+def _annotation(text: str) -> object:
+    """An extra's annotation as a type where it names only builtin scalars (``"str | None"``), else the text."""
+    try:
+        return eval(text, {"__builtins__": {}}, _SIMPLE_TYPES)  # noqa: S307 - the declaring code's own text
+    except Exception:
+        return text
 
 
 def launcher_doc(contract: type[Contract], doc: str, extras: Mapping[str, Extra] = {}) -> str:
@@ -154,12 +165,19 @@ def launcher_doc(contract: type[Contract], doc: str, extras: Mapping[str, Extra]
         head = f"    {name}{' (optional)' if name in optional else ''}: {finfo.description or ''}".rstrip()
         lines.append(head)
         if codes:
-            lines.append(f"        Checks: {', '.join(codes)}.")
+            lines.append(f"        Checks: {', '.join(sorted(codes))}.")
     for name, extra in extras.items():
         lines.append(f"    {name} (optional): {extra.doc or extra.annotation}".rstrip())
+    listed = {code for codes in by_field.values() for code in codes}
     if info.rules:
         lines += ["", "Rules:"]
-        lines += [f"    - {rule.message.strip()}" for rule in info.rules]
+        for rule in info.rules:
+            own = [c.code for c in checks if c.subject is rule and c.code not in listed]
+            listed.update(own)
+            lines.append(f"    - {rule.message.strip()}" + (f" ({', '.join(own)})" if own else ""))
+    rest = [f"{c.code} ({c.summary})" for c in checks if c.code not in listed]
+    if rest:
+        lines += ["", "Other checks:"] + [f"    - {r}" for r in rest]
     codes = sorted(c.code for c in checks)
     lines += ["", "Raises:",
               f"    ContractError (a ValueError) before anything runs, for a call that breaks a check: {len(codes)} "
