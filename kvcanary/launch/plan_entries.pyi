@@ -1,4 +1,4 @@
-# Generated from the contracts by `python -m kvcanary.launch`; do not edit (a test fails when it drifts).
+# Generated from the contracts by `python -m tools.launcher_stubs`; do not edit (a test fails when it drifts).
 """``launch_plan_entries_kernel``: plan stage 2 (one verify entry per prefix token)."""
 
 from torch import Tensor
@@ -65,7 +65,7 @@ def launch_plan_entries_kernel(*, req_to_verify_expected_tokens: Tensor | None, 
         kv_token_id_vs_position_offset: Slot p holds the KV of token p + offset (0 for target pools, 1 for EAGLE draft pools).
             Checks: KVC-E056, KVC-E073, KVC-E074.
         swa_window_size: Sliding window: verify only the last swa_window_size prefix tokens (0: all).
-            Checks: KVC-E057, KVC-E075, KVC-E076, KVC-E060.
+            Checks: KVC-E057, KVC-E060, KVC-E075, KVC-E076.
         extensions (optional): Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels.
             Checks: KVC-E081, KVC-E082, KVC-E083.
         backend (optional): Force this backend by name (None: the registry picks).
@@ -74,9 +74,9 @@ def launch_plan_entries_kernel(*, req_to_verify_expected_tokens: Tensor | None, 
         - launch_plan_entries_kernel requires req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set
         - launch_plan_entries_kernel requires full_to_swa_index_mapping when swa_window_size > 0
         - launch_plan_entries_kernel swa_window_size must be >= 0, got {swa_window_size}
-        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape}
-        - req_to_verify_expected_tokens must have at least one row and one column, got shape {shape}
-        - launch_plan_entries_kernel supports at most bs={PLAN_BS_BLOCK_SIZE} reqs per launch, got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.
+        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape} (KVC-E077)
+        - req_to_verify_expected_tokens must have at least one row and one column, got shape {shape} (KVC-E078)
+        - launch_plan_entries_kernel supports at most bs={PLAN_BS_BLOCK_SIZE} reqs per launch, got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this. (KVC-E061)
 
     Raises:
         ContractError (a ValueError) before anything runs, for a call that breaks a check: 83 checks, codes KVC-E001 to KVC-E083; each error names its code and the page that explains it."""

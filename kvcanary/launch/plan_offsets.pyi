@@ -1,4 +1,4 @@
-# Generated from the contracts by `python -m kvcanary.launch`; do not edit (a test fails when it drifts).
+# Generated from the contracts by `python -m tools.launcher_stubs`; do not edit (a test fails when it drifts).
 """``launch_plan_offsets_kernel``: plan stage 1 (offsets, seeds, overflow)."""
 
 from torch import Tensor
@@ -33,20 +33,20 @@ def launch_plan_offsets_kernel(*, req_pool_indices: Tensor, prefix_lens: Tensor,
         out_write_num_valid_reqs: Receives bs.
             Checks: KVC-O045, KVC-O046, KVC-O047, KVC-O048, KVC-O067.
         swa_window_size: Sliding window: verify only the last swa_window_size prefix tokens (0: all).
-            Checks: KVC-O049, KVC-O068, KVC-O069, KVC-O052.
+            Checks: KVC-O049, KVC-O052, KVC-O068, KVC-O069.
         verify_capacity: Overflow threshold.
-            Checks: KVC-O050, KVC-O070, KVC-O071, KVC-O055.
+            Checks: KVC-O050, KVC-O055, KVC-O070, KVC-O071.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
         - launch_plan_offsets_kernel requires full_to_swa_index_mapping when swa_window_size > 0
         - launch_plan_offsets_kernel swa_window_size must be >= 0, got {swa_window_size}
-        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape}
-        - offsets kernel bs must be in [0, {PLAN_BS_BLOCK_SIZE}], got {bs}
-        - write_offsets_len must be positive, got {write_offsets_len}
+        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape} (KVC-O072)
+        - offsets kernel bs must be in [0, {PLAN_BS_BLOCK_SIZE}], got {bs} (KVC-O053)
+        - write_offsets_len must be positive, got {write_offsets_len} (KVC-O054)
         - verify_capacity must be non-negative, got {verify_capacity}
-        - write_offsets_len must equal write_req_capacity + 1, got {write_offsets_len} and {write_req_capacity}
-        - bs={bs} exceeds write_req_capacity={write_req_capacity}
+        - write_offsets_len must equal write_req_capacity + 1, got {write_offsets_len} and {write_req_capacity} (KVC-O056)
+        - bs={bs} exceeds write_req_capacity={write_req_capacity} (KVC-O057)
 
     Raises:
         ContractError (a ValueError) before anything runs, for a call that breaks a check: 74 checks, codes KVC-O001 to KVC-O074; each error names its code and the page that explains it."""

@@ -1,4 +1,4 @@
-# Generated from the contracts by `python -m kvcanary.launch`; do not edit (a test fails when it drifts).
+# Generated from the contracts by `python -m tools.launcher_stubs`; do not edit (a test fails when it drifts).
 """``launch_scatter_req_token_ids_kernel``: fill the expected-token pool for VERIFY_TOKEN checks."""
 
 from torch import Tensor
@@ -21,8 +21,8 @@ def launch_scatter_req_token_ids_kernel(*, flat_in: Tensor, offsets: Tensor, req
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
-        - scatter_req_token_ids offsets length {offsets_len} != bs+1 ({bs_plus_1})
-        - scatter_req_token_ids pool_out must have at least one row and one column, got shape {shape}
+        - scatter_req_token_ids offsets length {offsets_len} != bs+1 ({bs_plus_1}) (KVC-S017)
+        - scatter_req_token_ids pool_out must have at least one row and one column, got shape {shape} (KVC-S021)
 
     Raises:
         ContractError (a ValueError) before anything runs, for a call that breaks a check: 23 checks, codes KVC-S001 to KVC-S023; each error names its code and the page that explains it."""

@@ -1,4 +1,4 @@
-# Generated from the contracts by `python -m kvcanary.launch`; do not edit (a test fails when it drifts).
+# Generated from the contracts by `python -m tools.launcher_stubs`; do not edit (a test fails when it drifts).
 """``launch_canary_write_kernel``: stamp the records of the tokens a step writes."""
 
 from typing import Literal
@@ -45,7 +45,7 @@ def launch_canary_write_kernel(*, enable_write_input_assert: bool, expected_inpu
 
     Args:
         context: The endpoint's buffers.
-            Checks: KVC-W001, KVC-W002, KVC-W003, KVC-W004, KVC-W005, KVC-W006, KVC-W099, KVC-W100, KVC-W007, KVC-W008, KVC-W009, KVC-W010, KVC-W011, KVC-W012, KVC-W013, KVC-W014, KVC-W015, KVC-W016, KVC-W017, KVC-W018, KVC-W019, KVC-W020, KVC-W021, KVC-W022, KVC-W023, KVC-W024, KVC-W025, KVC-W026, KVC-W027, KVC-W028, KVC-W029, KVC-W030, KVC-W101, KVC-W102, KVC-W031, KVC-W103, KVC-W104, KVC-W032, KVC-W105, KVC-W106, KVC-W033, KVC-W107, KVC-W034, KVC-W035, KVC-W108, KVC-W109, KVC-W036, KVC-W037, KVC-W038, KVC-W039, KVC-W081, KVC-W082, KVC-W111, KVC-W085, KVC-W086, KVC-W087, KVC-W088, KVC-W089, KVC-W090.
+            Checks: KVC-W001, KVC-W002, KVC-W003, KVC-W004, KVC-W005, KVC-W006, KVC-W007, KVC-W008, KVC-W009, KVC-W010, KVC-W011, KVC-W012, KVC-W013, KVC-W014, KVC-W015, KVC-W016, KVC-W017, KVC-W018, KVC-W019, KVC-W020, KVC-W021, KVC-W022, KVC-W023, KVC-W024, KVC-W025, KVC-W026, KVC-W027, KVC-W028, KVC-W029, KVC-W030, KVC-W031, KVC-W032, KVC-W033, KVC-W034, KVC-W035, KVC-W036, KVC-W037, KVC-W038, KVC-W039, KVC-W081, KVC-W082, KVC-W085, KVC-W086, KVC-W087, KVC-W088, KVC-W089, KVC-W090, KVC-W099, KVC-W100, KVC-W101, KVC-W102, KVC-W103, KVC-W104, KVC-W105, KVC-W106, KVC-W107, KVC-W108, KVC-W109, KVC-W111.
         plan: Per-request write ranges.
             Checks: KVC-W040, KVC-W041, KVC-W042, KVC-W043, KVC-W044, KVC-W045, KVC-W046, KVC-W047, KVC-W048, KVC-W049, KVC-W050, KVC-W051, KVC-W052, KVC-W053, KVC-W091, KVC-W092, KVC-W093.
         input_ids: Token id per flat token (padded tail ignored).
@@ -74,7 +74,13 @@ def launch_canary_write_kernel(*, enable_write_input_assert: bool, expected_inpu
         - expected input tensors are required when enable_write_input_assert=True
         - expected input tensors must be None when enable_write_input_assert=False
         - launch_canary_write_kernel requires req_pool_indices and req_to_token when extensions.write_slot_mismatch is on
-        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape}
+        - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape} (KVC-W133)
+
+    Other checks:
+        - KVC-W079 (requires `slot_stride_bytes >= 32`)
+        - KVC-W080 (requires `slot_stride_bytes % 8 == 0`)
+        - KVC-W110 (requires `num_slots >= 1`)
+        - KVC-W112 (no tensor the launch writes may share memory with another argument)
 
     Raises:
         ContractError (a ValueError) before anything runs, for a call that breaks a check: 133 checks, codes KVC-W001 to KVC-W133; each error names its code and the page that explains it."""

@@ -17,7 +17,7 @@ import torch
 import kvcanary as kc
 from kvcanary.backends import priority
 from kvcanary.contracts import ContractError
-from kvcanary.launch import stubs
+from tools import launcher_stubs as stubs
 from kvcanary.operation import Op
 
 CONTRACTS = {op: op.contract for op in Op}
@@ -68,7 +68,7 @@ def test_every_backend_implementation_takes_exactly_its_operations_contract() ->
 
 
 def test_stubs_are_generated_from_the_contracts() -> None:
-    assert stubs.stale() == [], "run `python -m kvcanary.launch` and commit the stubs"
+    assert stubs.stale() == [], "run `python -m tools.launcher_stubs` and commit the stubs"
 
 
 def test_stub_overloads_follow_the_presence_rules() -> None:

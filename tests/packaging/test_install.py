@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary.contracts.counterexamples", "kvcanary.contracts.stubs",
-           "kvcanary.launch.stubs", "kvcanary.launch.__main__", "kvcanary.valid_calls", "kvcanary.mypy", "tests",
+           "tools", "kvcanary.valid_calls", "kvcanary.mypy", "tests",
            "benchmarks")
 
 _GRAPH = """

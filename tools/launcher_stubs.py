@@ -1,6 +1,6 @@
-"""The launchers' ``.pyi`` stubs: one per launcher module, generated from the contracts (tooling only).
+"""The launchers' ``.pyi`` stubs: one per launcher module, generated from the contracts (development tooling).
 
-``python -m kvcanary.launch`` rewrites them; ``--check`` exits 1 and names the stale files instead. The
+``python -m tools.launcher_stubs`` (from the repository root) rewrites them; ``--check`` exits 1 and names the stale files instead. The
 test suite runs the check, so a contract change without regenerated stubs fails CI.
 """
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 from kvcanary.contracts.stubs import StubLauncher, render
 
-COMMAND = "python -m kvcanary.launch"
+COMMAND = "python -m tools.launcher_stubs"
+LAUNCH = Path(__file__).parents[1] / "kvcanary" / "launch"
+"""The launcher modules' folder, beside which each stub is written."""
 
 
 def stub_text(module_name: str) -> str:
@@ -28,12 +30,11 @@ def stub_text(module_name: str) -> str:
 
 def modules() -> list[str]:
     """The launcher modules: every public module of ``kvcanary.launch`` (one per operation)."""
-    here = Path(__file__).parent
-    return sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_") and p.stem != "stubs")
+    return sorted(p.stem for p in LAUNCH.glob("*.py") if not p.stem.startswith("_"))
 
 
 def stub_path(module_name: str) -> Path:
-    return Path(__file__).with_name(f"{module_name}.pyi")
+    return LAUNCH / f"{module_name}.pyi"
 
 
 def stale() -> list[Path]:
@@ -58,3 +59,9 @@ def main(argv: list[str]) -> int:
     for name in modules():
         stub_path(name).write_text(stub_text(name))
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
