@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
     from kvcanary.launch.verify import launch_canary_verify_kernel
     from kvcanary.launch.write import launch_canary_write_kernel
-    from kvcanary.operation import operators
     from kvcanary.manager import (
         CanaryBatch,
         CanaryCapacities,
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
         VerifyBudget,
         ViolationEvent,
     )
+    from kvcanary.operation import operators
     from kvcanary.plans import VerifyPlan, WritePlan
     from kvcanary.registry import (
         Backend,

@@ -41,16 +41,15 @@ BUILTIN_PACKAGE = "kvcanary.ops"
 """The package whose modules declare the built-in operations (each module's ``OPERATION``)."""
 
 _DECLARED: dict[str, Operation] = {}
-_builtin_loaded = False
+_BUILTIN_LOADED: list[bool] = []  # one entry once the built-in declarations were imported
 F = TypeVar("F", bound=Callable[..., None])
 
 
 def _load_builtin() -> None:
     """Import every module of :data:`BUILTIN_PACKAGE` once: each declares its operation on import."""
-    global _builtin_loaded
-    if _builtin_loaded:
+    if _BUILTIN_LOADED:
         return
-    _builtin_loaded = True
+    _BUILTIN_LOADED.append(True)
     package = importlib.import_module(BUILTIN_PACKAGE)
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if not info.name.startswith("_"):

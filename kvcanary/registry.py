@@ -30,8 +30,13 @@ from typing import Any
 
 import torch
 
-from kvcanary.operation import Op as Op
-from kvcanary.operation import Operation, declared
+from kvcanary.operation import Op, Operation, declared
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "ENV_BACKEND", "REGISTRY", "Backend", "BackendError", "Choice", "Impl", "Limits", "Op",
+    "OpSupport", "Operation", "Reason", "ReasonKind", "Registry", "register_backend", "registered_backends",
+    "use_backend",
+]
 
 ENV_BACKEND = "KVCANARY_BACKEND"
 ENTRY_POINT_GROUP = "kvcanary.backends"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import VIOLATION_FIELDS, CanaryLaunchTag, FailReason
-from kvcanary.ops.allocation import check_violation_log_allocate
 from kvcanary.hashing import to_uint64
+from kvcanary.ops.allocation import check_violation_log_allocate
 
 _WRITE_BITS = FailReason.WRITE_TOKEN_MISMATCH | FailReason.WRITE_POSITION_MISMATCH
 _TOKEN_BITS = FailReason.VERIFY_TOKEN_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH

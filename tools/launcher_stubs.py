@@ -1,7 +1,7 @@
 """The launchers' ``.pyi`` stubs: one per launcher module, generated from the contracts (development tooling).
 
-``python -m tools.launcher_stubs`` (from the repository root) rewrites them; ``--check`` exits 1 and names the stale files instead. The
-test suite runs the check, so a contract change without regenerated stubs fails CI.
+``python -m tools.launcher_stubs`` (from the repository root) rewrites them; ``--check`` exits 1 and names the
+stale files instead. The test suite runs the check, so a contract change without regenerated stubs fails CI.
 """
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ us); rows of 4000 took 17.9 against 13.9 us, rows of 1000 43.5 against 19.1 us (
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, Shape, ptr
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, Shape, ptr
 from kvcanary.backends.cuda._toolchain import launch
 from kvcanary.backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
-from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
 
 KERNELS = plan_kernels("plan.cu", "kvc_plan")
 

@@ -7,11 +7,11 @@ launched (the reference does nothing either).
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh

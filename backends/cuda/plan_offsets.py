@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary.backends.cuda._toolchain import Spec, launch
 from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 

@@ -6,8 +6,8 @@ every size comes from shapes, so the launch is capturable. Nothing is launched w
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
 from kvcanary.ops.scatter import SCATTER, ScatterLaunch
 

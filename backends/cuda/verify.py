@@ -6,11 +6,11 @@ over the active entries; the grid depends only on the plan's capacity, so the la
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 
 THREADS = 256
 

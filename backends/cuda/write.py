@@ -12,11 +12,11 @@ One 32 Ki-token chain is the same (109.6 ns per step).
 
 from __future__ import annotations
 
-from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary.backends.cuda import notes
+from kvcanary.backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary.backends.cuda._toolchain import Spec, cdiv, launch
-from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
 
 Key = tuple[int, bool, bool, bool, bool, bool]  # sources, partial, input assert, 16-byte records, slot check, LUT
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage, offsets_stage
-from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
 
 
 @PLAN.kernel("torch_ref")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvcanary.backends.torch_ref._plan_common import entries_stage
-from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 
 
 @PLAN_ENTRIES.kernel("torch_ref")

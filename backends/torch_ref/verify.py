@@ -26,8 +26,8 @@ import torch
 from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary.backends.torch_ref._records import CHAIN, OOB, POS, RKV, TOK, ZERO, append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, ZERO_SLOT_MARK
-from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 
 
 @VERIFY.kernel("torch_ref")

@@ -29,8 +29,8 @@ from kvcanary.backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary.backends.torch_ref._plan_common import read_slot
 from kvcanary.backends.torch_ref._records import OOB, WPOS, WSLOT, WTOK, append_rows, fold_sources, records
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
-from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
 
 
 @WRITE.kernel("torch_ref", host_sync=True, notes="loops over the longest request's tokens; sizes the loop on the host")

@@ -12,7 +12,6 @@ A slot past the buffer is not read (its fields count as 0), in the torch-ops fol
 
 from __future__ import annotations
 
-import torch
 import triton.language as tl
 
 from kvcanary.backends.triton._hash import as_i64, as_u64, splitmix64

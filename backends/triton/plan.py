@@ -28,8 +28,8 @@ from kvcanary.backends.triton._plan_common import (
     sat_sum,
     window_start,
 )
-from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
 
 
 @kernel()

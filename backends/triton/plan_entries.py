@@ -13,8 +13,8 @@ import triton.language as tl
 from kvcanary.backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
 from kvcanary.backends.triton._plan_common import expected_token, mark_zero, read_slot, window_start
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
-from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
 

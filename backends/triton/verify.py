@@ -32,8 +32,8 @@ from kvcanary.backends.triton._hash import (
 from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 
 
 @kernel()

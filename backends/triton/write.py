@@ -48,8 +48,8 @@ from kvcanary.backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, d
 from kvcanary.backends.triton._plan_common import read_slot
 from kvcanary.backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary.extensions import write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
 
 
 @device_fn

@@ -21,7 +21,6 @@ import torch
 
 import kvcanary
 from kvcanary import codes
-from kvcanary.valid_calls import EXAMPLES
 from kvcanary.contracts import Check, Contract, ContractTypeError
 from kvcanary.contracts.checks import PHASE_NAMES
 from kvcanary.contracts.compiler import Node
@@ -38,6 +37,7 @@ from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, Requi
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
 from kvcanary.operation import operations
+from kvcanary.valid_calls import EXAMPLES
 
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",

@@ -1,4 +1,6 @@
-"""The plan operation: the contract of ``launch_canary_plan_kernels`` and its :class:`~kvcanary.operation.Operation` (the fused plan: offsets, entries and write metadata).
+"""The plan operation: the contract of ``launch_canary_plan_kernels`` and its operation object.
+
+The fused plan: offsets, entries and write metadata.
 
 The capacity and valid-lens messages are the torch reference's texts: they are what the golden vectors
 (made by running the reference) record, and kvcanary raises one text on every backend.
@@ -10,6 +12,10 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
+from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
+from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
+from kvcanary.operation import Operation
 from kvcanary.ops import _plan_inputs as p
 from kvcanary.ops._shared import (
     EXTENSIONS,
@@ -19,10 +25,6 @@ from kvcanary.ops._shared import (
     verify_plan_struct,
     write_plan_struct,
 )
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
-from kvcanary.errors import FAMILY
-from kvcanary.operation import Operation
-from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 
 NAME = "launch_canary_plan_kernels"

@@ -1,4 +1,7 @@
-"""The plan_entries operation: the contract of ``launch_plan_entries_kernel`` and its :class:`~kvcanary.operation.Operation` (plan stage 2: one verify entry per prefix token)."""
+"""The plan_entries operation: the contract of ``launch_plan_entries_kernel`` and its operation object.
+
+Plan stage 2: one verify entry per prefix token.
+"""
 
 
 from typing import Annotated, ClassVar
@@ -6,12 +9,12 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.ops import _plan_inputs as p
-from kvcanary.ops._shared import EXTENSIONS, EXTENSIONS_DOC
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
-from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
+from kvcanary.operation import Operation
+from kvcanary.ops import _plan_inputs as p
+from kvcanary.ops._shared import EXTENSIONS, EXTENSIONS_DOC
 
 NAME = "launch_plan_entries_kernel"
 _CAP = ("verify_capacity",)

@@ -1,4 +1,6 @@
-"""The plan_offsets operation: the contract of ``launch_plan_offsets_kernel`` and its :class:`~kvcanary.operation.Operation` (plan stage 1: per-request offsets, seeds, overflow).
+"""The plan_offsets operation: the contract of ``launch_plan_offsets_kernel`` and its operation object.
+
+Plan stage 1: per-request offsets, seeds, overflow.
 
 Messages are SGLang's ``_validate_offsets_kernel_inputs`` texts, including its name ``lut_tensor`` for
 ``full_to_swa_index_mapping``.
@@ -11,10 +13,10 @@ import torch
 from pydantic import Field
 
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
-from kvcanary.ops import _plan_inputs as p
 from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
+from kvcanary.ops import _plan_inputs as p
 
 NAME = "launch_plan_offsets_kernel"
 

@@ -1,4 +1,8 @@
-"""The scatter_req_token_ids operation: the contract of ``launch_scatter_req_token_ids_kernel`` and its :class:`~kvcanary.operation.Operation` (SGLang's messages; dtype errors are TypeErrors)."""
+"""The scatter_req_token_ids operation: the contract of ``launch_scatter_req_token_ids_kernel`` and its
+operation object.
+
+SGLang's messages; dtype errors are TypeErrors.
+"""
 
 
 from typing import Annotated, ClassVar

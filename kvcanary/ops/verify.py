@@ -1,4 +1,4 @@
-"""The verify operation: the contract of ``launch_canary_verify_kernel`` and its :class:`~kvcanary.operation.Operation`."""
+"""The verify operation: the contract of ``launch_canary_verify_kernel`` and its operation object."""
 
 
 from typing import Annotated, ClassVar
@@ -6,11 +6,11 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
 from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
-from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
+from kvcanary.operation import Operation
+from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
 from kvcanary.plans import VerifyPlan
 
 

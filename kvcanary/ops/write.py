@@ -1,4 +1,4 @@
-"""The write operation: the contract of ``launch_canary_write_kernel`` and its :class:`~kvcanary.operation.Operation`."""
+"""The write operation: the contract of ``launch_canary_write_kernel`` and its operation object."""
 
 
 import dataclasses
@@ -8,8 +8,6 @@ import torch
 from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.ops import _plan_inputs as p
-from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
 from kvcanary.contracts import (
     Contract,
     ContractInfo,
@@ -20,8 +18,10 @@ from kvcanary.contracts import (
     TensorArg,
 )
 from kvcanary.errors import FAMILY
-from kvcanary.operation import Operation
 from kvcanary.extensions import Extensions
+from kvcanary.operation import Operation
+from kvcanary.ops import _plan_inputs as p
+from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
 from kvcanary.plans import WritePlan
 
 _TOKENS = ("num_tokens",)

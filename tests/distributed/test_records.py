@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from kvcanary.consts import FailReason
 from kvcanary.backends.torch_ref._hash import splitmix64 as splitmix64_tensor
+from kvcanary.consts import FailReason
 from kvcanary.distributed import (
     DigestAccumulator,
     TransferMessage,

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from kvcanary import codes
-from kvcanary.valid_calls import EXAMPLES
 from kvcanary.contracts import ContractError
 from kvcanary.contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from kvcanary.docsgen.catalog import catalog, example_imports, namespace
 from kvcanary.registry import use_backend
+from kvcanary.valid_calls import EXAMPLES
 from tests.contracts.toy import Plan, ToyLaunch, valid
 
 

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 import kvcanary as kc
 from kvcanary import codes
-from kvcanary.valid_calls import EXAMPLES
 from kvcanary.contracts import Check, Contract
 from kvcanary.contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
 from kvcanary.registry import use_backend
 from kvcanary.testing import calls
+from kvcanary.valid_calls import EXAMPLES
 
 Call = dict[str, Any]
 LAUNCHERS: dict[str, Callable[..., None]] = {

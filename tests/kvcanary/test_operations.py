@@ -17,12 +17,11 @@ import torch
 import kvcanary as kc
 from kvcanary.backends import priority
 from kvcanary.contracts import ContractError
-from tools import launcher_stubs as stubs
-from kvcanary.operation import Op
-
-CONTRACTS = {op: op.contract for op in Op}
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
+from tools import launcher_stubs as stubs
+
+CONTRACTS = {op: op.contract for op in Op}
 
 LAUNCHERS: dict[Op, Callable[..., None]] = {
     Op.PLAN: kc.launch_canary_plan_kernels,
