@@ -117,13 +117,17 @@ class Operation(metaclass=_OperationType):
     ``examples`` its valid calls (the catalog's pages are built from them).
     """
 
-    def __init__(self, name: str, contract: type[Contract], *, constant: str | None = None, doc: str = "",
+    contract: type[Contract]
+
+    def __init__(self, name: str, contract: type[Contract] | None = None, *, constant: str | None = None, doc: str = "",
                  module: str | None = None, namespace: str = NAMESPACE, examples: ExampleSet | None = None,
                  extras: Mapping[str, Extra] | None = None) -> None:
         from kvcanary.contracts.contract import remember_contract
         from kvcanary.contracts.launcher import Extra, build_launcher
         from kvcanary.registry import REGISTRY
 
+        if contract is None:  # ``Operation("write")`` alone is a lookup, answered by the metaclass
+            raise TypeError("Operation(name, contract, ...) declares an operation; Operation(name) looks one up")
         if name in _DECLARED:
             raise ValueError(f"kv-canary: an operation named {name!r} is already declared "
                              f"(by {_DECLARED[name].contract.__name__})")

@@ -104,7 +104,7 @@ class Backend:
         self.name = name
         self.description = description
         self.package = package
-        self._table: dict[Operation, OpSupport] = {Op(op): s for op, s in (ops or {}).items()}
+        self._table: dict[Operation, OpSupport] = {Op.named(op): s for op, s in (ops or {}).items()}
         self._impls: dict[Operation, Impl] = {}
         self._kernels_loaded = package is None
         self.load_error: str | None = None

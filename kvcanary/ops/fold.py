@@ -89,7 +89,7 @@ class FoldLaunch(Contract):
 
 
 FOLD = OPERATION = Operation(
-    "fold", FoldLaunch, constant="FOLD", module="kvcanary.distributed.digest",
+    "fold", FoldLaunch, constant="FOLD", module="kvcanary.launch.fold",
     doc="""Add ``(Σ mix(slot, token, position, prev_hash), count)`` over the records at ``slots`` to ``acc``.
 
     Order-free (a wrapping sum), no host read, capturable on every backend that serves it.""",

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from kvcanary import codes
 from kvcanary.contracts import CodeBook, Contract, ContractError, ContractInfo, Relation, TensorArg
+from kvcanary.contracts.contract import forget_contract
 from kvcanary.contracts.counterexamples import ExampleSet, Variant
 from kvcanary.contracts.torch_op import drop_namespace
 from kvcanary.docsgen import catalog
@@ -55,6 +56,9 @@ class CountLiveLaunch(Contract):
         description="The counter the launch adds to.")
     slots: Annotated[torch.Tensor, TensorArg(dtype=torch.int64, shape=("n",))] = Field(
         description="The slots; those > 0 are live.")
+
+
+forget_contract(CountLiveLaunch.contract.name)  # declared only while the operation is (see the fixture)
 
 
 def _valid_call() -> dict[str, object]:

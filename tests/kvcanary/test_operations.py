@@ -18,6 +18,7 @@ import kvcanary as kc
 from kvcanary.backends import priority
 from kvcanary.contracts import ContractError
 from kvcanary.registry import REGISTRY, Op
+from kvcanary.distributed import launch_digest_fold_kernel
 from kvcanary.testing import calls
 from tools import launcher_stubs as stubs
 
@@ -30,6 +31,7 @@ LAUNCHERS: dict[Op, Callable[..., None]] = {
     Op.VERIFY: kc.launch_canary_verify_kernel,
     Op.WRITE: kc.launch_canary_write_kernel,
     Op.SCATTER: kc.launch_scatter_req_token_ids_kernel,
+    Op.FOLD: launch_digest_fold_kernel,
 }
 
 
