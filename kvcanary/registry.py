@@ -100,10 +100,14 @@ class Backend:
     """
 
     def __init__(self, name: str, description: str, ops: Mapping[Operation, OpSupport] | None = None, *,
-                 package: str | None = None) -> None:
+                 package: str | None = None, device_types: Sequence[str] | None = None) -> None:
         self.name = name
         self.description = description
         self.package = package
+        self.device_types = tuple(device_types) if device_types is not None else None
+        """The device types this backend can serve at all (None: whatever its kernels declare). Selection checks
+        them, and :meth:`device_reasons`, before importing the kernels: a backend that cannot run on a
+        device never imports its kernel modules there."""
         self._table: dict[Operation, OpSupport] = {Op.named(op): s for op, s in (ops or {}).items()}
         self._impls: dict[Operation, Impl] = {}
         self._kernels_loaded = package is None
@@ -115,7 +119,7 @@ class Backend:
     @property
     def ops(self) -> dict[Operation, OpSupport]:
         """Every operation this backend serves: its table, then the kernels it attached (loaded on first use)."""
-        if not self._kernels_loaded and not self.availability():
+        if not self._kernels_loaded:
             self.load_kernels()
         out = dict(self._table)
         for op in declared():
@@ -161,6 +165,13 @@ class Backend:
         reasons = list(self.availability())
         if reasons:
             return reasons
+        if self.device_types is not None:
+            if device.type not in self.device_types:
+                served = ", ".join(self.device_types) or "nothing"
+                return [Reason(ReasonKind.DEVICE, f"{self.name} runs on {served}, not {device.type}")]
+            early = list(self.device_reasons(op, device))
+            if early:
+                return early
         support = self.ops.get(op)
         if support is None:
             why = f"{self.name} does not implement {op.value}"
@@ -172,7 +183,7 @@ class Backend:
         if support.priority(device.type) is None:
             served = ", ".join(sorted(support.devices)) or "nothing"
             reasons.append(Reason(ReasonKind.DEVICE, f"{self.name} {op.value} runs on {served}, not {device.type}"))
-        if not reasons:
+        if not reasons and self.device_types is None:
             reasons.extend(self.device_reasons(op, device))
         return reasons
 

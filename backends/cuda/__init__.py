@@ -94,6 +94,7 @@ BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
     package=__name__,  # each operation's module attaches its kernel: @OP.kernel("cuda", ...)
+    device_types=("cuda",),
 )
 
 

@@ -53,4 +53,5 @@ BACKEND = TritonBackend(
     name="triton",
     description="Triton kernels (GPU; CPU through TRITON_INTERPRET=1), byte-equal to torch_ref.",
     package=__name__,  # each operation's module attaches its kernel: @OP.kernel("triton", ...)
+    device_types=("cuda", "cpu"),
 )
