@@ -395,7 +395,11 @@ class _Engine:
             dtypes = check.info.get("dtypes", ())
             allowed: tuple[object, ...] = tuple(dtypes) if isinstance(dtypes, (tuple, list, frozenset)) else ()
             other = _DTYPE_SWAP.get(t.dtype, torch.int32)
-            for cand in (other, torch.int32, torch.int64, torch.float32):
+            cands: tuple[torch.dtype, ...] = (other, torch.int32, torch.int64, torch.float32)
+            if other in allowed:  # a set of dtypes: prefer one of the same width (the bytes stay the same size)
+                cands = tuple(sorted((*cands, torch.bool, torch.float16, torch.float64),
+                                     key=lambda d: d.itemsize != t.element_size()))
+            for cand in cands:
                 if cand not in allowed:
                     yield self._make(b, call, steps, torch.zeros(t.shape, dtype=cand, device=t.device),
                                      f"`{name}` is {cand} instead of {t.dtype}", name)

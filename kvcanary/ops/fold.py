@@ -44,7 +44,7 @@ class FoldLaunch(Contract):
                 "of another size is not a canary record.",
                 fix="Pass the canary buffer itself (`[num_slots, 32]` bytes), or a view of it as wider integers "
                 "(`buf.view(torch.int64)`: 4 words a row).",
-                breaks={"row_words": 5},
+                breaks={"row_words": 40},
             ),
             Relation(
                 name="canary_buf_row_contiguous",
