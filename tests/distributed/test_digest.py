@@ -236,8 +236,9 @@ def test_the_fused_fold_is_captured_in_a_cuda_graph_and_reads_the_slots_at_repla
     assert acc.acc.tolist() == [to_int64(2 * first[0] + 2 * second[0]), 2 * first[1] + 2 * second[1]]
 
 
-def test_traced_by_torch_compile_the_accumulator_folds_with_torch_ops() -> None:
-    """A compiled region that holds the HEAD observer traces the torch ops (same bits), not the launch."""
+def test_traced_by_torch_compile_the_accumulator_calls_the_fold_operator() -> None:
+    """A compiled region that holds the HEAD observer traces the fold's operator (``torch.ops.kvcanary.fold``),
+    which runs the accumulator's backend: the same bits."""
     rng = random.Random()
     buf = random_buf(32, rng)
     acc = DigestAccumulator(buf, fused=True)
