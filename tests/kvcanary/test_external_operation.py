@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, ClassVar
 
@@ -152,6 +153,39 @@ def test_the_registry_selects_among_its_kernels(op: Operation) -> None:
     assert CALLS == ["fast"] and counter.tolist() == [2]
     op.launcher(counter=counter, slots=torch.tensor([1]), backend="torch_ref")
     assert CALLS == ["fast"] and counter.tolist() == [3]
+
+
+def _triton_kernel() -> Callable[[CountLiveLaunch], None]:
+    """A Triton kernel for the operation: one program per 1024 slots, one atomic add each."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit  # type: ignore[untyped-decorator]
+    def _count(slots: tl.tensor, n: tl.tensor, counter: tl.tensor, BLOCK: tl.constexpr) -> None:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = tl.load(slots + offs, mask=offs < n, other=0) > 0
+        tl.atomic_add(counter, tl.sum(live.to(tl.int64), axis=0))
+
+    def count_live_triton(call: CountLiveLaunch) -> None:
+        n = int(call.slots.shape[0])
+        _count[(max(1, triton.cdiv(n, 1024)),)](call.slots, n, call.counter, BLOCK=1024)
+
+    return count_live_triton
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+                    reason="Triton runs on the CPU only through TRITON_INTERPRET=1")
+def test_a_triton_kernel_matches_torch_ref(op: Operation) -> None:
+    """A second backend's kernel attached to the same operation: selected when forced, byte-equal to torch_ref."""
+    pytest.importorskip("triton")
+    op.register_kernel("triton", _triton_kernel(), devices={"cuda": 50, "cpu": 1})
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    slots = torch.randint(-5, 5, (3000,), dtype=torch.int64, device=dev)
+    want, got = (torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(2))
+    op.launcher(counter=want, slots=slots, backend="torch_ref")
+    op.launcher(counter=got, slots=slots, backend="triton")
+    assert torch.equal(got, want) and int(want) == int((slots > 0).sum())
+    assert REGISTRY.select(op, torch.device(dev), "triton").backend.name == "triton"
 
 
 def test_the_catalog_renders_its_pages(op: Operation) -> None:
