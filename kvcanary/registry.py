@@ -151,13 +151,13 @@ class Backend:
         return ()
 
     def implementation(self, op: Operation) -> Impl:
+        ref = self.ops[op].impl
+        if not isinstance(ref, str):  # an attached kernel (re-attaching replaces it: nothing to cache)
+            return ref
         impl = self._impls.get(op)
         if impl is None:
-            ref = self.ops[op].impl
-            if isinstance(ref, str):
-                module, _, attr = ref.partition(":")
-                ref = getattr(importlib.import_module(module), attr)
-            impl = self._impls[op] = ref
+            module, _, attr = ref.partition(":")
+            impl = self._impls[op] = getattr(importlib.import_module(module), attr)
         return impl
 
     def static_reasons(self, op: Operation, device: torch.device) -> list[Reason]:
