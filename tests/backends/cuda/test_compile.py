@@ -181,7 +181,8 @@ def test_splitmix64_constants_are_the_formats() -> None:
 
 # -- the backend's declaration --------------------------------------------------------------------------------
 def test_backend_declares_every_operation_like_the_launchers() -> None:
-    assert set(BACKEND.ops) == set(Op)
+    """Every operation but the digest fold (Triton's and torch_ref's only: the table's ``-`` cell)."""
+    assert set(BACKEND.ops) == set(Op) - {Op.FOLD}
     for support in BACKEND.ops.values():
         assert set(support.devices) == {"cuda"} and support.capture_safe and not support.host_sync
 
