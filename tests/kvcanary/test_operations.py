@@ -17,8 +17,8 @@ import torch
 import kvcanary as kc
 from kvcanary.backends import priority
 from kvcanary.contracts import ContractError
-from kvcanary.registry import REGISTRY, Op
 from kvcanary.distributed import launch_digest_fold_kernel
+from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
 from tools import launcher_stubs as stubs
 

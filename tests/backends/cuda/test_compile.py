@@ -33,8 +33,8 @@ from kvcanary.backends.cuda import (
 )
 from kvcanary.backends.cuda._specs import KEYS, all_specs
 from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
-from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
 from tests.backends.cuda import _nvrtc
