@@ -57,9 +57,14 @@ def _load_builtin() -> None:
 
 
 def operations() -> list[Operation]:
-    """Every declared operation: the built-in ones (by module name), then any declared elsewhere."""
+    """Every declared operation: the built-in ones (by module name), then any declared elsewhere (as declared).
+
+    The order does not depend on which module a program imported first: pages and tables generated from it
+    must not."""
     _load_builtin()
-    return list(_DECLARED.values())
+    ops = list(_DECLARED.values())
+    builtin = sorted((op for op in ops if op.module.startswith(BUILTIN_PACKAGE + ".")), key=lambda op: op.module)
+    return builtin + [op for op in ops if op not in builtin]
 
 
 def declared() -> list[Operation]:
@@ -132,6 +137,8 @@ class Operation(metaclass=_OperationType):
             raise ValueError(f"kv-canary: an operation named {name!r} is already declared "
                              f"(by {_DECLARED[name].contract.__name__})")
         remember_contract(contract)
+        self.module: str = contract.__module__
+        """The module that declares the operation (its contract's)."""
         self.name = name
         self.constant = constant or name.upper()
         self.contract = contract
