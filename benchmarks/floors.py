@@ -33,7 +33,7 @@ try:
     import triton
     import triton.language as tl
 
-    from kvcanary.backends.triton._hash import splitmix64
+    from kvcanary_backends.triton._hash import splitmix64
 except ImportError:  # pragma: no cover - the Triton probes need a GPU stack
     triton = None
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import importlib
 
-from kvcanary.contracts import Check, Contract, all_contracts
 from kvcanary.errors import FAMILY
 from kvcanary.operation import operations
+from kvcanary_contracts import Check, Contract, all_contracts
 
 CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.ops.real_kv_source",

@@ -8,7 +8,7 @@ reported at the call as ``KVC-W083: <the runtime message>`` with mypy error code
 ``Tensor | None``) are left to the runtime check.
 
 The rules are the contracts' own rule objects, and a rule counts as broken exactly when one of the
-assignments that the launchers' typed stubs mark ``@deprecated`` holds (:func:`kvcanary.contracts.stubs.
+assignments that the launchers' typed stubs mark ``@deprecated`` holds (:func:`kvcanary_contracts.stubs.
 witnesses`), so the plugin, the stubs and the runtime cannot disagree. Tooling: runtime code never imports
 this module, and importing it needs mypy.
 """
@@ -57,7 +57,7 @@ def launcher_rules() -> dict[str, LauncherRules]:
     """Every launcher with presence rules, by its full name (``kvcanary.launch.write.launch_canary_write_kernel``)."""
     import pkgutil
 
-    from kvcanary.contracts.stubs import presence, witnesses
+    from kvcanary_contracts.stubs import presence, witnesses
 
     launch = importlib.import_module(LAUNCH_PACKAGE)
     out: dict[str, LauncherRules] = {}

@@ -14,7 +14,7 @@ contract's error codes and catalog pages, and the stubs. Backends attach kernels
     def fold(call: FoldLaunch) -> None: ...
 
 with the device types it serves and their priorities beside it (by default the backend's row of
-:data:`kvcanary.backends.priority.PRIORITY`). The built-in operations are the ``OPERATION`` of each
+:data:`kvcanary_backends.priority.PRIORITY`). The built-in operations are the ``OPERATION`` of each
 module of :mod:`kvcanary.ops`; :class:`Operation` (also named ``Op``) lists them: ``Op.WRITE``,
 ``Op("write")``, ``list(Op)``. An operation declared elsewhere (a third party's, a test's) joins the same
 list until :meth:`Operation.discard` removes it.
@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from kvcanary.contracts import Contract
-    from kvcanary.contracts.counterexamples import ExampleSet
-    from kvcanary.contracts.launcher import Extra
-    from kvcanary.contracts.torch_op import ContractOp
     from kvcanary.registry import Limits, OpSupport
+    from kvcanary_contracts import Contract
+    from kvcanary_contracts.counterexamples import ExampleSet
+    from kvcanary_contracts.launcher import Extra
+    from kvcanary_contracts.torch_op import ContractOp
 
 NAMESPACE = "kvcanary"
 """The ``torch.library`` namespace of the built-in operators: ``torch.ops.kvcanary.<operation>``."""
@@ -127,9 +127,9 @@ class Operation(metaclass=_OperationType):
     def __init__(self, name: str, contract: type[Contract] | None = None, *, constant: str | None = None, doc: str = "",
                  module: str | None = None, namespace: str = NAMESPACE, examples: ExampleSet | None = None,
                  extras: Mapping[str, Extra] | None = None) -> None:
-        from kvcanary.contracts.contract import remember_contract
-        from kvcanary.contracts.launcher import Extra, build_launcher
         from kvcanary.registry import REGISTRY
+        from kvcanary_contracts.contract import remember_contract
+        from kvcanary_contracts.launcher import Extra, build_launcher
 
         if contract is None:  # ``Operation("write")`` alone is a lookup, answered by the metaclass
             raise TypeError("Operation(name, contract, ...) declares an operation; Operation(name) looks one up")
@@ -199,7 +199,7 @@ class Operation(metaclass=_OperationType):
         from kvcanary.registry import REGISTRY, OpSupport
 
         if devices is None:
-            from kvcanary.backends.priority import devices as table_devices
+            from kvcanary_backends.priority import devices as table_devices
 
             devices = table_devices(backend, self)
         self.kernels[backend] = OpSupport(impl, dict(devices), capture_safe=capture_safe, host_sync=host_sync,
@@ -212,10 +212,10 @@ class Operation(metaclass=_OperationType):
 
         The launcher object keeps working for whoever holds it, but no registry lookup finds the operation
         and ``torch.ops.<namespace>.<name>`` is gone once the namespace's library is dropped
-        (:func:`kvcanary.contracts.torch_op.drop_namespace`).
+        (:func:`kvcanary_contracts.torch_op.drop_namespace`).
         """
-        from kvcanary.contracts.contract import forget_contract
         from kvcanary.registry import REGISTRY
+        from kvcanary_contracts.contract import forget_contract
 
         if _DECLARED.get(self.name) is self:
             del _DECLARED[self.name]

@@ -21,10 +21,14 @@ import torch
 
 import kvcanary
 from kvcanary import codes
-from kvcanary.contracts import Check, Contract, ContractTypeError
-from kvcanary.contracts.checks import PHASE_NAMES
-from kvcanary.contracts.compiler import Node
-from kvcanary.contracts.counterexamples import (
+from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
+from kvcanary.errors import FAMILY
+from kvcanary.operation import operations
+from kvcanary.valid_calls import EXAMPLES
+from kvcanary_contracts import Check, Contract, ContractTypeError
+from kvcanary_contracts.checks import PHASE_NAMES
+from kvcanary_contracts.compiler import Node
+from kvcanary_contracts.counterexamples import (
     Counterexample,
     ExampleSet,
     counterexample,
@@ -32,12 +36,8 @@ from kvcanary.contracts.counterexamples import (
     render_call,
     unchecked,
 )
-from kvcanary.contracts.expr import Expr
-from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
-from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
-from kvcanary.errors import FAMILY
-from kvcanary.operation import operations
-from kvcanary.valid_calls import EXAMPLES
+from kvcanary_contracts.expr import Expr
+from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",
@@ -127,7 +127,7 @@ def example_imports(*sources: str) -> str:
         lines.append(f"from kvcanary import {', '.join(public)}")
     lines += [f"from {module} import {name}" for name, module in sorted(elsewhere.items())]
     if "unchecked" in names:
-        lines.append("from kvcanary.contracts.counterexamples import unchecked  # builds an object without its checks")
+        lines.append("from kvcanary_contracts.counterexamples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
 
 

@@ -13,10 +13,10 @@ import torch
 from pydantic import Field
 
 from kvcanary.consts import CANARY_SLOT_BYTES
-from kvcanary.contracts import Contract, ContractInfo, Relation, TensorArg
-from kvcanary.contracts.mutations import Misalign, PadStride, Strided
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
+from kvcanary_contracts import Contract, ContractInfo, Relation, TensorArg
+from kvcanary_contracts.mutations import Misalign, PadStride, Strided
 
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 """What the records and the slots may be viewed as: the records are bytes, a slot any integer."""

@@ -12,7 +12,6 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.operation import Operation
@@ -26,6 +25,7 @@ from kvcanary.ops._shared import (
     write_plan_struct,
 )
 from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 
 NAME = "launch_canary_plan_kernels"
 _VERIFY_OUT: StructArg = verify_plan_struct("verify_plan_out.", "plan_verify_capacity")

@@ -9,12 +9,12 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.operation import Operation
 from kvcanary.ops import _plan_inputs as p
 from kvcanary.ops._shared import EXTENSIONS, EXTENSIONS_DOC
+from kvcanary_contracts import Contract, ContractInfo, ScalarArg, TensorArg
 
 NAME = "launch_plan_entries_kernel"
 _CAP = ("verify_capacity",)

@@ -13,10 +13,10 @@ import torch
 from pydantic import Field
 
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
 from kvcanary.ops import _plan_inputs as p
+from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 
 NAME = "launch_plan_offsets_kernel"
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from kvcanary.consts import INVALID_SLOT
-from kvcanary.contracts import ContractError
 from kvcanary.distributed import DigestAccumulator, fold_records, fold_records_torch, fused_fold
 from kvcanary.hashing import MASK64, splitmix64, to_int64
 from kvcanary.ops.fold import FOLD
 from kvcanary.registry import REGISTRY
 from kvcanary.testing.opcheck import opcheck
+from kvcanary_contracts import ContractError
 
 CUDA = torch.cuda.is_available()
 DEV = torch.device("cuda" if CUDA else "cpu")

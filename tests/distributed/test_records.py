@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import torch
 
-from kvcanary.backends.torch_ref._hash import splitmix64 as splitmix64_tensor
 from kvcanary.consts import FailReason
 from kvcanary.distributed import (
     DigestAccumulator,
@@ -28,6 +27,7 @@ from kvcanary.distributed import (
 from kvcanary.distributed.exchange import compare
 from kvcanary.hashing import MASK64, splitmix64, to_int64
 from kvcanary.plans import VerifyPlan
+from kvcanary_backends.torch_ref._hash import splitmix64 as splitmix64_tensor
 from tests.distributed.world import events
 from tests.manager.test_capture_safety import HOST_READS, _forbid
 from tests.manager.world import Req, World, make_world

@@ -21,14 +21,14 @@ import torch
 from pydantic import Field
 
 from kvcanary import codes
-from kvcanary.contracts import CodeBook, Contract, ContractError, ContractInfo, Relation, TensorArg
-from kvcanary.contracts.contract import forget_contract
-from kvcanary.contracts.counterexamples import ExampleSet, Variant
-from kvcanary.contracts.torch_op import drop_namespace
 from kvcanary.docsgen import catalog
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation, operations
 from kvcanary.registry import REGISTRY, Backend, register_backend
+from kvcanary_contracts import CodeBook, Contract, ContractError, ContractInfo, Relation, TensorArg
+from kvcanary_contracts.contract import forget_contract
+from kvcanary_contracts.counterexamples import ExampleSet, Variant
+from kvcanary_contracts.torch_op import drop_namespace
 
 NAMESPACE = "kvcanary_external_test"
 LETTER = "Z"  # a letter no built-in contract uses

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.backends import priority
-from kvcanary.contracts import ContractError
 from kvcanary.distributed import launch_digest_fold_kernel
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
+from kvcanary_backends import priority
+from kvcanary_contracts import ContractError
 from tools import launcher_stubs as stubs
 
 CONTRACTS = {op: op.contract for op in Op}

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kvcanary.backends import priority
 from kvcanary.operation import Operation
 from kvcanary.registry import REGISTRY, Op
+from kvcanary_backends import priority
 
 RESULTS = Path(__file__).parents[2] / "benchmarks" / "results"
 NOTES = RESULTS / "priorities.md"  # a section of docs/benchmarks.md
