@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
+from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
 
 
@@ -36,6 +37,12 @@ class CanaryConfig:
     lists in ``PoolGroupSpec.layers``, that many layer buffers per forward, in rotation
     (:mod:`kvcanary.manager.rotation`). ``compile`` runs each forward's canary launches (after the batch is
     staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
+
+    ``on_violation`` (None: follow ``mode``) is the violation policy beside ``mode``: ``log`` and ``raise``
+    are ``mode`` LOG and RAISE; ``isolate`` logs as LOG does and also hands the engine's adapter one decision
+    per step (fail the requests that read a corrupt slot, quarantine its block; docs/policies.md). ``mode``
+    stays SGLang's switch (NONE turns the canary off); set ``on_violation`` to a value other than ``mode``'s
+    only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect.
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -54,6 +61,7 @@ class CanaryConfig:
     extensions: Extensions | None = None
     layer_rotation: int = 0
     compile: bool = False
+    on_violation: ViolationPolicy | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, CanaryMode):
@@ -81,9 +89,28 @@ class CanaryConfig:
                              f"(the sources one launch takes), got {self.layer_rotation}")
         if self.layer_rotation and self.real_kv_mode is RealKvHashMode.NONE:
             raise ValueError("kv-canary: CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL")
+        if self.on_violation is not None:
+            if not isinstance(self.on_violation, ViolationPolicy):
+                raise TypeError(f"kv-canary: CanaryConfig.on_violation must be a ViolationPolicy or None, "
+                                f"got {self.on_violation!r}")
+            if self.mode is CanaryMode.RAISE and self.on_violation is not ViolationPolicy.RAISE:
+                raise ValueError(f"kv-canary: CanaryConfig.on_violation={self.on_violation.value} conflicts with "
+                                 "mode=RAISE; leave mode at LOG (the default) when on_violation is set")
         if self.extensions is not None and not isinstance(self.extensions, Extensions):
             raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
                             f"got {self.extensions!r}")
+
+    @property
+    def policy(self) -> ViolationPolicy:
+        """The violation policy in effect: ``on_violation``, or ``mode``'s (LOG or RAISE) when it is None."""
+        if self.on_violation is not None:
+            return self.on_violation
+        return ViolationPolicy.RAISE if self.mode is CanaryMode.RAISE else ViolationPolicy.LOG
+
+    @property
+    def report_mode(self) -> CanaryMode:
+        """What the reporter does with each report: RAISE under the raise policy, LOG otherwise."""
+        return CanaryMode.RAISE if self.policy is ViolationPolicy.RAISE else CanaryMode.LOG
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:
