@@ -21,7 +21,9 @@ from kvcanary.demo.progress import ProgressBar
 from kvcanary.demo.report import describe, header, summary
 
 if TYPE_CHECKING:
+    from kvcanary.demo.engine import Engine, Workload
     from kvcanary.demo.engine.faults import Fault
+    from kvcanary.guard.violation_policy import ViolationPolicy
 
 DEFAULT_STEPS = 40
 DRAFT_TOKENS = 3
@@ -37,21 +39,14 @@ class DemoSettings:
     compile: bool = False
 
 
-def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None, *,
-            extensions: bool = False) -> RunOutcome:
-    """Drive the demo workload through a fresh engine pair with ``fault`` armed (None: clean); ``extensions``
-    turns every :class:`kvcanary.Extensions` check on. The draft bug class runs with speculative decoding."""
+def build_engines(fault: Fault | None, settings: DemoSettings, *, extensions: bool = False,
+                  policy: ViolationPolicy | None = None) -> tuple[Engine, Engine, Workload]:
+    """The demo's engine pair (decode with a PD prefill peer; speculative decoding for the draft bug class)
+    with ``fault`` armed, warmed up, and its workload; ``policy`` is the canary's ``on_violation``."""
     import dataclasses
 
     from kvcanary.consts import RealKvHashMode
-    from kvcanary.demo.engine import (
-        Engine,
-        EngineConfig,
-        FaultInjector,
-        demo_engine_config,
-        drive,
-        shared_prefix_workload,
-    )
+    from kvcanary.demo.engine import Engine, EngineConfig, FaultInjector, demo_engine_config, shared_prefix_workload
     from kvcanary.demo.engine.faults import Fault
     from kvcanary.extensions import Extensions
     from kvcanary.manager import CanaryConfig
@@ -59,7 +54,7 @@ def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar |
     ext = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if extensions else None
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
                           sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
-                          backend=settings.backend, extensions=ext, compile=settings.compile)
+                          backend=settings.backend, extensions=ext, compile=settings.compile, on_violation=policy)
     cfg: EngineConfig = demo_engine_config(settings.device)
     drafts = fault is Fault.DRAFT_PAST_ALLOCATION  # speculative decoding: full attention, no PD peer
     if drafts:
@@ -73,6 +68,17 @@ def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar |
     engine.warmup()
     workload = shared_prefix_workload(seed=settings.seed, vocab_size=cfg.model.vocab_size, steps=settings.steps,
                                       remote_prefill=not drafts)
+    return engine, peer, workload
+
+
+def run_one(fault: Fault | None, settings: DemoSettings, progress: ProgressBar | None = None, *,
+            extensions: bool = False) -> RunOutcome:
+    """Drive the demo workload through a fresh engine pair with ``fault`` armed (None: clean); ``extensions``
+    turns every :class:`kvcanary.Extensions` check on. The draft bug class runs with speculative decoding."""
+    from kvcanary.demo.engine import drive
+
+    engine, peer, workload = build_engines(fault, settings, extensions=extensions)
+    faults = engine.faults
     label = (fault.value if fault is not None else "clean") + ("+ext" if extensions else "")
     start = time.perf_counter()
     error = None

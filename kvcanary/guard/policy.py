@@ -68,15 +68,16 @@ class Isolation:
             v = e.violation
             swa = is_swa(e)
             journal = self.swa_journal if swa else self.journal
-            if v.slot_idx <= 0:  # the padding slot (a zero-slot extension row): no block to take out
+            if v.slot_idx <= 0:  # the padding slot (a zero-slot extension row): no block to take out, but the
+                # engine journals the rows that read it inside a live range (block 0, for that step)
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no block to quarantine")
             else:
                 block = journal.block_of(v.slot_idx)
                 if not journal.quarantined(v.slot_idx):
                     (quarantine_swa if swa else quarantine)[block] = None
                     journal.record(step, JournalKind.QUARANTINED, [block])
-            owners = journal.owners_between(v.slot_idx, e.step_recorded, step) if v.slot_idx > 0 else []
-            if v.slot_idx > 0 and not owners:
+            owners = journal.owners_between(v.slot_idx, e.step_recorded, step) if v.slot_idx >= 0 else []
+            if not owners:
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
             for o in owners:
                 if o.kind is not OwnerKind.REQUEST or o.id in self.failed or o.id in fail:
