@@ -174,6 +174,10 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="workload seed (0 to 2**63 - 1)")
     p.add_argument("--compile", action="store_true",
                    help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
+    p.add_argument("--on-violation", choices=["log", "isolate"], default="log",
+                   help="isolate: fail the requests that read corrupt KV, quarantine its slots, and show per fault "
+                        "the requests failed, the requests served (identical to the clean run or not) and the slots "
+                        "quarantined (default: log, the detection table)")
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
                    help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback)")
 
@@ -211,6 +215,13 @@ def main(args: argparse.Namespace) -> int:
     faults = list(Fault) if args.fault == "all" else [] if args.fault == "none" else [Fault(args.fault)]
     settings = DemoSettings(steps=args.steps, device=args.device, backend=args.backend, seed=args.seed,
                             compile=args.compile)
+    if getattr(args, "on_violation", "log") == "isolate":
+        if args.workers == 2:
+            raise UsageError("--workers 2 is not available with --on-violation isolate",
+                             hint="drop --workers 2")
+        from kvcanary.demo.isolate import main_isolate
+
+        return main_isolate(faults, settings)
     start = time.perf_counter()
     try:
         outcomes = run_demo(faults, settings)
