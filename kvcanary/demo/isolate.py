@@ -180,9 +180,7 @@ def describe_isolation(o: IsolationOutcome, out: TextIO) -> None:
 def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO) -> list[IsolationOutcome]:
     """The clean run then one run per fault class (extension-only classes with the extensions on), each
     under the isolate policy and compared with the clean run of its engine configuration; prints each."""
-    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
-
-    from kvcanary.demo.engine.faults import Fault
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS, Fault
     from kvcanary.demo.run import build_engines
 
     refs: dict[bool, Ends] = {}
