@@ -27,6 +27,11 @@ def main(args: argparse.Namespace) -> int:
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(TfFault) if args.fault == "all" else [] if args.fault == "none" else [TfFault(args.fault)]
+    if getattr(args, "on_violation", "log") == "isolate":
+        from kvcanary.integrations.transformers.isolate import main_isolate
+
+        return main_isolate(faults, device=args.device, backend=args.backend, seed=args.seed,
+                            max_new_tokens=max(8, args.steps // 2))
     from kvcanary.integrations.transformers.demo import run_demo
 
     start = time.perf_counter()
