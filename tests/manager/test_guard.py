@@ -230,3 +230,45 @@ def test_log_and_raise_policies_make_no_decision() -> None:
         else:
             w.step()
         assert rec.violations and not rec.applied and not rec.decisions and not w.manager.decisions
+
+
+# -- the policies page's adapter example ------------------------------------------------------------------
+def test_policies_page_adapter_example_runs() -> None:
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "policies.md"
+    blocks = re.findall(r"^```python[^\n]*\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+    ns: dict[str, object] = {"__name__": "docs_policies"}
+    exec(compile("\n".join(blocks), str(page), "exec"), ns)
+    config = ns["config"]
+    assert isinstance(config, CanaryConfig) and config.policy is ViolationPolicy.ISOLATE
+
+    class Engine:
+        page_size = 1
+
+        def __init__(self) -> None:
+            self.failed: dict[str, str] = {}
+            self.quarantined: list[int] = []
+
+        def fail_request(self, rid: str, error: str) -> None:
+            self.failed[rid] = error
+
+        def quarantine_blocks(self, blocks: tuple[int, ...]) -> None:
+            self.quarantined += blocks
+
+    w, _ = isolate_world()
+    engine = Engine()
+    adapter = ns["MyAdapter"](engine, w.manager)  # type: ignore[operator]
+    a = Req(1, [5, 6, 7, 8], [1, 2, 3])
+    adapter.took("a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    w.k[2, 0, 0] += 1.0
+    a.slots.append(4)
+    adapter.took("a", [4])
+    w.forward([(a, 3, 1)])
+    w.step()
+    w.step()
+    assert list(engine.failed) == ["a"] and engine.failed["a"].startswith(FAILURE_CODES["verify"] + ": kv-canary")
+    assert engine.quarantined == [2]
