@@ -93,3 +93,14 @@ def test_quarantined_slots_are_reinstated_when_asked() -> None:
 
 def _isolate() -> ViolationPolicy:
     return ViolationPolicy.ISOLATE
+
+
+def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvcanary.cli import main
+
+    rc = main(["demo", "--fault", "position_off_by_one", "--on-violation", "isolate", "--steps", "24"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "=== position_off_by_one [isolate: OK]" in out and "failed:      0" in out
+    assert "identical to the clean run" in out and "quarantined: 33" in out
+    assert "2 run(s) under the isolate policy" in out

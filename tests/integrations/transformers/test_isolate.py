@@ -67,3 +67,14 @@ def test_on_violation_is_checked(model: Any) -> None:
         attach_canaries(model, on_violation="drop")
     with pytest.raises(ValueError, match="on_violation='isolate' conflicts with mode='raise'"):
         attach_canaries(model, mode="raise", on_violation="isolate")
+
+
+def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvcanary.cli import main
+
+    rc = main(["demo", "--engine", "transformers", "--fault", "kv_flip_used", "--on-violation", "isolate",
+               "--seed", str(SEED)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "=== kv_flip_used [isolate: OK]" in out and "=== kv_flip_cached_block [isolate: OK]" in out
+    assert "kv-canary: request req_" in out and "quarantined: blocks" in out
