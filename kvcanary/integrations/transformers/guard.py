@@ -241,7 +241,8 @@ class TfGuard:
             blk = blocks[b]
             if blk.hash is not None and bm._hash_to_id.get(blk.hash) == b:
                 bm._hash_to_id.pop(blk.hash)
-            if blk.ref_count == 0:
+            if blk.ref_count <= 0 or b in q:  # a quarantined block's holders were all failed (a block handed
+                # out twice is counted once, so its count can end below zero)
                 bm._init_block_ids.pop(b, None)
                 blocks.pop(b)
                 if b not in q:

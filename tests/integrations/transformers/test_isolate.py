@@ -49,6 +49,14 @@ def test_isolation_promise(model: Any, fault: TfFault) -> None:
     check(model, fault)
 
 
+def test_one_corruption_touches_every_request_holding_the_block(model: Any) -> None:
+    o = run_isolated(model, prompts(), TfFault.BLOCK_TABLE_REDIRECT, reference=reference(model), backend=None,
+                     max_new_tokens=NEW)
+    # the redirected request and the block's owner both hold it: both fail (or are reported, if already done)
+    assert len(o.failed) + len(o.finished_reported) >= 2, f"seed {SEED}: {o.failed} {o.finished_reported}"
+    assert o.ok
+
+
 @SLIDING
 def test_isolation_promise_sliding_window(hybrid: Any) -> None:
     check(hybrid, TfFault.STALE_SWA_BLOCK)
