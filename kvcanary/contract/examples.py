@@ -77,7 +77,7 @@ def write_plan(capacity: int = WRITE_REQ_CAPACITY) -> WritePlan:
 
 
 def _ext() -> Extensions:
-    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
+    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True, write_slot_owner_mismatch=True)
 
 
 def _verify(ext: bool = False) -> Call:
@@ -87,7 +87,12 @@ def _verify(ext: bool = False) -> Call:
 
 def _write_ext() -> Call:
     return {**_write(False), "req_pool_indices": _i64(BS), "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1), "extensions": _ext()}
+            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1), "slot_owner": _i64(NUM_SLOTS), "extensions": _ext()}
+
+
+def _write_owner() -> Call:
+    return {**_write(False), "req_pool_indices": _i64(BS), "slot_owner": _i64(NUM_SLOTS),
+            "extensions": Extensions(write_slot_owner_mismatch=True)}
 
 
 def _write(assert_inputs: bool) -> Call:
@@ -199,7 +204,10 @@ EXAMPLES: Mapping[str, ExampleSet] = {
     "launch_canary_write_kernel": ExampleSet("launch_canary_write_kernel", (
         Variant("input assert off", lambda: _write(False)),
         Variant("input assert on", lambda: _write(True), "with the oracle's expected tokens and positions"),
-        Variant("extensions", _write_ext, "the write-slot check on, with req_to_token and the SWA table"),
+        Variant("extensions", _write_ext,
+                "every extension check on, with req_to_token, the SWA table and the owner map"),
+        Variant("owner check", _write_owner, "the write-time owner check alone, with the batch's rows and the "
+                "owner map"),
     )),
     "launch_canary_verify_kernel": ExampleSet("launch_canary_verify_kernel", (
         Variant("TAIL K, FULL", _verify),

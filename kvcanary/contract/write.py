@@ -94,8 +94,8 @@ class WriteLaunch(Contract):
     expected_input_positions: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=_TOKENS)] = Field(
         description="Oracle position per flat token (only with the input assert).")
     req_pool_indices: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=("bs",))] = Field(
-        default=None, description="req_to_token row of each write-plan request row (write-slot check only; a request "
-        "row past its end is not checked).")
+        default=None, description="req_to_token row of each write-plan request row, the writer (write-slot and owner "
+        "checks only; a request row past its end is not checked).")
     req_to_token: Annotated[torch.Tensor | None, p.REQ_TO_TOKEN] = Field(
         default=None, description="The engine's request-to-slot table (write-slot check only).")
     full_to_swa_index_mapping: Annotated[torch.Tensor | None, p.lut()] = Field(

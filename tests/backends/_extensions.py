@@ -158,7 +158,7 @@ def make_owner(seed: int) -> Scenario:
                     owner[c] = rnd.choice([r for r in rows if r != row])  # double allocation
                 elif c > 0 and 0.6 <= fault < 0.8:
                     owner[c] = -1  # freed while the request still writes it
-                elif c > 0 and 0.8 <= fault:
+                elif c > 0 and fault >= 0.8:
                     owner[c] = -2 - rnd.randrange(3)  # a prefix-cache entry
                 ids.append(rnd.randrange(1000))
                 poss.append(p)

@@ -1,8 +1,9 @@
 """Generate ``extensions_cases.json``: extension scenarios with torch_ref's outputs (the oracle).
 
 Run from the repository root: ``python -m tests.golden.make_extensions_cases``. Each case is a scenario of
-``tests/backends/_extensions.py`` (plain data), the extensions it runs with (every flag on, or None), and
-what torch_ref produced: the verify plans' active slots, the ring rows (sorted), the canary buffer.
+``tests/backends/_extensions.py`` (plain data), the extensions it runs with (the flags that are on, or None:
+a new flag leaves the earlier cases' encoding as it was), and what torch_ref produced: the verify plans'
+active slots, the ring rows (sorted), the canary buffer.
 
 The owner scenarios' WRITE_SLOT_OWNER_MISMATCH rows are not torch_ref's word alone: :func:`owner_rows`
 derives them from the scenario with a plain-Python model of the rule (the chain hashes from
@@ -75,7 +76,8 @@ def owner_rows(sc: X.Scenario) -> list[list[int]]:
 
 
 def _case(name: str, sc: X.Scenario, ext: Extensions | None) -> dict[str, Any]:
-    return {"name": name, "scenario": sc, "extensions": None if ext is None else asdict(ext),
+    flags = None if ext is None else {k: v for k, v in asdict(ext).items() if v}  # flags off are left out
+    return {"name": name, "scenario": sc, "extensions": flags,
             "outputs": X.run(sc, "torch_ref", ext)}
 
 
