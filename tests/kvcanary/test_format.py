@@ -34,7 +34,7 @@ def test_constants_have_reference_values() -> None:
 
 
 def test_enums() -> None:
-    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     assert kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE.label == "zero_slot_in_live_range"
     assert kc.FailReason.WRITE_SLOT_MISMATCH.label == "write_slot"
     assert consts.ZERO_SLOT_MARK == consts.INVALID_SLOT + 1
@@ -42,6 +42,8 @@ def test_enums() -> None:
     assert (kc.FailReason.WRITE_POSITION_MISMATCH | kc.FailReason.VERIFY_TOKEN_MISMATCH).labels() == [
         "write_position", "verify_token"]
     assert kc.FailReason.INDEX_OUT_OF_RANGE.label == "index_out_of_range"
+    assert kc.FailReason.WRITE_SLOT_OWNER_MISMATCH.label == "write_slot_owner"
+    assert consts.SLOT_OWNER_FREE == -1
     assert [t.name for t in kc.CanaryLaunchTag] == [
         "HEAD_K_FULL", "HEAD_V_FULL", "TAIL_K_FULL", "TAIL_V_FULL", "SWEEP_K_FULL", "SWEEP_V_FULL",
         "HEAD_K_SWA", "HEAD_V_SWA", "TAIL_K_SWA", "TAIL_V_SWA", "SWEEP_K_SWA", "SWEEP_V_SWA"]
