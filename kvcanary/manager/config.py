@@ -84,6 +84,10 @@ class CanaryConfig:
         if self.extensions is not None and not isinstance(self.extensions, Extensions):
             raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
                             f"got {self.extensions!r}")
+        if self.extensions is not None and self.extensions.write_slot_owner_mismatch:
+            raise ValueError("kv-canary: CanaryConfig.extensions.write_slot_owner_mismatch is not supported by the "
+                             "engine manager yet: it keeps no slot owner map to pass; turn the flag off here, or "
+                             "pass slot_owner to launch_canary_write_kernel yourself")
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryCapacities, CanaryConfig, KvPoolSpec, PoolGroupSpec
 
 
@@ -32,6 +33,12 @@ def test_config_fields(field: str, value: object, rule: str) -> None:
 def test_config_enum_types() -> None:
     with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode"):
         CanaryConfig(mode="log")  # type: ignore[arg-type]
+
+
+def test_config_refuses_the_owner_check_it_cannot_feed() -> None:
+    with pytest.raises(ValueError, match=r"CanaryConfig.extensions.write_slot_owner_mismatch is not supported"):
+        CanaryConfig(extensions=Extensions(write_slot_owner_mismatch=True))
+    assert CanaryConfig(extensions=Extensions(write_slot_mismatch=True)).extensions is not None
 
 
 def test_capacities() -> None:
