@@ -14,25 +14,30 @@ an SWA LUT that translates some slots to 0 (evicted positions, to stay silent). 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from typing import Any
 
 import torch
 
-from kvcanary.consts import CANARY_SLOT_BYTES, CanaryLaunchTag, RealKvHashMode
+from kvcanary.consts import CANARY_SLOT_BYTES, ZERO_SLOT_MARK, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.extensions import Extensions
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary.registry import Op
+from kvcanary.testing.scenarios import Call
 
 Scenario = dict[str, Any]
 NUM_SLOTS = 96
 ROWS, COLS = 5, 40
 CAPACITY = 160
 RING = 256
+ALL = Extensions(**{f.name: True for f in dataclasses.fields(Extensions)})
+"""Every extension flag on."""
 
 
 def make(seed: int) -> Scenario:
@@ -252,3 +257,35 @@ def bits_count(out: dict[str, Any], bit: int) -> int:
 
 def row_multiset(out: dict[str, Any]) -> Counter[tuple[int, ...]]:
     return Counter(tuple(r) for r in out["rows"])
+
+
+def with_extensions(call: Call, rng: random.Random) -> Call:
+    """``call`` with every extension on; a write also gets random (hostile) tables and owner map, a verify a few
+    marked slots."""
+    seed = rng.getrandbits(32)
+    make = call.make
+
+    def made(device: torch.device | str) -> dict[str, Any]:
+        kw = dict(make(device))
+        r = random.Random(seed)
+        kw["extensions"] = ALL
+        if call.op == Op.WRITE:
+            rows, cols = r.randint(1, 6), r.randint(1, 24)
+            hi = kw["context"].canary_buf.shape[0] + 3
+            r2t = [r.choice([0, r.randint(-3, hi)]) for _ in range(rows * cols)]
+            kw["req_to_token"] = torch.tensor(r2t, dtype=torch.int32, device=device).reshape(rows, cols)
+            kw["req_pool_indices"] = torch.tensor([r.randint(-1, rows) for _ in range(r.randint(0, 6))],
+                                                  dtype=torch.int64, device=device)
+            kw["slot_owner"] = torch.tensor([r.randint(-3, rows + 1) for _ in range(hi - 3)], dtype=torch.int64,
+                                            device=device)
+            if r.random() < 0.5:
+                kw["full_to_swa_index_mapping"] = torch.tensor(
+                    [r.randint(-2, hi) for _ in range(r.randint(1, hi))], dtype=torch.int64, device=device)
+        if call.op == Op.VERIFY:
+            slots = kw["plan"].verify_slot_indices
+            for _ in range(r.randint(0, 3)):
+                if slots.shape[0]:
+                    slots[r.randrange(slots.shape[0])] = ZERO_SLOT_MARK
+        return kw
+
+    return dataclasses.replace(call, make=made)

@@ -10,7 +10,6 @@ the semantics (what fires, what stays silent); the existing golden vectors still
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import random
@@ -21,7 +20,6 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.consts import ZERO_SLOT_MARK
 from kvcanary.extensions import Extensions
 from kvcanary.registry import REGISTRY, Op, register_backend
 from kvcanary.testing import calls
@@ -30,9 +28,10 @@ from kvcanary.testing.scenarios import GENERATORS
 from tests.backends import _extensions as X
 from tests.backends.cuda import _emu
 from tests.golden import loader as g
-from tests.golden.make_extensions_cases import ALL, owner_rows
+from tests.golden.make_extensions_cases import owner_rows
 
 ON = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
+ALL = X.ALL
 OWN = Extensions(write_slot_owner_mismatch=True)
 ZERO, WSLOT = int(kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE), int(kc.FailReason.WRITE_SLOT_MISMATCH)
 WOWN, OOB = int(kc.FailReason.WRITE_SLOT_OWNER_MISMATCH), int(kc.FailReason.INDEX_OUT_OF_RANGE)
@@ -310,38 +309,6 @@ def test_owner_check_needs_the_rows_and_the_map() -> None:
 
 
 # -- hostile calls: the parity fuzzers' scenarios with every extension on ----------------------------------------
-def _with_extensions(call: Any, rng: random.Random) -> Any:
-    """``call`` with every extension on; a write also gets random (hostile) tables and owner map, a verify a few
-    marked slots."""
-    seed = rng.getrandbits(32)
-    make = call.make
-
-    def made(device: Any) -> dict[str, Any]:
-        kw = dict(make(device))
-        r = random.Random(seed)
-        kw["extensions"] = ALL if call.op == Op.WRITE else ON
-        if call.op == Op.WRITE:
-            rows, cols = r.randint(1, 6), r.randint(1, 24)
-            hi = kw["context"].canary_buf.shape[0] + 3
-            r2t = [r.choice([0, r.randint(-3, hi)]) for _ in range(rows * cols)]
-            kw["req_to_token"] = torch.tensor(r2t, dtype=torch.int32, device=device).reshape(rows, cols)
-            kw["req_pool_indices"] = torch.tensor([r.randint(-1, rows) for _ in range(r.randint(0, 6))],
-                                                  dtype=torch.int64, device=device)
-            kw["slot_owner"] = torch.tensor([r.randint(-3, rows + 1) for _ in range(hi - 3)], dtype=torch.int64,
-                                            device=device)
-            if r.random() < 0.5:
-                kw["full_to_swa_index_mapping"] = torch.tensor(
-                    [r.randint(-2, hi) for _ in range(r.randint(1, hi))], dtype=torch.int64, device=device)
-        if call.op == Op.VERIFY:
-            slots = kw["plan"].verify_slot_indices
-            for _ in range(r.randint(0, 3)):
-                if slots.shape[0]:
-                    slots[r.randrange(slots.shape[0])] = ZERO_SLOT_MARK
-        return kw
-
-    return dataclasses.replace(call, make=made)
-
-
 @pytest.mark.parametrize("backend", ["triton", pytest.param("cuda_emu", marks=pytest.mark.skipif(
     _emu.compiler() is None, reason="no C++ compiler"))])
 @pytest.mark.parametrize("op", [Op.PLAN, Op.PLAN_ENTRIES, Op.VERIFY, Op.WRITE], ids=lambda o: o.value)
@@ -349,5 +316,5 @@ def test_hostile_calls_with_every_extension_on_match_torch_ref(backend: str, op:
     seed = random.randrange(2**31)
     rng = random.Random(seed)
     for i in range(6):
-        call = _with_extensions(GENERATORS[op](rng, hostile=True), rng)
+        call = X.with_extensions(GENERATORS[op](rng, hostile=True), rng)
         assert check_call(call, "cpu", backend) == [], f"{op.value} call {i} of random.Random({seed})"

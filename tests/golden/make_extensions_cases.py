@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 from kvcanary.consts import INVALID_SLOT, CanaryLaunchTag, FailReason
@@ -26,7 +26,7 @@ from tests.golden.loader import DIR
 SEEDS = range(24)
 OWNER_SEEDS = range(100, 116)
 ON = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
-ALL = Extensions(**{f.name: True for f in fields(Extensions)})
+ALL = X.ALL
 OWNER_BIT = int(FailReason.WRITE_SLOT_OWNER_MISMATCH)
 
 
