@@ -24,7 +24,8 @@ the buffer (INDEX_OUT_OF_RANGE, no store, the chain advances); the input assert;
 (seed in range and the flag set); a real-KV strip outside its source. A seed of INVALID_SLOT or past the
 buffer gives one INDEX_OUT_OF_RANGE row (``expected_aux`` = the request row) and starts from the anchor.
 With the extensions, per token: WRITE_SLOT_MISMATCH (``SLOT_CHECK``), then WRITE_SLOT_OWNER_MISMATCH
-(``OWNER_CHECK``: the holder ``slot_owner[loc]`` of a stored token against the writer's request row).
+(``OWNER_CHECK``: the holder ``slot_owner[loc]`` of a stored token against the writer's request row);
+``WRITER_ROWS`` (either check on) loads the request's row of ``req_pool_indices``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _write_kernel(
     s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor, n3: tl.tensor,
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
-    OWNER_CHECK: tl.constexpr,
+    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
@@ -119,7 +120,7 @@ def _write_kernel(
         running = as_u64(tl.where(seed_ok, record_link(s_chain, s_tok, s_pos), ANCHOR_HASH_I64))
         pos_assert = seed_ok & (tl.load(chain_assert) != 0)
         rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
-        if SLOT_CHECK or OWNER_CHECK:
+        if WRITER_ROWS:
             rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
         prev_pos = s_pos
         append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT)
@@ -279,6 +280,6 @@ def write(call: WriteLaunch) -> None:
         (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
-         TUNING["write_fold_tile"], write_slot_on(call.extensions), slot_lut, owner_check),
+         TUNING["write_fold_tile"], write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None),
         TUNING["write_warps"],
     )
