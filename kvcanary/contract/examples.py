@@ -87,7 +87,8 @@ def _verify(ext: bool = False) -> Call:
 
 def _write_ext() -> Call:
     return {**_write(False), "req_pool_indices": _i64(BS), "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1), "slot_owner": _i64(NUM_SLOTS), "extensions": _ext()}
+            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1),
+            "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)}
 
 
 def _write_owner() -> Call:
@@ -204,8 +205,7 @@ EXAMPLES: Mapping[str, ExampleSet] = {
     "launch_canary_write_kernel": ExampleSet("launch_canary_write_kernel", (
         Variant("input assert off", lambda: _write(False)),
         Variant("input assert on", lambda: _write(True), "with the oracle's expected tokens and positions"),
-        Variant("extensions", _write_ext,
-                "every extension check on, with req_to_token, the SWA table and the owner map"),
+        Variant("extensions", _write_ext, "the write-slot check on, with req_to_token and the SWA table"),
         Variant("owner check", _write_owner, "the write-time owner check alone, with the batch's rows and the "
                 "owner map"),
     )),
