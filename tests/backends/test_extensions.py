@@ -24,10 +24,10 @@ from kvcanary.extensions import Extensions
 from kvcanary.registry import REGISTRY, Op, register_backend
 from kvcanary.testing import calls
 from kvcanary.testing.parity import check_call
-from kvcanary.testing.scenarios import GENERATORS
 from tests.backends import _extensions as X
 from tests.backends.cuda import _emu
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS
 
 ON = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
 ZERO, WSLOT = int(kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE), int(kc.FailReason.WRITE_SLOT_MISMATCH)

@@ -29,7 +29,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def kvcanary_cmd(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvcanary.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "kvcanary", *args], capture_output=True, text=True, cwd=cwd,
                           env=_env(**env), timeout=300, check=False)
 
 
@@ -66,7 +66,7 @@ def test_help_and_version_import_no_torch(args: list[str], outside: Path) -> Non
 @pytest.mark.parametrize("args", [["contracts", "--json"], ["backends"], ["contracts", "--codes"]], ids=" ".join)
 def test_a_closed_pipe_ends_quietly(args: list[str], outside: Path) -> None:
     """``kvcanary contracts --json | head``: the reader is gone before the command writes."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvcanary.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "kvcanary", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=outside, env=_env())
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()

@@ -12,9 +12,9 @@ import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
 from kvcanary.contracts import ContractError
-from kvcanary.docsgen import catalog as cat
-from kvcanary.docsgen import generate
 from kvcanary.errors import CODEBOOK_PATH
+from tools.docsgen import catalog as cat
+from tools.docsgen import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 

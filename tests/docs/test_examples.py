@@ -10,9 +10,9 @@ from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
 from kvcanary.contracts import ContractError
 from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
-from kvcanary.docsgen.catalog import catalog, example_imports, namespace
 from kvcanary.registry import use_backend
 from tests.contracts.toy import Plan, ToyLaunch, valid
+from tools.docsgen.catalog import catalog, example_imports, namespace
 
 
 def test_every_contract_has_valid_examples() -> None:

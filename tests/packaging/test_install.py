@@ -1,8 +1,11 @@
 """The install owns only the name ``kvcanary``, and the product imports none of its tooling.
 
 A wheel built from this tree installs into a fresh folder and works from a project that has its own
-``backends`` and ``contracts`` packages; runtime modules import nothing from tests, benchmarks, the docs
-generator, the counterexample search or the stub generator.
+``backends`` and ``contracts`` packages; runtime modules import nothing from tests, benchmarks, the
+repository's ``tools/`` (the docs generator, the random scenarios and benchmark workloads), the conformance
+kit (``kvcanary.testing``), the counterexample search or the stub generator. The wheel holds no tooling:
+``kvcanary docs`` there says it needs a checkout, while ``explain`` and ``contracts`` read the pages the
+package ships.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary.contracts.examples", "kvcanary.contracts.stubs",
+TOOLING = ("tools", "kvcanary.testing", "kvcanary.contracts.examples", "kvcanary.contracts.stubs",
            "kvcanary.launch.stubs", "kvcanary.launch.__main__", "kvcanary.contract.examples", "kvcanary.mypy", "tests",
            "benchmarks")
 
@@ -26,16 +29,17 @@ import importlib, pkgutil, sys
 import kvcanary
 tooling = {tooling!r}
 def tool(name): return any(name == t or name.startswith(t + ".") for t in tooling)
+def script(name): return name.endswith(".__main__")  # runs the command when imported; imports only kvcanary.cli
 bad = {{}}
 for info in pkgutil.walk_packages(kvcanary.__path__, "kvcanary."):
-    if tool(info.name):
+    if tool(info.name) or script(info.name):
         continue
     before = set(sys.modules)
     importlib.import_module(info.name)
     new = sorted(m for m in set(sys.modules) - before if tool(m))
     if new:
         bad[info.name] = new
-print(len([1 for i in pkgutil.walk_packages(kvcanary.__path__, "kvcanary.") if not tool(i.name)]), bad)
+print(len([1 for i in pkgutil.walk_packages(kvcanary.__path__, "kvcanary.") if not tool(i.name) and not script(i.name)]), bad)
 """
 
 
@@ -97,12 +101,30 @@ def test_wheel_serves_the_public_api_beside_a_users_packages(wheel_install: Path
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
 
 
+def test_tooling_lives_outside_the_package() -> None:
+    """The docs generator and the random scenarios sit in ``tools/``, the slim kit in ``kvcanary.testing``."""
+    assert not (ROOT / "kvcanary" / "docsgen").exists()
+    assert (ROOT / "tools" / "docsgen" / "__init__.py").is_file() and (ROOT / "tools" / "scenarios.py").is_file()
+    kit = sorted(p.stem for p in (ROOT / "kvcanary" / "testing").glob("*.py"))
+    assert kit == ["__init__", "builders", "calls", "opcheck", "parity"], kit
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["explain", "KVC-W087"], ["demo"]], ids=["explain", "demo"])
+def test_wheel_holds_no_tooling_and_docs_says_so(wheel_install: Path, user_project: Path) -> None:
+    assert not (wheel_install / "kvcanary" / "docsgen").exists() and not (wheel_install / "tools").exists()
+    assert (wheel_install / "kvcanary" / "catalog.json.gz").is_file()
+    res = _python([user_project, wheel_install], user_project, str(wheel_install / "bin" / "kvcanary"), "docs")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "kvcanary docs needs a kvcanary checkout" in res.stderr, res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["explain", "KVC-W087"], ["contracts", "--codes"], ["demo"]],
+                         ids=["explain", "contracts", "demo"])
 def test_wheel_cli_runs_from_a_users_project(wheel_install: Path, user_project: Path, args: list[str]) -> None:
     script = wheel_install / "bin" / "kvcanary"
     res = _python([user_project, wheel_install], user_project, str(script), *args)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "Traceback" not in res.stderr
-    if args[0] == "explain":
+    if args[0] in ("explain", "contracts"):
         assert "KVC-W087" in res.stdout

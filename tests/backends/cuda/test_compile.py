@@ -36,9 +36,10 @@ from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
 from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from kvcanary.testing.builders import context
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
+from tools.scenarios import GENERATORS, kv_sources
 
 SPECS = all_specs()
 REPO = Path(__file__).resolve().parents[3]

@@ -28,8 +28,8 @@ from kvcanary.contracts.compiler import Node
 from kvcanary.contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
 from kvcanary.contracts.expr import Expr
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
-from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
+from tools.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",

@@ -18,8 +18,8 @@ from kvcanary.contracts.checks import PHASE_NAMES
 from kvcanary.contracts.compiler import Node
 from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
 from kvcanary.contracts.specs import ItemsArg, ScalarArg, StructArg, TensorArg
-from kvcanary.docsgen.catalog import anchor, declared
 from kvcanary.errors import FAMILY
+from tools.docsgen.catalog import anchor, declared, group_kind
 
 FORMAT = "kvcanary-contracts/1"
 
@@ -48,6 +48,7 @@ def _check(check: Check) -> dict[str, Any]:
     return {
         "code": check.code,
         "kind": check.kind,
+        "category": group_kind(check),
         "slug": check.slug,
         "phase": PHASE_NAMES[check.phase],
         "arguments": list(check.arguments),

@@ -1,8 +1,8 @@
-"""The ``kvcanary`` command: ``selfcheck``, ``backends``, ``explain``, ``contracts``, ``docs``, and the rest.
+"""The ``kvcanary`` parser and entry point: the table of subcommands, their argument registry, and ``main``.
 
-Each subcommand lives in the module named for it, imported only when that subcommand runs (or asks for its
-``--help``): ``kvcanary --help`` and ``kvcanary --version`` import neither torch nor any subcommand, and a
-missing optional dependency only affects the subcommand that needs it.
+Each subcommand lives in the module of :mod:`kvcanary.cli` named for it, imported only when that subcommand
+runs (or asks for its ``--help``): ``kvcanary --help`` and ``kvcanary --version`` import neither torch nor any
+subcommand, and a missing optional dependency only affects the subcommand that needs it.
 
 A user's mistake (an unknown device, an unusable backend, a bad option) is one line on stderr and exit
 status 2, never a traceback: subcommands raise :class:`UsageError`. A closed pipe (``kvcanary contracts
@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 
 # subcommand -> (module, function, help); the function takes the parsed arguments and returns an exit code
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "selfcheck": ("kvcanary.cli_commands", "selfcheck", "plan → write → verify with one injected fault"),
-    "backends": ("kvcanary.cli_commands", "backends", "which backend serves each operation here, and why the others "
+    "selfcheck": ("kvcanary.cli.selfcheck", "main", "plan → write → verify with one injected fault"),
+    "backends": ("kvcanary.cli.backends", "main", "which backend serves each operation here, and why the others "
                  "decline"),
-    "explain": ("kvcanary.cli_commands", "explain", "print the catalog page of an error code"),
-    "contracts": ("kvcanary.cli_commands", "contracts", "list the launcher contracts and their error codes (--json)"),
-    "docs": ("kvcanary.cli_commands", "docs", "generate the docs site's pages (error catalog, matrix, ...)"),
-    "demo": ("kvcanary.demo.run", "main", "serve a workload clean, then once per fault class; show what is caught"),
+    "explain": ("kvcanary.cli.explain", "main", "print the catalog page of an error code"),
+    "contracts": ("kvcanary.cli.contracts", "main", "list the launcher contracts and their error codes (--json)"),
+    "docs": ("kvcanary.cli.docs", "main", "generate the docs site's pages (error catalog, matrix, ...) in a checkout"),
+    "demo": ("kvcanary.cli.demo", "main", "serve a workload clean, then once per fault class; show what is caught"),
 }
 
 Setup = Callable[[argparse.ArgumentParser], None]
@@ -110,9 +110,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvcanary {args.command}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":  # pragma: no cover
-    # run the imported module's main: subcommands register their arguments on `kvcanary.cli`, not `__main__`
-    from kvcanary.cli import main as _main
-
-    sys.exit(_main())

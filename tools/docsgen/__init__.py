@@ -2,10 +2,15 @@
 
 Generated, from the code, at every ``mkdocs build`` (and by ``kvcanary docs``):
 
-- ``errors/index.md`` and one ``errors/KVC-….md`` per error code (:mod:`kvcanary.docsgen.catalog`);
-- ``contracts.md`` and ``contracts.json``: every launcher contract (:mod:`kvcanary.docsgen.export`);
+- ``errors/index.md`` and one ``errors/KVC-….md`` per error code (:mod:`tools.docsgen.catalog`);
+- ``contracts.md`` and ``contracts.json``: every launcher contract (:mod:`tools.docsgen.export`);
 - ``support-matrix.md``: what each backend declares and what the registry says here (:mod:`.matrix`);
 - ``benchmarks.md``: tables and charts from ``benchmarks/results/*.json`` (:mod:`.benchmarks`).
+
+The same pages, as ``kvcanary explain`` and ``kvcanary contracts`` print them, go into the package's
+``kvcanary/catalog.json.gz`` (:mod:`kvcanary.catalog`), so the installed commands need no generator.
+
+Development tooling: lives in the repository's ``tools/``, never in the installed package.
 
 The catalog, the contract reference and the benchmarks page are committed, so their links work when the
 repository is browsed (a test fails when a committed page drifts from the code: run ``kvcanary docs``); the
@@ -17,6 +22,7 @@ folder).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +30,8 @@ from pathlib import Path
 
 ERRORS_DIR = "errors"
 PAGES: tuple[str, ...] = ("contracts.md", "contracts.json", "support-matrix.md", "benchmarks.md")
+PACKAGE_DATA = "kvcanary/catalog.json.gz"
+"""The pages as the installed commands read them, relative to the project root."""
 RESULTS_SUBDIR = Path("benchmarks") / "results"
 """Where a project keeps its benchmark results files, relative to its root (the folder of ``mkdocs.yml``)."""
 
@@ -59,7 +67,7 @@ def find_docs_dir(start: Path) -> Path | None:
 
 def pages(results_dir: Path) -> dict[str, Callable[[], str]]:
     """Every generated file (relative path -> its content, built on demand); benchmarks from ``results_dir``."""
-    from kvcanary.docsgen import benchmarks, catalog, export, matrix
+    from tools.docsgen import benchmarks, catalog, export, matrix
 
     cat = catalog.catalog()
     out: dict[str, Callable[[], str]] = {
@@ -75,13 +83,43 @@ def pages(results_dir: Path) -> dict[str, Callable[[], str]]:
     return out
 
 
-def generate(docs_dir: Path, *, results_dir: Path | None = None, dry_run: bool = False) -> Report:
+def package_data() -> bytes:
+    """The bytes of ``kvcanary/catalog.json.gz``: every page's text and Markdown, and the contract export."""
+    from kvcanary import catalog as data
+    from tools.docsgen import catalog, export
+
+    pages = {code: data.Page(code, p.text(), p.markdown()) for code, p in catalog.catalog().pages.items()}
+    return data.encode(pages, json.loads(export.dumps()))
+
+
+def _write_package_data(path: Path, report: Report, dry_run: bool) -> None:
+    """Write the package's page data at ``path`` unless it already holds the same content."""
+    from kvcanary import catalog as data
+
+    content = package_data()
+    try:
+        same = path.exists() and data.decode(path.read_bytes()) == data.decode(content)
+    except (OSError, ValueError):
+        same = False
+    if same:
+        report.unchanged.append(PACKAGE_DATA)
+        return
+    report.written.append(PACKAGE_DATA)
+    if not dry_run:
+        path.write_bytes(content)
+
+
+def generate(docs_dir: Path, *, results_dir: Path | None = None, dry_run: bool = False,
+             package_root: Path | None = None) -> Report:
     """Write every generated page under ``docs_dir`` (only those whose content changed); delete stale pages.
 
-    ``results_dir`` holds the benchmark results (default: :func:`default_results_dir`). With ``dry_run``
+    ``results_dir`` holds the benchmark results (default: :func:`default_results_dir`). ``package_root`` is
+    the kvcanary checkout whose :data:`PACKAGE_DATA` is written too (None: not written). With ``dry_run``
     nothing is written: the report says what would change (``kvcanary docs --check``).
     """
     report = Report()
+    if package_root is not None:
+        _write_package_data(package_root / PACKAGE_DATA, report, dry_run)
     wanted = pages(default_results_dir(docs_dir) if results_dir is None else results_dir)
     for rel, make in wanted.items():
         path = docs_dir / rel

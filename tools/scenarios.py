@@ -1,21 +1,14 @@
-"""Every input kvcanary's tests and benchmarks launch with, for every backend and every size.
+"""Random parity scenarios: small worlds built like an engine builds them, and large seeded calls.
 
-One set of builders serves three families:
+:data:`GENERATORS` holds one random generator per operation (small, realistic or ``hostile``); the larger
+seeded calls (:func:`large_verify_call`, :func:`large_write_call`, :func:`large_plan_call`,
+:func:`large_scatter_call`) run many grid-stride rounds, long requests, long plan rows. Each returns a
+:class:`~kvcanary.testing.builders.Call`. Worlds are chains of slots written with the real hash, shared
+prefixes, padding rows, a partly filled ring; then some fraction is corrupted (fields, KV bytes) and, when
+``hostile`` is set, indices point outside their tensors. :func:`fuzz` and :func:`opcheck_random` check fresh
+scenarios against torch_ref and ``torch.library.opcheck``.
 
-- **core builders** (:func:`context`, :func:`verify_plan`, :func:`write_plan`, :func:`write_kwargs`,
-  :func:`plan_kwargs`, :func:`plan_offsets_kwargs`, :func:`plan_entries_kwargs`): one launch's arguments from
-  given tensors, on their device. Everything below is made of them.
-- **parity scenarios**: :data:`GENERATORS` (one random generator per operation, small, realistic or
-  ``hostile``) and the larger seeded calls (:func:`large_verify_call`, :func:`large_write_call`,
-  :func:`large_plan_call`, :func:`large_scatter_call`: many grid-stride rounds, long requests, long plan rows).
-  Each returns a :class:`Call`: a recipe that builds fresh keyword arguments on any device from CPU master
-  tensors, so every backend sees identical, unshared inputs, and names the tensors the launch may change.
-  Worlds are built like an engine builds them: chains of slots written with the real hash, shared prefixes,
-  padding rows, a partly filled ring; then some fraction is corrupted (fields, KV bytes) and, when
-  ``hostile`` is set, indices point outside their tensors.
-- **benchmark workloads**, built on the device with tensor operations and clean (nothing to report), at any
-  size: :class:`RandomPrevRecords`, :func:`stamp_chains`, :func:`chain_writes`, :func:`decode_writes`,
-  :class:`PlanBatch`, :func:`scatter_sets`, :func:`byte_sources`.
+Development tooling (kvcanary's tests and benchmarks): not part of the installed package.
 """
 
 from __future__ import annotations
@@ -23,17 +16,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from kvcanary.backends.torch_ref._hash import mix3, splitmix64
-from kvcanary.backends.torch_ref._records import fold_sources
 from kvcanary.consts import (
     CANARY_SLOT_BYTES,
     INVALID_SLOT,
     PLAN_OFFSETS_SCRATCH_LEN,
-    VIOLATION_FIELDS,
     CanaryLaunchTag,
     RealKvHashMode,
 )
@@ -41,177 +30,35 @@ from kvcanary.context import VerifyOrWriteContext
 from kvcanary.hashing import ANCHOR_HASH, real_kv_hash, record_hash, to_int64
 from kvcanary.launch.plan_offsets import launch_plan_offsets_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
-from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary.plans import VerifyPlan
 from kvcanary.registry import Op
 from kvcanary.sources import RealKvSource
-
-Device = torch.device | str
-Kwargs = dict[str, Any]
-Outputs = dict[str, torch.Tensor]
-
-
-@dataclass
-class Call:
-    """One launch: how to build its arguments, and which of them it may change."""
-
-    op: Op
-    make: Callable[[Device], Kwargs]
-    outputs: Callable[[Kwargs], Outputs]
-    ring_base: int | None = None
-    order_sensitive: bool = False
-    label: str = ""
-
-
-def _gen(rng: random.Random) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(rng.getrandbits(62))
-    return g
-
-
-def _rng(seed: random.Random | int) -> random.Random:
-    return seed if isinstance(seed, random.Random) else random.Random(seed)
-
-
-def _i64(values: Sequence[int] | torch.Tensor, device: Device) -> torch.Tensor:
-    """A fresh int64 tensor on ``device`` (a copy even of a tensor already there: masters stay untouched)."""
-    if isinstance(values, torch.Tensor):
-        return values.to(device=device, dtype=torch.int64, copy=True)
-    return torch.tensor(list(values), dtype=torch.int64, device=device)
-
-
-def _one(value: int, dtype: torch.dtype, device: Device) -> torch.Tensor:
-    return torch.tensor([value], dtype=dtype, device=device)
-
-
-def offsets_of(lengths: Sequence[int]) -> list[int]:
-    """Exclusive offsets of requests of ``lengths`` tokens, then the total."""
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return out
-
-
-# -- core builders ----------------------------------------------------------------------------------------
-def context(device: Device = "cpu", *, num_slots: int = 16, canary_buf: torch.Tensor | None = None,
-            sources: Sequence[RealKvSource] = (), mode: RealKvHashMode = RealKvHashMode.NONE,
-            ring: int | torch.Tensor = 1024, write_index: int = 0, slot_counter: int = 0, kernel_counter: int = 0,
-            chain_assert: bool = True, kind: CanaryLaunchTag = CanaryLaunchTag.TAIL_K_FULL) -> VerifyOrWriteContext:
-    """A context: ``canary_buf`` as given (shared, not copied; its device is the context's), else
-    ``num_slots`` zero records on ``device``; a ring of ``ring`` zero rows (or the rows given, moved there);
-    the write index, counters and chain-position assert as given."""
-    buf = (canary_buf if canary_buf is not None
-           else torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8, device=device))
-    dev = buf.device
-    rows = (torch.zeros(ring, VIOLATION_FIELDS, dtype=torch.int64, device=dev) if isinstance(ring, int)
-            else ring.to(dev))
-    return VerifyOrWriteContext(
-        canary_buf=buf, kernel_kind=kind, violation_ring=rows,
-        violation_write_index=_one(write_index, torch.int32, dev),
-        slot_run_counter=_one(slot_counter, torch.int64, dev),
-        kernel_run_counter=_one(kernel_counter, torch.int64, dev),
-        real_kv_sources=tuple(sources), real_kv_hash_mode=mode,
-        enable_chain_position_assert=_one(int(chain_assert), torch.int32, dev))
-
-
-def context_outputs(kw: Kwargs) -> Outputs:
-    """What a verify or write launch may change: the context's buffer, ring, index and counters."""
-    ctx: VerifyOrWriteContext = kw["context"]
-    return {"canary_buf": ctx.canary_buf, "violation_ring": ctx.violation_ring,
-            "violation_write_index": ctx.violation_write_index, "slot_run_counter": ctx.slot_run_counter,
-            "kernel_run_counter": ctx.kernel_run_counter}
-
-
-def verify_plan(slots: torch.Tensor, prevs: torch.Tensor, positions: torch.Tensor,
-                tokens: torch.Tensor | None = None, *, num_valid: int | None = None, enable: int = 1) -> VerifyPlan:
-    """A plan over the given int64 columns (one length, the capacity; their device): ``tokens=None`` is -1
-    everywhere (no token check); ``num_valid`` defaults to the capacity."""
-    dev = slots.device
-    return VerifyPlan(
-        verify_slot_indices=slots.contiguous(), verify_prev_slot_indices=prevs.contiguous(),
-        verify_expected_positions=positions.contiguous(),
-        verify_expected_tokens=torch.full_like(slots, -1) if tokens is None else tokens.contiguous(),
-        verify_num_valid=_one(slots.shape[0] if num_valid is None else num_valid, torch.int32, dev),
-        enable=_one(enable, torch.int32, dev))
+from kvcanary.testing.builders import (
+    Call,
+    Device,
+    Kwargs,
+    Outputs,
+    context,
+    context_outputs,
+    int64_tensor,
+    offsets_of,
+    one_element,
+    plan_entries_kwargs,
+    plan_kwargs,
+    plan_offsets_kwargs,
+    plan_outputs,
+    verify_plan,
+    write_kwargs,
+    write_plan,
+)
+from kvcanary.testing.opcheck import opcheck
+from kvcanary.testing.parity import check_call
 
 
 def _rows_plan(rows: torch.Tensor, device: Device, *, num_valid: int, enable: int = 1) -> VerifyPlan:
     """A plan from CPU rows ``[capacity, 4]`` of (slot, predecessor, position, token)."""
     slots, prevs, pos, toks = (rows[:, k].contiguous().to(device, copy=True) for k in range(4))
     return verify_plan(slots, prevs, pos, toks, num_valid=num_valid, enable=enable)
-
-
-def write_plan(offsets: Sequence[int] | torch.Tensor, seeds: Sequence[int] | torch.Tensor, *,
-               num_valid: int | None = None, device: Device = "cpu") -> WritePlan:
-    """A write plan: request offsets (capacity + 1 of them), seed slots, ``num_valid`` (default: every row)."""
-    seed_t = _i64(seeds, device)
-    return WritePlan(write_offsets=_i64(offsets, device), write_seed_slot_indices=seed_t,
-                     write_num_valid_reqs=_one(seed_t.shape[0] if num_valid is None else num_valid, torch.int32,
-                                               device))
-
-
-def write_kwargs(ctx: VerifyOrWriteContext, plan: WritePlan, input_ids: torch.Tensor, positions: torch.Tensor,
-                 out_cache_loc: torch.Tensor, *, expected_tokens: torch.Tensor | None = None,
-                 expected_positions: torch.Tensor | None = None) -> Kwargs:
-    """A write launch's arguments; the input assert is on when expected tensors are given."""
-    return {"context": ctx, "plan": plan, "input_ids": input_ids, "positions": positions,
-            "out_cache_loc": out_cache_loc, "enable_write_input_assert": expected_tokens is not None,
-            "expected_input_tokens": expected_tokens, "expected_input_positions": expected_positions}
-
-
-def plan_kwargs(verify_plan_out: VerifyPlan, write_plan_out: WritePlan, req_pool_indices: torch.Tensor,
-                prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor, req_to_token: torch.Tensor, *,
-                window: int = 0, lut: torch.Tensor | None = None, pool: torch.Tensor | None = None,
-                valid: torch.Tensor | None = None, capacity: int | None = None, token_offset: int = 0) -> Kwargs:
-    """A fused plan launch's arguments (``capacity`` defaults to the verify plan's)."""
-    return {"verify_plan_out": verify_plan_out, "write_plan_out": write_plan_out,
-            "req_pool_indices": req_pool_indices, "prefix_lens": prefix_lens, "extend_seq_lens": extend_seq_lens,
-            "req_to_token": req_to_token, "swa_window_size": window, "full_to_swa_index_mapping": lut,
-            "verify_capacity": verify_plan_out.verify_capacity if capacity is None else capacity,
-            "req_to_verify_expected_tokens": pool, "req_to_verify_expected_tokens_valid_lens": valid,
-            "kv_token_id_vs_position_offset": token_offset}
-
-
-def plan_outputs(kw: Kwargs, *, scratch: bool = True) -> Outputs:
-    """What a fused plan may change: every field of both plans (the offsets scratch if asked and present)."""
-    vp: VerifyPlan = kw["verify_plan_out"]
-    wp: WritePlan = kw["write_plan_out"]
-    names = ["verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
-             "verify_prev_slot_indices", "verify_num_valid", "enable"]
-    if scratch and vp.verify_offsets_scratch is not None:
-        names.append("verify_offsets_scratch")
-    out = {f"verify_plan_out.{k}": getattr(vp, k) for k in names}
-    out.update({f"write_plan_out.{k}": getattr(wp, k) for k in
-                ("write_offsets", "write_seed_slot_indices", "write_num_valid_reqs")})
-    return out
-
-
-def plan_offsets_kwargs(plan_kw: Kwargs, scratch: torch.Tensor) -> Kwargs:
-    """Stage 1 of the plan ``plan_kw`` describes, alone: it fills ``scratch`` and the plans' counts and offsets."""
-    vp: VerifyPlan = plan_kw["verify_plan_out"]
-    wp: WritePlan = plan_kw["write_plan_out"]
-    return {"req_pool_indices": plan_kw["req_pool_indices"], "prefix_lens": plan_kw["prefix_lens"],
-            "extend_seq_lens": plan_kw["extend_seq_lens"], "req_to_token": plan_kw["req_to_token"],
-            "full_to_swa_index_mapping": plan_kw["full_to_swa_index_mapping"], "out_verify_offsets_scratch": scratch,
-            "out_write_offsets": wp.write_offsets, "out_write_seed_slot_indices": wp.write_seed_slot_indices,
-            "out_verify_num_valid": vp.verify_num_valid, "out_verify_enable": vp.enable,
-            "out_write_num_valid_reqs": wp.write_num_valid_reqs, "swa_window_size": plan_kw["swa_window_size"],
-            "verify_capacity": plan_kw["verify_capacity"]}
-
-
-def plan_entries_kwargs(plan_kw: Kwargs, scratch: torch.Tensor, enable: torch.Tensor | None = None) -> Kwargs:
-    """Stage 2 of the plan ``plan_kw`` describes, alone: the verify entries from stage 1's ``scratch``
-    (``enable`` defaults to the verify plan's)."""
-    vp: VerifyPlan = plan_kw["verify_plan_out"]
-    return {"req_pool_indices": plan_kw["req_pool_indices"], "prefix_lens": plan_kw["prefix_lens"],
-            "req_to_token": plan_kw["req_to_token"], "full_to_swa_index_mapping": plan_kw["full_to_swa_index_mapping"],
-            "verify_offsets_scratch": scratch, "verify_enable": vp.enable if enable is None else enable,
-            "req_to_verify_expected_tokens": plan_kw["req_to_verify_expected_tokens"],
-            "req_to_verify_expected_tokens_valid_lens": plan_kw["req_to_verify_expected_tokens_valid_lens"],
-            "out_verify_slot_indices": vp.verify_slot_indices, "out_verify_expected_tokens": vp.verify_expected_tokens,
-            "out_verify_expected_positions": vp.verify_expected_positions,
-            "out_verify_prev_slot_indices": vp.verify_prev_slot_indices,
-            "kv_token_id_vs_position_offset": plan_kw["kv_token_id_vs_position_offset"],
-            "swa_window_size": plan_kw["swa_window_size"]}
 
 
 _OFFSETS_OUT = ("out_verify_offsets_scratch", "out_write_offsets", "out_write_seed_slot_indices",
@@ -227,6 +74,16 @@ def _named(names: Sequence[str]) -> Callable[[Kwargs], Outputs]:
 def _moved(sources: Sequence[RealKvSource], device: Device) -> tuple[RealKvSource, ...]:
     return tuple(RealKvSource(tensor=s.tensor.to(device), page_size=s.page_size,
                               num_bytes_per_token=s.num_bytes_per_token, read_bytes=s.read_bytes) for s in sources)
+
+
+def _gen(rng: random.Random) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(rng.getrandbits(62))
+    return g
+
+
+def _rng(seed: random.Random | int) -> random.Random:
+    return seed if isinstance(seed, random.Random) else random.Random(seed)
 
 
 # -- small random worlds ----------------------------------------------------------------------------------
@@ -522,11 +379,13 @@ def plan_call(rng: random.Random, *, hostile: bool = False) -> Call:
             verify_expected_tokens=init_v[:, 1].contiguous().to(device),
             verify_expected_positions=init_v[:, 2].contiguous().to(device),
             verify_prev_slot_indices=init_v[:, 3].contiguous().to(device),
-            verify_num_valid=_one(77, torch.int32, device), enable=_one(5, torch.int32, device),
+            verify_num_valid=one_element(77, torch.int32, device),
+                        enable=one_element(5, torch.int32, device),
             verify_offsets_scratch=(torch.full((PLAN_OFFSETS_SCRATCH_LEN,), 3, dtype=torch.int64, device=device)
                                     if with_scratch else None))
         wp = write_plan(init_w[: wcap + 1], init_w[wcap + 1 :], num_valid=99, device=device)
-        return plan_kwargs(vp, wp, _i64(rpi, device), _i64(prefix, device), _i64(extend, device), r2t.to(device),
+        return plan_kwargs(vp, wp, int64_tensor(rpi, device), int64_tensor(prefix, device),
+                           int64_tensor(extend, device), r2t.to(device),
                            window=swa, lut=None if lut is None else lut.to(device), capacity=cap,
                            pool=None if pool is None else pool.to(device),
                            valid=None if valid is None else valid.to(device), token_offset=offset)
@@ -567,7 +426,7 @@ def plan_entries_call(rng: random.Random, *, hostile: bool = False) -> Call:
             scratch[: bs + 1] = head.sort().values if ordered else head
         else:  # the reference's stage 1 fills the scratch (its plan outputs are a throwaway copy)
             launch_plan_offsets_kernel(**plan_offsets_kwargs(kw, scratch), backend="torch_ref")
-        return plan_entries_kwargs(base.make(device), scratch.to(device), _one(enable, torch.int32, device))
+        return plan_entries_kwargs(base.make(device), scratch.to(device), one_element(enable, torch.int32, device))
 
     return Call(Op.PLAN_ENTRIES, make, _named(_ENTRIES_OUT), label="plan_entries")
 
@@ -596,8 +455,8 @@ def scatter_call(rng: random.Random, *, hostile: bool = False) -> Call:
 
 def _scatter(flat: torch.Tensor, offsets: Sequence[int], rpi: Sequence[int], pool: torch.Tensor, label: str) -> Call:
     def make(device: Device) -> Kwargs:
-        return {"flat_in": flat.to(device), "offsets": _i64(offsets, device), "req_pool_indices": _i64(rpi, device),
-                "pool_out": pool.clone().to(device)}
+        return {"flat_in": flat.to(device), "offsets": int64_tensor(offsets, device),
+                "req_pool_indices": int64_tensor(rpi, device), "pool_out": pool.clone().to(device)}
 
     return Call(Op.SCATTER, make, _named(("pool_out",)), label=label)
 
@@ -723,7 +582,7 @@ def large_write_call(seed: random.Random | int, *, requests: int, length: int, v
 
     def make(device: Device) -> Kwargs:
         def t(xs: list[int]) -> torch.Tensor:
-            return _i64([*xs, 7, 7], device)  # a padded tail
+            return int64_tensor([*xs, 7, 7], device)  # a padded tail
 
         ctx = context(canary_buf=buf.to(device, copy=True), sources=_moved(srcs, device), mode=mode, ring=ring)
         return write_kwargs(ctx, write_plan(offs, seeds, device=device), t(ids), t(poss), t(locs),
@@ -774,12 +633,14 @@ def large_plan_call(seed: random.Random | int, *, bs: int, max_prefix: int, cols
         v = init[: 4 * cap].view(4, cap).to(device)
         vp = VerifyPlan(verify_slot_indices=v[0].clone(), verify_expected_tokens=v[1].clone(),
                         verify_expected_positions=v[2].clone(), verify_prev_slot_indices=v[3].clone(),
-                        verify_num_valid=_one(77, torch.int32, device), enable=_one(5, torch.int32, device),
+                        verify_num_valid=one_element(77, torch.int32, device),
+                        enable=one_element(5, torch.int32, device),
                         verify_offsets_scratch=torch.full((PLAN_OFFSETS_SCRATCH_LEN,), 3, dtype=torch.int64,
                                                           device=device))
         w = init[4 * cap :]
         wp = write_plan(w[: wcap + 1], w[wcap + 1 :], num_valid=99, device=device)
-        return plan_kwargs(vp, wp, _i64(rpi, device), _i64(prefix, device), _i64(extend, device), r2t.to(device),
+        return plan_kwargs(vp, wp, int64_tensor(rpi, device), int64_tensor(prefix, device),
+                           int64_tensor(extend, device), r2t.to(device),
                            window=window, lut=None if lut_t is None else lut_t.to(device),
                            pool=None if pool_t is None else pool_t.to(device),
                            valid=None if valid is None else valid.to(device), token_offset=token_offset)
@@ -800,152 +661,28 @@ def large_scatter_call(seed: random.Random | int, *, bs: int, rows: int, cols: i
     return _scatter(flat, offsets, rpi, pool, f"scatter {bs} x {cols}")
 
 
-# -- benchmark workloads (built on the device; clean) ---------------------------------------------------------
-_CHUNK = 1 << 22  # slots stamped per pass, to bound temporaries at any buffer size
+
+def fuzz(op: Op, device: torch.device | str, backend: str, *, seed: int, count: int, hostile: bool) -> list[str]:
+    """``count`` fresh scenarios of ``op`` from ``random.Random(seed)``, each checked against torch_ref on the
+    CPU; one line per failing call, saying what reproduces it."""
+    rng = random.Random(seed)
+    failures: list[str] = []
+    for i in range(count):
+        call = GENERATORS[op](rng, hostile=hostile)
+        problems = check_call(call, device, backend)
+        if problems:
+            failures.append(f"{op.value} call {i} ({call.label}) of random.Random({seed}), hostile={hostile}: "
+                            + "; ".join(problems))
+    return failures
 
 
-def _device_gen(device: Device, seed: int) -> torch.Generator:
-    return torch.Generator(device=torch.device(device)).manual_seed(seed)
-
-
-def byte_sources(num_slots: int, nbpt: int, count: int, device: Device, *, seed: int = 0) -> tuple[RealKvSource, ...]:
-    """``count`` token-major real-KV sources (one ``nbpt``-byte strip of random bytes per slot, read whole)."""
-    g = _device_gen(device, seed)
-    return tuple(RealKvSource(tensor=torch.randint(0, 256, (num_slots, nbpt), dtype=torch.uint8, device=device,
-                                                   generator=g),
-                              page_size=1, num_bytes_per_token=nbpt, read_bytes=nbpt) for _ in range(count))
-
-
-class RandomPrevRecords:
-    """A canary buffer on ``device`` whose every upper-half slot ``s`` chains to a lower-half slot
-    :meth:`prev_of` ``(s)`` (a hash of ``s``): random records, the upper half's chain hashes stamped consistent
-    with their predecessors, so any sample of upper-half slots verifies clean and each entry reads two
-    independent (cold) records. Real-KV hashes are 0 (mode NONE) until :meth:`stamp_real_kv`."""
-
-    def __init__(self, num_slots: int, device: Device, *, seed: int = 0) -> None:
-        self.num_slots, self.half, self.device = num_slots, num_slots // 2, torch.device(device)
-        rec = torch.randint(-(2**62), 2**62, (num_slots, 4), dtype=torch.int64, device=device,
-                            generator=_device_gen(device, seed))
-        rec[:, 3] = 0
-        for start in range(self.half, num_slots, _CHUNK):
-            s = torch.arange(start, min(num_slots, start + _CHUNK), device=device)
-            p = self.prev_of(s)
-            rec[s, 2] = mix3(rec[p, 2], rec[p, 0], rec[p, 1])
-        self.records = rec
-        self.buf = rec.view(torch.uint8).view(num_slots, CANARY_SLOT_BYTES)
-        self._stamped: tuple[tuple[int, ...], int] = ((), int(RealKvHashMode.NONE))
-
-    def prev_of(self, slots: torch.Tensor) -> torch.Tensor:
-        return 1 + (splitmix64(slots) & ((1 << 62) - 1)) % (self.half - 1)
-
-    def index_sets(self, entries: int, count: int, *, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``count`` sets of (``entries`` random upper-half slots, their predecessors)."""
-        g = _device_gen(self.device, seed)
-        out = []
-        for _ in range(count):
-            s = torch.randint(self.half, self.num_slots, (entries,), device=self.device, generator=g)
-            out.append((s, self.prev_of(s)))
-        return out
-
-    def plan(self, slots: torch.Tensor, prevs: torch.Tensor) -> VerifyPlan:
-        """The plan verifying ``slots`` against ``prevs``, expecting their stored positions and tokens."""
-        r = self.records[slots]
-        return verify_plan(slots, prevs, r[:, 1], r[:, 0])
-
-    def stamp_real_kv(self, sources: Sequence[RealKvSource], mode: RealKvHashMode) -> None:
-        """Make the upper half's real-KV hashes those of ``sources`` under ``mode`` (NONE: zero)."""
-        key = (tuple(id(s.tensor) for s in sources), int(mode))
-        if key == self._stamped:
-            return
-        for start in range(self.half, self.num_slots, _CHUNK):
-            s = torch.arange(start, min(self.num_slots, start + _CHUNK), device=self.device)
-            self.records[s, 3] = fold_sources(sources, int(mode), s)[0]
-        self._stamped = key
-
-    def context(self, sources: Sequence[RealKvSource] = (), mode: RealKvHashMode = RealKvHashMode.NONE,
-                **kw: Any) -> VerifyOrWriteContext:
-        """A fresh context over this buffer (ring, counters); stamps the real-KV hashes ``sources`` need."""
-        self.stamp_real_kv(sources, mode)
-        return context(canary_buf=self.buf, sources=sources, mode=mode, **kw)
-
-
-def _token_ids(n: int, device: Device) -> torch.Tensor:
-    return (torch.arange(n, device=device) * 7919) % 50021
-
-
-def chain_writes(ctx: VerifyOrWriteContext, lengths: Sequence[int], locs: torch.Tensor, *,
-                 seeds: Sequence[int] | torch.Tensor | None = None, start: int = 0) -> Kwargs:
-    """Write arguments of requests of ``lengths`` tokens stored at ``locs`` (in order, on ``ctx``'s device):
-    each a new chain (seed -1) unless ``seeds`` are given, positions ``start`` onwards in each request."""
-    dev = locs.device
-    offs = offsets_of(lengths)
-    n = offs[-1]
-    counts = _i64(lengths, dev)
-    positions = torch.arange(n, device=dev) - torch.repeat_interleave(_i64(offs[:-1], dev), counts) + start
-    plan = write_plan(offs, [-1] * len(lengths) if seeds is None else seeds, device=dev)
-    return write_kwargs(ctx, plan, _token_ids(n, dev), positions, locs[:n].contiguous())
-
-
-def stamp_chains(ctx: VerifyOrWriteContext, slots: torch.Tensor, length: int, *,
-                 backend: str | None = None) -> VerifyPlan:
-    """Write ``slots`` as chains of ``length`` tokens (one request each, through the public write launcher,
-    ``backend`` forced if given) and return the plan that verifies them: the layout a real batch gives, each
-    entry's predecessor the entry before it (a cache hit), positions 0 onwards, the tokens written."""
-    n = slots.shape[0] - slots.shape[0] % length
-    kw = chain_writes(ctx, [length] * (n // length), slots)
-    launch_canary_write_kernel(**kw, backend=backend)
-    s = kw["out_cache_loc"]
-    pos = kw["positions"]
-    return verify_plan(s, torch.where(pos == 0, -1, torch.roll(s, 1)), pos, kw["input_ids"])
-
-
-def decode_writes(ctx: VerifyOrWriteContext, heads: torch.Tensor, slots: torch.Tensor, *,
-                  backend: str | None = None) -> Kwargs:
-    """A decode step's write: one token per request at ``slots``, continuing chains whose heads (position 0,
-    stamped now by one write through the public launcher) sit at ``heads``; the chain-position assert holds."""
-    launch_canary_write_kernel(**chain_writes(ctx, [1] * heads.shape[0], heads), backend=backend)
-    return chain_writes(ctx, [1] * slots.shape[0], slots, seeds=heads, start=1)
-
-
-class PlanBatch:
-    """A plan launch's batch on ``device``: ``bs`` requests of ``prefix`` cached tokens and one new token each,
-    with ``sets`` req_to_token tensors (and token pools) and plan outputs to use in turn (so that a launch's
-    traffic comes from DRAM: four sets of 1 Mi entries are 128 MiB, more than L2 holds)."""
-
-    def __init__(self, bs: int = 256, prefix: int = 4096, sets: int = 1, *, device: Device, pools: bool = False,
-                 num_slots: int = 1 << 24, seed: int = 0) -> None:
-        cols = prefix + 8
-        g = _device_gen(device, seed)
-        self.bs, self.prefix, self.entries = bs, prefix, bs * prefix
-        self.rpi = torch.arange(1, bs + 1, device=device)
-        self.prefix_lens = torch.full((bs,), prefix, dtype=torch.int64, device=device)
-        self.extend = torch.ones(bs, dtype=torch.int64, device=device)
-        self.rtts = [torch.randint(1, num_slots, (bs + 1, cols), dtype=torch.int32, device=device, generator=g)
-                     for _ in range(sets)]
-        self.pools = [torch.randint(0, 50000, (bs + 1, cols), dtype=torch.int32, device=device, generator=g)
-                      for _ in range(sets if pools else 0)]
-        self.valid = torch.full((bs,), cols, dtype=torch.int64, device=device)
-        self.vps = [VerifyPlan.allocate(verify_capacity=self.entries, device=device) for _ in range(sets)]
-        self.wps = [WritePlan.allocate(write_req_capacity=bs, device=device) for _ in range(sets)]
-
-    def kwargs(self, i: int = 0, *, pool: bool = False, window: int = 0, lut: torch.Tensor | None = None,
-               **over: Any) -> Kwargs:
-        """A fused plan over set ``i`` (an SWA ``window`` with ``lut``; ``over`` replaces any argument)."""
-        kw = plan_kwargs(self.vps[i], self.wps[i], self.rpi, self.prefix_lens, self.extend, self.rtts[i],
-                         window=window, lut=lut if window else None, pool=self.pools[i] if pool else None,
-                         valid=self.valid if pool else None, capacity=self.entries)
-        kw.update(over)
-        return kw
-
-
-def scatter_sets(bs: int, per: int, sets: int, device: Device, *, seed: int = 0) -> list[Kwargs]:
-    """``sets`` scatters of ``bs`` requests x ``per`` tokens into pool rows 1..bs, each set in its own memory
-    (the same tokens): called in turn, their traffic comes from DRAM."""
-    out = []
-    for _ in range(sets):
-        g = _device_gen(device, seed)
-        out.append({"flat_in": torch.randint(0, 1 << 40, (bs * per,), device=device, generator=g),
-                    "offsets": torch.arange(bs + 1, device=device) * per,
-                    "req_pool_indices": torch.arange(1, bs + 1, device=device),
-                    "pool_out": torch.zeros(bs + 1, per, dtype=torch.int32, device=device)})
-    return out
+def opcheck_random(op: Op, device: Device, backend: str, count: int) -> None:
+    """opcheck ``count`` fresh random valid calls of ``op``; a failure names the seed that reproduces it."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    for _ in range(count):
+        call = GENERATORS[op](rng)
+        try:
+            opcheck(op, call.make(device), backend)
+        except AssertionError as exc:
+            raise AssertionError(f"{op.value} {call.label} from random.Random({seed}): {exc}") from exc
