@@ -492,12 +492,13 @@ class _Engine:
         none = dict.fromkeys(fields)
         if isinstance(rule, RequiredIf):
             if call.get(rule.flag) is True and len(present) == len(fields):
-                drop = fields[-1]
-                bad = {**call, drop: None}
+                # the common misuse: the flag turned on and none of its arguments passed
+                bad = {**call, **none}
                 off = {**call, rule.flag: False, **none}
-                yield _Attempt(bad, f"`{rule.flag}=True` but `{drop}` is None", (drop,),
-                               (Fix(f"pass `{drop}`", call), Fix(f"or set `{rule.flag}=False` and pass none of "
-                                                                  f"{_names(fields)}", off)))
+                given = _names(fields) if len(fields) == 1 else " and ".join(f"`{f}`" for f in fields)
+                absent = f"{given} {'is' if len(fields) == 1 else 'are'} None"
+                yield _Attempt(bad, f"`{rule.flag}=True` but {absent}", tuple(fields),
+                               (Fix(f"pass {given}", call), Fix(f"or set `{rule.flag}=False`", off)))
         elif isinstance(rule, ForbiddenUnless):
             if call.get(rule.flag) is True and present:
                 bad = {**call, rule.flag: False}

@@ -2,7 +2,8 @@
 
 The generator is development tooling (``tools/docsgen`` in the repository, not in the installed package):
 the command finds the kvcanary checkout it runs in (this folder or a parent, or the one an editable install
-points at) and says so plainly when there is none.
+points at) and says so plainly when there is none. Writing the checkout's own ``docs/`` also rewrites the
+package's copy of the pages (``kvcanary/catalog.json.gz``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def main(args: argparse.Namespace) -> int:
     if args.update_codes:
         added = codes.update_codebook()
         print(f"code book: {len(added)} new code(s)" + "".join(f"\n  {k}" for k in added))
-    report = docsgen.generate(out, dry_run=args.check, package_root=root)
+    # the package's copy of the pages belongs to the checkout's own docs, not to another folder's
+    own = out.resolve() == (root / "docs").resolve()
+    report = docsgen.generate(out, dry_run=args.check, package_root=root if own else None)
     if args.check:
         for rel in report.stale:
             print(f"stale: {rel}")

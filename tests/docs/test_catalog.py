@@ -107,6 +107,18 @@ def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: ca
     assert "unknown error code" in capsys.readouterr().err
 
 
+def test_the_package_ships_the_pages_as_generated(catalog: cat.Catalog) -> None:
+    """``kvcanary explain`` and ``contracts`` read kvcanary/catalog.json.gz: it must match the contracts."""
+    from kvcanary import catalog as shipped
+    from tools.docsgen import package_data
+
+    assert shipped.decode(shipped.DATA_PATH.read_bytes()) == shipped.decode(package_data()), (
+        "kvcanary/catalog.json.gz is stale: run `kvcanary docs`")
+    assert shipped.codes() == CODES
+    page = shipped.page(CODES[0])
+    assert page is not None and page.text == catalog.pages[CODES[0]].text()
+
+
 def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
     """The file is named inside the package (the same text installed or in a checkout) and exists there."""
     package_parent = Path(kvcanary.__file__).resolve().parent.parent

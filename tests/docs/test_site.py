@@ -32,7 +32,7 @@ def site_project(into: Path) -> Path:
     """A copy of the site's sources in ``into``: ``mkdocs.yml`` and ``docs/`` copied, the code linked."""
     shutil.copy2(ROOT / "mkdocs.yml", into / "mkdocs.yml")
     shutil.copytree(ROOT / "docs", into / "docs", symlinks=True)
-    for name in ("kvcanary", "contracts", "backends", "benchmarks"):  # the hook, mkdocstrings, the results
+    for name in ("kvcanary", "contracts", "backends", "benchmarks", "tools"):  # mkdocstrings, the results, the hook
         (into / name).symlink_to(ROOT / name, target_is_directory=True)
     return into
 

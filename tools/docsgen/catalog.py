@@ -323,6 +323,23 @@ def _marked(src: str) -> tuple[int, ...]:
     return tuple(i for i, line in enumerate(src.splitlines(), 1) if line.endswith(marks))
 
 
+def _statement_start(line: str) -> bool:
+    """Whether a rendered line starts a top-level statement (not an indented or closing continuation line)."""
+    return bool(line) and not line[0].isspace() and line[0] not in ")]}"
+
+
+def corrected_tail(failing: str, fixed: str) -> str | None:
+    """The part of a corrected call a page shows: from the top-level statement holding its first change to
+    the end (the lines above it are the failing call's). None when the change is in the first statement (the
+    whole call is shown)."""
+    old, new = failing.splitlines(), fixed.splitlines()
+    first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    start = next((i for i in range(first, -1, -1) if i < len(new) and _statement_start(new[i])), 0)
+    if start == 0:
+        return None
+    return "\n".join(new[start:]) + ("\n" if fixed.endswith("\n") else "")
+
+
 def _mutation_note(check: Check) -> str:
     rule = check.subject
     if isinstance(rule, Relation) and rule.breaks:
@@ -386,14 +403,20 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
         fix_blocks.append(Items(tuple(f.label[0].upper() + f.label[1:] for f in ce.fixes)))
     fixing = Section("How to fix it", tuple(fix_blocks))
     imports = example_imports(failing, *(src for _, src in fixed))
+    tails = [corrected_tail(marked_failing, src) for _, src in fixed]
+    runs = (" The failing call runs as shown, pasted into a fresh file; each corrected call shows the statement "
+            "it changes onwards, the lines above it kept." if any(tails)
+            else " Each block runs as shown, pasted into a fresh file.")
     ex_blocks: list[Block] = [
         Para(f"The contract's valid example call ({ce.variant}), changed so that {ce.change}."
-             + _mutation_note(check) + " Each block runs as shown, pasted into a fresh file."),
+             + _mutation_note(check) + runs),
         Code(imports + marked_failing, "python", "Failing call", _shifted(_marked(marked_failing), imports)),
     ]
-    for label, src in fixed:
+    for (label, src), tail in zip(fixed, tails, strict=True):
         title = "Corrected call" if label == "the valid call" else f"Corrected call: {label}"
-        ex_blocks.append(Code(imports + src, "python", title, _shifted(_marked(src), imports)))
+        shown = src if tail is None else tail
+        head = imports if tail is None else ""
+        ex_blocks.append(Code(head + shown, "python", title, _shifted(_marked(shown), head)))
     if ce.preempted:
         who = "; ".join(f"`{obj}` (its constructor would raise {code} first)" for obj, code in ce.preempted)
         ex_blocks.append(Note(
@@ -476,33 +499,51 @@ def page(code: str) -> ErrorPage | None:
     return _page(check, _Ctx(contract), codes.checks())
 
 
+def _number(code: str) -> tuple[str, int]:
+    """``KVC-A007`` -> ``("A", 7)``: codes sort by letter, then by number (not as text, not in check order)."""
+    return code[4], int(code[5:])
+
+
+CATALOG_CLASS = "kvc-codes"
+"""The class of the index's tables (docs/stylesheets/catalog.css keeps argument names on one line there)."""
+
+
 def index_markdown(cat: Catalog) -> str:
-    """The catalog's index: every code grouped by launcher, then by kind of rule."""
+    """The catalog's index: the letters, every code by contract (sorted by code), then by kind of check
+    (named as ``kvcanary contracts --codes`` names them)."""
+    letters: dict[str, list[type[Contract]]] = {}
+    for c in cat.contracts:
+        letters.setdefault(c.contract.letter, []).append(c)
     out = ["# Error catalog", "",
            f"Every `ContractError` kvcanary raises has a stable code; this page lists all {len(cat.pages)}. "
            "Each code's page shows the message, what it means, when it happens, how to fix it, and a failing "
            "call next to the corrected one, both generated from the contract and executed by the tests. "
            "`kvcanary explain CODE` prints the same page in a terminal.", "",
-           "Codes are `KVC-<letter><number>`; the letter names the launcher (or constructor):", ""]
-    for c in cat.contracts:
-        n = len(cat.by_contract(c.contract.name))
-        out.append(f"- **{c.contract.letter}**: [`{c.contract.name}`](#{anchor(c.contract.name)}), {n} codes")
-    out += ["", "## By launcher", ""]
+           "Codes are `KVC-<letter><number>`; the letter names the contract that checks the call: one launcher "
+           "each, except **A**, which the `allocate` constructors of the two plans and of the violation log "
+           "share (their numbers interleave).", ""]
+    for letter, contracts in letters.items():
+        n = sum(len(cat.by_contract(c.contract.name)) for c in contracts)
+        names = ", ".join(f"[`{c.contract.name}`](#{anchor(c.contract.name)})" for c in contracts)
+        out.append(f"- **{letter}**: {names}, {n} codes")
+    out += ["", "## By launcher and constructor", ""]
     for c in cat.contracts:
         name = c.contract.name
         out += [f"### {name} {{#{anchor(name)}}}", "", c.contract.summary, "",
+                f'<div class="{CATALOG_CLASS}" markdown>', "",
                 "| code | kind | argument | what must hold |", "|---|---|---|---|"]
-        for p in cat.by_contract(name):
+        for p in sorted(cat.by_contract(name), key=lambda p: _number(p.code)):
             arg = ", ".join(f"`{a.replace('{i}', 'i')}`" for a in p.check.arguments[:2])
             summary = p.check.summary.replace("|", "\\|")
-            out.append(f"| [{p.code}]({p.code}.md) | {group_kind(p.check)} | {arg} | {summary} |")
-        out.append("")
-    out += ["## By kind of rule", ""]
+            out.append(f"| [{p.code}]({p.code}.md) | `{group_kind(p.check)}` | {arg} | {summary} |")
+        out += ["", "</div>", ""]
+    out += ["## By kind of check", "",
+            "The kinds are those `kvcanary contracts --codes` prints beside each code.", ""]
     kinds: dict[str, list[ErrorPage]] = {}
     for p in cat.pages.values():
         kinds.setdefault(group_kind(p.check), []).append(p)
     for kind, ps in sorted(kinds.items()):
-        out += [f"### {KIND_TITLES.get(kind, kind).capitalize()} checks {{#kind-{kind}}}", ""]
-        out.append(", ".join(f"[{p.code}]({p.code}.md)" for p in ps))
+        out += [f"### `{kind}`: {KIND_NOUNS.get(kind, 'a ' + kind).split(' ', 1)[1]} {{#kind-{kind}}}", ""]
+        out.append(", ".join(f"[{p.code}]({p.code}.md)" for p in sorted(ps, key=lambda p: _number(p.code))))
         out.append("")
     return "\n".join(out)

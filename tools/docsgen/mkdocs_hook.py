@@ -20,12 +20,12 @@ log = logging.getLogger("mkdocs.hooks.kvcanary")
 def on_pre_build(config: Any, **kwargs: Any) -> None:
     """Write the error catalog, contracts, support matrix and benchmarks pages into ``docs_dir``.
 
-    The benchmark results are read from ``benchmarks/results`` beside ``mkdocs.yml``; the package's copy of the
-    pages (``kvcanary/catalog.json.gz``) is rewritten too.
+    The benchmark results are read from ``benchmarks/results`` beside ``mkdocs.yml``. The package's copy of
+    the pages (``kvcanary/catalog.json.gz``) is left alone: ``kvcanary docs`` writes it, a test checks it.
     """
     from tools.docsgen import RESULTS_SUBDIR, generate
 
     root = Path(config["config_file_path"]).resolve().parent
-    report = generate(Path(config["docs_dir"]), results_dir=root / RESULTS_SUBDIR, package_root=root)
+    report = generate(Path(config["docs_dir"]), results_dir=root / RESULTS_SUBDIR)
     if report.stale:
         log.info("kvcanary: regenerated %d page(s), removed %d", len(report.written), len(report.removed))
