@@ -56,20 +56,26 @@ class CudaBackend(Backend):
         return hit
 
 
+def _device_missing() -> Reason | None:
+    """Why torch offers no NVIDIA device here (None: it does). Reported before any missing package: on a
+    machine without a GPU, the package is not what stands in the way."""
+    if getattr(torch.version, "hip", None):
+        return Reason(ReasonKind.DEVICE, "cuda: this torch is a ROCm/HIP build; cuda.core needs NVIDIA CUDA")
+    if not torch.cuda.is_available():
+        return Reason(ReasonKind.DEVICE, "cuda: torch sees no CUDA device")
+    return None
+
+
 def _availability() -> list[Reason]:
     from kvcanary.backends.cuda._toolchain import core_missing, nvrtc_missing
 
-    reasons = []
+    device = _device_missing()
+    reasons = [device] if device is not None else []
     missing = core_missing()
     if missing is not None:
         reasons.append(Reason(ReasonKind.PACKAGE, f"cuda: {missing}",
                               hint="pip install 'kvcanary[cuda]' (cuda-core, with cuda-bindings)"))
-        return reasons
-    if getattr(torch.version, "hip", None):
-        reasons.append(Reason(ReasonKind.DEVICE, "cuda: this torch is a ROCm/HIP build; cuda.core needs NVIDIA CUDA"))
-        return reasons
-    if not torch.cuda.is_available():
-        reasons.append(Reason(ReasonKind.DEVICE, "cuda: torch sees no CUDA device"))
+    if reasons:
         return reasons
     missing = nvrtc_missing()
     if missing is not None:

@@ -60,7 +60,8 @@ def _device_table(dev: torch.device, verbose: bool) -> list[str]:
     for op in Op:
         cells = []
         for (name, backend), w in zip(backends, widths, strict=True):
-            reasons = list(backend.static_reasons(op, dev))
+            # where a backend runs comes first: "runs on cuda, not cpu" says more than a missing package
+            reasons = sorted(backend.static_reasons(op, dev), key=lambda r: r.kind is not ReasonKind.DEVICE)
             if problem is not None:
                 reasons.insert(0, Reason(ReasonKind.DEVICE, f"torch cannot use {dev}: {problem[0]}", problem[1]))
             if reasons:

@@ -195,6 +195,21 @@ def test_availability_and_device_reasons_do_not_raise() -> None:
     assert explained, "the cuda backend does not run on the CPU"
 
 
+def test_without_a_device_the_device_reason_comes_before_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only machine is told "no CUDA device" first, not to install kvcanary[cuda]."""
+    from kvcanary.backends import cuda as cuda_backend
+    from kvcanary.backends.cuda import _toolchain
+    from kvcanary.registry import ReasonKind
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: "cuda.core is not usable: No module named 'cuda'")
+    reasons = cuda_backend._availability()
+    assert [r.kind for r in reasons] == [ReasonKind.DEVICE, ReasonKind.PACKAGE], reasons
+    assert "torch sees no CUDA device" in reasons[0].message
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: None)
+    assert [r.kind for r in cuda_backend._availability()] == [ReasonKind.DEVICE]
+
+
 # -- host-side packing ----------------------------------------------------------------------------------------
 def _sample_calls() -> list[tuple[Any, dict[str, Any]]]:
     """(operation module, kwargs on CPU tensors) covering every specialization key."""
