@@ -7,8 +7,8 @@ current stream, by its raw handle:
 
 - nothing is built against torch (no C++ extension, no ABI coupling to a torch or compiler version), and
   the GPU machine already carries cuda.core and NVRTC;
-- NVRTC compiles one specialization in about 0.1-0.5 s, for the GPU that is present (``sm_XY`` read from the
-  device at run time), and each cubin is cached on disk;
+- NVRTC compiles one specialization for the GPU that is present (``sm_XY`` read from the device at run time)
+  at the first launch that needs it, and each cubin is cached on disk;
 - the launches are ordinary kernel launches on torch's stream, so they are ordered with torch's work and are
   recorded by ``torch.cuda.graph`` capture; no kernel allocates, syncs or reads a device value on the host;
 - the sources include no header (NVRTC has no host headers), so CI compiles every one of them with NVRTC and
