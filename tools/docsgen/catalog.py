@@ -414,9 +414,9 @@ def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
     ]
     for (label, src), tail in zip(fixed, tails, strict=True):
         title = "Corrected call" if label == "the valid call" else f"Corrected call: {label}"
-        shown = src if tail is None else tail
+        body = src if tail is None else tail
         head = imports if tail is None else ""
-        ex_blocks.append(Code(head + shown, "python", title, _shifted(_marked(shown), head)))
+        ex_blocks.append(Code(head + body, "python", title, _shifted(_marked(body), head)))
     if ce.preempted:
         who = "; ".join(f"`{obj}` (its constructor would raise {code} first)" for obj, code in ce.preempted)
         ex_blocks.append(Note(
