@@ -151,6 +151,18 @@ def test_an_error_page_renders(browser: WebDriver, server: str) -> None:
     assert f"kvcanary explain {code}" in browser.run("return document.querySelector('article').innerText")
 
 
+def test_the_catalog_index_keeps_argument_names_whole(browser: WebDriver, server: str) -> None:
+    """No argument name in the index's tables breaks across lines (each code element is one line box)."""
+    browser.get(f"{server}/errors/")
+    count = browser.wait_for("const n = document.querySelectorAll('article .kvc-codes td code').length; "
+                             "return n > 0 ? n : null;")
+    assert isinstance(count, int) and count > 500
+    found = browser.run("const b = [...document.querySelectorAll('article .kvc-codes td code')]"
+                        ".filter(c => c.getClientRects().length > 1).map(c => c.textContent); "
+                        "return {count: b.length, names: b.slice(0, 10)};")
+    assert found.get("count") == 0, found
+
+
 def test_search_finds_an_error_code(browser: WebDriver, server: str) -> None:
     code = sorted(codes.by_code())[len(codes.by_code()) // 2]
     browser.get(f"{server}/?q={code}")
