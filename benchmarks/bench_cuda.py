@@ -50,14 +50,14 @@ import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks import floors_cuda as fc
 from benchmarks.report import Report, machine
-from kvcanary.backends.cuda import preload
-from kvcanary.backends.cuda import verify as cverify
-from kvcanary.backends.cuda._toolchain import cdiv, core, loaded
-from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
 from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.registry import Op
 from kvcanary.testing import builders, calls
 from kvcanary.testing.parity import launcher
+from kvcanary_backends.cuda import preload
+from kvcanary_backends.cuda import verify as cverify
+from kvcanary_backends.cuda._toolchain import cdiv, core, loaded
+from kvcanary_backends.cuda.write import WARPS as WRITE_WARPS
 from tools import workloads
 
 MI = 1 << 20

@@ -12,8 +12,6 @@ from typing import Any
 
 import torch
 
-from kvcanary.backends.torch_ref._hash import mix3, splitmix64
-from kvcanary.backends.torch_ref._records import fold_sources
 from kvcanary.consts import (
     CANARY_SLOT_BYTES,
     RealKvHashMode,
@@ -33,6 +31,8 @@ from kvcanary.testing.builders import (
     write_kwargs,
     write_plan,
 )
+from kvcanary_backends.torch_ref._hash import mix3, splitmix64
+from kvcanary_backends.torch_ref._records import fold_sources
 
 _CHUNK = 1 << 22  # slots stamped per pass, to bound temporaries at any buffer size
 

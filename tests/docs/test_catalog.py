@@ -11,8 +11,8 @@ import pytest
 import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
-from kvcanary.contracts import ContractError
 from kvcanary.errors import CODEBOOK_PATH
+from kvcanary_contracts import ContractError
 from tools.docsgen import catalog as cat
 from tools.docsgen import generate
 

@@ -8,9 +8,9 @@ import torch
 
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
-from kvcanary.contracts import ContractError
-from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from kvcanary.registry import use_backend
+from kvcanary_contracts import ContractError
+from kvcanary_contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from tests.contracts.toy import Plan, ToyLaunch, valid
 from tools.docsgen.catalog import catalog, corrected_tail, example_imports, namespace
 
@@ -62,7 +62,7 @@ def test_corrected_calls_show_only_what_follows_the_failing_calls_setup() -> Non
 def test_example_imports_name_only_what_the_code_uses() -> None:
     src = "plan = WritePlan.allocate(write_req_capacity=4, device='cpu')\nx = unchecked(SimpleNamespace, a=plan)\n"
     assert example_imports(src) == ("from types import SimpleNamespace\nfrom kvcanary import WritePlan\n"
-                                    "from kvcanary.contracts.examples import unchecked  # builds an object without "
+                                    "from kvcanary_contracts.examples import unchecked  # builds an object without "
                                     "its checks\n\n")
     assert example_imports("x = 1\n") == ""
 

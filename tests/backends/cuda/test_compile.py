@@ -22,7 +22,11 @@ import torch
 
 import kvcanary as kc
 from kvcanary import consts
-from kvcanary.backends.cuda import (
+from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.hashing import ANCHOR_HASH
+from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing.builders import context
+from kvcanary_backends.cuda import (
     BACKEND,
     plan,
     plan_entries,
@@ -31,12 +35,8 @@ from kvcanary.backends.cuda import (
     verify,
     write,
 )
-from kvcanary.backends.cuda._specs import KEYS, all_specs
-from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
-from kvcanary.contract.verify import VerifyLaunch
-from kvcanary.hashing import ANCHOR_HASH
-from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.builders import context
+from kvcanary_backends.cuda._specs import KEYS, all_specs
+from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
 from tools.scenarios import GENERATORS, kv_sources
@@ -197,9 +197,9 @@ def test_availability_and_device_reasons_do_not_raise() -> None:
 
 def test_without_a_device_the_device_reason_comes_before_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU-only machine is told "no CUDA device" first, not to install kvcanary[cuda]."""
-    from kvcanary.backends import cuda as cuda_backend
-    from kvcanary.backends.cuda import _toolchain
     from kvcanary.registry import ReasonKind
+    from kvcanary_backends import cuda as cuda_backend
+    from kvcanary_backends.cuda import _toolchain
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(_toolchain, "core_missing", lambda: "cuda.core is not usable: No module named 'cuda'")
