@@ -76,3 +76,17 @@ def test_real_kv_rows_must_be_16_byte_multiples() -> None:
         CanaryManager.attach(pool=pool, capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL))
     mgr = CanaryManager.attach(pool=pool, capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.NONE))
     assert mgr.groups[0].real_kv_sources_k == ()
+
+
+def test_input_assert_without_expected_tensors_is_the_write_rule_before_any_launch() -> None:
+    """With ``enable_write_input_assert`` a batch without the oracle's tensors is refused while it is staged,
+    with the write launch's own rule (KVC-W083), before the plan or any verify of the forward runs."""
+    from kvcanary.errors import ContractError
+    from tests.manager.world import Req, make_world
+
+    w = make_world(config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_write_input_assert=True))
+    counters = w.manager.state.kernel_run_counters.clone()
+    with pytest.raises(ContractError) as info:
+        w.forward([(Req(row=1, slots=[3, 4], tokens=[7, 8]), 0, 2)])
+    assert info.value.code == "KVC-W083" and "expected input tensors are required" in str(info.value)
+    assert torch.equal(w.manager.state.kernel_run_counters, counters), "a launch ran before the refusal"
