@@ -62,15 +62,15 @@ CanaryConfigContract = settings_contract(
                 "MAX_REAL_KV_SOURCES of them.",
             fix="Pass at most MAX_REAL_KV_SOURCES; the rotation still reaches every layer, over more forwards."),
         Relation(
-            name="layer_rotation_needs_real_kv", require="layer_rotation == 0 or real_kv_mode != RealKvHashMode.NONE",
+            name="layer_rotation_needs_real_kv", require="layer_rotation == 0 or real_kv_mode.name != 'NONE'",
             over=("layer_rotation", "real_kv_mode"),
             message="CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL",
             why="The rotation chooses which layers' K/V bytes the records fingerprint; without a fingerprint "
                 "there is nothing to rotate.",
             fix="Set real_kv_mode to PARTIAL or ALL, or layer_rotation to 0.",
-            breaks={"real_kv_mode": "RealKvHashMode.NONE"}),
+            breaks={"real_kv_mode": RealKvHashMode.NONE}),
     ),
-    constants={"MAX_REAL_KV_SOURCES": MAX_REAL_KV_SOURCES, "RealKvHashMode": RealKvHashMode},
+    constants={"MAX_REAL_KV_SOURCES": MAX_REAL_KV_SOURCES},
 )
 
 validate_canary_config = validator(CanaryConfigContract)

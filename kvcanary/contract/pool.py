@@ -6,6 +6,8 @@ every full slot.
 """
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 import torch
@@ -19,6 +21,20 @@ from kvcanary.errors import FAMILY
 
 _TYPE = {"type": ContractTypeError}
 _GROUP = {"group": "kind.name"}  # "PoolGroupSpec(FULL)" / "PoolGroupSpec(SWA)" in the messages
+
+
+@dataclass(frozen=True)
+class _Helper:
+    """A function a rule calls, shown in the catalog ("Here `name` = ...") by what it returns."""
+
+    fn: Callable[..., object]
+    returns: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> object:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return self.returns
 
 
 def first_bad_layer(layers: Any, k_layer0: torch.Tensor) -> int:
@@ -43,7 +59,8 @@ class PoolGroupSpecContract(Contract):
     contract: ClassVar[ContractInfo] = FAMILY.contract(
         "PoolGroupSpec", "K", "One group of the KV pool: its layer-0 buffers, and for SWA its window and table.",
         device_key="k_layer0",
-        constants={"first_bad_layer": first_bad_layer},
+        constants={"first_bad_layer": _Helper(first_bad_layer, "the index of the first entry of `layers` that is "
+                                              "not a [num_slots, ...] buffer like k_layer0 (-1: none)")},
         rules=(
             RequiredWhen(
                 when="kind.name == 'SWA'", fields=("full_to_swa_index_mapping",), values=_GROUP,
@@ -75,7 +92,7 @@ class PoolGroupSpecContract(Contract):
                 why="Slot 0 is the padding slot engines point unused entries at; a pool needs a real slot beside "
                 "it.",
                 fix="Pass the whole pool buffer (one row per slot, padding slot included).",
-                breaks={"k_layer0": Resize(0, 1)}),
+                breaks={"k_layer0": Resize(0, 1), "v_layer0": Resize(0, 1)}),
             Relation(
                 name="v_layer0_slots", require="v_layer0.shape[0] == k_layer0.shape[0]", when="v_layer0 is not None",
                 values={**_GROUP, "k_slots": "k_layer0.shape[0]", "v_slots": "v_layer0.shape[0]"},
@@ -120,7 +137,8 @@ class KvPoolSpecContract(Contract):
 
     contract: ClassVar[ContractInfo] = FAMILY.contract(
         "KvPoolSpec", "K", "The pool a manager protects: its groups, req_to_token and the token offset.",
-        constants={"group_kinds": group_kinds, "replace": dataclasses.replace},
+        constants={"group_kinds": _Helper(group_kinds, "the kind names of `groups`, in order"),
+                   "replace": _Helper(dataclasses.replace, "`dataclasses.replace`")},
         rules=(
             Relation(
                 name="groups_full_then_swa", require="group_kinds(groups) in (('FULL',), ('FULL', 'SWA'))",
