@@ -2,9 +2,10 @@
 
 A settings object (``CanaryConfig``, ``CanaryCapacities``, ...) is a frozen dataclass whose ``__post_init__``
 runs the checker of a contract built here from ``{field: Setting}``: adding a field with a range is one entry
-(``count(...)``; ``setting(...)`` for any other type). Type errors are :class:`ContractTypeError`\\ s, both a
-``TypeError`` and a ``ValueError``, since the checks they replace raised one or the other. Every rule names
-the line it is declared on (the catalog's "where it is declared"), not this module.
+(``count(...)``; ``setting(...)`` for any other type); a rule between fields is one ``Relation`` in the
+contract's ``rules``. A wrong type raises :class:`ContractTypeError`, both a ``TypeError`` and a ``ValueError``
+(the hand-written checks these replace raised one or the other). Every check names the line it is declared on
+(the catalog's "where it is declared"), not this module.
 """
 
 import sys
@@ -31,7 +32,7 @@ def declared_here() -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """One field: its type (or types), what it means, and the rules that read only it.
+    """One field: its type, what it means, and the rules that read only it.
 
     ``rules`` are built once the field's name and label are known: each is called with ``(name, label)``.
     """

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import pytest
 import torch
 
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
+from kvcanary.contracts import ContractError
 from kvcanary.manager import CanaryCapacities, CanaryConfig, KvPoolSpec, PoolGroupSpec
 
 
@@ -25,13 +29,27 @@ def test_from_strings_is_case_insensitive_and_rejects_unknown_values() -> None:
     ("health_every", True, "must be a positive int"),
 ])
 def test_config_fields(field: str, value: object, rule: str) -> None:
-    with pytest.raises(ValueError, match=rf"CanaryConfig.{field} {rule}"):
+    with pytest.raises(ValueError, match=rf"CanaryConfig.{field} {rule}") as info:
         CanaryConfig(**{field: value})  # type: ignore[arg-type]
+    assert isinstance(info.value, ContractError) and re.fullmatch(r"KVC-C\d{3}", info.value.code)
+    assert info.value.arguments[0] in (field, f"CanaryConfig.{field}")
 
 
 def test_config_enum_types() -> None:
-    with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode"):
+    with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode") as info:
         CanaryConfig(mode="log")  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError), "a ContractTypeError: code catching either keeps working"
+
+
+def test_a_config_field_without_a_setting_is_refused() -> None:
+    """The contract checks every field of the dataclass: one added without its setting fails at once."""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Extended(CanaryConfig):
+        on_violation: str = "log"
+
+    with pytest.raises(TypeError, match="on_violation"):
+        Extended()
 
 
 def test_capacities() -> None:
