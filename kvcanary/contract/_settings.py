@@ -16,10 +16,10 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from kvcanary.contracts import Contract, ContractInfo, ContractTypeError, Relation, Rule, ScalarArg
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Contract, ContractInfo, ContractTypeError, Relation, Rule, ScalarArg
 
-_SKIP = ("kvcanary.contract._settings", "kvcanary.contracts", "contracts")
+_SKIP = ("kvcanary.contract._settings", "kvcanary_contracts", "contracts")
 
 
 def declared_here() -> str:

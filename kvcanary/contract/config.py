@@ -5,9 +5,9 @@ Adding a setting is one entry in the table (and, for a rule between settings, on
 
 from kvcanary.consts import MAX_REAL_KV_SOURCES, CanaryMode, RealKvHashMode
 from kvcanary.contract._settings import count, setting, settings_contract, validator
-from kvcanary.contracts import Relation
 from kvcanary.extensions import Extensions
 from kvcanary.manager.budget import VerifyBudget
+from kvcanary_contracts import Relation
 
 _STEPS_FIX = "Pass a positive number of steps (the default is 100)."
 

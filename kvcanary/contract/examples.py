@@ -21,12 +21,12 @@ from kvcanary.consts import (
     RealKvHashMode,
 )
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contracts.examples import ExampleSet, Variant
 from kvcanary.extensions import Extensions
 from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 Call = dict[str, object]
 

@@ -15,9 +15,9 @@ from pydantic import Field
 
 from kvcanary.consts import PoolKind
 from kvcanary.contract._settings import validator
-from kvcanary.contracts import Contract, ContractInfo, ContractTypeError, Relation, RequiredWhen, ScalarArg, TensorArg
-from kvcanary.contracts.mutations import Resize
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Contract, ContractInfo, ContractTypeError, Relation, RequiredWhen, ScalarArg, TensorArg
+from kvcanary_contracts.mutations import Resize
 
 _TYPE = {"type": ContractTypeError}
 _GROUP = {"group": "kind.name"}  # "PoolGroupSpec(FULL)" / "PoolGroupSpec(SWA)" in the messages

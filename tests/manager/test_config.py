@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
-from kvcanary.contracts import ContractError
 from kvcanary.manager import CanaryCapacities, CanaryConfig, KvPoolSpec, PoolGroupSpec
+from kvcanary_contracts import ContractError
 
 
 def test_from_strings_is_case_insensitive_and_rejects_unknown_values() -> None:
