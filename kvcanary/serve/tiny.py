@@ -52,7 +52,7 @@ def build_tiny_model(path: str | Path, *, seed: int = 0, vocab_size: int = 192, 
     torch.manual_seed(seed)
     cfg: Any = transformers.LlamaConfig(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024, initializer_range=0.5,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     llama: Any = transformers.LlamaForCausalLM
     generation: Any = transformers.GenerationConfig
