@@ -99,7 +99,7 @@ class HealthSink:
         if last is not None and stats.step < last.step:  # a new manager (a new cache): keep what the old saw
             self._retire(last)
         self._stats = stats
-        if stats.watchdog_error is not None and self._watchdog_error is None:
+        if stats.watchdog_error is not None and self._watchdog_error is None:  # sticky, kept across managers
             self._watchdog_error = stats.watchdog_error
 
     def _retire(self, last: StepStats) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 PREFIX = "kvcanary"
 WATCHDOG_STATES = ("warmup", "ok", "failed")
 _SWEEP_TAGS = {"full": CanaryLaunchTag.SWEEP_K_FULL, "swa": CanaryLaunchTag.SWEEP_K_SWA}
+_SWEEP_INDEX = tuple((group, int(tag)) for group, tag in _SWEEP_TAGS.items())
 _SWEEP_V = {"full": CanaryLaunchTag.SWEEP_V_FULL, "swa": CanaryLaunchTag.SWEEP_V_SWA}
 
 
@@ -97,9 +98,10 @@ class MetricsSink:
         self._stats = stats
         counters = stats.kernel_run_counters
         if counters:
-            for group, tag in _SWEEP_TAGS.items():  # sweep age: the step the device last counted a sweep launch
-                if counters[tag] != self._sweep_count[group]:
-                    self._sweep_count[group] = counters[tag]
+            seen = self._sweep_count
+            for group, i in _SWEEP_INDEX:  # sweep age: the step the device last counted a sweep launch
+                if counters[i] != seen[group]:
+                    seen[group] = counters[i]
                     self._sweep_step[group] = stats.snapshot_step or 0
 
     def _retire(self, last: StepStats) -> None:

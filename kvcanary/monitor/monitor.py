@@ -35,6 +35,7 @@ class Monitor:
 
             self.metrics = MetricsSink(registry=registry, health=self.health)
         self._sinks = [s for s in (self.health, self.events, self.metrics) if s is not None]
+        self._steppers = [s for s in (self.health, self.metrics) if s is not None]  # the events need no steps
 
     def status(self) -> CanaryHealth:
         """The canary's health now (:class:`~kvcanary.monitor.health.CanaryHealth`)."""
@@ -54,5 +55,5 @@ class Monitor:
             s.on_decision(decision)
 
     def on_step(self, stats: StepStats) -> None:
-        for s in self._sinks:
+        for s in self._steppers:
             s.on_step(stats)
