@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 HEALTH_ROUTE = "/kvcanary/health"
 METRICS_ROUTE = "/metrics"
 POLICIES = ("log", "raise", "isolate")
+_LOGGERS = ("uvicorn.access", "uvicorn.error", "transformers")
 
 
 def require_serving() -> None:
@@ -113,6 +114,7 @@ class CanaryServer:
         self._server: Any = None
         self._sock: socket.socket | None = None
         self._error: BaseException | None = None
+        self._levels: dict[str, int] = {}
 
     @property
     def url(self) -> str:
@@ -135,6 +137,7 @@ class CanaryServer:
             def start_server(self) -> None:  # kvcanary starts uvicorn itself, on a socket it bound
                 pass
 
+        self._levels = {name: logging.getLogger(name).level for name in _LOGGERS}  # restored by stop()
         kwargs: dict[str, Any] = {"force_model": str(self.model_dir), "continuous_batching": True,
                                   "device": self.device, "host": self.host, "port": self.port,
                                   "non_blocking": True, "log_level": "error" if self.quiet else "warning"}
@@ -149,7 +152,7 @@ class CanaryServer:
         app = serve.server.config.app
         self.mount(app, self.monitor, self.registry)
         if self.quiet:
-            for name in ("uvicorn.access", "uvicorn.error", "transformers"):
+            for name in _LOGGERS:
                 logging.getLogger(name).setLevel(logging.ERROR)
         self._sock = sock = _bound_socket(self.host, self.port)
         self.port = int(sock.getsockname()[1])
@@ -217,6 +220,9 @@ class CanaryServer:
             self._sock.close()
             self._sock = None
         self._server = None
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
+        self._levels.clear()
 
     def __enter__(self) -> CanaryServer:
         return self.start()
