@@ -178,7 +178,9 @@ class CanaryServer:
     @staticmethod
     def mount(app: Any, monitor: Monitor, registry: CollectorRegistry) -> None:
         """Add ``/metrics`` (prometheus-client's ASGI app on ``registry``) and ``/kvcanary/health`` (the
-        monitor's status as JSON; 503 when ``failed``) to a FastAPI ``app``."""
+        monitor's status as JSON; 503 when ``failed``) to a FastAPI ``app`` (before it starts), and return a
+        request that kvcanary failed as an OpenAI-style JSON error with kvcanary's text, where the app would
+        otherwise answer a bare ``Internal Server Error``."""
         from fastapi.responses import JSONResponse
         from prometheus_client import make_asgi_app
         from starlette.routing import Route
@@ -196,6 +198,15 @@ class CanaryServer:
             return JSONResponse(status.to_dict(), status_code=status.http_status)
 
         app.add_api_route(HEALTH_ROUTE, health, methods=["GET"])
+
+        async def failed_by_kvcanary(request: Any, exc: Exception) -> JSONResponse:
+            text = str(exc)
+            if "kv-canary" not in text:
+                raise exc  # anything else: the app's own 500, as before
+            return JSONResponse({"error": {"message": text, "type": "kv_canary_error", "code": "kv_canary"}},
+                                status_code=500)
+
+        app.add_exception_handler(RuntimeError, failed_by_kvcanary)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop serving, stop transformers' batching thread, detach the canary (idempotent)."""
