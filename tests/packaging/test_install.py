@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary.contracts.examples", "kvcanary.contracts.stubs",
+TOOLING = ("kvcanary.docsgen", "kvcanary.testing", "kvcanary_contracts.examples", "kvcanary_contracts.stubs",
            "kvcanary.launch.stubs", "kvcanary.launch.__main__", "kvcanary.contract.examples", "kvcanary.mypy", "tests",
            "benchmarks")
 
@@ -91,7 +91,7 @@ def test_wheel_serves_the_public_api_beside_a_users_packages(wheel_install: Path
             f"assert kc.__file__.startswith({str(wheel_install)!r}), kc.__file__; "
             "assert {'torch_ref', 'triton', 'cuda'} <= set(kc.registered_backends()); "
             "assert all(b.ops for b in kc.registered_backends().values()); "
-            "import kvcanary.backends.torch_ref as t; "
+            "import kvcanary_backends.torch_ref as t; "
             f"assert t.__file__.startswith({str(wheel_install)!r}); print('ok')")
     res = _python([user_project, wheel_install], user_project, "-c", code)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
