@@ -50,15 +50,15 @@ import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks import floors_cuda as fc
 from benchmarks.report import Report, machine
-from kvcanary.backends.cuda import preload
-from kvcanary.backends.cuda import verify as cverify
-from kvcanary.backends.cuda._toolchain import cdiv, core, loaded
-from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
 from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.registry import Op
 from kvcanary.testing import calls
 from kvcanary.testing import scenarios as sc
 from kvcanary.testing.parity import launcher
+from kvcanary_backends.cuda import preload
+from kvcanary_backends.cuda import verify as cverify
+from kvcanary_backends.cuda._toolchain import cdiv, core, loaded
+from kvcanary_backends.cuda.write import WARPS as WRITE_WARPS
 
 MI = 1 << 20
 GATHER_BYTES = 2 * 32 + 16 + 8  # what the gather floor moves per entry: two records, two indices in, 8 B out

@@ -31,10 +31,10 @@ import kvcanary as kc
 from benchmarks import floors_cuda as fc
 from benchmarks import timing
 from benchmarks.report import Report, machine
-from kvcanary.backends.cuda.write import WARPS as WRITE_WARPS
-from kvcanary.backends.triton._jit import TUNING
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.testing import scenarios as sc
+from kvcanary_backends.cuda.write import WARPS as WRITE_WARPS
+from kvcanary_backends.triton._jit import TUNING
 
 DEV = torch.device("cuda")
 BACKENDS = ("cuda", "triton")

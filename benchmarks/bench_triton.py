@@ -50,11 +50,11 @@ import torch
 import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks.report import Report, machine
-from kvcanary.backends.triton._jit import TUNING
 from kvcanary.testing import scenarios as sc
+from kvcanary_backends.triton._jit import TUNING
 
 if "triton" not in kc.registered_backends():  # a checkout that is not pip-installed has no entry-point metadata
-    from kvcanary.backends.triton import BACKEND as _TRITON
+    from kvcanary_backends.triton import BACKEND as _TRITON
 
     kc.register_backend(_TRITON)
 

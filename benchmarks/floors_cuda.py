@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 from benchmarks import timing
-from kvcanary.backends.cuda._pack import fold
-from kvcanary.backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import WritePlan
+from kvcanary_backends.cuda._pack import fold
+from kvcanary_backends.cuda._toolchain import Compiled, Spec, cdiv, launch, load
 
 PROBE_DIR = Path(__file__).resolve().parent  # floors_probes.cu
 

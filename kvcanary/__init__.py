@@ -54,7 +54,6 @@ if TYPE_CHECKING:
         RealKvHashMode,
     )
     from kvcanary.context import VerifyOrWriteContext
-    from kvcanary.contracts import ContractError, ContractTypeError
     from kvcanary.extensions import Extensions
     from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
     from kvcanary.launch.plan import launch_canary_plan_kernels
@@ -92,6 +91,7 @@ if TYPE_CHECKING:
     )
     from kvcanary.sources import RealKvSource
     from kvcanary.violations import Violation, ViolationLog, ViolationSnapshot, format_violation
+    from kvcanary_contracts import ContractError, ContractTypeError
 
 __version__ = "0.1.0"
 

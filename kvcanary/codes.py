@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from kvcanary.contracts import Check, Contract, all_contracts
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Check, Contract, all_contracts
 
 CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.contract.real_kv_source",

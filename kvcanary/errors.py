@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvcanary.contracts import CodeBook, ContractError, ContractTypeError, Family
+from kvcanary_contracts import CodeBook, ContractError, ContractTypeError, Family
 
 CODEBOOK_PATH = Path(__file__).with_name("codebook.json")
 

@@ -1,7 +1,7 @@
 """Every operation as a ``torch.library`` operator, ``torch.ops.kvcanary.<operation>``.
 
 Each launcher registers its operator when its module is imported; :func:`operators` imports them all. The
-schema is derived from the operation's contract (:mod:`kvcanary.contracts.torch_op`): structs flattened
+schema is derived from the operation's contract (:mod:`kvcanary_contracts.torch_op`): structs flattened
 into their tensors and scalars, the tensors the launch writes marked as mutated, ``backend`` last. While
 ``torch.compile`` traces a launcher, the launcher calls its operator; elsewhere it never does.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib
 
-from kvcanary.contracts.torch_op import ContractOp
 from kvcanary.launch._make import OPERATORS
 from kvcanary.registry import Op
+from kvcanary_contracts.torch_op import ContractOp
 
 _MODULES = {
     Op.PLAN: "plan", Op.PLAN_OFFSETS: "plan_offsets", Op.PLAN_ENTRIES: "plan_entries", Op.WRITE: "write",

@@ -8,7 +8,7 @@ reported at the call as ``KVC-W083: <the runtime message>`` with mypy error code
 ``Tensor | None``) are left to the runtime check.
 
 The rules are the contracts' own rule objects, and a rule counts as broken exactly when one of the
-assignments that the launchers' typed stubs mark ``@deprecated`` holds (:func:`kvcanary.contracts.stubs.
+assignments that the launchers' typed stubs mark ``@deprecated`` holds (:func:`kvcanary_contracts.stubs.
 witnesses`), so the plugin, the stubs and the runtime cannot disagree. Tooling: runtime code never imports
 this module, and importing it needs mypy.
 """
@@ -55,8 +55,8 @@ class LauncherRules:
 
 def launcher_rules() -> dict[str, LauncherRules]:
     """Every launcher with presence rules, by its full name (``kvcanary.launch.write.launch_canary_write_kernel``)."""
-    from kvcanary.contracts.stubs import presence, witnesses
     from kvcanary.launch.stubs import modules
+    from kvcanary_contracts.stubs import presence, witnesses
 
     out: dict[str, LauncherRules] = {}
     for module_name in modules():

@@ -27,8 +27,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kvcanary.backends.triton import write as triton_write
-from kvcanary.backends.triton._jit import TUNING
+from kvcanary_backends.triton import write as triton_write
+from kvcanary_backends.triton._jit import TUNING
 
 # sm_90 limits (CUDA occupancy rules): registers are allocated per warp in units of 256
 REGS_PER_SM, MAX_BLOCKS, MAX_WARPS, REG_UNIT = 65536, 32, 64, 256

@@ -4,7 +4,7 @@
 import torch
 
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
-from kvcanary.contracts import Relation, RequiredWhen, TensorArg
+from kvcanary_contracts import Relation, RequiredWhen, TensorArg
 
 i64, i32 = torch.int64, torch.int32
 BS = ("bs",)

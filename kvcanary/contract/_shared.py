@@ -5,11 +5,11 @@ import torch
 
 from kvcanary.consts import MAX_REAL_KV_SOURCES, PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
-from kvcanary.contracts.mutations import Misalign, Resize
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
+from kvcanary_contracts import ItemsArg, Relation, ScalarArg, StructArg, TensorArg
+from kvcanary_contracts.mutations import Misalign, Resize
 
 i64, i32, u8 = torch.int64, torch.int32, torch.uint8
 

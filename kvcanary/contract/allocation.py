@@ -9,8 +9,8 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from kvcanary.contracts import Checker, Contract, ContractInfo, Relation, ScalarArg
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Checker, Contract, ContractInfo, Relation, ScalarArg
 
 _FIX = "Size it from the engine's capacities (see `CanaryCapacities`); it must hold at least one entry."
 

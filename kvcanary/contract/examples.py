@@ -14,10 +14,10 @@ import torch
 
 from kvcanary.consts import CANARY_SLOT_BYTES, PLAN_OFFSETS_SCRATCH_LEN, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contracts.examples import ExampleSet, Variant
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 Call = dict[str, object]
 

@@ -19,10 +19,10 @@ from kvcanary.contract._shared import (
     verify_plan_struct,
     write_plan_struct,
 )
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan, WritePlan
+from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
 
 NAME = "launch_canary_plan_kernels"
 _VERIFY_OUT: StructArg = verify_plan_struct("verify_plan_out.", "plan_verify_capacity")

@@ -8,9 +8,9 @@ from pydantic import Field
 
 from kvcanary.contract import _plan_inputs as p
 from kvcanary.contract._shared import EXTENSIONS, EXTENSIONS_DOC
-from kvcanary.contracts import Contract, ContractInfo, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
+from kvcanary_contracts import Contract, ContractInfo, ScalarArg, TensorArg
 
 NAME = "launch_plan_entries_kernel"
 _CAP = ("verify_capacity",)

@@ -12,8 +12,8 @@ from pydantic import Field
 
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.contract import _plan_inputs as p
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
 
 NAME = "launch_plan_offsets_kernel"
 

@@ -6,9 +6,9 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
-from kvcanary.contracts.mutations import PadStride, Resize
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
+from kvcanary_contracts.mutations import PadStride, Resize
 
 _WHY_VIEW = "The source must be a view of the live KV pool so the hash reads the bytes attention reads."
 

@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
 
 _TYPE_ERR = {"dtype": ContractTypeError}
 _R1 = {"rank": "scatter_req_token_ids {name} must be 1-D, got shape {shape}",

@@ -7,10 +7,10 @@ from pydantic import Field
 
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, VERIFY_WRITES, verify_plan_struct
-from kvcanary.contracts import Contract, ContractInfo, ScalarArg
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.plans import VerifyPlan
+from kvcanary_contracts import Contract, ContractInfo, ScalarArg
 
 
 class VerifyLaunch(Contract):

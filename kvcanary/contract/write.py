@@ -10,7 +10,10 @@ from pydantic import Field
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.contract import _plan_inputs as p
 from kvcanary.contract._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
-from kvcanary.contracts import (
+from kvcanary.errors import FAMILY
+from kvcanary.extensions import Extensions
+from kvcanary.plans import WritePlan
+from kvcanary_contracts import (
     Contract,
     ContractInfo,
     ForbiddenUnless,
@@ -19,9 +22,6 @@ from kvcanary.contracts import (
     ScalarArg,
     TensorArg,
 )
-from kvcanary.errors import FAMILY
-from kvcanary.extensions import Extensions
-from kvcanary.plans import WritePlan
 
 _TOKENS = ("num_tokens",)
 _EXPECTED = ("expected_input_tokens", "expected_input_positions")

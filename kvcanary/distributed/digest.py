@@ -111,7 +111,7 @@ def fused_fold(device: torch.device, fused: bool | None = None) -> FoldInto | No
     reasons = _triton_reasons(device)
     if not reasons:
         try:
-            from kvcanary.backends.triton.digest import fold_into
+            from kvcanary_backends.triton.digest import fold_into
         except ImportError as exc:  # a triton that finds its spec but does not import
             reasons = [Reason(ReasonKind.BROKEN, f"importing the fused fold failed: {type(exc).__name__}: {exc}")]
         else:

@@ -22,14 +22,14 @@ import torch
 import kvcanary
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
-from kvcanary.contracts import Check, Contract, ContractTypeError
-from kvcanary.contracts.checks import PHASE_NAMES
-from kvcanary.contracts.compiler import Node
-from kvcanary.contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
-from kvcanary.contracts.expr import Expr
-from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Check, Contract, ContractTypeError
+from kvcanary_contracts.checks import PHASE_NAMES
+from kvcanary_contracts.compiler import Node
+from kvcanary_contracts.examples import Counterexample, counterexample, mark_changes, render_call, unchecked
+from kvcanary_contracts.expr import Expr
+from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 
 KIND_TITLES: Mapping[str, str] = {
     "type": "type",
@@ -107,7 +107,7 @@ def example_imports(*sources: str) -> str:
     if public:
         lines.append(f"from kvcanary import {', '.join(public)}")
     if "unchecked" in names:
-        lines.append("from kvcanary.contracts.examples import unchecked  # builds an object without its checks")
+        lines.append("from kvcanary_contracts.examples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
 
 

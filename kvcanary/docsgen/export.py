@@ -13,13 +13,13 @@ from typing import Any
 
 import kvcanary
 from kvcanary import codes
-from kvcanary.contracts import Check, Contract
-from kvcanary.contracts.checks import PHASE_NAMES
-from kvcanary.contracts.compiler import Node
-from kvcanary.contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
-from kvcanary.contracts.specs import ItemsArg, ScalarArg, StructArg, TensorArg
 from kvcanary.docsgen.catalog import anchor, declared
 from kvcanary.errors import FAMILY
+from kvcanary_contracts import Check, Contract
+from kvcanary_contracts.checks import PHASE_NAMES
+from kvcanary_contracts.compiler import Node
+from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
+from kvcanary_contracts.specs import ItemsArg, ScalarArg, StructArg, TensorArg
 
 FORMAT = "kvcanary-contracts/1"
 

@@ -7,10 +7,10 @@ rewrites them; a test fails when they drift from the contracts).
 
 from __future__ import annotations
 
-from kvcanary.contracts import Contract
-from kvcanary.contracts.launcher import Extra, Launcher, build_launcher
-from kvcanary.contracts.torch_op import ContractOp
 from kvcanary.registry import REGISTRY, Op
+from kvcanary_contracts import Contract
+from kvcanary_contracts.launcher import Extra, Launcher, build_launcher
+from kvcanary_contracts.torch_op import ContractOp
 
 EXTRAS = {"backend": Extra(None, "str | None", "str?")}
 NAMESPACE = "kvcanary"

@@ -10,7 +10,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-from kvcanary.contracts.stubs import StubLauncher, render
+from kvcanary_contracts.stubs import StubLauncher, render
 
 COMMAND = "python -m kvcanary.launch"
 

@@ -27,8 +27,6 @@ from typing import Any
 
 import torch
 
-from kvcanary.backends.torch_ref._hash import mix3, splitmix64
-from kvcanary.backends.torch_ref._records import fold_sources
 from kvcanary.consts import (
     CANARY_SLOT_BYTES,
     INVALID_SLOT,
@@ -44,6 +42,8 @@ from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.registry import Op
 from kvcanary.sources import RealKvSource
+from kvcanary_backends.torch_ref._hash import mix3, splitmix64
+from kvcanary_backends.torch_ref._records import fold_sources
 
 Device = torch.device | str
 Kwargs = dict[str, Any]

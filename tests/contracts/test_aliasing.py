@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import Field
 
-from kvcanary.contracts import (
+from kvcanary_contracts import (
     CodeBook,
     Contract,
     ContractDefinitionError,
@@ -26,7 +26,7 @@ from kvcanary.contracts import (
     StructArg,
     TensorArg,
 )
-from kvcanary.contracts.compiler import Span, first_overlap
+from kvcanary_contracts.compiler import Span, first_overlap
 
 FAMILY = Family(name="alias-toy", prefix="toy: ", codebook=CodeBook(Path("/nonexistent/alias-toy.json"), "AT"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvcanary.contracts import ContractError, ContractTypeError
+from kvcanary_contracts import ContractError, ContractTypeError
 from tests.contracts.toy import Plan, Src, ToyLaunch, valid
 
 check = ToyLaunch.checker()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import CodeBook, Contract, ContractDefinitionError, ContractInfo, Dim, Expr, Relation, TensorArg
+from kvcanary_contracts import CodeBook, Contract, ContractDefinitionError, ContractInfo, Dim, Expr, Relation, TensorArg
 from tests.contracts.toy import FAMILY, ToyLaunch
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import (
+from kvcanary_contracts import (
     CodeBook,
     Contract,
     ContractDefinitionError,
@@ -22,7 +22,7 @@ from kvcanary.contracts import (
     StructArg,
     TensorArg,
 )
-from kvcanary.contracts.torch_op import OpSignature
+from kvcanary_contracts.torch_op import OpSignature
 
 FAMILY = Family(name="op-toy", prefix="toy: ", codebook=CodeBook(Path("/nonexistent/op-toy.json"), "OT"))
 

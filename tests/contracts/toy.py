@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 import torch
 from pydantic import Field
 
-from kvcanary.contracts import (
+from kvcanary_contracts import (
     AllOrNone,
     CodeBook,
     Contract,

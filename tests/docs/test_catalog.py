@@ -11,10 +11,10 @@ import pytest
 import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
-from kvcanary.contracts import ContractError
 from kvcanary.docsgen import catalog as cat
 from kvcanary.docsgen import generate
 from kvcanary.errors import CODEBOOK_PATH
+from kvcanary_contracts import ContractError
 
 ROOT = Path(__file__).resolve().parents[2]
 

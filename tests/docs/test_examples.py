@@ -8,10 +8,10 @@ import torch
 
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
-from kvcanary.contracts import ContractError
-from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from kvcanary.docsgen.catalog import catalog, example_imports, namespace
 from kvcanary.registry import use_backend
+from kvcanary_contracts import ContractError
+from kvcanary_contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from tests.contracts.toy import Plan, ToyLaunch, valid
 
 
@@ -46,7 +46,7 @@ def test_page_code_runs_pasted_into_a_fresh_file(code: str) -> None:
 def test_example_imports_name_only_what_the_code_uses() -> None:
     src = "plan = WritePlan.allocate(write_req_capacity=4, device='cpu')\nx = unchecked(SimpleNamespace, a=plan)\n"
     assert example_imports(src) == ("from types import SimpleNamespace\nfrom kvcanary import WritePlan\n"
-                                    "from kvcanary.contracts.examples import unchecked  # builds an object without "
+                                    "from kvcanary_contracts.examples import unchecked  # builds an object without "
                                     "its checks\n\n")
     assert example_imports("x = 1\n") == ""
 

@@ -73,7 +73,7 @@ def _unavailable(backend: str) -> str | None:
     if backend == "cuda":
         return _support.cuda_skip_reason()
     if backend not in kc.registered_backends():  # a checkout that is not pip-installed has no entry points
-        from kvcanary.backends.triton import BACKEND
+        from kvcanary_backends.triton import BACKEND
 
         kc.register_backend(BACKEND)
     reasons = REGISTRY.explain(Op.VERIFY, torch.device("cuda")).get(backend)

@@ -10,8 +10,8 @@ import torch
 
 import kvcanary as kc
 from kvcanary import consts
-from kvcanary.backends.torch_ref import _hash
 from kvcanary.hashing import MASK64, chain_prev_hashes, fold_real_kv_bytes, real_kv_hash, to_int64, to_uint64
+from kvcanary_backends.torch_ref import _hash
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -1,7 +1,7 @@
 """Hostile arguments: every rule of every contract rejects its violations before anything changes.
 
 - Property: for every check of every contract (drawn), a violation generated from a randomly sized valid call
-  (the counterexample engine of ``kvcanary.contracts.examples`` breaks exactly that check) raises that
+  (the counterexample engine of ``kvcanary_contracts.examples`` breaks exactly that check) raises that
   check's code through the real launcher, and every tensor of the call is byte-identical afterwards.
 - The same for every code, once, from the catalog's example calls (deterministic).
 - The fuzzer's reproducers: zero-size tensors, ints outside int64 and bools, aliased outputs, meta tensors.
@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 import kvcanary as kc
 from kvcanary import codes
 from kvcanary.contract.examples import EXAMPLES
-from kvcanary.contracts import Check, Contract
-from kvcanary.contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
 from kvcanary.registry import use_backend
 from kvcanary.testing import calls
+from kvcanary_contracts import Check, Contract
+from kvcanary_contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
 
 Call = dict[str, Any]
 LAUNCHERS: dict[str, Callable[..., None]] = {

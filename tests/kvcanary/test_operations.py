@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.backends import priority
-from kvcanary.contracts import ContractError
 from kvcanary.launch import stubs
 from kvcanary.launch._make import CONTRACTS
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
+from kvcanary_backends import priority
+from kvcanary_contracts import ContractError
 
 LAUNCHERS: dict[Op, Callable[..., None]] = {
     Op.PLAN: kc.launch_canary_plan_kernels,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcanary.backends import priority
 from kvcanary.registry import REGISTRY, Op
+from kvcanary_backends import priority
 
 NOTES = Path(__file__).parents[2] / "benchmarks" / "results" / "priorities.md"  # a section of docs/benchmarks.md
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kvcanary.backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
-from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text, once
 from kvcanary.registry import Backend, Op, OpSupport
+from kvcanary_backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text, once
 
 EMU_DIR = Path(__file__).with_name("emulation")
 MAX_BLOCKS = 3

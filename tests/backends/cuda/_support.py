@@ -111,7 +111,7 @@ def cuda_skip_reason() -> str | None:
     """Why the GPU tests cannot run here (None: they can)."""
     if not torch.cuda.is_available():
         return "no CUDA device"
-    from kvcanary.backends.cuda import BACKEND
+    from kvcanary_backends.cuda import BACKEND
 
     reasons = list(BACKEND.availability()) + list(BACKEND.device_reasons(Op.VERIFY, torch.device("cuda")))
     return "; ".join(str(r) for r in reasons) or None

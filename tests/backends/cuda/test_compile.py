@@ -22,7 +22,11 @@ import torch
 
 import kvcanary as kc
 from kvcanary import consts
-from kvcanary.backends.cuda import (
+from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.hashing import ANCHOR_HASH
+from kvcanary.registry import REGISTRY, Op
+from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from kvcanary_backends.cuda import (
     BACKEND,
     plan,
     plan_entries,
@@ -31,12 +35,8 @@ from kvcanary.backends.cuda import (
     verify,
     write,
 )
-from kvcanary.backends.cuda._specs import KEYS, all_specs
-from kvcanary.backends.cuda._toolchain import KERNEL_DIR, Spec
-from kvcanary.contract.verify import VerifyLaunch
-from kvcanary.hashing import ANCHOR_HASH
-from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from kvcanary_backends.cuda._specs import KEYS, all_specs
+from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
 

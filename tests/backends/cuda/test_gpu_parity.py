@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.backends.cuda import preload
 from kvcanary.registry import Op
 from kvcanary.testing.parity import check_call, compare_outputs, fuzz, run_call
 from kvcanary.testing.scenarios import GENERATORS, Call, large_plan_call, large_scatter_call
+from kvcanary_backends.cuda import preload
 from tests.backends.cuda import _support
 from tests.golden import loader as g
 
@@ -103,8 +103,8 @@ def test_larger_calls(name: str) -> None:
 
 
 def test_every_specialization_loads_and_reports_its_resources() -> None:
-    from kvcanary.backends.cuda._specs import KEYS
-    from kvcanary.backends.cuda._toolchain import loaded
+    from kvcanary_backends.cuda._specs import KEYS
+    from kvcanary_backends.cuda._toolchain import loaded
 
     assert preload(DEV) == sum(len(k) for _, k in KEYS.values())
     kernels = loaded()

@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 def pytest_configure() -> None:
     """Register the backend when the checkout is not pip-installed (no entry-point metadata on the path)."""
     import kvcanary as kc
-    from kvcanary.backends.triton import BACKEND
+    from kvcanary_backends.triton import BACKEND
 
     if "triton" not in kc.registered_backends():
         kc.register_backend(BACKEND)

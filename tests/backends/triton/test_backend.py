@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.backends.triton import BACKEND, TritonBackend
 from kvcanary.registry import REGISTRY
+from kvcanary_backends.triton import BACKEND, TritonBackend
 
 
 def test_registered_through_the_entry_point() -> None:
@@ -34,7 +34,7 @@ def test_cpu_selection_keeps_torch_ref_and_cuda_prefers_triton() -> None:
 
 
 def test_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvcanary.backends.triton._jit as jit
+    import kvcanary_backends.triton._jit as jit
 
     monkeypatch.setattr(jit, "INTERPRET", False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)

@@ -27,7 +27,7 @@ SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))
 
 
 def _kernels() -> list[Any]:
-    from kvcanary.backends.triton import plan, plan_entries, plan_offsets, scatter, verify, write
+    from kvcanary_backends.triton import plan, plan_entries, plan_offsets, scatter, verify, write
 
     return [verify._verify_kernel, write._write_kernel, plan._plan_kernel, plan_offsets._offsets_kernel,
             plan_entries._entries_kernel, scatter._scatter_kernel]
@@ -93,7 +93,7 @@ def test_eager_launches_never_sync() -> None:
 
 def test_batch_sizes_within_capacity_share_one_compilation() -> None:
     """The same endpoint with different bs / num_tokens / counts: exactly one compiled variant per kernel."""
-    from kvcanary.backends.triton import plan, verify, write
+    from kvcanary_backends.triton import plan, verify, write
 
     kernels = [plan._plan_kernel, verify._verify_kernel, write._write_kernel]
     seen: list[int] | None = None

@@ -17,7 +17,7 @@ import pytest
 import torch
 import triton.language as tl
 
-import kvcanary.backends.triton._jit as jit
+import kvcanary_backends.triton._jit as jit
 
 
 def _kern(a: Any, n: Any, b: Any, X: tl.constexpr, Y: tl.constexpr) -> None:
@@ -115,7 +115,7 @@ def test_object_cache_recomputes_only_for_a_new_object() -> None:
 
 
 def test_every_kernel_qualifies_for_the_fast_path() -> None:
-    from kvcanary.backends.triton import plan, plan_entries, plan_offsets, scatter, verify, write
+    from kvcanary_backends.triton import plan, plan_entries, plan_offsets, scatter, verify, write
 
     for mod in (plan, plan_entries, plan_offsets, scatter, verify, write):
         launch = mod._LAUNCH

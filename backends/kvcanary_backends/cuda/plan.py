@@ -1,0 +1,58 @@
+"""plan: both plan stages in one launch of ``kernels/plan.cu`` (semantics: backends/torch_ref/plan.py).
+
+Every block scans the batch rows' verify lengths in shared memory itself, so the fused launch needs no scratch
+and no second launch; it still fills ``verify_offsets_scratch`` when the plan has one (as the reference does).
+Grid: block 0 (stage-1 outputs) + ``min(max_tiles(bs, capacity), resident blocks - 1)`` entry blocks (256
+threads, 4 entries each per round), so every block is resident from the start. It depends only on shapes, so
+the launch is capturable. Tiles never span two rows, so a batch has up to ``cdiv(capacity, 1024) + bs`` of
+them: sizing the grid from the capacity alone left 4 blocks for 256 rows of 16 tokens (67 us; now 3.4 us).
+Tuning (benchmarks/results/raw/explore_cuda_6.log, H200, 1 Mi entries in 4 rotating sets): 16 entries per
+thread (4096-entry tiles) win only where every row is a multiple of 4096 (bs=256 x 4096: 13.2 against 13.9
+us); rows of 4000 took 17.9 against 13.9 us, rows of 1000 43.5 against 19.1 us (bs=1024) and 10.6 against
+6.5 us (bs=256), since each row's last tile leaves most of the block idle. 256 x 4 stays.
+"""
+
+from __future__ import annotations
+
+from kvcanary.contract.plan import PlanLaunch
+from kvcanary.extensions import zero_slot_on
+from kvcanary_backends.cuda._pack import Args, Shape, ptr
+from kvcanary_backends.cuda._toolchain import launch
+from kvcanary_backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
+
+KERNELS = plan_kernels("plan.cu", "kvc_plan")
+
+
+def pack(call: PlanLaunch) -> tuple[Key, tuple[int, int], Args]:
+    """(specialization key, (batch size, entry capacity), kernel arguments) of one launch."""
+    vp, wp = call.verify_plan_out, call.write_plan_out
+    lut, pool = call.full_to_swa_index_mapping, call.req_to_verify_expected_tokens
+    bs = call.req_pool_indices.shape[0]
+    cap = vp.verify_slot_indices.shape[0]
+    rows, cols = call.req_to_token.shape
+    prow, pcol = pool.shape if pool is not None else (0, 0)
+    key: Key = (lut is not None, pool is not None, zero_slot_on(call.extensions))
+    args = (call.req_pool_indices.data_ptr(), call.prefix_lens.data_ptr(), call.extend_seq_lens.data_ptr(),
+            call.req_to_token.data_ptr(), rows, cols, ptr(lut), lut.shape[0] if lut is not None else 0,
+            call.swa_window_size, bs, call.verify_capacity, cap, vp.verify_slot_indices.data_ptr(),
+            vp.verify_expected_tokens.data_ptr(), vp.verify_expected_positions.data_ptr(),
+            vp.verify_prev_slot_indices.data_ptr(), vp.verify_num_valid.data_ptr(), vp.enable.data_ptr(),
+            ptr(vp.verify_offsets_scratch), wp.write_offsets.data_ptr(), wp.write_offsets.shape[0],
+            wp.write_seed_slot_indices.data_ptr(), wp.write_num_valid_reqs.data_ptr(), ptr(pool), prow, pcol,
+            ptr(call.req_to_verify_expected_tokens_valid_lens) if pool is not None else 0,
+            call.kv_token_id_vs_position_offset)
+    return key, (bs, cap), args
+
+
+def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
+    """(grid x, grid y, threads, shared bytes): block 0 for stage 1, then the entry blocks, all resident at
+    once (a block past the resident ones would start only when block 0 ends, and then run its tiles alone)."""
+    bs, cap = sizes
+    return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
+
+
+def plan(call: PlanLaunch) -> None:
+    key, sizes, args = pack(call)
+    dev = call.verify_plan_out.verify_slot_indices.get_device()
+    kernel = KERNELS.get(dev, key)
+    launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

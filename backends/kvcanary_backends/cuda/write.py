@@ -1,0 +1,84 @@
+"""write: the CUDA launch of ``kernels/write.cu`` (semantics: backends/torch_ref/write.py).
+
+Grid ``(cdiv(write_req_capacity, 4), 1 + fold rows)`` of 4 warps: row 0 holds one chain warp per request row of
+the write plan; with real-KV sources, ``fold rows = clamp(cdiv(tokens, 2048), 1, 64)`` rows of fold blocks
+hash the strips. Every size comes from shapes (capacity, token count), so the launch is capturable.
+
+Four chain warps per block, one per SM sub-partition's scheduler (benchmarks/results/raw/explore_cuda_4.log,
+H200): 64 requests of 512 tokens took 58.8 us against 75.6 us with 8 warps, two chains sharing a scheduler;
+2 warps 59.4 us, 16 warps 108.9 us. 1024 one-token requests pay for the extra blocks: 3.06 against 2.92 us.
+One 32 Ki-token chain is the same (109.6 ns per step).
+"""
+
+from __future__ import annotations
+
+from kvcanary.contract.write import WriteLaunch
+from kvcanary.extensions import write_slot_on
+from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
+from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
+
+Key = tuple[int, bool, bool, bool, bool, bool]  # sources, partial, input assert, 16-byte records, slot check, LUT
+
+
+WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
+THREADS = 32 * WARPS
+FOLD_TOKENS_PER_ROW = 2048
+MAX_FOLD_ROWS = 64
+
+
+def fold_rows(nsrc: int, ntok: int) -> int:
+    """Rows of fold blocks: none without sources, else about one per 2048 tokens (at most 64)."""
+    return 0 if nsrc == 0 else max(1, min(cdiv(ntok, FOLD_TOKENS_PER_ROW), MAX_FOLD_ROWS))
+
+
+def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: bool = False,
+         slot_lut: bool = False) -> Spec:
+    """The specialization; the WRITE_SLOT_MISMATCH extension adds defines (off: today's exact Spec)."""
+    ext = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
+    return Spec("write.cu", "kvc_write", (
+        ("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial)), ("KVC_ASSERT", int(assert_inputs)),
+        ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS), *ext), THREADS)
+
+
+KERNELS = KernelCache(spec)
+
+
+def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
+    """(specialization key, (request capacity, token count), kernel arguments) of one launch."""
+    ctx = call.context
+    buf = ctx.canary_buf
+    num_slots, stride = buf.shape
+    nsrc, partial, extra = fold(ctx)
+    ring = ctx.violation_ring
+    on = bool(call.enable_write_input_assert)
+    seeds = call.plan.write_seed_slot_indices
+    cap = seeds.shape[0]
+    slot_args: Args = ()
+    lut = call.full_to_swa_index_mapping
+    check = write_slot_on(call.extensions)
+    if check:
+        rpi, r2t = call.req_pool_indices, call.req_to_token
+        assert rpi is not None and r2t is not None
+        slot_args = (rpi.data_ptr(), rpi.shape[0], r2t.data_ptr(), r2t.shape[0], r2t.shape[1], ptr(lut),
+                     0 if lut is None else lut.shape[0])
+    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None)
+    args = (buf.data_ptr(), num_slots, stride, call.plan.write_offsets.data_ptr(), seeds.data_ptr(),
+            call.plan.write_num_valid_reqs.data_ptr(), cap, call.input_ids.data_ptr(), call.positions.data_ptr(),
+            call.out_cache_loc.data_ptr(), call.input_ids.shape[0], ptr(call.expected_input_tokens) if on else 0,
+            ptr(call.expected_input_positions) if on else 0, ctx.enable_chain_position_assert.data_ptr(),
+            *slot_args, ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(),
+            ctx.slot_run_counter.data_ptr(), ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
+    return key, (cap, call.input_ids.shape[0]), args
+
+
+def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
+    """(grid x, grid y, threads, shared bytes): a chain warp per request row, then the fold rows."""
+    cap, ntok = sizes
+    return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
+
+
+def write(call: WriteLaunch) -> None:
+    key, sizes, args = pack(call)
+    dev = call.context.canary_buf.get_device()
+    kernel = KERNELS.get(dev, key)
+    launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)

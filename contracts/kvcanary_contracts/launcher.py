@@ -1,0 +1,118 @@
+"""Launchers generated from a contract: the argument list is the contract's fields, written nowhere else.
+
+:func:`build_launcher` turns a :class:`~kvcanary_contracts.Contract` into a keyword-only function whose
+parameters are the contract's fields (plus the caller's extras, such as ``backend=None``). Each call runs
+the compiled checker, packs the arguments into an unvalidated instance of the contract model (the typed
+call object implementations receive) and hands it to ``dispatch(call, device, *extras)``. The source is
+generated once and registered with :mod:`linecache`, so a traceback through a launcher shows its lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvcanary_contracts.compiler import register_source
+from kvcanary_contracts.contract import Contract
+from kvcanary_contracts.torch_op import OpSignature, register_contract_op
+
+Launcher = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A launcher parameter that is not a contract field (``backend=None``): its default, its type, and its
+    type in an operator schema (``"str?"``)."""
+
+    default: object
+    annotation: str
+    schema: str = ""
+
+
+def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
+                    none_defaults: frozenset[str] = frozenset(), flat: list[str] | None = None) -> str:
+    """The launcher's source: check, pack the call object, dispatch (fields in ``none_defaults`` default to None).
+
+    With ``flat`` (the operator's arguments as expressions over the fields), a launch that ``torch.compile``
+    traces runs the traceable checks and calls the operator instead.
+    """
+    params = ", ".join([*(f"{f}=None" if f in none_defaults else f for f in fields),
+                        *(f"{k}={k}_default" for k in extras)])
+    kwargs = ", ".join(f"{f}={f}" for f in fields)
+    values = ", ".join(f"{f!r}: {f}" for f in fields)
+    extra_args = "".join(f", {k}" for k in extras)
+    traced = "" if flat is None else (
+        "    if _compiling():\n"
+        f"        _tcheck({kwargs})\n"
+        f"        _op({', '.join(flat)}{extra_args})\n"
+        "        return\n"
+    )
+    return (
+        f"def {name}(*, {params}):\n"
+        f"{traced}"
+        f"    _dev = _check({kwargs})\n"
+        f"    _call = _new(_cls)\n"
+        f"    _set(_call, '__dict__', {{{values}}})\n"
+        f"    _set(_call, '__pydantic_fields_set__', _fields)\n"
+        f"    _set(_call, '__pydantic_extra__', None)\n"
+        f"    _set(_call, '__pydantic_private__', None)\n"
+        f"    _dispatch(_call, _dev{extra_args})\n"
+    )
+
+
+def build_launcher(
+    contract: type[Contract],
+    *,
+    dispatch: Callable[..., None],
+    extras: Mapping[str, Extra] | None = None,
+    name: str | None = None,
+    doc: str = "",
+    module: str | None = None,
+    operator: str | None = None,
+) -> Launcher:
+    """Generate the launcher of ``contract`` (named after the contract unless ``name`` is given).
+
+    ``extras`` are keyword parameters with defaults that the launcher passes to ``dispatch`` after the call
+    object and the device, in order. The call object skips pydantic validation: the checker has already run.
+    ``operator`` (``"namespace::name"``) also registers the launch as a ``torch.library`` operator
+    (:mod:`~kvcanary_contracts.torch_op`), which the launcher calls while ``torch.compile`` traces it.
+    """
+    extras = dict(extras or {})
+    fields = list(contract.model_fields)
+    clash = set(fields) & set(extras)
+    if clash:
+        raise ValueError(f"{contract.__name__}: extra launcher parameters shadow fields: {sorted(clash)}")
+    fname = name or contract.contract.name
+    signature = OpSignature(contract) if operator else None
+    flat = signature.flat_exprs() if signature else None
+    source = launcher_source(fname, fields, extras, contract.none_defaults(), flat)
+    filename = f"<launcher {fname}>"
+    register_source(filename, source)
+    env: dict[str, Any] = {
+        "_check": contract.checker(),
+        "_new": object.__new__,
+        "_set": object.__setattr__,
+        "_cls": contract,
+        "_fields": set(fields),  # shared: pydantic copies it before changing it
+        # an operator's launcher may run natively while torch.compile watches (a frame it gave up on): its
+        # backends' launch code must never be traced, so dispatch runs with the compiler off (~0.3 us)
+        "_dispatch": torch.compiler.disable(dispatch, recursive=True) if operator else dispatch,  # type: ignore[no-untyped-call]
+        "_compiling": torch.compiler.is_compiling,
+        **{f"{k}_default": v.default for k, v in extras.items()},
+    }
+    exec(compile(source, filename, "exec"), env)
+    fn: Launcher = env[fname]
+    fn.__doc__ = doc or contract.__doc__
+    fn.__module__ = module or contract.__module__
+    fn.__qualname__ = fname
+    fn.__kvc_contract__ = contract  # type: ignore[attr-defined]  # read by the stub generator
+    fn.__kvc_extras__ = extras  # type: ignore[attr-defined]
+    if operator:
+        registered = register_contract_op(contract, operator, fn, {k: v.schema for k, v in extras.items()})
+        env["_op"] = registered.op
+        env["_tcheck"] = contract.traceable_checker()
+        fn.__kvc_operator__ = registered  # type: ignore[attr-defined]
+    return fn
