@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "contracts": ("kvcanary.cli_commands", "contracts", "list the launcher contracts and their error codes (--json)"),
     "docs": ("kvcanary.cli_commands", "docs", "generate the docs site's pages (error catalog, matrix, ...)"),
     "demo": ("kvcanary.demo.run", "main", "serve a workload clean, then once per fault class; show what is caught"),
+    "serve": ("kvcanary.serve.cli", "main", "transformers' OpenAI-compatible server with canaries, /metrics and "
+              "/kvcanary/health"),
 }
 
 Setup = Callable[[argparse.ArgumentParser], None]

@@ -168,6 +168,9 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="workload seed (0 to 2**63 - 1)")
     p.add_argument("--compile", action="store_true",
                    help="run each forward's canary launches through torch.compile (fullgraph, dynamic shapes)")
+    p.add_argument("--serve", action="store_true",
+                   help="with --engine transformers: serve over HTTP (transformers serve with canaries) and drive it "
+                        "with a client; print what each client saw and the metrics that moved")
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
                    help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback)")
 
@@ -190,6 +193,8 @@ def main(args: argparse.Namespace) -> int:
                                  hint="the transformers integration runs eagerly in one process; drop the option, "
                                  "or use the default engine")
         return transformers_main(args)
+    if getattr(args, "serve", False):
+        raise UsageError("--serve needs --engine transformers", hint="add --engine transformers")
     if args.fault not in ("all", "none") and args.fault not in {f.value for f in Fault}:
         raise UsageError(f"--fault {args.fault} is a fault class of the transformers engine only",
                          hint=f"add --engine transformers, or use one of all, none, "

@@ -27,6 +27,10 @@ def main(args: argparse.Namespace) -> int:
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(TfFault) if args.fault == "all" else [] if args.fault == "none" else [TfFault(args.fault)]
+    if getattr(args, "serve", False):  # over HTTP: kvcanary.serve
+        from kvcanary.serve.cli import demo
+
+        return demo(args, list(faults))
     from kvcanary.integrations.transformers.demo import run_demo
 
     start = time.perf_counter()
