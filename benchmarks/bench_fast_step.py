@@ -342,6 +342,7 @@ def kv_buffers(shape: ModelShape, *, bs: int, ctx: int, device: torch.device, ch
     layer's on the CPU)."""
     if device.type != "cuda":
         return shape.layers
+    torch.cuda.empty_cache()  # blocks cached by earlier cases count as used in mem_get_info
     per_layer = 2 * (bs * ctx + 1) * Pool.slot_bytes(shape)
     gathered = 4 * bs * ctx * Pool.slot_bytes(shape)  # one layer's gathered K and V, and room for a copy
     canary = 2 * (bs * ctx * (8 * 32 + 2 * 4 * 8) + bs * chunk * 64)  # two managers' records, plans, staging
