@@ -355,10 +355,12 @@ def kv_buffers(shape: ModelShape, *, bs: int, ctx: int, device: torch.device, ch
 
 
 def bench_case(r: Report, shape: ModelShape, weights: Weights, *, bs: int, ctx: int, steps: int, warmup: int,
-               budget_frac: int, backend: str | None, bw: float, device: torch.device) -> int:
-    """One (bs, ctx) case: its rows in ``r``; returns the violations the managers reported (0 expected)."""
+               budget_frac: int, backend: str | None, bw: float, device: torch.device,
+               buffers: int | None = None) -> int:
+    """One (bs, ctx) case: its rows in ``r``; returns the violations the managers reported (0 expected).
+    ``buffers``: KV buffers of the pool (default: as many layers as fit, :func:`kv_buffers`)."""
     chunk = min(ctx, 512)
-    buffers = kv_buffers(shape, bs=bs, ctx=ctx, device=device, chunk=chunk)
+    buffers = min(shape.layers, buffers or kv_buffers(shape, bs=bs, ctx=ctx, device=device, chunk=chunk))
     t0 = time.perf_counter()
     pool = Pool(shape, bs=bs, ctx=ctx, buffers=buffers, device=device)
     model = Model(shape, weights, pool)
@@ -433,10 +435,6 @@ def bench_case(r: Report, shape: ModelShape, weights: Weights, *, bs: int, ctx: 
             violations += m.total_violations
             r.note(f"  WARNING: {v.name}: {m.total_violations} violations on a clean pool (first: "
                    f"{m.events[0].message.splitlines()[0]})")
-    del variants, managers, model, pool
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return violations
 
 
@@ -450,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed rounds first (default 5; cpu 1)")
     p.add_argument("--budget-frac", type=int, default=16,
                    help="the budget verifies at most live entries / this per step (default 16)")
+    p.add_argument("--kv-buffers", type=int, default=None,
+                   help="K and V buffers of the pool, layers sharing them round-robin (default: as many as fit)")
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
     p.add_argument("--quick", action="store_true", help="one case (the smallest), few rounds")
     p.add_argument("--out", default=None, help="write the JSON records here")
@@ -463,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                                              [2048, 4096]))]
     if args.budget_frac < 1:
         raise SystemExit(f"bench_fast_step: --budget-frac must be >= 1, got {args.budget_frac}")
+    if args.kv_buffers is not None and args.kv_buffers < 1:
+        raise SystemExit(f"bench_fast_step: --kv-buffers must be >= 1, got {args.kv_buffers}")
     if args.quick:
         sizes = sizes[:1]
     steps = args.steps or (3 if args.quick else 5 if cpu else 50)
@@ -477,12 +479,24 @@ def main(argv: list[str] | None = None) -> int:
     _sync(dev)
     r.note(f"  weights {shape.params() * 2 / 2**30:.1f} GiB in {time.perf_counter() - t0:.1f}s")
     violations = 0
+    failed: list[str] = []
     for bs, ctx in sizes:
-        violations += bench_case(r, shape, weights, bs=bs, ctx=ctx, steps=steps, warmup=warmup,
-                                 budget_frac=args.budget_frac, backend=args.backend, bw=bw, device=dev)
+        try:
+            violations += bench_case(r, shape, weights, bs=bs, ctx=ctx, steps=steps, warmup=warmup,
+                                     budget_frac=args.budget_frac, backend=args.backend, bw=bw, device=dev,
+                                     buffers=args.kv_buffers)
+        except torch.OutOfMemoryError as exc:  # the other cases still run; the exit status says it
+            failed.append(f"bs={bs} ctx={ctx}")
+            r.note(f"  case bs={bs} ctx={ctx} skipped, out of memory: {str(exc).splitlines()[0][:200]}")
+        gc.collect()  # the case's graphs, pool and managers (the managers hold reference cycles)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
     r.write(args.out)
     if violations:
         print(f"{BENCH}: {violations} violations on a clean pool: the figures above are not of a clean run")
+        return 1
+    if failed:
+        print(f"{BENCH}: cases out of memory: {failed}")
         return 1
     return 0 if all(math.isfinite(row.figure) for row in r.rows) else 1
 
