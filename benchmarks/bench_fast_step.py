@@ -8,7 +8,8 @@ through ``req_to_token``), decode attention over each request's context gathered
 tokens (GPU: bs 64 and 128 x 2048 and 4096). It is captured once into a CUDA graph over static inputs and
 the same decode step is replayed (each replay attends over ``ctx`` tokens and writes token ``ctx - 1``'s KV).
 Where the pool of every layer does not fit beside the weights (bs 128 x 4096 on an 80 GB card), layers share
-KV buffers round-robin: each layer still reads its own ``bs x ctx`` tokens, so the traffic is the same.
+KV buffers round-robin (``--kv-buffers`` sets their number): each layer still reads its own ``bs x ctx``
+tokens, so the traffic is the same; the case's name then says ``KV in N buffers``.
 
 Three graphs over the same pool and static inputs, taking turns step by step (drift hits all alike):
 
