@@ -61,6 +61,9 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, choices=[1, 2], default=1,
                    help="2: also run the two-process rows (TP=2 and PD prefill->decode, gloo on the loopback; "
                         "default: 1)")
+    p.add_argument("--serve", action="store_true",
+                   help="with --engine transformers: serve over HTTP (transformers serve with canaries) and drive it "
+                        "with a client; print what each client saw and the metrics that moved")
 
 
 def check_fault(given: str, engine: str) -> None:
@@ -100,6 +103,10 @@ def _transformers(args: argparse.Namespace) -> int:
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(TfFault) if args.fault == "all" else [] if args.fault == "none" else [TfFault(args.fault)]
+    if args.serve:  # over HTTP: kvcanary.serve
+        from kvcanary.cli.serve import demo
+
+        return demo(args, list(faults))
     from kvcanary.integrations.transformers.demo import run_demo
 
     start = time.perf_counter()
@@ -127,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
     from kvcanary.demo.run import DemoSettings, run_demo
     from kvcanary.registry import BackendError
 
+    if args.serve:
+        raise UsageError("--serve needs --engine transformers", hint="add --engine transformers")
     check_fault(args.fault, "kvcanary")
     if args.workers == 2 and args.compile:
         raise UsageError("--compile applies to the single-process runs only, not to --workers 2",

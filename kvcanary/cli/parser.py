@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "contracts": ("kvcanary.cli.contracts", "main", "list the launcher contracts and their error codes (--json)"),
     "docs": ("kvcanary.cli.docs", "main", "generate the docs site's pages (error catalog, matrix, ...) in a checkout"),
     "demo": ("kvcanary.cli.demo", "main", "serve a workload clean, then once per fault class; show what is caught"),
+    "serve": ("kvcanary.cli.serve", "main", "transformers' OpenAI-compatible server with canaries, /metrics and "
+              "/kvcanary/health"),
 }
 
 Setup = Callable[[argparse.ArgumentParser], None]
