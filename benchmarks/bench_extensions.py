@@ -27,8 +27,8 @@ from benchmarks import floors, timing
 from benchmarks.bench_backends import DEV, Case, plan_case, verify_case, write_case
 from benchmarks.report import Report, machine
 from kvcanary.registry import Op
-from kvcanary.testing import scenarios as sc
 from kvcanary.testing.parity import launcher
+from tools import workloads
 
 ON = kc.Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
 OWNER = kc.Extensions(write_slot_owner_mismatch=True)
@@ -67,8 +67,8 @@ def main() -> None:
     r = Report("extensions_cost", machine(DEV))
     f = floors.common(r, DEV)
     bw, step, empty = f.copy_bandwidth, f.serial_step, f.empty_launch_graph
-    world = sc.RandomPrevRecords(1 << 24, DEV)
-    kv = sc.byte_sources(world.num_slots, 128, 2, DEV)
+    world = workloads.RandomPrevRecords(1 << 24, DEV)
+    kv = workloads.byte_sources(world.num_slots, 128, 2, DEV)
     cases = [verify_case(1 << 20, world, kc.RealKvHashMode.NONE, False, bw, kv),
              verify_case(1 << 20, world, kc.RealKvHashMode.NONE, True, bw, kv),
              verify_case(1 << 20, world, kc.RealKvHashMode.PARTIAL, False, bw, kv),

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +37,9 @@ from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.manager.stats import StepStats
 from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
+
+if TYPE_CHECKING:
+    from kvcanary.guard.sink import GuardSink
 
 logger = logging.getLogger("kvcanary.manager")
 
@@ -101,6 +105,7 @@ class CanaryManager:
         self.last_snapshot: HostSnapshot | None = None
         self._prepared = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
+        self._sinks: list[GuardSink] = []  # [sinks] see add_sink
 
     @classmethod
     def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> CanaryManager:
@@ -131,6 +136,30 @@ class CanaryManager:
             if rot is not None:
                 out += [(f"{g.kind.name.lower()}.rotation{i}", b) for i, b in enumerate(rot.buffers())]
         return out
+
+    # [sinks] -- who hears about violations and steps (kvcanary.monitor: metrics, JSON events, health) --
+    def add_sink(self, sink: GuardSink) -> None:
+        """``sink.on_violations(new events)`` when a read-back holds new rows, ``sink.on_step(stats)`` at every
+        :meth:`end_step` and :meth:`flush`, also when the step raises (raise mode, the watchdog). A sink that
+        raises is logged and never fails the step."""
+        if not all(callable(getattr(sink, m, None)) for m in ("on_violations", "on_decision", "on_step")):
+            raise TypeError(f"kv-canary: sink must implement on_violations, on_decision and on_step (GuardSink), "
+                            f"got {type(sink).__name__}")
+        self._sinks.append(sink)
+
+    def _notify(self, events: Sequence[ViolationEvent], stats: StepStats) -> None:
+        for sink in self._sinks:
+            try:
+                if events:
+                    sink.on_violations(events)
+                sink.on_step(stats)
+            except Exception:
+                logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
+
+    def _stats(self, step: int) -> StepStats:
+        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self.sweep_passes,
+                                       tags=self.active_tags, ring_capacity=self.config.ring_capacity,
+                                       watchdog=self.health.state, watchdog_error=self.health.failure)
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
@@ -234,6 +263,7 @@ class CanaryManager:
             self.run_sweep()
         self.health.mark(s)
         snap = self._pump.step(s)
+        seen = len(self.reporter.events)
         try:
             if snap is not None:
                 self.last_snapshot = snap
@@ -242,8 +272,9 @@ class CanaryManager:
                     self.health.check(snap, s)
         finally:
             self.step = s + 1
-        stats = StepStats.from_snapshot(self.last_snapshot, step=s, sweep_passes=self.sweep_passes,
-                                        tags=self.active_tags)
+            stats = self._stats(s)
+            if self._sinks:  # [sinks]
+                self._notify(self.reporter.events[seen:], stats)
         if self.step % self.config.stats_every == 0:
             logger.info(stats.line())
         return stats
@@ -252,7 +283,12 @@ class CanaryManager:
         """Synchronously read the device state now and report anything new (end of a run; tests)."""
         snap = self._pump.drain(self.step - 1)
         self.last_snapshot = snap
-        return self.reporter.process(snap, self.step)
+        seen = len(self.reporter.events)
+        try:
+            return self.reporter.process(snap, self.step)
+        finally:
+            if self._sinks:  # [sinks]
+                self._notify(self.reporter.events[seen:], self._stats(max(self.step - 1, 0)))
 
     @property
     def events(self) -> list[ViolationEvent]:

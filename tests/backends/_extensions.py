@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from kvcanary.consts import CANARY_SLOT_BYTES, ZERO_SLOT_MARK, CanaryLaunchTag, RealKvHashMode
+from kvcanary.consts import CANARY_SLOT_BYTES, ZERO_SLOT_MARK, CanaryLaunchTag, FailReason, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.extensions import Extensions
 from kvcanary.launch.plan import launch_canary_plan_kernels
@@ -289,3 +289,55 @@ def with_extensions(call: Call, rng: random.Random) -> Call:
         return kw
 
     return dataclasses.replace(call, make=made)
+def expected_extension_rows(sc: Scenario, ext: Extensions | None) -> Counter[tuple[int, ...]]:
+    """The rows the two extension checks must add for ``sc``, derived from their definitions in plain Python
+    (no kernel, no torch): ZERO_SLOT_IN_LIVE_RANGE as ``(kernel kind, 0, position, bits)``, WRITE_SLOT_MISMATCH
+    as ``(out_cache_loc, position, token, expected slot, bits)``.
+
+    Step 2's verify reads, for every request row but the padding row, the positions of its window
+    ``[max(prefix - window, 0), prefix)`` (``[0, prefix)`` without a window): a ``req_to_token`` entry of 0
+    there is a zero slot inside the live range. Step 1 verifies nothing (every prefix is 0). Each write compares
+    every written token's slot (padding tokens, ``-1``, are skipped) with ``req_to_token[row][position]``,
+    both seen through the SWA table when there is one.
+    """
+    out: Counter[tuple[int, ...]] = Counter()
+    if ext is None:
+        return out
+    zero_bit, wslot_bit = int(FailReason.ZERO_SLOT_IN_LIVE_RANGE), int(FailReason.WRITE_SLOT_MISMATCH)
+    lut: list[int] | None = sc["lut"]
+    kind = int(CanaryLaunchTag.TAIL_K_SWA if lut is not None else CanaryLaunchTag.TAIL_K_FULL)
+    r2t = [list(row) for row in sc["req_to_token"]]
+    for k, st in enumerate(sc["steps"]):
+        if k == 1:
+            for row, p in sc["zeros"]:
+                r2t[row][p] = 0
+            if ext.zero_slot_in_live_range:
+                for row, prefix in zip(st["rpi"], st["prefix"], strict=True):
+                    start = max(prefix - sc["window"], 0) if sc["window"] > 0 else 0
+                    out.update((kind, 0, p, zero_bit) for p in range(start, prefix) if row != 0 and r2t[row][p] == 0)
+        if not ext.write_slot_mismatch:
+            continue
+        token = 0
+        for row, n in zip(st["rpi"], st["extend"], strict=True):
+            for _ in range(n):
+                loc, pos, tok = st["loc"][token], st["pos"][token], st["ids"][token]
+                token += 1
+                want = r2t[row][pos]
+                if lut is not None:
+                    loc = lut[loc] if loc >= 0 and lut[loc] != 0 else -1  # as :func:`run` stages it
+                    want = lut[want]
+                if loc >= 0 and row != 0 and loc != want:
+                    out[(loc, pos, tok, want, wslot_bit)] += 1
+    return out
+
+
+def extension_rows(out: dict[str, Any]) -> Counter[tuple[int, ...]]:
+    """The rows of a run's ring that carry an extension bit, in :func:`expected_extension_rows`' form."""
+    zero_bit, wslot_bit = int(FailReason.ZERO_SLOT_IN_LIVE_RANGE), int(FailReason.WRITE_SLOT_MISMATCH)
+    got: Counter[tuple[int, ...]] = Counter()
+    for r in out["rows"]:
+        if r[7] & zero_bit:
+            got[(r[0], r[1], r[2], r[7])] += 1
+        if r[7] & wslot_bit:
+            got[(r[1], r[2], r[3], r[6], r[7])] += 1
+    return got

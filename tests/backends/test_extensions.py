@@ -1,11 +1,12 @@
 """The extension checks (ZERO_SLOT_IN_LIVE_RANGE, WRITE_SLOT_MISMATCH, WRITE_SLOT_OWNER_MISMATCH) on every
 backend.
 
-torch_ref is the oracle: its outputs are the golden vectors (``tests/golden/extensions_cases.json``), which
-torch_ref, the Triton interpreter and the CUDA backend's host emulation replay; the owner check's rows are
-also derived by a plain-Python model of its rule (``make_extensions_cases.owner_rows``), for the vectors and
-for fresh scenarios; fresh random scenarios are compared across the backends each run; hand-built cases pin
-the semantics (what fires, what stays silent); the existing golden vectors still pass with every flag off.
+torch_ref's outputs are the golden vectors (``tests/golden/extensions_cases.json``), whose extension rows are
+checked against the checks' definitions derived in plain Python (as are torch_ref's on fresh scenarios; the
+owner check's by ``make_extensions_cases.owner_rows``); torch_ref, the Triton interpreter and the CUDA
+backend's host emulation replay them; fresh random scenarios are compared across the backends each run;
+hand-built cases pin the semantics (what fires, what stays silent); the existing golden vectors still pass
+with every flag off.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from kvcanary.extensions import Extensions
 from kvcanary.registry import REGISTRY, Op, register_backend
 from kvcanary.testing import calls
 from kvcanary.testing.parity import check_call
-from kvcanary.testing.scenarios import GENERATORS
 from tests.backends import _extensions as X
 from tests.backends.cuda import _emu
 from tests.golden import loader as g
 from tests.golden.make_extensions_cases import owner_rows
+from tools.scenarios import GENERATORS
 
 ON = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
 ALL = X.ALL
@@ -49,6 +50,25 @@ def _emulated_backend() -> Iterator[None]:
 
 def _ext(enc: dict[str, bool] | None) -> Extensions | None:
     return None if enc is None else Extensions(**enc)
+
+
+def test_golden_vectors_report_what_the_definitions_say() -> None:
+    """The stored outputs (made by torch_ref) hold exactly the extension rows the checks' definitions derive
+    from each scenario in plain Python, so a replay compares every backend with vectors checked from outside."""
+    for case in GOLDEN:
+        assert case["outputs"]["total"] <= X.RING, case["name"]
+        want = X.expected_extension_rows(case["scenario"], _ext(case["extensions"]))
+        assert X.extension_rows(case["outputs"]) == want, case["name"]
+
+
+@pytest.mark.parametrize("ext", [ON, Extensions(zero_slot_in_live_range=True), Extensions(write_slot_mismatch=True)],
+                         ids=["both", "zero_slot", "write_slot"])
+def test_torch_ref_extension_rows_follow_the_definitions_on_fresh_scenarios(ext: Extensions) -> None:
+    for seed in random.Random().sample(range(10**6), 12):
+        sc = X.make(seed)
+        out = X.run(sc, "torch_ref", ext)
+        assert out["total"] <= X.RING, seed
+        assert X.extension_rows(out) == X.expected_extension_rows(sc, ext), seed
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -38,14 +38,16 @@ import torch
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing import scenarios as sc
-from kvcanary.testing.parity import check_call, fuzz
+from kvcanary.testing import builders
+from kvcanary.testing.parity import check_call
 from tests.backends import _extensions as X
 from tests.backends.cuda import _support
 from tests.golden import loader as g
+from tools import scenarios as sc
+from tools.scenarios import fuzz
 
 
-def _edge_calls(rng: random.Random) -> list[sc.Call]:
+def _edge_calls(rng: random.Random) -> list[builders.Call]:
     """Calls at the edges, each seen once by the sanitizer: small ones with every hostile feature, engine-sized
     ones of every real-KV mode, plans of 0, 1 and 4096 rows."""
     calls = [

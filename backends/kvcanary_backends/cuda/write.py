@@ -4,10 +4,9 @@ Grid ``(cdiv(write_req_capacity, 4), 1 + fold rows)`` of 4 warps: row 0 holds on
 the write plan; with real-KV sources, ``fold rows = clamp(cdiv(tokens, 2048), 1, 64)`` rows of fold blocks
 hash the strips. Every size comes from shapes (capacity, token count), so the launch is capturable.
 
-Four chain warps per block, one per SM sub-partition's scheduler (benchmarks/results/raw/explore_cuda_4.log,
-H200): 64 requests of 512 tokens took 58.8 us against 75.6 us with 8 warps, two chains sharing a scheduler;
-2 warps 59.4 us, 16 warps 108.9 us. 1024 one-token requests pay for the extra blocks: 3.06 against 2.92 us.
-One 32 Ki-token chain is the same (109.6 ns per step).
+Four chain warps per block, one per SM sub-partition's scheduler: more warps put two chains on one scheduler
+and long requests slow down; one-token requests pay a little for the extra blocks; a single long chain does
+not care (the sweep: docs/tuning.md, "cuda backend: write").
 """
 
 from __future__ import annotations

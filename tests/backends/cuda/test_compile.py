@@ -25,7 +25,7 @@ from kvcanary import consts
 from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from kvcanary.testing.builders import context
 from kvcanary_backends.cuda import (
     BACKEND,
     plan,
@@ -39,6 +39,7 @@ from kvcanary_backends.cuda._specs import KEYS, all_specs
 from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
+from tools.scenarios import GENERATORS, kv_sources
 
 SPECS = all_specs()
 REPO = Path(__file__).resolve().parents[3]
@@ -193,6 +194,21 @@ def test_availability_and_device_reasons_do_not_raise() -> None:
         assert reasons, "without a CUDA device the backend must decline, with a reason"
     explained = REGISTRY.explain(Op.VERIFY, torch.device("cpu"))["cuda"]
     assert explained, "the cuda backend does not run on the CPU"
+
+
+def test_without_a_device_the_device_reason_comes_before_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only machine is told "no CUDA device" first, not to install kvcanary[cuda]."""
+    from kvcanary.registry import ReasonKind
+    from kvcanary_backends import cuda as cuda_backend
+    from kvcanary_backends.cuda import _toolchain
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: "cuda.core is not usable: No module named 'cuda'")
+    reasons = cuda_backend._availability()
+    assert [r.kind for r in reasons] == [ReasonKind.DEVICE, ReasonKind.PACKAGE], reasons
+    assert "torch sees no CUDA device" in reasons[0].message
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: None)
+    assert [r.kind for r in cuda_backend._availability()] == [ReasonKind.DEVICE]
 
 
 # -- host-side packing ----------------------------------------------------------------------------------------

@@ -13,10 +13,9 @@
 //   and staging its token and position in the warp's shared tile. Lane 0 alone walks the serial mix3 chain
 //   over the tile (unrolled 32 steps for a full tile): its shared-memory reads do not depend on the chain, so
 //   ptxas issues them ahead and nothing but mix3 sits on the critical path; it writes the hash before each
-//   token back to the tile. Then all 32 lanes do their token's checks and stores in parallel.
-//   On the H200 (2026-12-03) the 32 Ki-token chain runs at 112.6 ns per mix3 step, 1.11x a registers-only
-//   chain of per-lane values (101.2 ns); the shuffle-and-select chain it replaces ran at 115-116 ns, its
-//   shuffles on the critical path (a lane-0 chain alone, without the checks and stores, runs at 102.7 ns).
+//   token back to the tile. Then all 32 lanes do their token's checks and stores in parallel. The shuffle-and-
+//   select chain this replaces kept its shuffles on the critical path; the measured steps of both, beside the
+//   registers-only floor, are in docs/tuning.md ("cuda backend: write").
 // - With real-KV sources (KVC_NSRC > 0) rows y >= 1 are fold blocks: together they fold the strips of the
 //   requests of block column x and store field 3 of each record (the chain stores fields 0..2), so the fold
 //   never sits on the chain's critical path and a large fold (ALL, 2 KiB rows) is spread over many SMs.
