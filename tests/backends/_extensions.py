@@ -29,7 +29,7 @@ from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.registry import Op
-from kvcanary.testing.scenarios import Call
+from kvcanary.testing.builders import Call
 
 Scenario = dict[str, Any]
 NUM_SLOTS = 96
