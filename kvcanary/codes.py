@@ -14,6 +14,10 @@ from kvcanary_contracts import Check, Contract, all_contracts
 CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.contract.real_kv_source",
     "kvcanary.contract.allocation",
+    "kvcanary.contract.config",
+    "kvcanary.contract.budget",
+    "kvcanary.contract.capacities",
+    "kvcanary.contract.pool",
     "kvcanary.contract.plan",
     "kvcanary.contract.plan_offsets",
     "kvcanary.contract.plan_entries",

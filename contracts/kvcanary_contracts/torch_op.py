@@ -47,16 +47,6 @@ class FlatArg:
         return base + ("?" if self.optional else "")
 
 
-@dataclass(frozen=True)
-class _Group:
-    """A struct (or collection item) the rebuild creates: its type, its attributes, where it sits."""
-
-    path: tuple[str, ...]
-    type: type
-    optional: bool
-    attrs: tuple[tuple[str, Spec], ...]
-
-
 class OpSignature:
     """The flat operator signature of a contract (see the module docstring)."""
 

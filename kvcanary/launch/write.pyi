@@ -19,6 +19,7 @@ class _LaunchCanaryWriteKernelFields(TypedDict):
     req_pool_indices: NotRequired[Tensor | None]
     req_to_token: NotRequired[Tensor | None]
     full_to_swa_index_mapping: NotRequired[Tensor | None]
+    slot_owner: NotRequired[Tensor | None]
     extensions: NotRequired[Extensions | None]
 
 @overload

@@ -5,19 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
+
+# The module, not its names: the contract imports VerifyBudget from this package, so whichever of the two is
+# imported first, the other is complete when a CanaryConfig is built.
+from kvcanary.contract import config as config_contract
 from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
-
-
-def _positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a positive int, got {value!r}")
-
-
-def _non_negative(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a non-negative int, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,41 +58,7 @@ class CanaryConfig:
     on_violation: ViolationPolicy | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mode, CanaryMode):
-            raise TypeError(f"kv-canary: CanaryConfig.mode must be a CanaryMode, got {self.mode!r}")
-        if not isinstance(self.real_kv_mode, RealKvHashMode):
-            raise TypeError(f"kv-canary: CanaryConfig.real_kv_mode must be a RealKvHashMode, got {self.real_kv_mode!r}")
-        _non_negative("sweep_interval", self.sweep_interval)
-        _positive("ring_capacity", self.ring_capacity)
-        _positive("stats_every", self.stats_every)
-        _non_negative("health_warmup_steps", self.health_warmup_steps)
-        _positive("health_every", self.health_every)
-        _positive("num_forward_slots", self.num_forward_slots)
-        for name in ("enable_v", "enable_verify_token", "enable_write_input_assert", "compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"kv-canary: CanaryConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
-            raise ValueError(f"kv-canary: CanaryConfig.backend must be a backend name or None, got {self.backend!r}")
-        if self.verify_budget is not None and not isinstance(self.verify_budget, VerifyBudget):
-            raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
-                            f"got {self.verify_budget!r}")
-
-        _non_negative("layer_rotation", self.layer_rotation)
-        if self.layer_rotation > 4:
-            raise ValueError(f"kv-canary: CanaryConfig.layer_rotation folds at most 4 layer buffers per forward "
-                             f"(the sources one launch takes), got {self.layer_rotation}")
-        if self.layer_rotation and self.real_kv_mode is RealKvHashMode.NONE:
-            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL")
-        if self.on_violation is not None:
-            if not isinstance(self.on_violation, ViolationPolicy):
-                raise TypeError(f"kv-canary: CanaryConfig.on_violation must be a ViolationPolicy or None, "
-                                f"got {self.on_violation!r}")
-            if self.mode is CanaryMode.RAISE and self.on_violation is not ViolationPolicy.RAISE:
-                raise ValueError(f"kv-canary: CanaryConfig.on_violation={self.on_violation.value} conflicts with "
-                                 "mode=RAISE; leave mode at LOG (the default) when on_violation is set")
-        if self.extensions is not None and not isinstance(self.extensions, Extensions):
-            raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
-                            f"got {self.extensions!r}")
+        config_contract.validate_canary_config(self)  # every rule: kvcanary/contract/config.py (KVC-C codes)
 
     @property
     def policy(self) -> ViolationPolicy:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +42,9 @@ from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.manager.stats import StepStats
 from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
+
+if TYPE_CHECKING:
+    from kvcanary.guard.sink import GuardSink
 
 logger = logging.getLogger("kvcanary.manager")
 
@@ -105,7 +109,10 @@ class CanaryManager:
         """The same for the sliding-window pool's slots (their own index space)."""
         self._isolation = Isolation(self.journal, self.swa_journal)
         self.adapter: EngineAdapter | None = None
-        self.sinks: list[GuardSink] = list(sinks)
+        self.sinks: list[GuardSink] = []
+        """Who hears about violations, decisions and steps (:meth:`add_sink`)."""
+        for sink in sinks:
+            self.add_sink(sink)
         self.decisions: list[GuardDecision] = []
         """Every non-empty decision made so far (``isolate`` policy)."""
         if adapter is not None:
@@ -145,23 +152,17 @@ class CanaryManager:
             self._isolation = Isolation(self.journal, self.swa_journal)
         self.adapter = adapter
 
-    def add_sink(self, sink: GuardSink) -> None:
-        """Tell ``sink`` about every violation read back, every decision and every step from now on."""
-        self.sinks.append(sink)
-
     def _guard(self, new: list[ViolationEvent], step: int) -> None:
         """The rows read back at ``step``: to the sinks, then (``isolate``) one decision to the adapter
         and the sinks."""
-        for sink in self.sinks:
-            sink.on_violations(new)
+        self._tell("on_violations", new)
         if self.config.policy is not ViolationPolicy.ISOLATE:
             return
         decision = self._isolation.decide(new, step)
         self.decisions.append(decision)
         if self.adapter is not None and not decision.empty:
             self.adapter.apply(decision)
-        for sink in self.sinks:
-            sink.on_decision(decision)
+        self._tell("on_decision", decision)
 
     # -- configuration ----------------------------------------------------------------------------------
     @property
@@ -187,6 +188,29 @@ class CanaryManager:
             if rot is not None:
                 out += [(f"{g.kind.name.lower()}.rotation{i}", b) for i, b in enumerate(rot.buffers())]
         return out
+
+    # -- who hears about violations, decisions and steps (kvcanary.monitor, kvcanary.evidence, yours) -------
+    def add_sink(self, sink: GuardSink) -> None:
+        """``sink.on_violations(new events)`` when a read-back holds new rows, ``sink.on_decision(decision)``
+        for each decision of the ``isolate`` policy, ``sink.on_step(stats)`` at every :meth:`end_step` and
+        :meth:`flush`, also when the step raises (raise mode, the watchdog). A sink that raises is logged and
+        never fails the step."""
+        if not all(callable(getattr(sink, m, None)) for m in ("on_violations", "on_decision", "on_step")):
+            raise TypeError(f"kv-canary: sink must implement on_violations, on_decision and on_step (GuardSink), "
+                            f"got {type(sink).__name__}")
+        self.sinks.append(sink)
+
+    def _tell(self, method: str, *args: object) -> None:
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception:
+                logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
+
+    def _stats(self, step: int) -> StepStats:
+        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self.sweep_passes,
+                                       tags=self.active_tags, ring_capacity=self.config.ring_capacity,
+                                       watchdog=self.health.state, watchdog_error=self.health.failure)
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
@@ -301,10 +325,9 @@ class CanaryManager:
             self.step = s + 1
             if len(self.reporter.events) > seen:
                 self._guard(self.reporter.events[seen:], s)
-        stats = StepStats.from_snapshot(self.last_snapshot, step=s, sweep_passes=self.sweep_passes,
-                                        tags=self.active_tags)
-        for sink in self.sinks:
-            sink.on_step(stats)
+            stats = self._stats(s)
+            if self.sinks:
+                self._tell("on_step", stats)
         if self.step % self.config.stats_every == 0:
             logger.info(stats.line())
         return stats
@@ -319,6 +342,8 @@ class CanaryManager:
         finally:
             if len(self.reporter.events) > seen:
                 self._guard(self.reporter.events[seen:], self.step)
+            if self.sinks:
+                self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property
     def events(self) -> list[ViolationEvent]:

@@ -217,7 +217,7 @@ def main_isolate(faults: Sequence[TfFault], *, device: str, backend: str | None,
     """``kvcanary demo --engine transformers --on-violation isolate``: 0 when every run keeps the promise."""
     import sys
 
-    from kvcanary.cli_commands import backend_usage_error
+    from kvcanary.cli.common import backend_usage_error
     from kvcanary.registry import BackendError
 
     start = time.perf_counter()

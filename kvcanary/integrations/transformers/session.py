@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
+from kvcanary.guard.sink import GuardSink
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
@@ -157,6 +158,8 @@ class TransformersCanary:
         self._guards_retired: list[TfGuard] = []
         self._pools: dict[int, PoolState] = {}
         self._attached = False
+        self.sinks: list[GuardSink] = []
+        """[sinks] Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
 
     # -- attach / detach -----------------------------------------------------------------------------
     def attach(self) -> TransformersCanary:
@@ -241,6 +244,27 @@ class TransformersCanary:
             self._sweep_seconds_retired += sum(p.sweep_entry_seconds for p in self._pools.values())
             self._pools.clear()
 
+    def add_sink(self, sink: GuardSink) -> None:
+        """[sinks] ``sink`` hears every manager of this model's caches, the current one and later ones."""
+        for pool in self._pools.values():
+            pool.manager.add_sink(sink)
+        self.sinks.append(sink)
+
+    def owners(self, event: ViolationEvent) -> tuple[str, ...]:
+        """The requests whose blocks hold ``event``'s slot in the latest cache, now (empty for a cached block
+        no request holds)."""
+        if not self._pools:
+            return ()
+        return self._owners(next(reversed(self._pools.values())), event)
+
+    @staticmethod
+    def _owners(pool: PoolState, e: ViolationEvent) -> tuple[str, ...]:
+        slot = e.violation.slot_idx
+        sw = pool.layout.sliding
+        if sw is not None and e.violation.tag_name.endswith("_SWA"):
+            return tuple(r for r, b in sw.block_table.items() if slot // sw.stride in b)
+        return tuple(pool.rows.owners(pool.layout.block_of(slot)))
+
     # -- what it found -------------------------------------------------------------------------------
     @property
     def swept_entries(self) -> int:
@@ -265,13 +289,8 @@ class TransformersCanary:
 
     def _collect(self, pool: PoolState, events: list[ViolationEvent]) -> list[CanaryReport]:
         new = []
-        sw = pool.layout.sliding
         for e in events:
-            slot = e.violation.slot_idx
-            if sw is not None and e.violation.tag_name.endswith("_SWA"):
-                owners = tuple(r for r, b in sw.block_table.items() if slot // sw.stride in b)
-            else:
-                owners = tuple(pool.rows.owners(pool.layout.block_of(slot)))
+            owners = self._owners(pool, e)
             new.append(CanaryReport(e, owners))
             logger.warning("kv-canary: %s slot %d belongs to request(s) %s", e.violation.tag_name,
                            e.violation.slot_idx, ", ".join(owners) or "none (cached block)")
@@ -287,6 +306,8 @@ class TransformersCanary:
             self._retire_pools()
             pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
                              max_context_len=self.max_context_len)
+            for sink in self.sinks:  # [sinks]
+                pool.manager.add_sink(sink)
             self._pools[id(runner.cache)] = pool
         return pool
 
