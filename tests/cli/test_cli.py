@@ -228,8 +228,6 @@ def test_contracts_prints_each_contracts_code_ranges_lowest_to_highest(outside: 
         line = next(x for x in res.stdout.splitlines() if x.startswith(contract["name"] + " ("))
         prefix = contract["checks"][0]["code"][:5]
         assert f"({prefix}{numbers[0]:03d}" in line and f"{prefix}{numbers[-1]:03d};" in line, line
-    write = next(x for x in res.stdout.splitlines() if x.startswith("launch_canary_write_kernel ("))
-    assert "(KVC-W001..KVC-W133;" in write, write
 
 
 def test_code_ranges_are_runs_of_consecutive_numbers() -> None:
