@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from kvcanary.context import VerifyOrWriteContext
     from kvcanary.extensions import Extensions
+    from kvcanary.guard.violation_policy import ViolationPolicy
     from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
     from kvcanary.launch.plan import launch_canary_plan_kernels
     from kvcanary.launch.plan_entries import launch_plan_entries_kernel
@@ -157,6 +158,7 @@ __all__ = [
     "Violation",
     "ViolationEvent",
     "ViolationLog",
+    "ViolationPolicy",
     "ViolationSnapshot",
     "WritePlan",
     "chain_prev_hashes",

@@ -16,8 +16,12 @@ from kvcanary.operation import operations
 from kvcanary_contracts import Check, Contract, all_contracts
 
 CONTRACT_MODULES: tuple[str, ...] = (
-    "kvcanary.ops.real_kv_source",
-    "kvcanary.ops.allocation",
+    "kvcanary.constructors.real_kv_source",
+    "kvcanary.constructors.allocation",
+    "kvcanary.constructors.config",
+    "kvcanary.constructors.budget",
+    "kvcanary.constructors.capacities",
+    "kvcanary.constructors.pool",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

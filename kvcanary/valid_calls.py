@@ -12,9 +12,19 @@ from collections.abc import Mapping
 
 import torch
 
-from kvcanary.consts import CANARY_SLOT_BYTES, PLAN_OFFSETS_SCRATCH_LEN, CanaryLaunchTag, RealKvHashMode
+from kvcanary.consts import (
+    CANARY_SLOT_BYTES,
+    PLAN_OFFSETS_SCRATCH_LEN,
+    CanaryLaunchTag,
+    CanaryMode,
+    PoolKind,
+    RealKvHashMode,
+)
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.extensions import Extensions
+from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.manager.budget import VerifyBudget
+from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
 from kvcanary_contracts.counterexamples import ExampleSet, Variant
@@ -77,7 +87,7 @@ def write_plan(capacity: int = WRITE_REQ_CAPACITY) -> WritePlan:
 
 
 def _ext() -> Extensions:
-    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
+    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True, write_slot_owner_mismatch=True)
 
 
 def _verify(ext: bool = False) -> Call:
@@ -87,7 +97,13 @@ def _verify(ext: bool = False) -> Call:
 
 def _write_ext() -> Call:
     return {**_write(False), "req_pool_indices": _i64(BS), "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1), "extensions": _ext()}
+            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1),
+            "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)}
+
+
+def _write_owner() -> Call:
+    return {**_write(False), "req_pool_indices": _i64(BS), "slot_owner": _i64(NUM_SLOTS),
+            "extensions": Extensions(write_slot_owner_mismatch=True)}
 
 
 def _write(assert_inputs: bool) -> Call:
@@ -175,6 +191,38 @@ def _source_call() -> Call:
             "read_bytes": s.read_bytes}
 
 
+def _config() -> Call:
+    """Every setting given, none at its default: RAISE with PARTIAL hashing, a sweep, a budget, extensions and
+    a two-buffer layer rotation."""
+    return {"mode": CanaryMode.RAISE, "real_kv_mode": RealKvHashMode.PARTIAL, "sweep_interval": 8,
+            "ring_capacity": 256, "enable_v": True, "enable_verify_token": True, "enable_write_input_assert": True,
+            "stats_every": 50, "health_warmup_steps": 10, "health_every": 20, "num_forward_slots": 2,
+            "backend": "torch_ref", "verify_budget": VerifyBudget(max_entries=64, newest_per_request=2),
+            "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True), "layer_rotation": 2,
+            "compile": True, "on_violation": ViolationPolicy.RAISE}
+
+
+def _kv(rows: int = NUM_SLOTS) -> torch.Tensor:
+    """A layer-0 K or V buffer: 8 heads x 16 dims of bf16 per slot."""
+    return torch.zeros(rows, 8, 16, dtype=torch.bfloat16)
+
+
+def _full_group() -> Call:
+    return {"kind": PoolKind.FULL, "k_layer0": _kv(), "v_layer0": _kv(), "swa_window_size": 0,
+            "full_to_swa_index_mapping": None, "layers": ()}
+
+
+def _swa_group() -> Call:
+    """A sliding-window group of 32 SWA slots, its table one entry per full slot."""
+    return {"kind": PoolKind.SWA, "k_layer0": _kv(32), "v_layer0": _kv(32), "swa_window_size": SWA_WINDOW,
+            "full_to_swa_index_mapping": _i64(NUM_SLOTS), "layers": ()}
+
+
+def _pool(swa: bool) -> Call:
+    groups = (PoolGroupSpec(**_full_group()), *((PoolGroupSpec(**_swa_group()),) if swa else ()))  # type: ignore[arg-type]
+    return {"groups": groups, "req_to_token": _i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
+
+
 _CPU = {"device": "cpu"}
 
 EXAMPLES: Mapping[str, ExampleSet] = {
@@ -185,6 +233,23 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         "WritePlan.allocate", (Variant("capacity 4", lambda: {"write_req_capacity": WRITE_REQ_CAPACITY}),), _CPU),
     "ViolationLog.allocate": ExampleSet(
         "ViolationLog.allocate", (Variant("1024 rows", lambda: {"ring_capacity": 1024}),), _CPU),
+    "CanaryConfig": ExampleSet("CanaryConfig", (Variant("every setting", _config),)),
+    "VerifyBudget": ExampleSet(
+        "VerifyBudget", (Variant("64 entries", lambda: {"max_entries": 64, "newest_per_request": 2}),)),
+    "CanaryCapacities": ExampleSet("CanaryCapacities", (Variant("a 64-slot pool", lambda: {
+        "verify_capacity": 3 * NUM_SLOTS, "write_req_capacity": MAX_REQS, "write_token_capacity": 64,
+        "sweep_capacity": NUM_SLOTS, "expected_token_capacity": MAX_REQS * MAX_CONTEXT}),)),
+    "CanaryCapacities.from_engine": ExampleSet("CanaryCapacities.from_engine", (Variant("a 64-slot pool", lambda: {
+        "pool_slot_count": NUM_SLOTS, "max_batch_size": MAX_REQS, "req_rows": MAX_REQS, "max_tokens_per_forward": 64,
+        "max_context_len": MAX_CONTEXT, "spec_num_draft_tokens": 0}),)),
+    "PoolGroupSpec": ExampleSet("PoolGroupSpec", (
+        Variant("FULL group", _full_group),
+        Variant("SWA group", _swa_group, "a 16-token window and the full→SWA table"),
+    )),
+    "KvPoolSpec": ExampleSet("KvPoolSpec", (
+        Variant("FULL and SWA groups", lambda: _pool(swa=True)),
+        Variant("FULL group", lambda: _pool(swa=False)),
+    )),
     "launch_canary_plan_kernels": ExampleSet("launch_canary_plan_kernels", (
         Variant("FULL group", _plan),
         Variant("SWA group", lambda: _plan(swa=True), "swa_window_size > 0 with the full→SWA table"),
@@ -205,6 +270,8 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         Variant("input assert off", lambda: _write(False)),
         Variant("input assert on", lambda: _write(True), "with the oracle's expected tokens and positions"),
         Variant("extensions", _write_ext, "the write-slot check on, with req_to_token and the SWA table"),
+        Variant("owner check", _write_owner, "the write-time owner check alone, with the batch's rows and the "
+                "owner map"),
     )),
     "launch_canary_verify_kernel": ExampleSet("launch_canary_verify_kernel", (
         Variant("TAIL K, FULL", _verify),

@@ -440,6 +440,9 @@ class _Engine:
         subject = check.subject
         if isinstance(value, torch.Tensor):
             return value.tolist(), "a Python list instead of a tensor"
+        plain = value.value if isinstance(value, enum.Enum) else None
+        if plain is not None and isinstance(subject, ScalarArg) and not isinstance(plain, subject.type):
+            return value.value, f"the plain value {value.value!r} instead of a {type(value).__name__}"
         if isinstance(value, bool):
             return int(value), f"the int {int(value)} instead of a bool"
         if isinstance(subject, ScalarArg) and isinstance(value, int):
@@ -451,6 +454,10 @@ class _Engine:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             ns = types.SimpleNamespace(**{f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
             return ns, f"a SimpleNamespace with {type(value).__name__}'s fields, not a {type(value).__name__}"
+        if isinstance(value, (tuple, list)):
+            return set(), f"a set instead of a {type(value).__name__}"
+        if isinstance(value, str):
+            return 0, "the int 0 instead of a str"
         return str(value), "a str"
 
     def _aliasing(self, check: Check, call: Call) -> Iterator[_Attempt]:
@@ -496,12 +503,13 @@ class _Engine:
         none = dict.fromkeys(fields)
         if isinstance(rule, RequiredIf):
             if call.get(rule.flag) is True and len(present) == len(fields):
-                drop = fields[-1]
-                bad = {**call, drop: None}
+                # the common misuse: the flag turned on and none of its arguments passed
+                bad = {**call, **none}
                 off = {**call, rule.flag: False, **none}
-                yield _Attempt(bad, f"`{rule.flag}=True` but `{drop}` is None", (drop,),
-                               (Fix(f"pass `{drop}`", call), Fix(f"or set `{rule.flag}=False` and pass none of "
-                                                                  f"{_names(fields)}", off)))
+                given = _names(fields) if len(fields) == 1 else " and ".join(f"`{f}`" for f in fields)
+                absent = f"{given} {'is' if len(fields) == 1 else 'are'} None"
+                yield _Attempt(bad, f"`{rule.flag}=True` but {absent}", tuple(fields),
+                               (Fix(f"pass {given}", call), Fix(f"or set `{rule.flag}=False`", off)))
         elif isinstance(rule, ForbiddenUnless):
             if call.get(rule.flag) is True and present:
                 bad = {**call, rule.flag: False}
@@ -551,7 +559,7 @@ class _Engine:
                 paths.append(_display(where))
                 changes.append(how.describe(_display(where)))
                 continue
-            value = self.evaluate(how, env) if isinstance(how, str) else how
+            value = self.evaluate(how, env) if isinstance(how, str) and not isinstance(how, enum.Enum) else how
             if kind == "symbol":
                 assert isinstance(value, int)
                 new, resized = self.resize(new, where, value, b)

@@ -62,7 +62,7 @@ def launch_canary_plan_kernels(*, req_to_verify_expected_tokens: Tensor | None, 
         kv_token_id_vs_position_offset: Slot p holds the KV of token p + offset (0 for target pools, 1 for EAGLE draft pools).
             Checks: KVC-P082, KVC-P109, KVC-P110.
         extensions (optional): Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels.
-            Checks: KVC-P115, KVC-P116, KVC-P117.
+            Checks: KVC-P115, KVC-P116, KVC-P117, KVC-P118.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
@@ -76,4 +76,4 @@ def launch_canary_plan_kernels(*, req_to_verify_expected_tokens: Tensor | None, 
         - bs={bs} exceeds write_req_capacity={write_req_capacity} (KVC-P088)
 
     Raises:
-        ContractError (a ValueError) before anything runs, for a call that breaks a check: 117 checks, codes KVC-P001 to KVC-P117; each error names its code and the page that explains it."""
+        ContractError (a ValueError) before anything runs, for a call that breaks a check: 118 checks, codes KVC-P001 to KVC-P118; each error names its code and the page that explains it."""

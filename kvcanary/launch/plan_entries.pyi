@@ -67,7 +67,7 @@ def launch_plan_entries_kernel(*, req_to_verify_expected_tokens: Tensor | None, 
         swa_window_size: Sliding window: verify only the last swa_window_size prefix tokens (0: all).
             Checks: KVC-E057, KVC-E060, KVC-E075, KVC-E076.
         extensions (optional): Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels.
-            Checks: KVC-E081, KVC-E082, KVC-E083.
+            Checks: KVC-E081, KVC-E082, KVC-E083, KVC-E084.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
@@ -79,4 +79,4 @@ def launch_plan_entries_kernel(*, req_to_verify_expected_tokens: Tensor | None, 
         - launch_plan_entries_kernel supports at most bs={PLAN_BS_BLOCK_SIZE} reqs per launch, got bs={bs}. Bump _PLAN_BS_BLOCK_SIZE if real workloads need this. (KVC-E061)
 
     Raises:
-        ContractError (a ValueError) before anything runs, for a call that breaks a check: 83 checks, codes KVC-E001 to KVC-E083; each error names its code and the page that explains it."""
+        ContractError (a ValueError) before anything runs, for a call that breaks a check: 84 checks, codes KVC-E001 to KVC-E084; each error names its code and the page that explains it."""

@@ -21,7 +21,7 @@ def launch_canary_verify_kernel(*, context: VerifyOrWriteContext, plan: VerifyPl
         check_verify_expected_token: Compare stored tokens with plan.verify_expected_tokens (entries of -1 are skipped).
             Checks: KVC-V073.
         extensions (optional): Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels.
-            Checks: KVC-V105, KVC-V106, KVC-V107.
+            Checks: KVC-V105, KVC-V106, KVC-V107, KVC-V108.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Other checks:
@@ -31,4 +31,4 @@ def launch_canary_verify_kernel(*, context: VerifyOrWriteContext, plan: VerifyPl
         - KVC-V104 (no tensor the launch writes may share memory with another argument)
 
     Raises:
-        ContractError (a ValueError) before anything runs, for a call that breaks a check: 107 checks, codes KVC-V001 to KVC-V107; each error names its code and the page that explains it."""
+        ContractError (a ValueError) before anything runs, for a call that breaks a check: 108 checks, codes KVC-V001 to KVC-V108; each error names its code and the page that explains it."""

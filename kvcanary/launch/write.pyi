@@ -19,6 +19,7 @@ class _LaunchCanaryWriteKernelFields(TypedDict):
     req_pool_indices: NotRequired[Tensor | None]
     req_to_token: NotRequired[Tensor | None]
     full_to_swa_index_mapping: NotRequired[Tensor | None]
+    slot_owner: NotRequired[Tensor | None]
     extensions: NotRequired[Extensions | None]
 
 @overload
@@ -60,14 +61,16 @@ def launch_canary_write_kernel(*, enable_write_input_assert: bool, expected_inpu
             Checks: KVC-W069, KVC-W070, KVC-W071, KVC-W072, KVC-W073, KVC-W097.
         expected_input_positions: Oracle position per flat token (only with the input assert).
             Checks: KVC-W074, KVC-W075, KVC-W076, KVC-W077, KVC-W078, KVC-W098.
-        req_pool_indices (optional): req_to_token row of each write-plan request row (write-slot check only; a request row past its end is not checked).
-            Checks: KVC-W113, KVC-W114, KVC-W115, KVC-W116, KVC-W129, KVC-W130.
+        req_pool_indices (optional): req_to_token row of each write-plan request row, the writer (write-slot and owner checks only; a request row past its end is not checked).
+            Checks: KVC-W113, KVC-W114, KVC-W115, KVC-W116, KVC-W129, KVC-W130, KVC-W140.
         req_to_token (optional): The engine's request-to-slot table (write-slot check only).
             Checks: KVC-W117, KVC-W118, KVC-W119, KVC-W120, KVC-W131.
         full_to_swa_index_mapping (optional): full→SWA translation of req_to_token for an SWA group's write (write-slot check only; None for a FULL group).
             Checks: KVC-W121, KVC-W122, KVC-W123, KVC-W124, KVC-W125, KVC-W132.
+        slot_owner (optional): Owner map, one entry per canary slot: the req_to_token row that holds the slot, -1 free, below -1 held read-only (write-time owner check only).
+            Checks: KVC-W134, KVC-W135, KVC-W136, KVC-W137, KVC-W138, KVC-W141.
         extensions (optional): Opt-in extension checks (kvcanary.Extensions); None runs exactly the default kernels.
-            Checks: KVC-W126, KVC-W127, KVC-W128.
+            Checks: KVC-W126, KVC-W127, KVC-W128, KVC-W139.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
@@ -75,6 +78,7 @@ def launch_canary_write_kernel(*, enable_write_input_assert: bool, expected_inpu
         - expected input tensors must be None when enable_write_input_assert=False
         - launch_canary_write_kernel requires req_pool_indices and req_to_token when extensions.write_slot_mismatch is on
         - req_to_token must have at least one row and one column (row 0 is the padding row), got shape {shape} (KVC-W133)
+        - launch_canary_write_kernel requires req_pool_indices and slot_owner when extensions.write_slot_owner_mismatch is on
 
     Other checks:
         - KVC-W079 (requires `slot_stride_bytes >= 32`)
@@ -83,4 +87,4 @@ def launch_canary_write_kernel(*, enable_write_input_assert: bool, expected_inpu
         - KVC-W112 (no tensor the launch writes may share memory with another argument)
 
     Raises:
-        ContractError (a ValueError) before anything runs, for a call that breaks a check: 133 checks, codes KVC-W001 to KVC-W133; each error names its code and the page that explains it."""
+        ContractError (a ValueError) before anything runs, for a call that breaks a check: 141 checks, codes KVC-W001 to KVC-W141; each error names its code and the page that explains it."""

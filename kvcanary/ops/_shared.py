@@ -145,6 +145,8 @@ EXTENSIONS = StructArg(
     {
         "zero_slot_in_live_range": ScalarArg(bool, doc="Report padding-slot entries inside live ranges."),
         "write_slot_mismatch": ScalarArg(bool, doc="Report writes outside req_to_token[req, position]."),
+        "write_slot_owner_mismatch": ScalarArg(bool, doc="Report writes into a slot the owner map gives to "
+                                               "anyone but the writing request."),
     },
     doc="The opt-in extension checks (None: none of them; the kernels are today's).",
 )

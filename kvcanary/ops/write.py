@@ -65,6 +65,18 @@ class WriteLaunch(Contract):
                 "SWA group), or turn extensions.write_slot_mismatch off.",
             ),
             dataclasses.replace(p.REQ_TO_TOKEN_NOT_EMPTY, when="req_to_token is not None"),
+            RequiredWhen(
+                when="extensions is not None and extensions.write_slot_owner_mismatch",
+                fields=("req_pool_indices", "slot_owner"),
+                message="launch_canary_write_kernel requires req_pool_indices and slot_owner when "
+                "extensions.write_slot_owner_mismatch is on",
+                why="The owner check compares the holder of each written slot (slot_owner[out_cache_loc]) with the "
+                "writing request's req_to_token row (req_pool_indices[r]); without both there is no writer or no "
+                "holder to compare.",
+                fix="Pass the batch's req_pool_indices and the engine's owner map (int64, one entry per canary slot: "
+                "the req_to_token row holding it, -1 free, below -1 read-only), or turn "
+                "extensions.write_slot_owner_mismatch off.",
+            ),
         ),
     )
 
@@ -83,13 +95,18 @@ class WriteLaunch(Contract):
     expected_input_positions: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=_TOKENS)] = Field(
         description="Oracle position per flat token (only with the input assert).")
     req_pool_indices: Annotated[torch.Tensor | None, TensorArg(dtype=torch.int64, shape=("bs",))] = Field(
-        default=None, description="req_to_token row of each write-plan request row (write-slot check only; a request "
-        "row past its end is not checked).")
+        default=None, description="req_to_token row of each write-plan request row, the writer (write-slot and owner "
+        "checks only; a request row past its end is not checked).")
     req_to_token: Annotated[torch.Tensor | None, p.REQ_TO_TOKEN] = Field(
         default=None, description="The engine's request-to-slot table (write-slot check only).")
     full_to_swa_index_mapping: Annotated[torch.Tensor | None, p.lut()] = Field(
         default=None, description="full→SWA translation of req_to_token for an SWA group's write (write-slot check "
         "only; None for a FULL group).")
+    slot_owner: Annotated[torch.Tensor | None, TensorArg(
+        dtype=torch.int64, shape=("num_slots",),
+        messages={"size": "{name} must hold one entry per canary slot ({expected}), got {actual}"})] = Field(
+        default=None, description="Owner map, one entry per canary slot: the req_to_token row that holds the slot, "
+        "-1 free, below -1 held read-only (write-time owner check only).")
     extensions: Annotated[Extensions | None, EXTENSIONS] = Field(default=None, description=EXTENSIONS_DOC)
 
 

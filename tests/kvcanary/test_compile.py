@@ -17,10 +17,10 @@ from torch._dynamo.utils import counters
 import kvcanary as kc
 from kvcanary.manager import CanaryBatch
 from kvcanary.registry import Op
-from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
-from kvcanary.testing.scenarios import GENERATORS
-from kvcanary.testing.step_world import StepWorld, batch_tensors, canary_step
+from kvcanary.testing.opcheck import op_of, opcheck
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS, opcheck_random
+from tools.step_world import StepWorld, batch_tensors, canary_step
 
 GOLDEN = [c for f in ("verify_cases", "write_cases", "plan_cases", "scatter_cases") for c in g.load(f)]
 CPU_BACKENDS = ("torch_ref", "triton")

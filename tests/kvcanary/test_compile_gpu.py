@@ -12,11 +12,11 @@ from torch._dynamo.utils import counters
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
+from kvcanary.testing.opcheck import op_of, opcheck
 from kvcanary.testing.parity import ring_rows
-from kvcanary.testing.scenarios import GENERATORS
-from kvcanary.testing.step_world import StepWorld, canary_step
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS, opcheck_random
+from tools.step_world import StepWorld, canary_step
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -21,7 +21,6 @@ import torch
 from pydantic import Field
 
 from kvcanary import codes
-from kvcanary.docsgen import catalog
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation, operations
 from kvcanary.registry import REGISTRY, Backend, register_backend
@@ -29,6 +28,7 @@ from kvcanary_contracts import CodeBook, Contract, ContractError, ContractInfo, 
 from kvcanary_contracts.contract import forget_contract
 from kvcanary_contracts.counterexamples import ExampleSet, Variant
 from kvcanary_contracts.torch_op import drop_namespace
+from tools.docsgen import catalog
 
 NAMESPACE = "kvcanary_external_test"
 LETTER = "Z"  # a letter no built-in contract uses

@@ -1,0 +1,151 @@
+"""The slot journal: a bounded, host-side record of who held each KV block, and when.
+
+The engine adapter (or the manager, from what it already maps each step) records ownership changes per
+block: allocated to a request, written at positions, shared with another request, kept by the prefix
+cache, freed, quarantined, released from quarantine. The cost is one entry per change, never one per
+token. :meth:`SlotJournal.owners_at` answers "who held this slot at step S", which is what isolation needs
+for a violation read back steps after the corrupting one, and what evidence bundles show.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+
+class OwnerKind(str, Enum):
+    """What holds a block: a live request, or the prefix cache (a cached, shared prefix)."""
+
+    REQUEST = "request"
+    CACHE = "cache"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """One holder of a block: an engine request id, or a prefix-cache entry's id."""
+
+    kind: OwnerKind
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.id}"
+
+
+class JournalKind(str, Enum):
+    """One ownership change of a block."""
+
+    ALLOCATED = "allocated"  # handed to ``owner`` (a fresh block)
+    SHARED = "shared"  # ``owner`` holds it too (a prefix hit, a fork)
+    WRITTEN = "written"  # ``owner`` wrote positions ``[first_position, last_position]`` into it
+    CACHED = "cached"  # the prefix cache keeps it (``owner`` is the cache entry)
+    RELEASED = "released"  # ``owner`` no longer holds it (finished, preempted, evicted from the cache)
+    FREED = "freed"  # back on the free list: nobody holds it
+    QUARANTINED = "quarantined"  # taken out of service after a violation
+    REINSTATED = "reinstated"  # back in service (its records were rewritten)
+
+
+_ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalKind.WRITTEN)
+"""Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
+
+    step: int
+    kind: JournalKind
+    block: int
+    owner: Owner | None = None
+    first_position: int | None = None
+    last_position: int | None = None
+
+
+class SlotJournal:
+    """Ownership events per block, at most ``per_block`` kept per block (oldest dropped first) and at most
+    ``max_blocks`` blocks tracked (the least recently changed forgotten first), so memory is bounded.
+
+    It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
+    forgotten first): a request that read a slot and finished before the violation was read back cannot be
+    failed any more, only reported."""
+
+    def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 16,
+                 max_finished: int = 1 << 14) -> None:
+        if block_size <= 0:
+            raise ValueError(f"kv-canary: SlotJournal.block_size must be positive, got {block_size!r}")
+        self.block_size = block_size
+        self.per_block = per_block
+        self.max_blocks = max_blocks
+        self.max_finished = max_finished
+        self._events: dict[int, deque[JournalEvent]] = {}
+        self._finished: dict[str, int] = {}
+        self.recorded = 0
+        """Events recorded since creation (dropped ones included)."""
+
+    def block_of(self, slot: int) -> int:
+        return slot // self.block_size
+
+    def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
+               first_position: int | None = None, last_position: int | None = None) -> None:
+        """Record ``kind`` for each of ``blocks`` at ``step``."""
+        for block in blocks:
+            events = self._events.pop(block, None)
+            if events is None:
+                events = deque(maxlen=self.per_block)
+                if len(self._events) >= self.max_blocks:
+                    del self._events[next(iter(self._events))]
+            events.append(JournalEvent(step, kind, int(block), owner, first_position, last_position))
+            self._events[block] = events  # re-inserted: dict order is least recently changed first
+            self.recorded += 1
+
+    def finish(self, request_id: str, step: int) -> None:
+        """``request_id`` finished (its output was returned) at ``step``."""
+        self._finished.pop(request_id, None)
+        if len(self._finished) >= self.max_finished:
+            del self._finished[next(iter(self._finished))]
+        self._finished[request_id] = step
+
+    def finished_step(self, request_id: str) -> int | None:
+        """The step ``request_id`` finished at, None while it has not (or was forgotten)."""
+        return self._finished.get(request_id)
+
+    def history(self, slot: int) -> list[JournalEvent]:
+        """The events kept for ``slot``'s block, oldest first."""
+        return list(self._events.get(self.block_of(slot), ()))
+
+    def owners_at(self, slot: int, step: int) -> list[Owner]:
+        """Who held ``slot``'s block during ``step``: every owner added at or before ``step`` and not released
+        before it (one released or freed during ``step`` still held it during that step)."""
+        return self.owners_between(slot, step, step)
+
+    def owners_between(self, slot: int, first_step: int, last_step: int) -> list[Owner]:
+        """Who held ``slot``'s block during any step of ``[first_step, last_step]``, in the order they
+        took it: what a violation recorded at ``first_step`` and read back at ``last_step`` must isolate
+        (a request that took a corrupt block after the corruption read it too)."""
+        held: dict[Owner, None] = {}
+        out: dict[Owner, None] = {}
+        for e in self._events.get(self.block_of(slot), ()):
+            if e.step > last_step:
+                break
+            if e.step >= first_step:
+                out.update(held)  # everything still held when the window opens was held in it
+            if e.kind in _ADDS and e.owner is not None:
+                held[e.owner] = None
+                if e.step >= first_step:
+                    out[e.owner] = None
+            elif e.step < first_step and e.kind is JournalKind.RELEASED and e.owner is not None:
+                held.pop(e.owner, None)
+            elif e.step < first_step and e.kind is JournalKind.FREED:
+                held.clear()
+        out.update(held)
+        return list(out)
+
+    def quarantined(self, slot: int) -> bool:
+        """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
+        for e in reversed(self._events.get(self.block_of(slot), ())):
+            if e.kind is JournalKind.QUARANTINED:
+                return True
+            if e.kind is JournalKind.REINSTATED:
+                return False
+        return False
