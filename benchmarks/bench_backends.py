@@ -1,6 +1,6 @@
 """Head to head: every GPU backend on identical inputs, per operation, to decide the registry's priorities.
 
-Each case builds its inputs (``kvcanary.testing.scenarios``) afresh for every run, runs every backend that can
+Each case builds its inputs (``tools.workloads``) afresh for every run, runs every backend that can
 serve the operation (forced by name, through the public launchers), checks that the outputs agree with
 torch_ref's, and times CUDA-graph replays (events around eager launches for operations that are not
 capture-safe). The floor beside each figure is the case's memory floor (bytes moved at the measured copy
@@ -25,8 +25,9 @@ import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks.report import Report, machine
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders
 from kvcanary.testing.parity import compare_outputs, launcher
+from tools import workloads
 
 DEV = torch.device("cuda")
 Kwargs = dict[str, Any]
@@ -48,20 +49,20 @@ def _verify_outputs(kw: Kwargs) -> dict[str, torch.Tensor]:
     return {"violation_write_index": ctx.violation_write_index, "slot_run_counter": ctx.slot_run_counter}
 
 
-def verify_case(n: int, world: sc.RandomPrevRecords, mode: kc.RealKvHashMode, chained: bool, bw: float,
+def verify_case(n: int, world: workloads.RandomPrevRecords, mode: kc.RealKvHashMode, chained: bool, bw: float,
                 kv: tuple[kc.RealKvSource, ...]) -> Case:
     """Clean verify of ``n`` entries. Random layout: random upper-half slots of ``world``, each with its own
     lower-half predecessor (two independent random records per entry). Chained layout: requests of 1024
     positions over random distinct slots, stamped by a real write, each entry's predecessor the entry before."""
     sources = kv if mode != kc.RealKvHashMode.NONE else ()
     if chained:
-        stamp = sc.context(DEV, num_slots=world.num_slots)
+        stamp = builders.context(DEV, num_slots=world.num_slots)
         gen = torch.Generator(device=DEV).manual_seed(n)
         slots = torch.randperm(world.num_slots - 1, device=DEV, generator=gen)[:n] + 1
-        plan = sc.stamp_chains(stamp, slots, 1024)
+        plan = workloads.stamp_chains(stamp, slots, 1024)
 
         def make() -> Kwargs:
-            return {"context": sc.context(canary_buf=stamp.canary_buf, sources=sources, mode=mode), "plan": plan,
+            return {"context": builders.context(canary_buf=stamp.canary_buf, sources=sources, mode=mode), "plan": plan,
                     "check_verify_expected_token": False}
     else:
         (slots, prevs), = world.index_sets(n, 1, seed=n)
@@ -83,7 +84,7 @@ def write_case(reqs: int, tokens: int, step_s: float, empty_s: float) -> Case:
     locs = torch.randperm(n, device=DEV) + 1
 
     def make() -> Kwargs:
-        return sc.chain_writes(sc.context(DEV, num_slots=n + 1), [tokens] * reqs, locs)
+        return workloads.chain_writes(builders.context(DEV, num_slots=n + 1), [tokens] * reqs, locs)
 
     floor, what = (tokens * step_s, "serial mix3 steps") if tokens > 1 else (empty_s, "empty kernel (graph)")
     return Case(Op.WRITE, f"write {reqs} x {tokens}", make, lambda kw: {"canary_buf": kw["context"].canary_buf},
@@ -92,7 +93,7 @@ def write_case(reqs: int, tokens: int, step_s: float, empty_s: float) -> Case:
 
 def plan_case(bs: int, prefix: int, bw: float) -> Case:
     def make() -> Kwargs:
-        return sc.PlanBatch(bs, prefix, device=DEV, seed=bs).kwargs(0)
+        return workloads.PlanBatch(bs, prefix, device=DEV, seed=bs).kwargs(0)
 
     def outputs(kw: Kwargs) -> dict[str, torch.Tensor]:  # the fields a plan without a token pool must write
         vp: kc.VerifyPlan = kw["verify_plan_out"]
@@ -108,7 +109,7 @@ def scatter_case(bs: int, per: int, bw: float) -> Case:
     # one set (12 MiB) sits in L2 between replays, and that one-launch figure swapped order between runs of
     # unchanged kernels; 8 sets (96 MiB) come from DRAM
     return Case(Op.SCATTER, f"scatter {bs} x {per}, 8 rotating sets",
-                lambda: sc.scatter_sets(bs, per, 1, DEV, seed=per)[0], lambda kw: {"pool_out": kw["pool_out"]},
+                lambda: workloads.scatter_sets(bs, per, 1, DEV, seed=per)[0], lambda kw: {"pool_out": kw["pool_out"]},
                 bs * per * 12 / bw, "8 B read + 4 B written per token", sets=8)
 
 
@@ -142,8 +143,8 @@ def main() -> None:
     r = Report("backends_head_to_head", machine(DEV))
     f = floors.common(r, DEV)
     bw, step, empty = f.copy_bandwidth, f.serial_step, f.empty_launch_graph
-    world = sc.RandomPrevRecords(1 << 25, DEV)  # a 1 GiB canary buffer
-    kv = sc.byte_sources(world.num_slots, 128, 2, DEV)
+    world = workloads.RandomPrevRecords(1 << 25, DEV)  # a 1 GiB canary buffer
+    kv = workloads.byte_sources(world.num_slots, 128, 2, DEV)
     cases = []
     for n in ([1 << 20] if args.quick else [1 << 20, 1 << 24]):
         for chained in (False, True):

@@ -4,7 +4,7 @@
    ``torch.ops.kvcanary`` operator against the public launcher (both forced to the backend the registry picks),
    the variants interleaved round after round and the fastest round kept. The floor is the launcher: the ratio
    is what going through the dispatcher, the rebuild of the call and the operator's own check costs.
-2. **A compiled decode step** (:mod:`kvcanary.testing.step_world`: plan, HEAD verify + write, a forward that
+2. **A compiled decode step** (:mod:`tools.step_world`: plan, HEAD verify + write, a forward that
    writes K, TAIL verify + write with a PARTIAL real-KV fingerprint) at ``--bs`` one-token requests over
    ``--prefix`` cached tokens each, compiled with and without the canary launches (``mode="reduce-overhead"``,
    CUDA graphs through the compiler, on a GPU; the default mode on the CPU). The canary's cost is the
@@ -31,7 +31,7 @@ from kvcanary.manager import CanaryBatch
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
 from kvcanary.testing.parity import launcher
-from kvcanary.testing.step_world import StepWorld, batch_tensors, canary_step, forward_only
+from tools.step_world import StepWorld, batch_tensors, canary_step, forward_only
 
 SMALL: dict[Op, Callable[[torch.device], dict[str, object]]] = {
     Op.VERIFY: calls.verify, Op.WRITE: calls.write, Op.PLAN: calls.plan, Op.SCATTER: calls.scatter,

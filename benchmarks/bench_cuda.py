@@ -27,7 +27,7 @@ launches) include the host time where it exceeds the GPU's. Figures (``ratio`` =
 - host: per operation, the host time of one eager public launch against a bare cuda.core launch of an empty
   kernel, and its GPU time in a graph against an empty kernel's.
 
-Inputs come from ``kvcanary.testing.scenarios`` and verify clean; the benchmark checks that they did.
+Inputs come from ``tools.workloads`` and verify clean; the benchmark checks that they did.
 ``--out`` gets the records (benchmarks/report.py), the details (floors, targets, kernels) go to ``raw/``.
 """
 
@@ -50,15 +50,15 @@ import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks import floors_cuda as fc
 from benchmarks.report import Report, machine
-from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.registry import Op
-from kvcanary.testing import calls
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders, calls
 from kvcanary.testing.parity import launcher
 from kvcanary_backends.cuda import preload
 from kvcanary_backends.cuda import verify as cverify
 from kvcanary_backends.cuda._toolchain import cdiv, core, loaded
 from kvcanary_backends.cuda.write import WARPS as WRITE_WARPS
+from tools import workloads
 
 MI = 1 << 20
 GATHER_BYTES = 2 * 32 + 16 + 8  # what the gather floor moves per entry: two records, two indices in, 8 B out
@@ -87,7 +87,7 @@ def _variant(ctx: kc.VerifyOrWriteContext, plans: Sequence[kc.VerifyPlan], *, gr
 
 
 # -- verify ---------------------------------------------------------------------------------------------------
-def bench_verify(world: sc.RandomPrevRecords, sizes: list[int], triton_gather: dict[int, float], copy_bw: float,
+def bench_verify(world: workloads.RandomPrevRecords, sizes: list[int], triton_gather: dict[int, float], copy_bw: float,
                  quick: bool) -> None:
     for n in sizes:
         sets = world.index_sets(n, 4, seed=n)
@@ -125,7 +125,7 @@ def bench_verify(world: sc.RandomPrevRecords, sizes: list[int], triton_gather: d
     sets = world.index_sets(n, 4, seed=7)
     plans = [world.plan(s, p) for s, p in sets]
     nbpt = 128
-    srcs = sc.byte_sources(world.num_slots, nbpt, 2, DEV)
+    srcs = workloads.byte_sources(world.num_slots, nbpt, 2, DEV)
     for mode, k, chunks in ((kc.RealKvHashMode.PARTIAL, 2, 1), (kc.RealKvHashMode.ALL, 1, nbpt // 16)):
         ctx = world.context(srcs[:k], mode)
         t = timing.graph(_verifies(ctx, plans), reps=7 if quick else 15)
@@ -153,7 +153,8 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
     steps = 32 * 1024
     num_slots = 2 * steps + 8
     locs = torch.randperm(num_slots - 1, device=DEV) + 1
-    kv256, kv2k = sc.byte_sources(num_slots, 256, 1, DEV) + sc.byte_sources(num_slots, 2048, 1, DEV, seed=1)
+    kv256, kv2k = (workloads.byte_sources(num_slots, 256, 1, DEV)
+                   + workloads.byte_sources(num_slots, 2048, 1, DEV, seed=1))
     cases: list[tuple[str, tuple[kc.RealKvSource, ...], kc.RealKvHashMode]] = [
         ("real-KV off", (), kc.RealKvHashMode.NONE),
         ("PARTIAL, 1 source", (kv256,), kc.RealKvHashMode.PARTIAL),
@@ -161,8 +162,8 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
         ("ALL, 1 source x 2 KiB", (kv2k,), kc.RealKvHashMode.ALL),
     ]
     for label, sources, mode in cases:
-        ctx = sc.context(DEV, num_slots=num_slots, sources=sources, mode=mode)
-        kw = sc.chain_writes(ctx, [steps], locs)
+        ctx = builders.context(DEV, num_slots=num_slots, sources=sources, mode=mode)
+        kw = workloads.chain_writes(ctx, [steps], locs)
         t = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="cuda"), reps=5 if quick else 10)
         R.add(f"1 x 32 Ki tokens, {label}", t, serial_floor * steps, unit="ms",
               target=1.15 if mode == kc.RealKvHashMode.NONE else None, benchmark="cuda write",
@@ -174,8 +175,8 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
         _clean(ctx, f"write {label}")
     # a decode step: 1024 one-token requests, each continuing a chain
     reqs = 1024
-    ctx = sc.context(DEV, num_slots=num_slots)
-    kw = sc.decode_writes(ctx, locs[reqs : 2 * reqs], locs[:reqs], backend="cuda")
+    ctx = builders.context(DEV, num_slots=num_slots)
+    kw = workloads.decode_writes(ctx, locs[reqs : 2 * reqs], locs[:reqs], backend="cuda")
     one = partial(kc.launch_canary_write_kernel, **kw, backend="cuda")
     t_graph = timing.graph(one, rounds=100)
     R.add("1024 x 1 token, back-to-back eager launches", timing.events([one] * 50, reps=10), empty["eager"],
@@ -192,14 +193,14 @@ def bench_write(serial_floor: float, vector_floor: float, empty: dict[str, float
 
 
 # -- plan -----------------------------------------------------------------------------------------------------
-def _plans(batch: sc.PlanBatch, *, pool: bool = False, window: int = 0, lut: torch.Tensor | None = None
+def _plans(batch: workloads.PlanBatch, *, pool: bool = False, window: int = 0, lut: torch.Tensor | None = None
            ) -> list[Callable[[], None]]:
     return [partial(kc.launch_canary_plan_kernels, **batch.kwargs(i, pool=pool, window=window, lut=lut),
                     backend="cuda") for i in range(len(batch.vps))]
 
 
 def bench_plan(copy_bw: float, quick: bool) -> None:
-    batch = sc.PlanBatch(256, 4096, sets=4, device=DEV, pools=True)
+    batch = workloads.PlanBatch(256, 4096, sets=4, device=DEV, pools=True)
     bs, prefix, sets, entries = batch.bs, batch.prefix, len(batch.vps), batch.entries
     lut = torch.randint(0, 1 << 24, (1 << 24,), dtype=torch.int64, device=DEV) if not quick else None
     cases = [(f"bs={bs} x {prefix} prefix", False, 0), (f"bs={bs} x {prefix} prefix + token pool", True, 0)]
@@ -224,7 +225,7 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
             R.add(f"{label} vs a plain stream of its traffic", t, streams[best], benchmark="cuda plan",
                   note=f"probe kvc_probe_stream_plan {best} (of {tried}), same rotation")
     # rows that are no multiple of the tile: each row's last tile is partial
-    odd = sc.PlanBatch(bs, 4000, sets=sets, device=DEV)
+    odd = workloads.PlanBatch(bs, 4000, sets=sets, device=DEV)
     nbytes = odd.entries * 36 + bs * 48 + 16
     R.add(f"bs={bs} x 4000 prefix (rows no multiple of a tile)", timing.graph(_plans(odd)), nbytes / copy_bw,
           note=f"in a CUDA graph: {nbytes / MI:.1f} MiB at copy bandwidth ({odd.entries} entries)",
@@ -236,8 +237,8 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
     kw = batch.kwargs(0)
     scratch = batch.vps[0].verify_offsets_scratch
     assert scratch is not None
-    stage1 = partial(kc.launch_plan_offsets_kernel, **sc.plan_offsets_kwargs(kw, scratch), backend="cuda")
-    stage2 = partial(kc.launch_plan_entries_kernel, **sc.plan_entries_kwargs(kw, scratch), backend="cuda")
+    stage1 = partial(kc.launch_plan_offsets_kernel, **builders.plan_offsets_kwargs(kw, scratch), backend="cuda")
+    stage2 = partial(kc.launch_plan_entries_kernel, **builders.plan_entries_kwargs(kw, scratch), backend="cuda")
     R.add(f"bs={bs} x {prefix} as offsets + entries launches", timing.graph([stage1, stage2]) * 2,
           (entries * 36 + bs * 48) / copy_bw, note="both launches in a CUDA graph (no rotation: L2-warm inputs)",
           benchmark="cuda plan")
@@ -246,7 +247,7 @@ def bench_plan(copy_bw: float, quick: bool) -> None:
 def bench_scatter(copy_bw: float, quick: bool) -> None:
     bs, per = 256, 4096
     fns = [partial(kc.launch_scatter_req_token_ids_kernel, **kw, backend="cuda")
-           for kw in sc.scatter_sets(bs, per, 4, DEV)]
+           for kw in workloads.scatter_sets(bs, per, 4, DEV)]
     floor = bs * per * 12 / copy_bw
     R.add(f"{bs} x {per} tokens", timing.graph(fns), floor, benchmark="cuda scatter",
           note="in a CUDA graph: 8 B read + 4 B written per token at copy bandwidth, 4 rotating sets")
@@ -318,7 +319,7 @@ def main() -> int:
     R.note("write figures use the lower of the CUDA and Triton serial probes as the floor")
 
     def verify_section() -> None:
-        world = sc.RandomPrevRecords(int(a.buf_gib * (1 << 30)) // kc.CANARY_SLOT_BYTES, DEV)
+        world = workloads.RandomPrevRecords(int(a.buf_gib * (1 << 30)) // kc.CANARY_SLOT_BYTES, DEV)
         bench_verify(world, sizes, triton_gather, copy_bw, a.quick)
 
     sections: list[tuple[str, Callable[[], None]]] = [

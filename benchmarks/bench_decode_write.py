@@ -32,9 +32,10 @@ from benchmarks import floors_cuda as fc
 from benchmarks import timing
 from benchmarks.report import Report, machine
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders
 from kvcanary_backends.cuda.write import WARPS as WRITE_WARPS
 from kvcanary_backends.triton._jit import TUNING
+from tools import workloads
 
 DEV = torch.device("cuda")
 BACKENDS = ("cuda", "triton")
@@ -83,8 +84,8 @@ def main() -> None:
         for nsrc in (0, 1, 2, 4):
             mode = kc.RealKvHashMode.NONE if nsrc == 0 else kc.RealKvHashMode.PARTIAL
             label = "real-KV off" if nsrc == 0 else f"PARTIAL, {nsrc} source{'s' if nsrc > 1 else ''}"
-            ctx = sc.context(DEV, num_slots=num_slots, sources=sources(num_slots, nsrc), mode=mode)
-            kw = sc.decode_writes(ctx, locs[bs : 2 * bs], locs[:bs], backend="cuda")
+            ctx = builders.context(DEV, num_slots=num_slots, sources=sources(num_slots, nsrc), mode=mode)
+            kw = workloads.decode_writes(ctx, locs[bs : 2 * bs], locs[:bs], backend="cuda")
             if probe is None:
                 plan = kw["plan"]
                 probe = fc.dependent_loads_cuda(plan.write_offsets, plan.write_seed_slot_indices, kw["input_ids"],

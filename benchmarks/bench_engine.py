@@ -127,17 +127,23 @@ class CanaryWorld:
         return graph.replay
 
     def bytes_floor(self) -> int:
-        """Least traffic of one step: 4 verifies x (slot + prev record, 4 int64 plan words) per verified
-        entry, the plan writing those 4 words for every live entry (and, under a budget, the filter reading
-        them), 4 writes of one record per request, real-KV reads."""
-        entries = self.bs * (self.ctx - 1)
-        budget = self.manager.config.verify_budget
-        verified = entries if budget is None else min(entries, budget.entries_bound(self.bs))
-        per_verify = verified * (2 * 32 + 4 * 8)
-        plan = entries * 4 * 8 * (1 if budget is None else 2)
-        writes = 4 * self.bs * (32 + 32)
-        rkv = 2 * verified * 16 if self.manager.config.real_kv_mode is not RealKvHashMode.NONE else 0
-        return 4 * per_verify + plan + writes + rkv
+        """Least traffic of one step (:func:`canary_bytes`)."""
+        cfg = self.manager.config
+        return canary_bytes(bs=self.bs, ctx=self.ctx, budget=cfg.verify_budget, real_kv=cfg.real_kv_mode)
+
+
+def canary_bytes(*, bs: int, ctx: int, budget: VerifyBudget | None, real_kv: RealKvHashMode) -> int:
+    """Least traffic of one decode step's canary work (K and V, HEAD and TAIL) over ``bs`` requests of ``ctx``
+    tokens: 4 verifies x (slot + prev record, 4 int64 plan words) per verified entry, the plan writing those 4
+    words for every live entry (and, under a budget, the filter reading them), 4 writes of one record per
+    request, real-KV reads."""
+    entries = bs * (ctx - 1)
+    verified = entries if budget is None else min(entries, budget.entries_bound(bs))
+    per_verify = verified * (2 * 32 + 4 * 8)
+    plan = entries * 4 * 8 * (1 if budget is None else 2)
+    writes = 4 * bs * (32 + 32)
+    rkv = 2 * verified * 16 if real_kv is not RealKvHashMode.NONE else 0
+    return 4 * per_verify + plan + writes + rkv
 
 
 def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], Callable[[], object], int]:

@@ -5,7 +5,7 @@ bytes the operation must move at the CPU copy bandwidth measured in the same run
 written): verify 88 B per entry (two 32-byte records, two 8-byte indices in, 8 B out), write 56 B per token
 (the 32-byte record written, ids, positions and location read), plan 36 B per entry (32 B of entries
 written, 4 B of ``req_to_token`` read); real-KV bytes are not counted. The ratio says how far a vectorized
-torch reference sits from memory speed. Inputs come from ``kvcanary.testing.scenarios``: the verify reads
+torch reference sits from memory speed. Inputs come from ``tools.workloads``: the verify reads
 clean random-predecessor records, the writes start fresh chains. ``--scale 0.01`` runs every case tiny.
 """
 
@@ -24,7 +24,8 @@ import torch
 import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks.report import Report, machine
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders
+from tools import workloads
 
 BYTES_PER_ELEMENT = {"verify": 88, "write": 56, "plan": 36}
 MODES = (kc.RealKvHashMode.NONE, kc.RealKvHashMode.PARTIAL)
@@ -33,8 +34,8 @@ CPU = "cpu"
 
 def verify_runs(n: int) -> list[tuple[str, Callable[[], None]]]:
     """A verify of ``n`` random entries per real-KV mode, over one world of ``n`` slots."""
-    world = sc.RandomPrevRecords(n, CPU)
-    kv = sc.byte_sources(n, 256, 1, CPU)
+    world = workloads.RandomPrevRecords(n, CPU)
+    kv = workloads.byte_sources(n, 256, 1, CPU)
     (slots, prevs), = world.index_sets(n, 1)
     plan = world.plan(slots, prevs)
     runs: list[tuple[str, Callable[[], None]]] = []
@@ -49,8 +50,8 @@ def verify_runs(n: int) -> list[tuple[str, Callable[[], None]]]:
 
 def write_run(reqs: int, tokens: int, mode: kc.RealKvHashMode) -> Callable[[], None]:
     n = reqs * tokens
-    ctx = sc.context(CPU, num_slots=n + 1, sources=sc.byte_sources(n + 1, 256, 1, CPU), mode=mode)
-    kw = sc.chain_writes(ctx, [tokens] * reqs, torch.randperm(n) + 1)
+    ctx = builders.context(CPU, num_slots=n + 1, sources=workloads.byte_sources(n + 1, 256, 1, CPU), mode=mode)
+    kw = workloads.chain_writes(ctx, [tokens] * reqs, torch.randperm(n) + 1)
     return partial(kc.launch_canary_write_kernel, **kw, backend="torch_ref")
 
 
@@ -71,7 +72,7 @@ def main() -> None:
         ("verify", label, run, n_verify) for label, run in verify_runs(n_verify)]
     cases += [("write", f"64 requests x {scaled(512)} tokens, real-KV {mode.name}", write_run(64, scaled(512), mode),
                64 * scaled(512)) for mode in MODES]
-    batch = sc.PlanBatch(bs, prefix, device=CPU, num_slots=1 << 20)
+    batch = workloads.PlanBatch(bs, prefix, device=CPU, num_slots=1 << 20)
     cases.append(("plan", f"bs={bs}, {prefix}-token prefixes ({bs * prefix} entries)",
                   partial(kc.launch_canary_plan_kernels, **batch.kwargs(0), backend="torch_ref"), bs * prefix))
     for op, case, run, n in cases:

@@ -23,7 +23,7 @@ Every figure is taken twice, through the public launchers (``backend="triton"``)
 overhead included when it exceeds the GPU time). The ratio judged against the target is the graph one for
 verify and plan, the eager one for the decode write (its floor is an eager launch); both are recorded. Verify
 rotates several index sets, like its floor, so that the plan arrays do not sit in L2 between repetitions.
-Inputs come from ``kvcanary.testing.scenarios``; ``--out`` gets the records (benchmarks/report.py), the
+Inputs come from ``tools.workloads``; ``--out`` gets the records (benchmarks/report.py), the
 details (targets, floors, Triton's launch tuning, versions) go to ``raw/`` beside it.
 
 Usage::
@@ -50,8 +50,9 @@ import torch
 import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks.report import Report, machine
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders
 from kvcanary_backends.triton._jit import TUNING
+from tools import workloads
 
 if "triton" not in kc.registered_backends():  # a checkout that is not pip-installed has no entry-point metadata
     from kvcanary_backends.triton import BACKEND as _TRITON
@@ -67,7 +68,7 @@ Fn = Callable[[], None]
 
 # -- set-ups (device-agnostic: --dry-run runs them tiny on the CPU) -------------------------------------------
 def _sources(mode: kc.RealKvHashMode, num_slots: int, dev: torch.device) -> tuple[kc.RealKvSource, ...]:
-    return () if mode == kc.RealKvHashMode.NONE else sc.byte_sources(num_slots, KV_BYTES, 1, dev)
+    return () if mode == kc.RealKvHashMode.NONE else workloads.byte_sources(num_slots, KV_BYTES, 1, dev)
 
 
 @dataclass
@@ -90,9 +91,10 @@ def _verify_calls(ctx: kc.VerifyOrWriteContext, plans: list[kc.VerifyPlan]) -> V
 def verify_setup(dev: torch.device, *, num_slots: int, n: int, sets: int, mode: kc.RealKvHashMode,
                  length: int = 4096) -> VerifySetup:
     """The chained layout: ``sets`` plans of ``n`` entries, chains of ``length`` over random distinct slots."""
-    ctx = sc.context(dev, num_slots=num_slots, sources=_sources(mode, num_slots, dev), mode=mode)
+    ctx = builders.context(dev, num_slots=num_slots, sources=_sources(mode, num_slots, dev), mode=mode)
     perm = torch.randperm(num_slots - 1, device=dev) + 1
-    plans = [sc.stamp_chains(ctx, perm[k * n : (k + 1) * n], min(length, n), backend="triton") for k in range(sets)]
+    plans = [workloads.stamp_chains(ctx, perm[k * n : (k + 1) * n], min(length, n), backend="triton")
+             for k in range(sets)]
     ctx.kernel_run_counter.zero_()
     ctx.slot_run_counter.zero_()
     return _verify_calls(ctx, plans)
@@ -101,29 +103,29 @@ def verify_setup(dev: torch.device, *, num_slots: int, n: int, sets: int, mode: 
 def random_verify_setup(dev: torch.device, *, num_slots: int, n: int, sets: int, mode: kc.RealKvHashMode
                         ) -> VerifySetup:
     """The random layout: ``sets`` plans of ``n`` random entries of ``scenarios.RandomPrevRecords``."""
-    world = sc.RandomPrevRecords(num_slots, dev)
+    world = workloads.RandomPrevRecords(num_slots, dev)
     ctx = world.context(_sources(mode, num_slots, dev), mode)
     return _verify_calls(ctx, [world.plan(s, p) for s, p in world.index_sets(n, sets)])
 
 
 def long_write_setup(dev: torch.device, *, num_slots: int, tokens: int, mode: kc.RealKvHashMode
                      ) -> tuple[Fn, kc.VerifyOrWriteContext]:
-    ctx = sc.context(dev, num_slots=num_slots, sources=_sources(mode, num_slots, dev), mode=mode)
+    ctx = builders.context(dev, num_slots=num_slots, sources=_sources(mode, num_slots, dev), mode=mode)
     slots = torch.randperm(num_slots - 1, device=dev)[:tokens] + 1
-    return partial(kc.launch_canary_write_kernel, **sc.chain_writes(ctx, [tokens], slots), backend="triton"), ctx
+    return partial(kc.launch_canary_write_kernel, **workloads.chain_writes(ctx, [tokens], slots), backend="triton"), ctx
 
 
 def decode_write_setup(dev: torch.device, *, num_slots: int, reqs: int) -> tuple[Fn, kc.VerifyOrWriteContext]:
     """``reqs`` one-token requests continuing chains whose heads sit in other slots (position 0 -> 1)."""
-    ctx = sc.context(dev, num_slots=num_slots)
+    ctx = builders.context(dev, num_slots=num_slots)
     perm = torch.randperm(num_slots - 1, device=dev) + 1
-    kw = sc.decode_writes(ctx, perm[:reqs], perm[reqs : 2 * reqs], backend="triton")
+    kw = workloads.decode_writes(ctx, perm[:reqs], perm[reqs : 2 * reqs], backend="triton")
     return partial(kc.launch_canary_write_kernel, **kw, backend="triton"), ctx
 
 
 def plan_setup(dev: torch.device, *, bs: int, prefix: int, num_slots: int, pool: bool
                ) -> tuple[Fn, kc.VerifyPlan, int]:
-    batch = sc.PlanBatch(bs, prefix, device=dev, pools=pool, num_slots=num_slots)
+    batch = workloads.PlanBatch(bs, prefix, device=dev, pools=pool, num_slots=num_slots)
     call = partial(kc.launch_canary_plan_kernels, **batch.kwargs(0, pool=pool), backend="triton")
     return call, batch.vps[0], batch.entries
 

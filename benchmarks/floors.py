@@ -32,6 +32,8 @@ from benchmarks.report import Report
 try:
     import triton
     import triton.language as tl
+
+    from kvcanary_backends.triton._hash import splitmix64
 except ImportError:  # pragma: no cover - the Triton probes need a GPU stack
     triton = None
 
@@ -93,10 +95,7 @@ if triton is not None:
         pos = (seed * 5 + 7).to(tl.uint64)
         for _ in range(steps):
             for _r in tl.static_range(3):
-                x = h ^ tok
-                x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
-                x = (x ^ (x >> 27)) * 0x94D049BB133111EB
-                h = x ^ (x >> 31)
+                h = splitmix64(h ^ tok)  # the kernels' own splitmix64 (one copy per language)
                 tok = tok ^ pos
         tl.store(out, h.to(tl.int64, bitcast=True))
 

@@ -24,8 +24,8 @@ from benchmarks import timing
 from benchmarks.bench_backends import DEV, Case, verify_case, write_case
 from benchmarks.report import Report, machine
 from kvcanary.registry import REGISTRY
-from kvcanary.testing import scenarios as sc
 from kvcanary.testing.parity import launcher
+from tools import workloads
 
 CALLS = 50  # launches per timed round: far fewer than the launch queue holds, so the host never waits on the GPU
 
@@ -47,8 +47,8 @@ def main() -> None:
         print("host_launch: needs a CUDA device", file=sys.stderr)
         return
     r = Report("host_launch", machine(DEV))
-    world = sc.RandomPrevRecords(1 << 22, DEV)
-    kv = sc.byte_sources(world.num_slots, 128, 2, DEV)
+    world = workloads.RandomPrevRecords(1 << 22, DEV)
+    kv = workloads.byte_sources(world.num_slots, 128, 2, DEV)
     n = 1 << 20
     cases = [verify_case(n, world, kc.RealKvHashMode.NONE, False, 1.0, kv),
              verify_case(n, world, kc.RealKvHashMode.NONE, True, 1.0, kv),

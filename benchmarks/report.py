@@ -2,7 +2,7 @@
 
 A :class:`Report` collects :class:`Row` objects as a benchmark measures them, prints each as it comes (so a
 long run shows progress) and at the end prints them again as one aligned table. ``--out`` gets a JSON list of
-records in the schema of ``kvcanary/docsgen/benchmarks.py`` (``benchmark, case, figure, floor, unit, ratio,
+records in the schema of ``tools/docsgen/benchmarks.py`` (``benchmark, case, figure, floor, unit, ratio,
 machine, date``), which renders ``docs/benchmarks.md``. What that schema has no field for (targets, notes,
 floors measured on the way, tuning, versions) goes to ``<out dir>/raw/<out stem>_raw.json``: not beside
 ``--out``, so that a results folder holds only files the docs renderer reads.
@@ -48,7 +48,7 @@ class Row:
         return f"{'PASS' if self.ratio <= self.target else 'MISS'} (<= {self.target:.2f}x)"
 
     def record(self, machine: str, date: str) -> dict[str, Any]:
-        """The docs renderer's record (kvcanary/docsgen/benchmarks.py: BenchmarkResult)."""
+        """The docs renderer's record (tools/docsgen/benchmarks.py: BenchmarkResult)."""
         return {"benchmark": self.benchmark, "case": self.case, "figure": self.figure, "floor": self.floor,
                 "unit": self.unit, "ratio": self.ratio, "machine": machine, "date": date}
 

@@ -26,6 +26,7 @@ import torch
 
 from kvcanary.demo.engine.faults import DETECTION_BOUND, Fault
 from kvcanary.demo.soak import LAYOUTS, CleanResult, FaultResult, SoakSettings, clean_run, fault_runs
+from kvcanary.guard.violation_policy import ViolationPolicy
 
 
 def _clean(settings: SoakSettings, layout: str) -> CleanResult:
@@ -42,7 +43,8 @@ def _clean(settings: SoakSettings, layout: str) -> CleanResult:
           f"{r.requests} requests ({r.finished} finished, {r.aborts} aborted, {r.retracts} retracts, "
           f"{r.transfers} PD transfers), {r.prefix_hits} prefix hits, {r.evicted_slots} slots evicted, "
           f"{r.swa_evictions} SWA evictions, {r.rollbacks} draft rollbacks, {r.protected_slots} slot checks: "
-          f"{r.reports} reports", flush=True)
+          f"{r.reports} reports" + (f", {r.failed} requests failed" if settings.policy is not None else ""),
+          flush=True)
     return r
 
 
@@ -50,6 +52,8 @@ def _faults(settings: SoakSettings) -> list[FaultResult]:
     results = fault_runs(settings, on_episode=lambda r: print(
         f"  {r.fault.value}: armed {r.armed_step}, fired {r.fired_step}, reported {r.detected_step}, lag {r.lag} "
         f"(bound {r.bound})" + (" harmless" if r.harmless else "") + (f" crashed: {r.error}" if r.crashed else "")
+        + ("" if r.isolated is None else f", isolated: {r.failed_requests} failed, {r.quarantined_slots} slots "
+           f"quarantined" if r.isolated else ", NOT ISOLATED")
         + ("" if r.ok else "  FAILED"), flush=True))
     print(f"{'fault':24} {'episodes':>8} {'caught':>6} {'max lag':>7} {'mean lag':>8} {'bound':>5} {'harmless':>8} "
           f"{'crashed':>7}")
@@ -71,11 +75,14 @@ def main() -> int:
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=None, help="also write every result as JSON here")
+    p.add_argument("--on-violation", choices=["log", "isolate"], default="log",
+                   help="isolate: the clean runs must fail no request, and every fault episode must be isolated")
     args = p.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(1)  # a tiny model: thread hand-offs cost more than they save
     settings = SoakSettings(steps=args.steps, episodes=args.episodes, seed=args.seed, device=args.device,
-                            backend=args.backend)
+                            backend=args.backend,
+                            policy=ViolationPolicy(args.on_violation) if args.on_violation != "log" else None)
     clean = [_clean(settings, layout) for layout in args.layouts.split(",") if layout]
     faults = _faults(settings) if args.episodes else []
     if args.out is not None:

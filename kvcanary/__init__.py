@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from kvcanary.context import VerifyOrWriteContext
     from kvcanary.extensions import Extensions
+    from kvcanary.guard.violation_policy import ViolationPolicy
     from kvcanary.hashing import ANCHOR_HASH, chain_prev_hashes, record_hash, splitmix64, splitmix64_mix3
     from kvcanary.launch.plan import launch_canary_plan_kernels
     from kvcanary.launch.plan_entries import launch_plan_entries_kernel
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
     from kvcanary.launch.verify import launch_canary_verify_kernel
     from kvcanary.launch.write import launch_canary_write_kernel
-    from kvcanary.library import operators
     from kvcanary.manager import (
         CanaryBatch,
         CanaryCapacities,
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         VerifyBudget,
         ViolationEvent,
     )
+    from kvcanary.operation import operators
     from kvcanary.plans import VerifyPlan, WritePlan
     from kvcanary.registry import (
         Backend,
@@ -157,6 +158,7 @@ __all__ = [
     "Violation",
     "ViolationEvent",
     "ViolationLog",
+    "ViolationPolicy",
     "ViolationSnapshot",
     "WritePlan",
     "chain_prev_hashes",

@@ -1,5 +1,8 @@
 """Every kvcanary contract, every check, and the code book that numbers them.
 
+The contracts are those of the declared operations (:func:`kvcanary.operation.operations`: every module of
+:mod:`kvcanary.ops`, then any declared elsewhere) and the constructors' contracts in ``CONTRACT_MODULES``.
+
 ``kvcanary docs --update-codes`` calls :func:`update_codebook` after a rule is added; a test fails while
 any check still has a placeholder code, so a rule cannot ship without its stable code (and its page).
 """
@@ -9,28 +12,31 @@ from __future__ import annotations
 import importlib
 
 from kvcanary.errors import FAMILY
+from kvcanary.operation import operations
 from kvcanary_contracts import Check, Contract, all_contracts
 
 CONTRACT_MODULES: tuple[str, ...] = (
-    "kvcanary.contract.real_kv_source",
-    "kvcanary.contract.allocation",
-    "kvcanary.contract.plan",
-    "kvcanary.contract.plan_offsets",
-    "kvcanary.contract.plan_entries",
-    "kvcanary.contract.write",
-    "kvcanary.contract.verify",
-    "kvcanary.contract.scatter",
+    "kvcanary.constructors.real_kv_source",
+    "kvcanary.constructors.allocation",
+    "kvcanary.constructors.config",
+    "kvcanary.constructors.budget",
+    "kvcanary.constructors.capacities",
+    "kvcanary.constructors.pool",
 )
+"""The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 
 
 def contracts() -> list[type[Contract]]:
-    """Every contract of kvcanary's family, in a stable order: by module as listed in ``CONTRACT_MODULES``,
-    then as declared. (Declaration order alone follows import order, which depends on the name a program
-    touches first, and the generated pages must not.)"""
+    """Every contract of kvcanary's family, in a stable order: those of ``CONTRACT_MODULES`` as listed, then
+    each operation's (in :func:`~kvcanary.operation.operations` order), then any other, as declared.
+    (Declaration order alone follows import order, which depends on the name a program touches first, and
+    the generated pages must not.)"""
     for name in CONTRACT_MODULES:
         importlib.import_module(name)
-    declared = all_contracts(FAMILY)
     rank = {name: i for i, name in enumerate(CONTRACT_MODULES)}
+    for op in operations():
+        rank.setdefault(op.contract.__module__, len(rank))
+    declared = all_contracts(FAMILY)
     return sorted(declared, key=lambda c: (rank.get(c.__module__, len(rank)), declared.index(c)))
 
 

@@ -74,13 +74,18 @@ ZERO_SLOT_MARK: int = INVALID_SLOT + 1
 ``req_to_token`` value is 0 (the padding slot) inside a live request's verified range. Verify with the same
 extension reports it as ZERO_SLOT_IN_LIVE_RANGE (slot 0, the entry's position); it never appears otherwise."""
 
+SLOT_OWNER_FREE: int = -1
+"""Value of a free slot in the owner map of the WRITE_SLOT_OWNER_MISMATCH extension. Every other negative value
+marks a slot held read-only (the prefix cache, or a block shared by several requests); a value >= 0 is the
+``req_to_token`` row of the request that holds the slot."""
+
 NUM_LAUNCH_TAGS: int = 12
 
 
 class FailReason(IntFlag):
     """Why a record failed; the bits are SGLang's (0-5) plus kvcanary's INDEX_OUT_OF_RANGE (8).
 
-    Bits 6 and 7 are kvcanary's opt-in extension checks (:class:`kvcanary.Extensions`): they never appear
+    Bits 6, 7 and 9 are kvcanary's opt-in extension checks (:class:`kvcanary.Extensions`): they never appear
     with the extensions off.
     """
 
@@ -93,6 +98,7 @@ class FailReason(IntFlag):
     ZERO_SLOT_IN_LIVE_RANGE = 1 << 6
     WRITE_SLOT_MISMATCH = 1 << 7
     INDEX_OUT_OF_RANGE = 1 << 8
+    WRITE_SLOT_OWNER_MISMATCH = 1 << 9
 
     @property
     def label(self) -> str:

@@ -1,6 +1,6 @@
 """kvcanary's contract family: the ``kv-canary: `` prefix, the pointer line and the code book.
 
-Every launcher contract in :mod:`kvcanary.contract` belongs to :data:`FAMILY`. The code book
+Every launcher contract in :mod:`kvcanary.ops` belongs to :data:`FAMILY`. The code book
 (``codebook.json`` beside this file) gives each rule a stable ``KVC-<letter><nnn>`` code; run
 ``kvcanary docs --update-codes`` after adding a rule.
 """

@@ -22,16 +22,23 @@ class Extensions:
     ``req_to_token[req, position]`` of its request and reports a difference as WRITE_SLOT_MISMATCH (the
     record is still written). Needs ``req_pool_indices`` and ``req_to_token`` at the write launch.
 
+    ``write_slot_owner_mismatch``: write looks up each stored token's slot in ``slot_owner`` (the engine's
+    owner map: per canary slot, the ``req_to_token`` row that holds it, -1 free, below -1 held read-only) and
+    reports a slot held by anyone but the writing request's row as WRITE_SLOT_OWNER_MISMATCH, naming the
+    writer and the holder (the record is still written). Needs ``req_pool_indices`` and ``slot_owner`` at
+    the write launch.
+
     The launchers' contracts check the field types (a non-bool flag is a ContractError with its code).
     """
 
     zero_slot_in_live_range: bool = False
     write_slot_mismatch: bool = False
+    write_slot_owner_mismatch: bool = False
 
     @property
     def any(self) -> bool:
         """Whether any flag is on."""
-        return self.zero_slot_in_live_range or self.write_slot_mismatch
+        return self.zero_slot_in_live_range or self.write_slot_mismatch or self.write_slot_owner_mismatch
 
 
 def zero_slot_on(ext: Extensions | None) -> bool:
@@ -42,3 +49,8 @@ def zero_slot_on(ext: Extensions | None) -> bool:
 def write_slot_on(ext: Extensions | None) -> bool:
     """Whether ``ext`` turns the write-slot check on (None: off)."""
     return ext is not None and ext.write_slot_mismatch
+
+
+def write_owner_on(ext: Extensions | None) -> bool:
+    """Whether ``ext`` turns the write-time owner check on (None: off)."""
+    return ext is not None and ext.write_slot_owner_mismatch

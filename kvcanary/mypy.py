@@ -55,11 +55,13 @@ class LauncherRules:
 
 def launcher_rules() -> dict[str, LauncherRules]:
     """Every launcher with presence rules, by its full name (``kvcanary.launch.write.launch_canary_write_kernel``)."""
-    from kvcanary.launch.stubs import modules
+    import pkgutil
+
     from kvcanary_contracts.stubs import presence, witnesses
 
+    launch = importlib.import_module(LAUNCH_PACKAGE)
     out: dict[str, LauncherRules] = {}
-    for module_name in modules():
+    for module_name in sorted(m.name for m in pkgutil.iter_modules(launch.__path__) if not m.name.startswith("_")):
         module = importlib.import_module(f"{LAUNCH_PACKAGE}.{module_name}")
         for name, fn in vars(module).items():
             contract = getattr(fn, "__kvc_contract__", None)

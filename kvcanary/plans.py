@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.allocation import check_verify_plan_allocate, check_write_plan_allocate
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
-from kvcanary.contract.allocation import check_verify_plan_allocate, check_write_plan_allocate
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,27 +21,25 @@ import contextlib
 import contextvars
 import importlib
 import os
+import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from importlib import metadata
 from typing import Any
 
 import torch
 
+from kvcanary.operation import Op, Operation, declared
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "ENV_BACKEND", "REGISTRY", "Backend", "BackendError", "Choice", "Impl", "Limits", "Op",
+    "OpSupport", "Operation", "Reason", "ReasonKind", "Registry", "register_backend", "registered_backends",
+    "use_backend",
+]
+
 ENV_BACKEND = "KVCANARY_BACKEND"
 ENTRY_POINT_GROUP = "kvcanary.backends"
-
-
-class Op(str, Enum):
-    """The operations a backend implements; each launcher dispatches exactly one."""
-
-    PLAN = "plan"
-    PLAN_OFFSETS = "plan_offsets"
-    PLAN_ENTRIES = "plan_entries"
-    WRITE = "write"
-    VERIFY = "verify"
-    SCATTER = "scatter_req_token_ids"
 
 
 class ReasonKind(str, Enum):
@@ -77,7 +75,7 @@ Limits = Callable[[Any], Sequence[Reason]]
 class OpSupport:
     """What a backend declares for one operation."""
 
-    impl: str  # "module:function", imported on first use
+    impl: str | Impl  # the kernel, or "module:function" imported on first use
     devices: Mapping[str, int]  # device type -> priority ("*" = any device type)
     capture_safe: bool = False
     host_sync: bool = False
@@ -90,45 +88,102 @@ class OpSupport:
         return self.devices.get("*")
 
 
-@dataclass
 class Backend:
     """A named set of operation implementations.
 
-    Subclass and override :meth:`availability` / :meth:`device_reasons` for package and hardware checks.
+    A backend gets its kernels two ways: ``ops``, one table of :class:`OpSupport` (a third party's backend, a
+    test double), and the kernels its ``package``'s modules attach to operations with
+    :meth:`Operation.kernel <kvcanary.operation.Operation.kernel>` (the built-in backends). The package's
+    modules are imported the first time the registry asks what the backend serves, and only once the
+    backend is available (importing the Triton kernels needs triton). Subclass and override
+    :meth:`availability` / :meth:`device_reasons` for package and hardware checks.
     """
 
-    name: str
-    description: str
-    ops: Mapping[Op, OpSupport]
-    _impls: dict[Op, Impl] = field(default_factory=dict, repr=False)
+    def __init__(self, name: str, description: str, ops: Mapping[Operation, OpSupport] | None = None, *,
+                 package: str | None = None, device_types: Sequence[str] | None = None) -> None:
+        self.name = name
+        self.description = description
+        self.package = package
+        self.device_types = tuple(device_types) if device_types is not None else None
+        """The device types this backend can serve at all (None: whatever its kernels declare). Selection checks
+        them, and :meth:`device_reasons`, before importing the kernels: a backend that cannot run on a
+        device never imports its kernel modules there."""
+        self._table: dict[Operation, OpSupport] = {Op.named(op): s for op, s in (ops or {}).items()}
+        self._impls: dict[Operation, Impl] = {}
+        self._kernels_loaded = package is None
+        self.load_error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    @property
+    def ops(self) -> dict[Operation, OpSupport]:
+        """Every operation this backend serves: its table, then the kernels it attached (loaded on first use)."""
+        if not self._kernels_loaded:
+            self.load_kernels()
+        out = dict(self._table)
+        for op in declared():
+            support = op.kernels.get(self.name)
+            if support is not None and op not in out:
+                out[op] = support
+        return out
+
+    def load_kernels(self) -> None:
+        """Import every public module of ``package`` (each attaches its kernels); a failure is kept in
+        :attr:`load_error` and leaves the operations it did not reach unserved."""
+        self._kernels_loaded = True
+        if self.package is None:
+            return
+        try:
+            pkg = importlib.import_module(self.package)
+            for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+                if not info.name.startswith("_") and not info.ispkg:
+                    importlib.import_module(f"{self.package}.{info.name}")
+        except Exception as exc:  # a broken kernel module must not take the registry down
+            self.load_error = f"importing {self.package}'s kernels failed: {type(exc).__name__}: {exc}"
 
     def availability(self) -> Sequence[Reason]:
         """Reasons this backend cannot run at all here (missing package, toolkit); empty when available."""
         return ()
 
-    def device_reasons(self, op: Op, device: torch.device) -> Sequence[Reason]:
+    def device_reasons(self, op: Operation, device: torch.device) -> Sequence[Reason]:
         """Reasons it cannot serve ``op`` on ``device`` beyond the device type (interpreter, capability)."""
         return ()
 
-    def implementation(self, op: Op) -> Impl:
+    def implementation(self, op: Operation) -> Impl:
+        ref = self.ops[op].impl
+        if not isinstance(ref, str):  # an attached kernel (re-attaching replaces it: nothing to cache)
+            return ref
         impl = self._impls.get(op)
         if impl is None:
-            module, _, attr = self.ops[op].impl.partition(":")
-            impl = getattr(importlib.import_module(module), attr)
-            self._impls[op] = impl
+            module, _, attr = ref.partition(":")
+            impl = self._impls[op] = getattr(importlib.import_module(module), attr)
         return impl
 
-    def static_reasons(self, op: Op, device: torch.device) -> list[Reason]:
+    def static_reasons(self, op: Operation, device: torch.device) -> list[Reason]:
         """Everything that does not depend on the call's values: availability, op, device type."""
         reasons = list(self.availability())
+        if reasons:
+            return reasons
+        if self.device_types is not None:
+            if device.type not in self.device_types:
+                served = ", ".join(self.device_types) or "nothing"
+                return [Reason(ReasonKind.DEVICE, f"{self.name} runs on {served}, not {device.type}")]
+            early = list(self.device_reasons(op, device))
+            if early:
+                return early
         support = self.ops.get(op)
         if support is None:
-            reasons.append(Reason(ReasonKind.OPERATION, f"{self.name} does not implement {op.value}"))
+            why = f"{self.name} does not implement {op.value}"
+            kind = ReasonKind.OPERATION
+            if self.load_error is not None:
+                why, kind = f"{why} ({self.load_error})", ReasonKind.BROKEN
+            reasons.append(Reason(kind, why))
             return reasons
         if support.priority(device.type) is None:
             served = ", ".join(sorted(support.devices)) or "nothing"
             reasons.append(Reason(ReasonKind.DEVICE, f"{self.name} {op.value} runs on {served}, not {device.type}"))
-        if not reasons:
+        if not reasons and self.device_types is None:
             reasons.extend(self.device_reasons(op, device))
         return reasons
 
@@ -253,7 +308,8 @@ class Registry:
             try:
                 impl = backend.implementation(op)
             except Exception as exc:
-                msg = f"loading {support.impl} failed: {type(exc).__name__}: {exc}"
+                where = support.impl if isinstance(support.impl, str) else getattr(support.impl, "__qualname__", "")
+                msg = f"loading {where} failed: {type(exc).__name__}: {exc}"
                 declined[name] = [Reason(ReasonKind.BROKEN, msg)]
                 continue
             prio = support.priority(device.type)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcanary.contract.real_kv_source import check_real_kv_source
+from kvcanary.constructors.real_kv_source import check_real_kv_source
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,12 +12,17 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.allocation import check_violation_log_allocate
 from kvcanary.consts import VIOLATION_FIELDS, CanaryLaunchTag, FailReason
-from kvcanary.contract.allocation import check_violation_log_allocate
 from kvcanary.hashing import to_uint64
 
 _WRITE_BITS = FailReason.WRITE_TOKEN_MISMATCH | FailReason.WRITE_POSITION_MISMATCH
 _TOKEN_BITS = FailReason.VERIFY_TOKEN_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
+_OWNER_BIT = int(FailReason.WRITE_SLOT_OWNER_MISMATCH)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value
 
 
 def tag_name(kind: int) -> str:
@@ -80,6 +85,15 @@ class Violation:
     def is_write_row(self) -> bool:
         return bool(self.fail_reason_bits & int(_WRITE_BITS))
 
+    @property
+    def owners(self) -> tuple[int, int] | None:
+        """``(writer, holder)`` of a WRITE_SLOT_OWNER_MISMATCH row, else None: the writing request's
+        ``req_to_token`` row (``expected_token``) and the slot's holder in the owner map (``expected_aux``:
+        another row, -1 free, below -1 read-only)."""
+        if not self.fail_reason_bits & _OWNER_BIT:
+            return None
+        return self.expected_token, _signed(self.expected_aux)
+
 
 def format_violation(v: Violation, *, total_violations: int, ring_capacity: int, step_when_pumped: int) -> str:
     """SGLang's report block for one violation; the first line is the parseable one.
@@ -99,8 +113,15 @@ def format_violation(v: Violation, *, total_violations: int, ring_capacity: int,
         f"  fail_reasons: {spaced}",
     ]
     chain = f"{v.stored_chain_hash:#018x}"
-    if v.is_write_row:
-        aux = v.expected_aux - (1 << 64) if v.expected_aux >= (1 << 63) else v.expected_aux
+    owners = v.owners
+    if owners is not None:
+        writer, holder = owners
+        held = f"req_pool_idx={holder}" if holder >= 0 else "free" if holder == -1 else f"read-only ({holder})"
+        lines.append(f"  written:  token_id={v.stored_token}   position={v.position} prev_hash={chain} "
+                     f"by req_pool_idx={writer}")
+        lines.append(f"  held by:  {held}")
+    elif v.is_write_row:
+        aux = _signed(v.expected_aux)
         lines.append(f"  actual:   token_id={v.stored_token}   position={v.position} prev_hash={chain}")
         lines.append(f"  expected: token_id={v.expected_token}   position={aux}")
     else:

@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc . >/dev/null 2>&1 \
-    || echo "warning: could not install the entry points"
-export PYTHONPATH=/tmp/site:$PWD:/tmp/kvc PYTHONUNBUFFERED=1
+# the build backend (hatchling) travels in .whl too: the install registers the backends' entry points
+PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc . \
+    >/dev/null 2>&1 || echo "warning: could not install the entry points"
+export PYTHONPATH=/tmp/site:$PWD:$PWD/contracts:$PWD/backends:/tmp/kvc PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 export KVCANARY_CUDA_CACHE_DIR=/tmp/kvc-cuda-cache
 if [ -f .gpucache/cuda.tar ]; then mkdir -p "$KVCANARY_CUDA_CACHE_DIR" && tar -xf .gpucache/cuda.tar -C "$KVCANARY_CUDA_CACHE_DIR"; fi

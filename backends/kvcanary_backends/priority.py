@@ -5,35 +5,39 @@ anything anywhere (the CPU default); on CUDA devices Triton is the baseline and 
 head-to-head benchmark measured it faster, or tied on the device and cheaper to issue on the host; Triton runs
 on the CPU only through its interpreter (ranked last there, so tests force it). The measurement behind each
 cell is in docs/benchmarks.md, "Backend priorities" (written in ``benchmarks/results/priorities.md``);
-``tests/kvcanary/test_priority.py`` pins the table.
+``tests/kvcanary/test_priority.py`` checks the table against the head-to-head results
+(``benchmarks/results/bench_backends.json``). A ``-`` cell: the backend has no kernel for that operation.
+
+A kernel takes its backend's row by default (``@WRITE.kernel("triton")``); the columns name operations.
 """
 
 from __future__ import annotations
 
-from kvcanary.registry import Op
+from kvcanary.operation import Operation
 
 TABLE = """
-backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req_token_ids
-torch_ref  *          10            10            10      10     10                     10
-triton     cuda       50            50            50      50     50                     50
-triton     cpu         1             1             1       1      1                      1
-cuda       cuda       60            40            40      60     60                     60
+backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req_token_ids  fold
+torch_ref  *          10            10            10      10     10                     10    10
+triton     cuda       50            50            50      50     50                     50    50
+triton     cpu         1             1             1       1      1                      1     1
+cuda       cuda       60            40            40      60     60                     60     -
 """
 
 
-def _parse(text: str) -> dict[str, dict[str, dict[Op, int]]]:
-    """backend -> device type -> operation -> priority; the header names the operations (``Op`` values)."""
+def _parse(text: str) -> dict[str, dict[str, dict[str, int]]]:
+    """backend -> device type -> operation name -> priority (``-`` cells left out)."""
     header, *rows = (line.split() for line in text.strip().splitlines())
-    columns = [Op(name) for name in header[2:]]
-    out: dict[str, dict[str, dict[Op, int]]] = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for backend, device, *cells in rows:
-        out.setdefault(backend, {})[device] = dict(zip(columns, map(int, cells), strict=True))
+        out.setdefault(backend, {})[device] = {
+            name: int(cell) for name, cell in zip(header[2:], cells, strict=True) if cell != "-"}
     return out
 
 
 PRIORITY = _parse(TABLE)
 
 
-def devices(backend: str, op: Op) -> dict[str, int]:
-    """``OpSupport.devices`` of ``backend``'s ``op``: device type -> priority."""
-    return {device: ops[op] for device, ops in PRIORITY[backend].items()}
+def devices(backend: str, op: Operation | str) -> dict[str, int]:
+    """``OpSupport.devices`` of ``backend``'s ``op``: device type -> priority (empty: no cell)."""
+    name = op if isinstance(op, str) else op.name
+    return {device: ops[name] for device, ops in PRIORITY.get(backend, {}).items() if name in ops}

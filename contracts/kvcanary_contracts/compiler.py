@@ -122,8 +122,10 @@ class ContractCompiler:
         origin: str = "",
         traceable: bool = False,
         none_defaults: frozenset[str] = frozenset(),
+        field_checks: bool = True,
     ) -> None:
         self.name = name
+        self.field_checks = field_checks  # False: only the rules (see Contract.rule_checker)
         self.none_defaults = none_defaults
         self.family = family
         self.fields = fields
@@ -180,7 +182,7 @@ class ContractCompiler:
                    origin: str | None = None) -> Check:
         kd_why, kd_fix = self.family.kind_doc(kind)
         spec_err: type[ContractError] | None = None
-        if node is not None and isinstance(node.spec, TensorArg):
+        if node is not None and isinstance(node.spec, (TensorArg, ScalarArg)):
             spec_err = node.spec.errors.get(kind)
         base_fmt = {"name": self.label_src(node)} if node is not None else {}
         base_fmt.update(fmt or {})
@@ -736,17 +738,19 @@ class ContractCompiler:
     # -- assembly -----------------------------------------------------------------------------------
     def compile(self) -> Compiled:
         self.build()
-        for node in list(self.nodes):
-            if node.loop is None and not node.path.endswith("[]"):
-                self.emit_node(node)
-        for node in list(self.nodes):
-            if isinstance(node.spec, StructArg) and node.loop is None:
-                for rule in node.spec.rules:
-                    self.emit_rule(rule, struct=node)
+        if self.field_checks:
+            for node in list(self.nodes):
+                if node.loop is None and not node.path.endswith("[]"):
+                    self.emit_node(node)
+            for node in list(self.nodes):
+                if isinstance(node.spec, StructArg) and node.loop is None:
+                    for rule in node.spec.rules:
+                        self.emit_rule(rule, struct=node)
         for rule in self.rules:
             self.emit_rule(rule)
-        self.emit_device()
-        self.emit_alias()
+        if self.field_checks:
+            self.emit_device()
+            self.emit_alias()
         source = self.assemble()
         filename = f"<contract {self.name}{' traceable' if self.traceable else ''}>"
         register_source(filename, source)

@@ -121,6 +121,26 @@ class Contract(BaseModel):
         return result
 
     @classmethod
+    def rule_checker(cls, slug: str) -> Checker:
+        """One rule of the contract alone, over the top-level arguments it names: ``checker(**those)``.
+
+        For a caller that must refuse a call before making it (it stages the inputs first, say): the error is
+        the launch's own, with the rule's message and code, and no second copy of the rule exists anywhere.
+        """
+        info = cls.contract
+        rules = [r for r in info.rules if r.slug == slug]
+        if len(rules) != 1:
+            raise ContractDefinitionError(f"{info.name} has no rule {slug!r}")
+        fields = [f for f in cls.fields_for_compiler() if f[0] in rules[0].arguments]
+        result = ContractCompiler(name=info.name, family=info.family, fields=fields, rules=rules,
+                                  constants=info.constants, device_key=None, origin=info.origin,
+                                  field_checks=False).compile()
+        book = info.family.codebook
+        for check in result.checks:
+            check.code = book.lookup(info.name, check.slug) or book.placeholder(info.letter)
+        return result.checker
+
+    @classmethod
     def checker(cls) -> Checker:
         """The generated function: ``checker(**launch_kwargs) -> device``; raises ContractError."""
         return cls.compiled().checker
@@ -138,6 +158,16 @@ class Contract(BaseModel):
     def _run_contract(self) -> Contract:
         type(self).checker()(**{name: getattr(self, name) for name in type(self).model_fields})
         return self
+
+
+def remember_contract(contract: type[Contract]) -> None:
+    """Declare ``contract`` again after :func:`forget_contract` (an operation declared anew)."""
+    _REGISTRY[contract.contract.name] = contract
+
+
+def forget_contract(name: str) -> None:
+    """Remove the contract named ``name`` from the declared ones (a test's or a discarded operation's)."""
+    _REGISTRY.pop(name, None)
 
 
 def all_contracts(family: Family | None = None) -> list[type[Contract]]:

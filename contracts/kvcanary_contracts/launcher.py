@@ -9,6 +9,7 @@ generated once and registered with :mod:`linecache`, so a traceback through a la
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ class Extra:
     default: object
     annotation: str
     schema: str = ""
+    doc: str = ""
 
 
 def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
@@ -105,7 +107,10 @@ def build_launcher(
     }
     exec(compile(source, filename, "exec"), env)
     fn: Launcher = env[fname]
-    fn.__doc__ = doc or contract.__doc__
+    fn.__doc__ = launcher_doc(contract, doc or contract.__doc__ or "", extras)
+    fn.__signature__ = launcher_signature(contract, extras)  # type: ignore[attr-defined]
+    fn.__annotations__ = {**{p.name: p.annotation for p in fn.__signature__.parameters.values()},  # type: ignore[attr-defined]
+                          "return": None}
     fn.__module__ = module or contract.__module__
     fn.__qualname__ = fname
     fn.__kvc_contract__ = contract  # type: ignore[attr-defined]  # read by the stub generator
@@ -116,3 +121,66 @@ def build_launcher(
         env["_tcheck"] = contract.traceable_checker()
         fn.__kvc_operator__ = registered  # type: ignore[attr-defined]
     return fn
+
+
+def launcher_signature(contract: type[Contract], extras: Mapping[str, Extra] = {}) -> inspect.Signature:
+    """The launcher's signature: every field keyword-only, with its annotation (optional fields default to
+    None), then the extras with theirs; returns None. ``help()`` and ``inspect.signature`` show it."""
+    optional = contract.none_defaults()
+    params = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=finfo.annotation,
+                          default=None if name in optional else inspect.Parameter.empty)
+        for name, finfo in contract.model_fields.items()
+    ]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(extra.annotation),
+                                 default=extra.default) for name, extra in extras.items()]
+    return inspect.Signature(params, return_annotation=None)
+
+
+_SIMPLE_TYPES: dict[str, object] = {"str": str, "int": int, "bool": bool, "float": float, "None": None}
+
+
+def _annotation(text: str) -> object:
+    """An extra's annotation as a type where it names only builtin scalars (``"str | None"``), else the text."""
+    try:
+        return eval(text, {"__builtins__": {}}, _SIMPLE_TYPES)
+    except Exception:
+        return text
+
+
+def launcher_doc(contract: type[Contract], doc: str, extras: Mapping[str, Extra] = {}) -> str:
+    """The launcher's docstring, from the contract: what it does, every argument with its description and the
+    codes of its checks, the cross-argument rules, and how a bad call is reported."""
+    info = contract.contract
+    checks = contract.checks()
+    by_field: dict[str, list[str]] = {}
+    for check in checks:
+        top = (check.field_path or (check.arguments[0] if check.arguments else "")).split(".")[0].split("[")[0]
+        if top in contract.model_fields:
+            by_field.setdefault(top, []).append(check.code)
+    lines = [inspect.cleandoc(doc), "", f"{info.summary}", "", "Args:"]
+    optional = contract.none_defaults()
+    for name, finfo in contract.model_fields.items():
+        codes = by_field.get(name, [])
+        head = f"    {name}{' (optional)' if name in optional else ''}: {finfo.description or ''}".rstrip()
+        lines.append(head)
+        if codes:
+            lines.append(f"        Checks: {', '.join(sorted(codes))}.")
+    for name, extra in extras.items():
+        lines.append(f"    {name} (optional): {extra.doc or extra.annotation}".rstrip())
+    listed = {code for codes in by_field.values() for code in codes}
+    if info.rules:
+        lines += ["", "Rules:"]
+        for rule in info.rules:
+            own = [c.code for c in checks if c.subject is rule and c.code not in listed]
+            listed.update(own)
+            lines.append(f"    - {rule.message.strip()}" + (f" ({', '.join(own)})" if own else ""))
+    rest = [f"{c.code} ({c.summary})" for c in checks if c.code not in listed]
+    if rest:
+        lines += ["", "Other checks:"] + [f"    - {r}" for r in rest]
+    codes = sorted(c.code for c in checks)
+    lines += ["", "Raises:",
+              f"    ContractError (a ValueError) before anything runs, for a call that breaks a check: {len(codes)} "
+              f"checks, codes {codes[0]} to {codes[-1]}; each error names its code and the page that explains it."
+              if codes else "    ContractError (a ValueError) for a bad call, before anything runs."]
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Tensor mutations a rule may name in ``breaks``: how the error catalog builds a failing example.
 
 Small and dependency-free on purpose: contract declarations import these, and declarations are runtime code,
-while the counterexample search that applies them (:mod:`kvcanary_contracts.examples`) is docs tooling.
+while the counterexample search that applies them (:mod:`kvcanary_contracts.counterexamples`) is docs tooling.
 """
 
 from __future__ import annotations
@@ -58,6 +58,23 @@ class Resize:
         return f"`{name}` has {self.size} entries along dim {self.dim}"
 
 
+@dataclass(frozen=True)
+class Strided:
+    """The same shape and dtype, every ``step``-th element along ``dim`` (its stride ``step`` elements)."""
+
+    dim: int = 0
+    step: int = 2
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        base = _zeros(t, self.dim, t.shape[self.dim] * self.step)
+        index = [slice(None)] * t.dim()
+        index[self.dim] = slice(None, None, self.step)
+        return base[tuple(index)]
+
+    def describe(self, name: str) -> str:
+        return f"`{name}` takes every {self.step}th element along dim {self.dim}"
+
+
 def _zeros(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     """Zeros of ``t``'s dtype and device, with ``t``'s shape but ``size`` along ``dim``."""
     shape = list(t.shape)
@@ -65,4 +82,4 @@ def _zeros(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
-TensorMutation = Misalign | PadStride | Resize
+TensorMutation = Misalign | PadStride | Resize | Strided

@@ -11,6 +11,7 @@ minus a constant (``"bs"``, ``"bs + 1"``: the first tensor to use a symbol binds
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin
@@ -153,10 +154,12 @@ class TensorArg(_Spec):
 
 @dataclass(frozen=True)
 class ScalarArg(_Spec):
-    """A Python scalar argument (``int`` or ``bool``), checked by type; ranges are :class:`~contracts.Relation`s.
+    """A Python value argument (``int``, ``bool``, an enum, a settings object), checked by type; ranges are
+    :class:`~contracts.Relation`s.
 
     An ``int`` argument must also be no ``bool`` and fit in int64 (the kernels take it as one): both are
-    checks of their own, generated for every ``ScalarArg(int)``.
+    checks of their own, generated for every ``ScalarArg(int)``. ``errors`` maps a check kind to the
+    ContractError subclass it raises (``{"type": ContractTypeError}``).
     """
 
     type: type = int
@@ -164,6 +167,7 @@ class ScalarArg(_Spec):
     label: str | None = None
     doc: str = ""
     messages: Mapping[str, str] = field(default_factory=dict)
+    errors: Mapping[str, builtins.type[ContractError]] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
 
     def json_schema(self) -> dict[str, Any]:

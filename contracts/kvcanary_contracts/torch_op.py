@@ -47,16 +47,6 @@ class FlatArg:
         return base + ("?" if self.optional else "")
 
 
-@dataclass(frozen=True)
-class _Group:
-    """A struct (or collection item) the rebuild creates: its type, its attributes, where it sits."""
-
-    path: tuple[str, ...]
-    type: type
-    optional: bool
-    attrs: tuple[tuple[str, Spec], ...]
-
-
 class OpSignature:
     """The flat operator signature of a contract (see the module docstring)."""
 
@@ -261,6 +251,13 @@ def _library(namespace: str) -> torch.library.Library:
     if lib is None:
         lib = _LIBRARIES[namespace] = torch.library.Library(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
     return lib
+
+
+def drop_namespace(namespace: str) -> None:
+    """Unregister every operator of ``namespace`` (its library fragment is destroyed): a test's cleanup."""
+    lib = _LIBRARIES.pop(namespace, None)
+    if lib is not None:
+        lib._destroy()  # type: ignore[no-untyped-call]
 
 
 def _alias_names() -> Iterator[str]:

@@ -11,6 +11,6 @@ in the demo, the tests and the benchmarks.
 
 from kvcanary.demo.outcome import RunOutcome
 from kvcanary.demo.progress import ProgressBar
-from kvcanary.demo.run import DEFAULT_STEPS, DemoSettings, main, run_demo, run_one
+from kvcanary.demo.run import DEFAULT_STEPS, DemoSettings, run_demo, run_one
 
-__all__ = ["DEFAULT_STEPS", "DemoSettings", "ProgressBar", "RunOutcome", "main", "run_demo", "run_one"]
+__all__ = ["DEFAULT_STEPS", "DemoSettings", "ProgressBar", "RunOutcome", "run_demo", "run_one"]

@@ -28,7 +28,11 @@ class ProgressBar:
         self.stream.write(f"\r[{bar}] {self.done:4d}/{self.total} {elapsed:5.1f}s {label:<24}")
         self.stream.flush()
 
-    def close(self) -> None:
+    def clear(self) -> None:
+        """Erase the bar (other output is about to be printed); the next :meth:`advance` draws it again."""
         if self.enabled:
             self.stream.write("\r" + " " * (self.width + 48) + "\r")
             self.stream.flush()
+
+    def close(self) -> None:
+        self.clear()

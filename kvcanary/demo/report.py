@@ -4,9 +4,16 @@ was injected, how it was caught, the first report) and the summary table with it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvcanary.demo.outcome import RunOutcome
+
+if TYPE_CHECKING:
+    from kvcanary.demo.engine.faults import Fault
+
+EXPECTED_UNSEEN = "not a failure: needs +ext"
+"""The result of an extension-only bug class run with the extensions off: invisible to the default checks by
+design, so not seeing it is the expected result (the ``+ext`` row shows it caught)."""
 
 LEGEND = ("fired: step the bug was injected; found: step of the first violation; lag: found - fired; "
           "first check: launch tag that caught it; reasons: its fail reasons; rows: violation rows in all")
@@ -16,6 +23,22 @@ def header(device: str, chosen: Mapping[str, str], out: TextIO) -> None:
     """The device the demo runs on and the backend each operation's launches get there."""
     out.write(f"kvcanary demo on {device}; backend per operation: "
               + ", ".join(f"{op}={name}" for op, name in chosen.items()) + "\n")
+
+
+def plan(faults: Sequence[Fault], runs: int, out: TextIO) -> None:
+    """What the runs below are: the clean run, the bug classes the default checks catch, and the
+    extension-only classes, each run twice (extensions off, then on)."""
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS
+
+    ext = [f for f in faults if f in EXTENSION_FAULTS]
+    core = len(faults) - len(ext)
+    text = f"{runs} run(s): the clean run"
+    if core:
+        text += f", {core} bug class(es) the default checks catch"
+    if ext:
+        text += (f", {len(ext)} extension-only class(es) run twice: with kvcanary.Extensions off (not seen, as "
+                 "designed) and on (+ext: caught), after a clean +ext run")
+    out.write(text + "\n")
 
 
 def describe(o: RunOutcome, out: TextIO) -> None:
@@ -74,7 +97,11 @@ def summary(outcomes: Sequence[RunOutcome], out: TextIO) -> None:
         clean_result = "silent" if o.ok else "FALSE POSITIVE"
         result = clean_result if o.fault is None else ("detected" if o.ok else "MISSED")
         if o.expect_missed:
-            result = "missed (expected)" if o.ok else "UNEXPECTEDLY DETECTED"
+            result = EXPECTED_UNSEEN if o.ok else "UNEXPECTEDLY DETECTED"
         if o.error is not None:
             result += " (engine error)"
         out.write(f"{name:<26} {fired:>5} {found:>5} {lag:>3}  {tag:<13} {reasons:<46} {len(o.events):>5}  {result}\n")
+    if any(o.expect_missed for o in outcomes):
+        out.write(f"\n'{EXPECTED_UNSEEN}': an extension-only bug class with kvcanary.Extensions off; the default "
+                  "(SGLang-compatible) checks cannot see it by design. Its +ext row is the same bug caught with the "
+                  "extensions on (docs/extensions/index.md).\n")

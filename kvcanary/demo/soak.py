@@ -26,6 +26,7 @@ from kvcanary.demo.engine.config import EngineConfig, demo_engine_config
 from kvcanary.demo.engine.engine import Engine
 from kvcanary.demo.engine.faults import CORE_FAULTS, DETECTION_BOUND, Fault, FaultInjector
 from kvcanary.demo.engine.workload import Arrival, Control, ControlKind, Workload, drive
+from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager import CanaryConfig
 
 LAYOUTS = ("hybrid", "spec")
@@ -41,13 +42,15 @@ class SoakSettings:
     device: str = "cpu"
     backend: str | None = None
     wait: int = 150  # steps an armed fault may take to reach its code path before the episode gives up
+    policy: ViolationPolicy | None = None  # the canary's on_violation (None: log)
 
 
 def canary_config(settings: SoakSettings) -> CanaryConfig:
     """The K half of every endpoint, PARTIAL real-KV fingerprints, token checks and a sweep every 2 steps (the
     demo's settings, V half off: a corruption of K and V bytes alike shows in K)."""
     return CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=True, sweep_interval=2,
-                        health_warmup_steps=10, health_every=50, stats_every=10**9, backend=settings.backend)
+                        health_warmup_steps=10, health_every=50, stats_every=10**9, backend=settings.backend,
+                        on_violation=settings.policy)
 
 
 def engine_config(layout: str, device: str) -> EngineConfig:
@@ -137,10 +140,11 @@ class CleanResult:
     transfers: int
     swa_evictions: int
     rollbacks: int
+    failed: int = 0  # requests the isolate policy failed (must be 0: nothing is corrupt)
 
     @property
     def ok(self) -> bool:
-        return self.reports == 0
+        return self.reports == 0 and self.failed == 0
 
 
 def clean_run(layout: str, settings: SoakSettings, on_step: Callable[[int], None] | None = None) -> CleanResult:
@@ -169,7 +173,8 @@ def clean_run(layout: str, settings: SoakSettings, on_step: Callable[[int], None
                                                                             for c in workload.controls),
         transfers=sum(r.remote_prefill and r.num_outputs > 0 for r in reqs),
         swa_evictions=sum(r.swa_evicted_upto > 0 for r in reqs),
-        rollbacks=engine.draft.rollbacks if engine.draft is not None else 0)
+        rollbacks=engine.draft.rollbacks if engine.draft is not None else 0,
+        failed=sum(r.state is ReqState.FAILED for r in reqs))
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,10 @@ class FaultResult:
     bound: int
     seconds: float
     error: str | None = None  # the engine itself broke (a fault can corrupt its own bookkeeping)
+    isolated: bool | None = None  # isolate policy: the report led to a decision and no quarantined slot was
+    # reported after its quarantine (None: another policy)
+    failed_requests: int = 0
+    quarantined_slots: int = 0
 
     @property
     def lag(self) -> int | None:
@@ -209,7 +218,7 @@ class FaultResult:
 
     @property
     def ok(self) -> bool:
-        if self.early_reports or self.fired_step is None:
+        if self.early_reports or self.fired_step is None or self.isolated is False:
             return False
         return self.harmless or self.crashed or (self.lag is not None and 0 <= self.lag <= self.bound)
 
@@ -251,8 +260,18 @@ def fault_episode(fault: Fault, seed: int, settings: SoakSettings) -> FaultResul
     fired = faults.first_fired_step
     early = sum(1 for e in events if fired is None or e.step_recorded < fired)
     later = [e.step_recorded for e in events if fired is not None and e.step_recorded >= fired]
+    isolated: bool | None = None
+    failed = quarantined = 0
+    guard = engine.guard
+    if guard is not None:
+        quarantined = len(guard.quarantined)
+        failed = len(guard.failed)
+        q_at = {s: q.step for q in guard.quarantines for s in q.slots}
+        repeated = any(e.step_recorded > q_at[e.violation.slot_idx] for e in events
+                       if not e.violation.tag_name.endswith("_SWA") and e.violation.slot_idx in q_at)
+        isolated = (not events or bool(guard.decisions)) and not repeated
     return FaultResult(fault, seed, armed, fired, later[0] if later else None, early, bound,
-                       time.perf_counter() - start, error)
+                       time.perf_counter() - start, error, isolated, failed, quarantined)
 
 
 def fault_runs(settings: SoakSettings, faults: Sequence[Fault] | None = None,

@@ -4,7 +4,13 @@ Built on ``torch.distributed`` (gloo on CPU or through the host, NCCL across GPU
 parameter). See docs/distributed.md.
 """
 
-from kvcanary.distributed.digest import DigestAccumulator, fold_records, fold_records_torch, fused_fold, splitmix64_t
+from kvcanary.distributed.digest import (
+    DigestAccumulator,
+    fold_records,
+    fold_records_torch,
+    fused_fold,
+    launch_digest_fold_kernel,
+)
 from kvcanary.distributed.exchange import DigestExchange, RankDivergence
 from kvcanary.distributed.group import free_loopback_port, init_loopback_group, spawn_group
 from kvcanary.distributed.records import pack_records, packed_shape, record_buffers, unpack_records
@@ -37,13 +43,13 @@ __all__ = [
     "free_loopback_port",
     "fused_fold",
     "init_loopback_group",
+    "launch_digest_fold_kernel",
     "make_message",
     "pack_kv",
     "pack_records",
     "packed_shape",
     "record_buffers",
     "spawn_group",
-    "splitmix64_t",
     "transfer_entries",
     "unpack_kv",
     "unpack_records",

@@ -9,17 +9,22 @@ and to every :class:`GuardSink`; the sinks derive what they report from the rows
 from kvcanary.guard.adapter import EngineAdapter
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
 from kvcanary.guard.journal import JournalEvent, JournalKind, Owner, OwnerKind, SlotJournal
+from kvcanary.guard.policy import FAILURE_CODES, Isolation, ViolationPolicy, failure_code
 from kvcanary.guard.sink import GuardSink
 
 __all__ = [
+    "FAILURE_CODES",
     "EngineAdapter",
     "FinishedRequest",
     "GuardDecision",
     "GuardSink",
+    "Isolation",
     "JournalEvent",
     "JournalKind",
     "Owner",
     "OwnerKind",
     "RequestFailure",
     "SlotJournal",
+    "ViolationPolicy",
+    "failure_code",
 ]

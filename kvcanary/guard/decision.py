@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from kvcanary.manager.reporter import ViolationEvent
+if TYPE_CHECKING:
+    from kvcanary.manager.reporter import ViolationEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,7 +14,7 @@ class RequestFailure:
     """A request failed because a slot it read held corrupt KV: the structured error an engine returns."""
 
     request_id: str
-    code: str  # a stable kvcanary code naming the failure
+    code: str  # a stable kvcanary code naming the failure (:data:`kvcanary.guard.policy.FAILURE_CODES`)
     check: str  # the check that caught it (``per_forward_head_k_full``, ``sweep_k_full`` ...)
     slot: int
     position: int
@@ -31,7 +33,10 @@ class FinishedRequest:
 
 @dataclass(frozen=True)
 class GuardDecision:
-    """One step's decision: fail these requests, quarantine these blocks, for these violations."""
+    """One step's decision: fail these requests, quarantine these blocks, for these violations.
+
+    ``quarantine`` names blocks of the full-attention pool (slot // the journal's block size);
+    ``quarantine_swa`` those of a sliding-window pool, whose slots are a space of their own."""
 
     step: int
     events: tuple[ViolationEvent, ...]
@@ -39,7 +44,13 @@ class GuardDecision:
     quarantine: tuple[int, ...] = ()  # block ids
     finished: tuple[FinishedRequest, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    quarantine_swa: tuple[int, ...] = ()  # block ids of the sliding-window pool
 
     @property
     def empty(self) -> bool:
-        return not (self.fail or self.quarantine or self.finished)
+        return not (self.fail or self.quarantine or self.finished or self.quarantine_swa)
+
+    @property
+    def failed_ids(self) -> tuple[str, ...]:
+        """The ids of the requests to fail, in decision order."""
+        return tuple(f.request_id for f in self.fail)

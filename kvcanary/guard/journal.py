@@ -46,7 +46,8 @@ class JournalKind(str, Enum):
     REINSTATED = "reinstated"  # back in service (its records were rewritten)
 
 
-_ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED)
+_ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalKind.WRITTEN)
+"""Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +64,22 @@ class JournalEvent:
 
 class SlotJournal:
     """Ownership events per block, at most ``per_block`` kept per block (oldest dropped first) and at most
-    ``max_blocks`` blocks tracked (the least recently changed forgotten first), so memory is bounded."""
+    ``max_blocks`` blocks tracked (the least recently changed forgotten first), so memory is bounded.
 
-    def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 16) -> None:
+    It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
+    forgotten first): a request that read a slot and finished before the violation was read back cannot be
+    failed any more, only reported."""
+
+    def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 16,
+                 max_finished: int = 1 << 14) -> None:
         if block_size <= 0:
             raise ValueError(f"kv-canary: SlotJournal.block_size must be positive, got {block_size!r}")
         self.block_size = block_size
         self.per_block = per_block
         self.max_blocks = max_blocks
+        self.max_finished = max_finished
         self._events: dict[int, deque[JournalEvent]] = {}
+        self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
 
@@ -91,6 +99,17 @@ class SlotJournal:
             self._events[block] = events  # re-inserted: dict order is least recently changed first
             self.recorded += 1
 
+    def finish(self, request_id: str, step: int) -> None:
+        """``request_id`` finished (its output was returned) at ``step``."""
+        self._finished.pop(request_id, None)
+        if len(self._finished) >= self.max_finished:
+            del self._finished[next(iter(self._finished))]
+        self._finished[request_id] = step
+
+    def finished_step(self, request_id: str) -> int | None:
+        """The step ``request_id`` finished at, None while it has not (or was forgotten)."""
+        return self._finished.get(request_id)
+
     def history(self, slot: int) -> list[JournalEvent]:
         """The events kept for ``slot``'s block, oldest first."""
         return list(self._events.get(self.block_of(slot), ()))
@@ -98,17 +117,29 @@ class SlotJournal:
     def owners_at(self, slot: int, step: int) -> list[Owner]:
         """Who held ``slot``'s block during ``step``: every owner added at or before ``step`` and not released
         before it (one released or freed during ``step`` still held it during that step)."""
+        return self.owners_between(slot, step, step)
+
+    def owners_between(self, slot: int, first_step: int, last_step: int) -> list[Owner]:
+        """Who held ``slot``'s block during any step of ``[first_step, last_step]``, in the order they
+        took it: what a violation recorded at ``first_step`` and read back at ``last_step`` must isolate
+        (a request that took a corrupt block after the corruption read it too)."""
         held: dict[Owner, None] = {}
+        out: dict[Owner, None] = {}
         for e in self._events.get(self.block_of(slot), ()):
-            if e.step > step:
+            if e.step > last_step:
                 break
+            if e.step >= first_step:
+                out.update(held)  # everything still held when the window opens was held in it
             if e.kind in _ADDS and e.owner is not None:
                 held[e.owner] = None
-            elif e.step < step and e.kind is JournalKind.RELEASED and e.owner is not None:
+                if e.step >= first_step:
+                    out[e.owner] = None
+            elif e.step < first_step and e.kind is JournalKind.RELEASED and e.owner is not None:
                 held.pop(e.owner, None)
-            elif e.step < step and e.kind is JournalKind.FREED:
+            elif e.step < first_step and e.kind is JournalKind.FREED:
                 held.clear()
-        return list(held)
+        out.update(held)
+        return list(out)
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""

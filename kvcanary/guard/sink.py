@@ -8,11 +8,12 @@ called once per ``end_step`` and must be O(1).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from kvcanary.guard.decision import GuardDecision
-from kvcanary.manager.reporter import ViolationEvent
-from kvcanary.manager.stats import StepStats
+if TYPE_CHECKING:
+    from kvcanary.guard.decision import GuardDecision
+    from kvcanary.manager.reporter import ViolationEvent
+    from kvcanary.manager.stats import StepStats
 
 
 class GuardSink(Protocol):

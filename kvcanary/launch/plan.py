@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan import PlanLaunch
-from kvcanary.launch._make import launcher
-from kvcanary.registry import Op
+from kvcanary.ops.plan import launch_canary_plan_kernels
 
-launch_canary_plan_kernels = launcher(
-    PlanLaunch, Op.PLAN, __name__,
-    """Verify entries for every prefix token ``[window_start, prefix_len)`` of each active row, and the
-    write offsets and seeds for the tokens it writes. Overflow sets ``enable = 0`` instead of raising.""",
-)
+__all__ = ["launch_canary_plan_kernels"]

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan_entries import PlanEntriesLaunch
-from kvcanary.launch._make import launcher
-from kvcanary.registry import Op
+from kvcanary.ops.plan_entries import launch_plan_entries_kernel
 
-launch_plan_entries_kernel = launcher(
-    PlanEntriesLaunch, Op.PLAN_ENTRIES, __name__,
-    """Write entries ``[0, min(total, capacity))`` where ``total = verify_offsets_scratch[bs]``, unless
-    ``verify_enable == 0``. Entries past the total are untouched.""",
-)
+__all__ = ["launch_plan_entries_kernel"]

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.scatter import ScatterLaunch
-from kvcanary.launch._make import launcher
-from kvcanary.registry import Op
+from kvcanary.ops.scatter import launch_scatter_req_token_ids_kernel
 
-launch_scatter_req_token_ids_kernel = launcher(
-    ScatterLaunch, Op.SCATTER, __name__,
-    """``pool_out[rp, :min(len, cols)] = int32(flat_in[start:start+len])`` per request; the last request
-    naming a row wins; everything else in the pool is left as it was.""",
-)
+__all__ = ["launch_scatter_req_token_ids_kernel"]

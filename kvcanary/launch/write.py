@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.write import WriteLaunch
-from kvcanary.launch._make import launcher
-from kvcanary.registry import Op
+from kvcanary.ops.write import launch_canary_write_kernel
 
-launch_canary_write_kernel = launcher(
-    WriteLaunch, Op.WRITE, __name__,
-    """Write one record per token with ``out_cache_loc >= 0``, chained per request from its seed slot.""",
-)
+__all__ = ["launch_canary_write_kernel"]

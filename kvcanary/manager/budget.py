@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.budget import validate_verify_budget
 from kvcanary.plans import VerifyPlan
 
 
@@ -36,11 +37,7 @@ class VerifyBudget:
     newest_per_request: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("max_entries", "newest_per_request"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_entries" else 0):
-                rule = "a positive int" if name == "max_entries" else "a non-negative int"
-                raise ValueError(f"kv-canary: VerifyBudget.{name} must be {rule}, got {value!r}")
+        validate_verify_budget(self)  # the rules: kvcanary/constructors/budget.py
 
     def stride(self, batch_size: int) -> int:
         """Older entries verified per request per step at ``batch_size`` requests (at least 1)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcanary.constructors.capacities import check_from_engine, validate_capacities
+
 
 @dataclass(frozen=True, kw_only=True)
 class CanaryCapacities:
@@ -23,11 +25,7 @@ class CanaryCapacities:
     expected_token_capacity: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("verify_capacity", "write_req_capacity", "write_token_capacity", "sweep_capacity",
-                     "expected_token_capacity"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"kv-canary: {name} must be positive, got {value!r}")
+        validate_capacities(self)  # the rules: kvcanary/constructors/capacities.py
 
     @classmethod
     def from_engine(
@@ -43,13 +41,9 @@ class CanaryCapacities:
         """SGLang's sizing (``CanaryLaunchCapacities.from_args``): verify 3x the pool (prefix sharing lets
         Σ prefix_lens exceed it), one write row per request row or graph row, tokens for the largest of a
         decode/verify batch and a prefill chunk; the sweep covers the whole pool."""
-        for name, value in (("pool_slot_count", pool_slot_count), ("max_batch_size", max_batch_size),
-                            ("req_rows", req_rows), ("max_tokens_per_forward", max_tokens_per_forward),
-                            ("max_context_len", max_context_len)):
-            if value <= 0:
-                raise ValueError(f"kv-canary: {name} must be positive, got {value}")
-        if spec_num_draft_tokens < 0:
-            raise ValueError(f"kv-canary: spec_num_draft_tokens must be non-negative, got {spec_num_draft_tokens}")
+        check_from_engine(pool_slot_count=pool_slot_count, max_batch_size=max_batch_size, req_rows=req_rows,
+                          max_tokens_per_forward=max_tokens_per_forward, max_context_len=max_context_len,
+                          spec_num_draft_tokens=spec_num_draft_tokens)
         write_reqs = max(max_batch_size, req_rows)
         return cls(
             verify_capacity=pool_slot_count * 3,

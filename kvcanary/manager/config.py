@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The module, not its names: the contract imports VerifyBudget from this package, so whichever of the two is
+# imported first, the other is complete when a CanaryConfig is built.
+from kvcanary.constructors import config as config_contract
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
+from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
-
-
-def _positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a positive int, got {value!r}")
-
-
-def _non_negative(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"kv-canary: CanaryConfig.{name} must be a non-negative int, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +30,12 @@ class CanaryConfig:
     lists in ``PoolGroupSpec.layers``, that many layer buffers per forward, in rotation
     (:mod:`kvcanary.manager.rotation`). ``compile`` runs each forward's canary launches (after the batch is
     staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
+
+    ``on_violation`` (None: follow ``mode``) is the violation policy beside ``mode``: ``log`` and ``raise``
+    are ``mode`` LOG and RAISE; ``isolate`` logs as LOG does and also hands the engine's adapter one decision
+    per step (fail the requests that read a corrupt slot, quarantine its block; docs/policies.md). ``mode``
+    stays SGLang's switch (NONE turns the canary off); set ``on_violation`` to a value other than ``mode``'s
+    only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect.
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -54,36 +54,22 @@ class CanaryConfig:
     extensions: Extensions | None = None
     layer_rotation: int = 0
     compile: bool = False
+    on_violation: ViolationPolicy | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mode, CanaryMode):
-            raise TypeError(f"kv-canary: CanaryConfig.mode must be a CanaryMode, got {self.mode!r}")
-        if not isinstance(self.real_kv_mode, RealKvHashMode):
-            raise TypeError(f"kv-canary: CanaryConfig.real_kv_mode must be a RealKvHashMode, got {self.real_kv_mode!r}")
-        _non_negative("sweep_interval", self.sweep_interval)
-        _positive("ring_capacity", self.ring_capacity)
-        _positive("stats_every", self.stats_every)
-        _non_negative("health_warmup_steps", self.health_warmup_steps)
-        _positive("health_every", self.health_every)
-        _positive("num_forward_slots", self.num_forward_slots)
-        for name in ("enable_v", "enable_verify_token", "enable_write_input_assert", "compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"kv-canary: CanaryConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
-            raise ValueError(f"kv-canary: CanaryConfig.backend must be a backend name or None, got {self.backend!r}")
-        if self.verify_budget is not None and not isinstance(self.verify_budget, VerifyBudget):
-            raise TypeError(f"kv-canary: CanaryConfig.verify_budget must be a VerifyBudget or None, "
-                            f"got {self.verify_budget!r}")
+        config_contract.validate_canary_config(self)  # every rule: kvcanary/constructors/config.py (KVC-C codes)
 
-        _non_negative("layer_rotation", self.layer_rotation)
-        if self.layer_rotation > 4:
-            raise ValueError(f"kv-canary: CanaryConfig.layer_rotation folds at most 4 layer buffers per forward "
-                             f"(the sources one launch takes), got {self.layer_rotation}")
-        if self.layer_rotation and self.real_kv_mode is RealKvHashMode.NONE:
-            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs real_kv_mode PARTIAL or ALL")
-        if self.extensions is not None and not isinstance(self.extensions, Extensions):
-            raise TypeError(f"kv-canary: CanaryConfig.extensions must be a kvcanary.Extensions or None, "
-                            f"got {self.extensions!r}")
+    @property
+    def policy(self) -> ViolationPolicy:
+        """The violation policy in effect: ``on_violation``, or ``mode``'s (LOG or RAISE) when it is None."""
+        if self.on_violation is not None:
+            return self.on_violation
+        return ViolationPolicy.RAISE if self.mode is CanaryMode.RAISE else ViolationPolicy.LOG
+
+    @property
+    def report_mode(self) -> CanaryMode:
+        """What the reporter does with each report: RAISE under the raise policy, LOG otherwise."""
+        return CanaryMode.RAISE if self.policy is ViolationPolicy.RAISE else CanaryMode.LOG
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:

@@ -25,6 +25,8 @@ class HealthChecker:
         self.warmup = warmup
         self.every = every
         self.checks = 0
+        self.failure: str | None = None
+        """The message of the check that failed (the watchdog stays failed), or None."""
         self.issued = [0] * NUM_LAUNCH_TAGS
         """Launches issued per tag (host count), outside CUDA-graph capture."""
         self._marks: dict[int, tuple[int, ...]] = {}  # step -> issued counts when its snapshot was started
@@ -45,7 +47,19 @@ class HealthChecker:
     def due(self, step: int) -> bool:
         return step >= self.warmup and (step - self.warmup) % self.every == 0
 
+    @property
+    def state(self) -> str:
+        """``warmup`` (no check yet), ``ok`` or ``failed`` (a check raised)."""
+        return "failed" if self.failure is not None else "ok" if self.checks else "warmup"
+
     def check(self, snap: HostSnapshot, step: int) -> None:
+        try:
+            self._check(snap, step)
+        except RuntimeError as err:
+            self.failure = str(err)
+            raise
+
+    def _check(self, snap: HostSnapshot, step: int) -> None:
         self.checks += 1
         counters = tuple(snap.kernel_run_counters)
         dead = [t for t in self.active_tags if counters[int(t)] == 0]

@@ -16,10 +16,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
 from kvcanary.consts import CanaryLaunchTag, CanaryMode
+from kvcanary.guard.adapter import EngineAdapter
+from kvcanary.guard.decision import GuardDecision
+from kvcanary.guard.journal import SlotJournal
+from kvcanary.guard.policy import Isolation, ViolationPolicy
+from kvcanary.guard.sink import GuardSink
 from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
 from kvcanary.manager.batch import CanaryBatch
 from kvcanary.manager.buffers import CanaryBufferGroup
@@ -37,13 +43,17 @@ from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.manager.stats import StepStats
 from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
 
+if TYPE_CHECKING:
+    from kvcanary.guard.sink import GuardSink
+
 logger = logging.getLogger("kvcanary.manager")
 
 
 class CanaryManager:
     """Canary state and lifecycle of one KV pool. Build it with :meth:`attach`."""
 
-    def __init__(self, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> None:
+    def __init__(self, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,
+                 adapter: EngineAdapter | None = None, sinks: tuple[GuardSink, ...] = ()) -> None:
         if not isinstance(pool, KvPoolSpec):
             raise TypeError(f"kv-canary: pool must be a KvPoolSpec, got {type(pool).__name__}")
         if not isinstance(capacities, CanaryCapacities):
@@ -92,7 +102,21 @@ class CanaryManager:
             self._exp_dev = torch.zeros(size, dtype=torch.int64, device=self.device)
             self._exp_h2d = HostStaging(size, self.device)
         self._pump = SnapshotPump(self.state)
-        self.reporter = ViolationReporter(config.mode, config.ring_capacity)
+        self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
+        self.journal = SlotJournal(block_size=1)
+        """Who held each full-pool block when (the engine's adapter records into it; :meth:`set_adapter`)."""
+        self.swa_journal = SlotJournal(block_size=1)
+        """The same for the sliding-window pool's slots (their own index space)."""
+        self._isolation = Isolation(self.journal, self.swa_journal)
+        self.adapter: EngineAdapter | None = None
+        self.sinks: list[GuardSink] = []
+        """Who hears about violations, decisions and steps (:meth:`add_sink`)."""
+        for sink in sinks:
+            self.add_sink(sink)
+        self.decisions: list[GuardDecision] = []
+        """Every non-empty decision made so far (``isolate`` policy)."""
+        if adapter is not None:
+            self.set_adapter(adapter)
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
         self._phase_tags = {p: tuple(sorted({e.tag for e in self.endpoints if e.phase is p})) for p in Phase}
         """The tags each phase launches (what the watchdog counts as issued)."""
@@ -103,9 +127,42 @@ class CanaryManager:
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
     @classmethod
-    def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig) -> CanaryManager:
+    def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,
+               adapter: EngineAdapter | None = None, sinks: tuple[GuardSink, ...] = ()) -> CanaryManager:
         """Allocate every buffer, plan and endpoint for ``pool`` (once; nothing is allocated later)."""
-        return cls(pool=pool, capacities=capacities, config=config)
+        return cls(pool=pool, capacities=capacities, config=config, adapter=adapter, sinks=sinks)
+
+    # -- the guard --------------------------------------------------------------------------------------
+    @property
+    def policy(self) -> ViolationPolicy:
+        """The violation policy in effect (``config.policy``)."""
+        return self.config.policy
+
+    def set_adapter(self, adapter: EngineAdapter | None, *, block_size: int = 1,
+                    swa_block_size: int | None = None) -> None:
+        """The engine adapter that carries out the ``isolate`` policy's decisions, and the block sizes (in
+        slots) of the journals it records into (a fresh journal pair when the sizes change)."""
+        if adapter is not None and not isinstance(adapter, EngineAdapter):
+            raise TypeError(f"kv-canary: adapter must implement EngineAdapter (apply(decision)), "
+                            f"got {type(adapter).__name__}")
+        swa = block_size if swa_block_size is None else swa_block_size
+        if block_size != self.journal.block_size or swa != self.swa_journal.block_size:
+            self.journal = SlotJournal(block_size=block_size)
+            self.swa_journal = SlotJournal(block_size=swa)
+            self._isolation = Isolation(self.journal, self.swa_journal)
+        self.adapter = adapter
+
+    def _guard(self, new: list[ViolationEvent], step: int) -> None:
+        """The rows read back at ``step``: to the sinks, then (``isolate``) one decision to the adapter
+        and the sinks."""
+        self._tell("on_violations", new)
+        if self.config.policy is not ViolationPolicy.ISOLATE:
+            return
+        decision = self._isolation.decide(new, step)
+        self.decisions.append(decision)
+        if self.adapter is not None and not decision.empty:
+            self.adapter.apply(decision)
+        self._tell("on_decision", decision)
 
     # -- configuration ----------------------------------------------------------------------------------
     @property
@@ -131,6 +188,29 @@ class CanaryManager:
             if rot is not None:
                 out += [(f"{g.kind.name.lower()}.rotation{i}", b) for i, b in enumerate(rot.buffers())]
         return out
+
+    # -- who hears about violations, decisions and steps (kvcanary.monitor, kvcanary.evidence, yours) -------
+    def add_sink(self, sink: GuardSink) -> None:
+        """``sink.on_violations(new events)`` when a read-back holds new rows, ``sink.on_decision(decision)``
+        for each decision of the ``isolate`` policy, ``sink.on_step(stats)`` at every :meth:`end_step` and
+        :meth:`flush`, also when the step raises (raise mode, the watchdog). A sink that raises is logged and
+        never fails the step."""
+        if not all(callable(getattr(sink, m, None)) for m in ("on_violations", "on_decision", "on_step")):
+            raise TypeError(f"kv-canary: sink must implement on_violations, on_decision and on_step (GuardSink), "
+                            f"got {type(sink).__name__}")
+        self.sinks.append(sink)
+
+    def _tell(self, method: str, *args: object) -> None:
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception:
+                logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
+
+    def _stats(self, step: int) -> StepStats:
+        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self.sweep_passes,
+                                       tags=self.active_tags, ring_capacity=self.config.ring_capacity,
+                                       watchdog=self.health.state, watchdog_error=self.health.failure)
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
@@ -234,6 +314,7 @@ class CanaryManager:
             self.run_sweep()
         self.health.mark(s)
         snap = self._pump.step(s)
+        seen = len(self.reporter.events)
         try:
             if snap is not None:
                 self.last_snapshot = snap
@@ -242,8 +323,11 @@ class CanaryManager:
                     self.health.check(snap, s)
         finally:
             self.step = s + 1
-        stats = StepStats.from_snapshot(self.last_snapshot, step=s, sweep_passes=self.sweep_passes,
-                                        tags=self.active_tags)
+            if len(self.reporter.events) > seen:
+                self._guard(self.reporter.events[seen:], s)
+            stats = self._stats(s)
+            if self.sinks:
+                self._tell("on_step", stats)
         if self.step % self.config.stats_every == 0:
             logger.info(stats.line())
         return stats
@@ -252,7 +336,14 @@ class CanaryManager:
         """Synchronously read the device state now and report anything new (end of a run; tests)."""
         snap = self._pump.drain(self.step - 1)
         self.last_snapshot = snap
-        return self.reporter.process(snap, self.step)
+        seen = len(self.reporter.events)
+        try:
+            return self.reporter.process(snap, self.step)
+        finally:
+            if len(self.reporter.events) > seen:
+                self._guard(self.reporter.events[seen:], self.step)
+            if self.sinks:
+                self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property
     def events(self) -> list[ViolationEvent]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.pool import validate_kv_pool, validate_pool_group
 from kvcanary.consts import PoolKind
 
 
@@ -32,36 +33,7 @@ class PoolGroupSpec:
     layers: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self) -> None:
-        name = f"PoolGroupSpec({self.kind.name})"
-        for i, buf in enumerate(self.layers):
-            if buf.ndim < 1 or buf.shape[0] != self.k_layer0.shape[0] or buf.device != self.k_layer0.device:
-                raise ValueError(f"kv-canary: {name}.layers[{i}] must be a [num_slots, ...] buffer on "
-                                 f"{self.k_layer0.device} with {self.k_layer0.shape[0]} slots, got shape "
-                                 f"{tuple(buf.shape)} on {buf.device}")
-        if self.k_layer0.ndim < 1 or self.k_layer0.shape[0] < 2:
-            raise ValueError(f"kv-canary: {name}.k_layer0 must have at least 2 slots (slot 0 is padding), "
-                             f"got shape {tuple(self.k_layer0.shape)}")
-        if self.v_layer0 is not None:
-            if self.v_layer0.shape[0] != self.k_layer0.shape[0]:
-                raise ValueError(f"kv-canary: {name}.v_layer0 must have as many slots as k_layer0 "
-                                 f"({self.k_layer0.shape[0]}), got {self.v_layer0.shape[0]}")
-            if self.v_layer0.device != self.k_layer0.device:
-                raise ValueError(f"kv-canary: {name}.v_layer0 must be on k_layer0's device {self.k_layer0.device}")
-        if self.kind is PoolKind.SWA:
-            if self.swa_window_size <= 0:
-                raise ValueError(f"kv-canary: {name}.swa_window_size must be positive for an SWA group, "
-                                 f"got {self.swa_window_size}")
-            lut = self.full_to_swa_index_mapping
-            if lut is None:
-                raise ValueError(f"kv-canary: {name}.full_to_swa_index_mapping is required for an SWA group")
-            if lut.dtype != torch.int64 or lut.ndim != 1 or lut.shape[0] < 1 or not lut.is_contiguous():
-                raise ValueError(f"kv-canary: {name}.full_to_swa_index_mapping must be a contiguous 1-D int64 "
-                                 f"tensor, got dtype {lut.dtype} shape {tuple(lut.shape)}")
-            if lut.device != self.k_layer0.device:
-                raise ValueError(f"kv-canary: {name}.full_to_swa_index_mapping must be on k_layer0's device "
-                                 f"{self.k_layer0.device}, got {lut.device}")
-        elif self.swa_window_size != 0 or self.full_to_swa_index_mapping is not None:
-            raise ValueError(f"kv-canary: {name} must have swa_window_size=0 and no full_to_swa_index_mapping")
+        validate_pool_group(self)  # the rules: kvcanary/constructors/pool.py
 
     @property
     def num_slots(self) -> int:
@@ -80,26 +52,7 @@ class KvPoolSpec:
     kv_token_id_vs_position_offset: int = 0
 
     def __post_init__(self) -> None:
-        kinds = [g.kind for g in self.groups]
-        if kinds not in ([PoolKind.FULL], [PoolKind.FULL, PoolKind.SWA]):
-            raise ValueError(f"kv-canary: KvPoolSpec.groups must be (FULL,) or (FULL, SWA), got "
-                             f"{tuple(k.name for k in kinds)}")
-        r2t = self.req_to_token
-        if r2t.dtype != torch.int32 or r2t.ndim != 2 or not r2t.is_contiguous():
-            raise ValueError(f"kv-canary: KvPoolSpec.req_to_token must be a contiguous 2-D int32 tensor, got "
-                             f"dtype {r2t.dtype} shape {tuple(r2t.shape)}")
-        if r2t.device != self.groups[0].k_layer0.device:
-            raise ValueError(f"kv-canary: KvPoolSpec.req_to_token must be on the pool's device "
-                             f"{self.groups[0].k_layer0.device}, got {r2t.device}")
-        if self.kv_token_id_vs_position_offset not in (0, 1):
-            raise ValueError(f"kv-canary: KvPoolSpec.kv_token_id_vs_position_offset must be 0 (target) or 1 "
-                             f"(draft), got {self.kv_token_id_vs_position_offset}")
-        if len(self.groups) == 2:
-            lut = self.groups[1].full_to_swa_index_mapping
-            assert lut is not None
-            if lut.shape[0] < self.groups[0].num_slots:
-                raise ValueError(f"kv-canary: full_to_swa_index_mapping must cover every full slot "
-                                 f"({self.groups[0].num_slots}), got length {lut.shape[0]}")
+        validate_kv_pool(self)
 
     @property
     def device(self) -> torch.device:

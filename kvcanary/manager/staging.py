@@ -13,6 +13,10 @@ import torch
 
 from kvcanary.manager.batch import CanaryBatch
 from kvcanary.manager.capacities import CanaryCapacities
+from kvcanary.ops.write import WriteLaunch
+
+_check_expected = WriteLaunch.rule_checker(
+    "required_if:enable_write_input_assert+expected_input_tokens+expected_input_positions")
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,10 @@ class StepStaging:
                                   mask=self._mask[:n], oob=self._oob)
         exp_tok = exp_pos = None
         if self.exp_tok is not None and self.exp_pos is not None:
-            if batch.expected_input_tokens is None or batch.expected_input_positions is None:
-                raise ValueError("kv-canary: CanaryBatch.expected_input_tokens and expected_input_positions are "
-                                 "required when enable_write_input_assert=True")
+            # the write launch's own rule (KVC-W083), checked before anything of this forward is launched
+            _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
+                            expected_input_positions=batch.expected_input_positions)
+            assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
             exp_tok = self.exp_tok[:n]
             exp_pos = self.exp_pos[:n]
             exp_tok.copy_(batch.expected_input_tokens)

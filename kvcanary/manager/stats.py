@@ -10,7 +10,11 @@ from kvcanary.manager.pump import HostSnapshot
 
 @dataclass(frozen=True)
 class StepStats:
-    """Figures as of the snapshot the host last read (one step behind the device)."""
+    """Figures as of the snapshot the host last read (one step behind the device).
+
+    The fields after ``skipped_verifies`` are what the sinks (:mod:`kvcanary.monitor`) derive their metrics
+    and health from: the snapshot's step, the per-tag device counters (cumulative), the ring's capacity and
+    the watchdog's state (``warmup``, ``ok``, ``failed`` with its message)."""
 
     step: int
     protected_tokens: int
@@ -19,6 +23,23 @@ class StepStats:
     launch_tags_active: int
     launch_tags_total: int
     skipped_verifies: int
+    snapshot_step: int | None = None
+    ring_capacity: int = 0
+    kernel_run_counters: tuple[int, ...] = ()
+    slot_run_counters: tuple[int, ...] = ()
+    tags: tuple[CanaryLaunchTag, ...] = ()
+    watchdog: str = "warmup"
+    watchdog_error: str | None = None
+
+    @property
+    def readback_delay(self) -> int | None:
+        """Steps between the step that ended and the device state these figures show (None before any)."""
+        return None if self.snapshot_step is None else self.step - self.snapshot_step
+
+    @property
+    def dropped_rows(self) -> int:
+        """Violation rows recorded after the ring was full (counted, not kept)."""
+        return max(0, self.violations - self.ring_capacity) if self.ring_capacity else 0
 
     def line(self) -> str:
         """The stats line the manager logs every ``stats_every`` steps (SGLang's format)."""
@@ -27,10 +48,14 @@ class StepStats:
 
     @classmethod
     def from_snapshot(cls, snap: HostSnapshot | None, *, step: int, sweep_passes: int,
-                      tags: list[CanaryLaunchTag]) -> StepStats:
+                      tags: list[CanaryLaunchTag], ring_capacity: int = 0, watchdog: str = "warmup",
+                      watchdog_error: str | None = None) -> StepStats:
         """The figures of ``snap`` (all zero before the first snapshot) for the manager's active ``tags``."""
+        tags_t = tuple(tags)
         if snap is None:
-            return cls(step, 0, sweep_passes, 0, 0, len(tags), 0)
+            return cls(step, 0, sweep_passes, 0, 0, len(tags), 0, ring_capacity=ring_capacity, tags=tags_t,
+                       watchdog=watchdog, watchdog_error=watchdog_error)
         active = sum(1 for t in tags if snap.kernel_run_counters[int(t)] > 0)
         return cls(step, sum(snap.slot_run_counters), sweep_passes, snap.write_index, active, len(tags),
-                   snap.skipped_verifies)
+                   snap.skipped_verifies, snap.step, ring_capacity, snap.kernel_run_counters,
+                   snap.slot_run_counters, tags_t, watchdog, watchdog_error)

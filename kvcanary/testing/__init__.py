@@ -1,6 +1,7 @@
-"""Test support shipped with the package: parity comparison, random scenarios, call builders.
+"""The conformance kit for a backend's test-suite, as ``torch.testing`` is torch's: call builders
+(:mod:`.builders`, :mod:`.calls`), parity against torch_ref (:mod:`.parity`) and ``torch.library.opcheck``
+over kvcanary's operators (:mod:`.opcheck`).
 
-The golden-vector loader is test tooling of the repository (``tests/golden/loader.py``), beside its data.
-
-Used by kvcanary's own tests and benchmarks, and usable by a third-party backend's test-suite.
+kvcanary's own random parity scenarios, benchmark workloads and the compiled-step world are development
+tooling of the repository (``tools/``), as is the golden-vector loader (``tests/golden/loader.py``).
 """

@@ -1,7 +1,7 @@
 """Small valid calls of every launcher, for tests, typing checks and the host-overhead benchmark.
 
 Each function returns fresh keyword arguments (no ``backend``) that pass the launcher's contract; tests
-mutate one argument to break one rule. Contexts come from :func:`kvcanary.testing.scenarios.context`.
+mutate one argument to break one rule. Contexts come from :func:`kvcanary.testing.builders.context`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
-from kvcanary.testing import scenarios
+from kvcanary.testing import builders
 
 Device = torch.device | str
 
@@ -35,7 +35,7 @@ def source(device: Device = "cpu", *, rows: int = 16, page_size: int = 1, nbpt: 
 def context(device: Device = "cpu", *, num_slots: int = 16, ring: int = 8, sources: int = 1,
             mode: RealKvHashMode = RealKvHashMode.PARTIAL) -> VerifyOrWriteContext:
     """A zero context (chain-position assert off) with ``sources`` zero real-KV sources."""
-    return scenarios.context(device, num_slots=num_slots, ring=ring, mode=mode, chain_assert=False,
+    return builders.context(device, num_slots=num_slots, ring=ring, mode=mode, chain_assert=False,
                              sources=[source(device, rows=num_slots) for _ in range(sources)])
 
 

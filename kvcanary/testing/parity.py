@@ -8,12 +8,12 @@ prefix are compared.
 
 Two things torch_ref documents as unspecified for a parallel backend are taken out of write calls before
 they are compared (:func:`without_unspecified`): a slot stored twice by one launch, and a seed slot the same
-launch stores. :func:`fuzz` runs fresh scenarios of :data:`~kvcanary.testing.scenarios.GENERATORS`.
+launch stores. :func:`check_call` runs one :class:`~kvcanary.testing.builders.Call` on a backend and on
+torch_ref and lists what differs.
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,7 +22,7 @@ import torch
 
 from kvcanary.plans import WritePlan
 from kvcanary.registry import Op
-from kvcanary.testing.scenarios import GENERATORS, Call, Device
+from kvcanary.testing.builders import Call, Device
 
 
 def ring_rows(ring: torch.Tensor, start: int, stop: int) -> Counter[tuple[int, ...]]:
@@ -101,19 +101,6 @@ def check_call(call: Call, device: torch.device | str, backend: str, reference: 
     got = run_call(call, device, backend)
     return compare_outputs(got, want, base=call.ring_base, order_sensitive=call.order_sensitive)
 
-
-def fuzz(op: Op, device: torch.device | str, backend: str, *, seed: int, count: int, hostile: bool) -> list[str]:
-    """``count`` fresh scenarios of ``op`` from ``random.Random(seed)``, each checked against torch_ref on the
-    CPU; one line per failing call, saying what reproduces it."""
-    rng = random.Random(seed)
-    failures: list[str] = []
-    for i in range(count):
-        call = GENERATORS[op](rng, hostile=hostile)
-        problems = check_call(call, device, backend)
-        if problems:
-            failures.append(f"{op.value} call {i} ({call.label}) of random.Random({seed}), hostile={hostile}: "
-                            + "; ".join(problems))
-    return failures
 
 
 # -- write launches the reference leaves unspecified ----------------------------------------------------------

@@ -28,8 +28,8 @@ from kvcanary.context import VerifyOrWriteContext
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.registry import Op
 from kvcanary.sources import RealKvSource
+from kvcanary.testing.builders import Call
 from kvcanary.testing.parity import compare_outputs, launcher, without_unspecified
-from kvcanary.testing.scenarios import Call
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def kvcanary_cmd(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvcanary.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "kvcanary", *args], capture_output=True, text=True, cwd=cwd,
                           env=_env(**env), timeout=300, check=False)
 
 
@@ -67,7 +68,7 @@ def test_help_and_version_import_no_torch(args: list[str], outside: Path) -> Non
 @pytest.mark.parametrize("args", [["contracts", "--json"], ["backends"], ["contracts", "--codes"]], ids=" ".join)
 def test_a_closed_pipe_ends_quietly(args: list[str], outside: Path) -> None:
     """``kvcanary contracts --json | head``: the reader is gone before the command writes."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvcanary.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "kvcanary", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=outside, env=_env())
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
@@ -163,3 +164,102 @@ def test_docs_check_outside_a_checkout_says_there_is_no_docs_folder(outside: Pat
 
 def test_an_unknown_contract_is_one_line(outside: Path) -> None:
     assert_user_error(kvcanary_cmd("contracts", "launch_nothing", cwd=outside), "unknown contract 'launch_nothing'")
+
+
+def test_backends_gives_where_a_backend_runs_before_what_it_lacks(outside: Path) -> None:
+    """On the CPU the cuda backend's first reason is about the device, never a package to install."""
+    res = kvcanary_cmd("backends", "--device", "cpu", cwd=outside)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    first = next(line for line in lines[lines.index(next(x for x in lines if "why backends decline" in x)):]
+                 if line.strip().startswith("cuda:"))
+    assert first.strip().startswith("cuda: [device]"), res.stdout
+    assert "kvcanary[cuda]" not in first and "No module named" not in first, first
+
+
+
+def test_demo_prints_each_run_as_it_completes_into_a_pipe(outside: Path) -> None:
+    """In a pipe (a CI log) each run's block arrives when the run ends, not all at the end: the clean block
+    is read at least half the next run's own duration before the command's last line."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvcanary", "demo", "--fault", "kv_flip_used", "--steps", "16"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=outside, env=_env())
+    assert proc.stdout is not None
+    arrived: list[tuple[float, str]] = []
+    for line in proc.stdout:
+        arrived.append((time.monotonic(), line))
+    assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
+    clean = next(t for t, line in arrived if line.startswith("=== clean [OK]"))
+    fault_line = next(line for _, line in arrived if line.startswith("=== kv_flip_used [OK]"))
+    fault_seconds = float(fault_line.rsplit("(", 1)[1].rstrip("s)\n"))
+    assert fault_seconds > 0.2, fault_line
+    assert arrived[-1][0] - clean >= 0.5 * fault_seconds, (arrived[-1][0] - clean, fault_seconds)
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--fault", "bogus"], ["--fault bogus is not a fault class of the kvcanary engine", "kvcanary demo --help"]),
+    (["--fault", "radix_ua"], ["did you mean radix_uaf?"]),
+    (["--engine", "transformers", "--fault", "radix_uaf"], ["is a fault class of the kvcanary engine only"]),
+], ids=["unknown", "typo", "other-engine"])
+def test_a_bad_fault_is_one_short_line(args: list[str], needles: list[str], outside: Path) -> None:
+    res = kvcanary_cmd("demo", *args, cwd=outside)
+    assert_user_error(res, *needles)
+    assert "stale_swa_translation" not in res.stderr  # the list of classes is not repeated
+
+
+def test_demo_help_says_each_engines_faults_and_the_defaults(outside: Path) -> None:
+    res = kvcanary_cmd("demo", "--help", cwd=outside, COLUMNS="200")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "kvcanary engine: radix_uaf," in text and "--engine transformers: kv_flip_used, block_handed_twice" in text
+    assert "engine steps per run (default: 40" in text and "(default: 0)" in text
+
+
+def test_python_dash_m_kvcanary_runs_the_command(outside: Path) -> None:
+    res = kvcanary_cmd("--version", cwd=outside)
+    assert res.returncode == 0 and res.stdout.strip() == f"kvcanary {kvcanary.__version__}", res.stdout + res.stderr
+
+
+def test_contracts_prints_each_contracts_code_ranges_lowest_to_highest(outside: Path) -> None:
+    from kvcanary import catalog
+
+    res = kvcanary_cmd("contracts", cwd=outside)
+    assert res.returncode == 0, res.stderr
+    for contract in catalog.contracts()["contracts"]:
+        numbers = sorted(int(k["code"][5:]) for k in contract["checks"])
+        line = next(x for x in res.stdout.splitlines() if x.startswith(contract["name"] + " ("))
+        prefix = contract["checks"][0]["code"][:5]
+        assert f"({prefix}{numbers[0]:03d}" in line and f"{prefix}{numbers[-1]:03d};" in line, line
+
+
+def test_code_ranges_are_runs_of_consecutive_numbers() -> None:
+    from kvcanary.cli.contracts import code_ranges
+
+    assert code_ranges(["KVC-A008", "KVC-A001", "KVC-A007", "KVC-A002"]) == "KVC-A001..KVC-A002, KVC-A007..KVC-A008"
+    assert code_ranges(["KVC-W112", "KVC-W001", "KVC-W003", "KVC-W002"]) == "KVC-W001..KVC-W003, KVC-W112"
+    assert code_ranges([]) == "no codes"
+
+
+@pytest.mark.parametrize(("given", "needle"), [
+    ("KVC-W9999", "its letter's codes run KVC-W001..KVC-W"),
+    ("", "codes look like KVC-W087"),
+    ("KVC-W0871", "KVC-W087?"),
+], ids=["too-long", "empty", "typo"])
+def test_explain_an_unknown_code_suggests_only_codes_like_it(given: str, needle: str, outside: Path) -> None:
+    res = kvcanary_cmd("explain", given, cwd=outside)
+    assert_user_error(res, f"unknown error code {given!r}", needle)
+    line = res.stderr.strip()
+    suggested = [c for c in line.replace(",", " ").replace("?", " ").split() if c.startswith("KVC-") and
+                 len(c) == 8 and c[5:].isdigit()]
+    assert len(suggested) <= 5, line
+    if given == "KVC-W9999":
+        assert "did you mean" not in line
+
+
+def test_similar_codes_are_one_typo_away() -> None:
+    from kvcanary.cli.explain import similar_codes
+
+    known = ["KVC-W087", "KVC-W088", "KVC-W187", "KVC-V087", "KVC-W001"]
+    assert similar_codes("KVC-W086", known) == ["KVC-W087", "KVC-W088"]
+    assert similar_codes("KVC-W087", known) == ["KVC-V087", "KVC-W088", "KVC-W187"]
+    assert similar_codes("KVC-W9999", known) == []
+    assert similar_codes("", known) == []

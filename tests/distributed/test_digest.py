@@ -7,16 +7,20 @@ size, and capture the accumulator's update in a CUDA graph. Inputs are fresh ran
 
 from __future__ import annotations
 
+import os
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from kvcanary.consts import INVALID_SLOT
 from kvcanary.distributed import DigestAccumulator, fold_records, fold_records_torch, fused_fold
-from kvcanary.distributed import digest as digest_mod
 from kvcanary.hashing import MASK64, splitmix64, to_int64
-from kvcanary.registry import Reason, ReasonKind
+from kvcanary.ops.fold import FOLD
+from kvcanary.registry import REGISTRY
+from kvcanary.testing.opcheck import opcheck
+from kvcanary_contracts import ContractError
 
 CUDA = torch.cuda.is_available()
 DEV = torch.device("cuda" if CUDA else "cpu")
@@ -122,39 +126,60 @@ def test_a_buffer_of_wider_words_folds_as_its_bytes(dtype: torch.dtype) -> None:
     assert fused(as_words, slots).tolist() == want == fold_records_torch(as_words, slots).tolist()
 
 
+def _code(fn: Callable[[], object]) -> str:
+    with pytest.raises(ContractError) as info:
+        fn()
+    return info.value.code
+
+
 def test_bad_arguments_are_refused_before_anything_moves() -> None:
+    """The fold's contract refuses each bad argument with its own code; nothing is added."""
     rng = random.Random()
     buf = random_buf(16, rng)
     acc = DigestAccumulator(buf, fused=True)
     slots = random_slots(5, 16, rng)
     acc.add(slots)
     before = acc.acc.clone()
-    with pytest.raises(ValueError, match="slots must be a 1-D integer tensor"):
-        acc.add(slots.view(1, -1))
-    with pytest.raises(ValueError, match="slots must be a 1-D integer tensor"):
-        acc.add(slots.to(torch.float32))
+    book = FOLD.contract.contract.family.codebook
+    name = FOLD.contract.contract.name
+
+    def code(slug: str) -> str:
+        found = book.lookup(name, slug)
+        assert found is not None, slug
+        return found
+
+    assert _code(lambda: acc.add(slots.view(1, -1))) == code("slots:rank")
+    assert _code(lambda: acc.add(slots.to(torch.float32))) == code("slots:dtype")
     assert torch.equal(acc.acc, before)
-    with pytest.raises(ValueError, match="canary_buf must be"):
-        DigestAccumulator(buf[:, :16])
-    with pytest.raises(ValueError, match="canary_buf must be"):
-        fold_records(buf.reshape(-1), slots)
-    with pytest.raises(ValueError, match="canary_buf must be"):
-        fold_records(torch.zeros(4, 40, dtype=torch.uint8, device=DEV)[:, 3:35], slots)
-    with pytest.raises(ValueError, match="canary_buf must be"):
-        fold_records(torch.zeros(4, 2, dtype=torch.complex128, device=DEV), slots)
+    assert _code(lambda: DigestAccumulator(buf[:, :16])) == code("canary_buf_rows_are_records")
+    assert _code(lambda: fold_records(buf.reshape(-1), slots)) == code("canary_buf:rank")
+    assert _code(lambda: fold_records(torch.zeros(4, 40, dtype=torch.uint8, device=DEV)[:, 3:35], slots)) \
+        == code("canary_buf_aligned")
+    assert _code(lambda: fold_records(torch.zeros(4, 64, dtype=torch.uint8, device=DEV)[:, ::2], slots)) \
+        == code("canary_buf_row_contiguous")
+    assert _code(lambda: fold_records(torch.zeros(4, 36, dtype=torch.uint8, device=DEV)[:, :32], slots)) \
+        == code("canary_buf_row_stride_whole_words")
+    assert _code(lambda: fold_records(torch.zeros(4, 2, dtype=torch.complex128, device=DEV), slots)) \
+        == code("canary_buf:dtype")
+    with pytest.raises(ValueError, match=r"slots must be 1-D, got shape \(1, 5\)"):
+        acc.add(slots.view(1, -1))
 
 
-def test_selection_fused_on_cuda_only_by_the_triton_backends_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_selection_fused_on_cuda_only_by_the_triton_backends_rules() -> None:
+    """The registry picks the fold like any operation: torch ops on the CPU, Triton where it can run on CUDA."""
     cpu = torch.device("cpu")
     assert fused_fold(cpu) is None and fused_fold(DEV, False) is None
     assert not DigestAccumulator(torch.zeros(4, 32, dtype=torch.uint8)).fused
-    why = Reason(ReasonKind.PACKAGE, "triton is not installed")
-    monkeypatch.setattr(digest_mod, "_triton_reasons", lambda device: [why])
-    assert fused_fold(torch.device("cuda")) is None  # automatic: torch ops where Triton cannot run
-    with pytest.raises(RuntimeError, match="triton is not installed"):
-        fused_fold(cpu, True)
-    monkeypatch.setattr(digest_mod, "_triton_reasons", lambda device: [])
-    assert fused_fold(torch.device("cuda")) is not None
+    assert DigestAccumulator(torch.zeros(4, 32, dtype=torch.uint8)).backend == "torch_ref"
+    triton = REGISTRY.get("triton")
+    if triton.availability():
+        with pytest.raises(RuntimeError, match="triton is not installed"):
+            fused_fold(cpu, True)
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        assert fused_fold(cpu, True) is not None  # forced: the interpreter serves it on the CPU
+    else:
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+            fused_fold(cpu, True)
 
 
 @pytest.mark.skipif(CUDA, reason="the interpreter's case: no CUDA, TRITON_INTERPRET=1")
@@ -211,8 +236,9 @@ def test_the_fused_fold_is_captured_in_a_cuda_graph_and_reads_the_slots_at_repla
     assert acc.acc.tolist() == [to_int64(2 * first[0] + 2 * second[0]), 2 * first[1] + 2 * second[1]]
 
 
-def test_traced_by_torch_compile_the_accumulator_folds_with_torch_ops() -> None:
-    """A compiled region that holds the HEAD observer traces the torch ops (same bits), not the launch."""
+def test_traced_by_torch_compile_the_accumulator_calls_the_fold_operator() -> None:
+    """A compiled region that holds the HEAD observer traces the fold's operator (``torch.ops.kvcanary.fold``),
+    which runs the accumulator's backend: the same bits."""
     rng = random.Random()
     buf = random_buf(32, rng)
     acc = DigestAccumulator(buf, fused=True)
@@ -220,3 +246,15 @@ def test_traced_by_torch_compile_the_accumulator_folds_with_torch_ops() -> None:
     step = torch.compile(acc.add, backend="eager", fullgraph=True)
     step(slots)
     assert acc.acc.tolist() == reference(buf, slots)
+
+
+@pytest.mark.parametrize("backend", ["torch_ref", "triton"])
+def test_the_fold_operator_passes_opcheck(backend: str) -> None:
+    """``torch.ops.kvcanary.fold`` (schema, fake kernel, mutation of ``acc`` only) on random valid calls."""
+    if backend == "triton" and fused_fold(DEV, None) is None and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton runs here only through TRITON_INTERPRET=1")
+    rng = random.Random()
+    for n in (0, 5, rng.randrange(20, 200)):
+        buf = random_buf(32, rng, row_words=rng.choice([4, 6]))
+        opcheck(FOLD, {"acc": torch.zeros(2, dtype=torch.int64, device=DEV), "canary_buf": buf,
+                       "slots": random_slots(n, 32, rng, rng.choice([torch.int64, torch.int32]))}, backend)

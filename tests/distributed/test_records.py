@@ -20,7 +20,6 @@ from kvcanary.distributed import (
     pack_kv,
     pack_records,
     packed_shape,
-    splitmix64_t,
     transfer_entries,
     unpack_kv,
     unpack_records,
@@ -28,6 +27,7 @@ from kvcanary.distributed import (
 from kvcanary.distributed.exchange import compare
 from kvcanary.hashing import MASK64, splitmix64, to_int64
 from kvcanary.plans import VerifyPlan
+from kvcanary_backends.torch_ref._hash import splitmix64 as splitmix64_tensor
 from tests.distributed.world import events
 from tests.manager.test_capture_safety import HOST_READS, _forbid
 from tests.manager.world import Req, World, make_world
@@ -131,7 +131,7 @@ def test_bad_messages_raise_and_write_nothing() -> None:
 
 def test_device_splitmix_matches_the_host_hash() -> None:
     xs = [random.getrandbits(64) for _ in range(64)] + [0, MASK64, 1 << 63]
-    got = splitmix64_t(torch.tensor([to_int64(x) for x in xs], dtype=torch.int64)).tolist()
+    got = splitmix64_tensor(torch.tensor([to_int64(x) for x in xs], dtype=torch.int64)).tolist()
     assert got == [to_int64(splitmix64(x)) for x in xs]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcanary.docsgen import benchmarks as b
+from tools.docsgen import benchmarks as b
 
 ROW = {"benchmark": "verify", "case": "bs=8 <partial>", "figure": 12.5, "floor": 5.0, "unit": "us",
        "ratio": 2.5, "machine": "1x H200", "date": "2026-05-31"}

@@ -11,10 +11,10 @@ import pytest
 import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
-from kvcanary.docsgen import catalog as cat
-from kvcanary.docsgen import generate
 from kvcanary.errors import CODEBOOK_PATH
 from kvcanary_contracts import ContractError
+from tools.docsgen import catalog as cat
+from tools.docsgen import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,9 @@ def test_every_page_has_every_section_and_an_explanation(catalog: cat.Catalog) -
         assert page.check.why.strip() and page.check.fix.strip() and page.check.summary.strip(), code
         md = page.markdown()
         assert md.startswith(f"# {code}: "), code
-        assert page.failing_src in md and all(src in md for _, src in page.fixed_srcs), code
+        assert page.failing_src in md, code
+        # a corrected call is shown from the statement it changes (the lines above are the failing call's)
+        assert all((cat.corrected_tail(page.failing_src, src) or src) in md for _, src in page.fixed_srcs), code
 
 
 @pytest.mark.parametrize("code", CODES)
@@ -107,6 +109,18 @@ def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: ca
     assert "unknown error code" in capsys.readouterr().err
 
 
+def test_the_package_ships_the_pages_as_generated(catalog: cat.Catalog) -> None:
+    """``kvcanary explain`` and ``contracts`` read kvcanary/catalog.json.gz: it must match the contracts."""
+    from kvcanary import catalog as shipped
+    from tools.docsgen import package_data
+
+    assert shipped.decode(shipped.DATA_PATH.read_bytes()) == shipped.decode(package_data()), (
+        "kvcanary/catalog.json.gz is stale: run `kvcanary docs`")
+    assert shipped.codes() == CODES
+    page = shipped.page(CODES[0])
+    assert page is not None and page.text == catalog.pages[CODES[0]].text()
+
+
 def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
     """The file is named inside the package (the same text installed or in a checkout) and exists there."""
     package_parent = Path(kvcanary.__file__).resolve().parent.parent
@@ -114,7 +128,7 @@ def test_pages_say_where_the_rule_is_declared(catalog: cat.Catalog) -> None:
         where = cat.declared(page.check.origin)
         assert where.file.startswith("kvcanary/") and where.file.endswith(".py"), (code, where.file)
         assert where.line > 0 and (package_parent / where.file).is_file(), (code, page.check.origin)
-    assert cat.module_file("kvcanary.contract") == "kvcanary/contract/__init__.py"
+    assert cat.module_file("kvcanary.ops") == "kvcanary/ops/__init__.py"
 
 
 def test_docs_command_writes_checks_and_updates_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from kvcanary import codes
-from kvcanary.contract.examples import EXAMPLES
-from kvcanary.docsgen.catalog import catalog, example_imports, namespace
 from kvcanary.registry import use_backend
+from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import ContractError
-from kvcanary_contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
+from kvcanary_contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
 from tests.contracts.toy import Plan, ToyLaunch, valid
+from tools.docsgen.catalog import catalog, corrected_tail, example_imports, namespace
 
 
 def test_every_contract_has_valid_examples() -> None:
@@ -34,7 +34,7 @@ def test_page_code_runs_pasted_into_a_fresh_file(code: str) -> None:
     """What a page shows (its imports, then the call) runs in an empty namespace: the failing call raises
     exactly its code, each corrected call runs through the real launcher (the torch reference)."""
     page = catalog().pages[code]
-    assert "from kvcanary import " in page.imports and page.imports.endswith("\n\n"), page.imports
+    assert "from kvcanary" in page.imports and page.imports.endswith("\n\n"), page.imports  # the launcher's module
     with pytest.raises(ContractError) as info:
         exec(page.imports + page.failing_src, {})
     assert info.value.code == code
@@ -43,10 +43,26 @@ def test_page_code_runs_pasted_into_a_fresh_file(code: str) -> None:
             exec(page.imports + src, {})
 
 
+def test_corrected_calls_show_only_what_follows_the_failing_calls_setup() -> None:
+    """A corrected block is the failing call's lines down to the statement it changes, then the block: the page
+    shows the long setup once (KVC-W083 used to repeat three near-identical 35-line blocks)."""
+    page = catalog().pages["KVC-W083"]
+    md = page.markdown()
+    assert md.count("context = VerifyOrWriteContext(") == 1, md
+    assert "expected_input_tokens=None,  # <- breaks the rule" in page.failing_src  # the common misuse: both None
+    assert "expected_input_positions=None,  # <- breaks the rule" in page.failing_src
+    for _, src in page.fixed_srcs:
+        tail = corrected_tail(page.failing_src, src)
+        assert tail is not None and tail.startswith("launch_canary_write_kernel(") and tail in md
+        kept = page.failing_src[: page.failing_src.index("launch_canary_write_kernel(")]
+        assert kept + tail == src  # what the page shows runs, after the failing call's setup
+    assert corrected_tail("a = 1\nf(\n    x=1,\n)\n", "a = 2\nf(\n    x=1,\n)\n") is None  # first statement: all shown
+
+
 def test_example_imports_name_only_what_the_code_uses() -> None:
     src = "plan = WritePlan.allocate(write_req_capacity=4, device='cpu')\nx = unchecked(SimpleNamespace, a=plan)\n"
     assert example_imports(src) == ("from types import SimpleNamespace\nfrom kvcanary import WritePlan\n"
-                                    "from kvcanary_contracts.examples import unchecked  # builds an object without "
+                                    "from kvcanary_contracts.counterexamples import unchecked  # builds an object without "
                                     "its checks\n\n")
     assert example_imports("x = 1\n") == ""
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from kvcanary.docsgen.matrix import matrix_markdown
 from kvcanary.registry import REGISTRY, Backend, Op, OpSupport, Reason, ReasonKind, register_backend
+from tools.docsgen.matrix import matrix_markdown
 
 
 class _Odd(Backend):

@@ -32,7 +32,7 @@ def site_project(into: Path) -> Path:
     """A copy of the site's sources in ``into``: ``mkdocs.yml`` and ``docs/`` copied, the code linked."""
     shutil.copy2(ROOT / "mkdocs.yml", into / "mkdocs.yml")
     shutil.copytree(ROOT / "docs", into / "docs", symlinks=True)
-    for name in ("kvcanary", "contracts", "backends", "benchmarks"):  # the hook, mkdocstrings, the results
+    for name in ("kvcanary", "contracts", "backends", "benchmarks", "tools"):  # mkdocstrings, the results, the hook
         (into / name).symlink_to(ROOT / name, target_is_directory=True)
     return into
 
@@ -149,6 +149,18 @@ def test_an_error_page_renders(browser: WebDriver, server: str) -> None:
     blocks = browser.run("return document.querySelectorAll('article .highlight').length")
     assert isinstance(blocks, int) and blocks >= 4
     assert f"kvcanary explain {code}" in browser.run("return document.querySelector('article').innerText")
+
+
+def test_the_catalog_index_keeps_argument_names_whole(browser: WebDriver, server: str) -> None:
+    """No argument name in the index's tables breaks across lines (each code element is one line box)."""
+    browser.get(f"{server}/errors/")
+    count = browser.wait_for("const n = document.querySelectorAll('article .kvc-codes td code').length; "
+                             "return n > 0 ? n : null;")
+    assert isinstance(count, int) and count > 500
+    found = browser.run("const b = [...document.querySelectorAll('article .kvc-codes td code')]"
+                        ".filter(c => c.getClientRects().length > 1).map(c => c.textContent); "
+                        "return {count: b.length, names: b.slice(0, 10)};")
+    assert found.get("count") == 0, found
 
 
 def test_search_finds_an_error_code(browser: WebDriver, server: str) -> None:

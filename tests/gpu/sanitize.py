@@ -5,13 +5,15 @@ Run (from the repository root, on the GPU machine, TRITON_INTERPRET unset)::
     compute-sanitizer --tool memcheck  --error-exitcode 3 python tests/gpu/sanitize.py --backend cuda
     compute-sanitizer --tool racecheck --error-exitcode 3 python tests/gpu/sanitize.py --backend triton --quick
     compute-sanitizer --tool synccheck --error-exitcode 3 python tests/gpu/sanitize.py --backend cuda --quick
+    compute-sanitizer --tool memcheck  --error-exitcode 3 python tests/gpu/sanitize.py --backend cuda --extensions
 
 A script, not a pytest module (``tools/gpu_session.sh`` runs it under the sanitizer). It turns off torch's
 caching allocator (every tensor is its own cudaMalloc, so an access one element past a tensor is outside any
 allocation and memcheck sees it), asks the cuda backend for -lineinfo, runs the golden vectors and the
 pipelines, hostile random scenarios of every operation and larger edge calls of both sizes (engine-sized
 rows, empty batches, a zero-length plan, short sources, 8-byte-aligned records from the scenarios), and
-compares every result with torch_ref on the CPU. Exit status: 0 clean, 1 a result differs, 2 the backend
+compares every result with torch_ref on the CPU; then the extension checks' golden vectors and owner
+scenarios, and hostile calls of every operation with every extension on (``--extensions`` runs only these). Exit status: 0 clean, 1 a result differs, 2 the backend
 cannot run here (with --error-exitcode the sanitizer's own status reports memory errors and races).
 
 Triton compiles its kernels on first use, slowly under the sanitizer: run the script once without it first so
@@ -21,6 +23,7 @@ that Triton's on-disk cache is warm.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -35,13 +38,16 @@ import torch
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing import scenarios as sc
-from kvcanary.testing.parity import check_call, fuzz
+from kvcanary.testing import builders
+from kvcanary.testing.parity import check_call
+from tests.backends import _extensions as X
 from tests.backends.cuda import _support
 from tests.golden import loader as g
+from tools import scenarios as sc
+from tools.scenarios import fuzz
 
 
-def _edge_calls(rng: random.Random) -> list[sc.Call]:
+def _edge_calls(rng: random.Random) -> list[builders.Call]:
     """Calls at the edges, each seen once by the sanitizer: small ones with every hostile feature, engine-sized
     ones of every real-KV mode, plans of 0, 1 and 4096 rows."""
     calls = [
@@ -65,6 +71,28 @@ def _edge_calls(rng: random.Random) -> list[sc.Call]:
     return calls
 
 
+def _extension_failures(backend: str, device: str, rng: random.Random, count: int, quick: bool) -> list[str]:
+    """The extension golden vectors (a quarter with ``quick``), fresh owner scenarios, and hostile calls of
+    every operation with every extension on (write: random tables and owner map), each against torch_ref."""
+    failures: list[str] = []
+    for k, case in enumerate(json.loads((g.DIR / "extensions_cases.json").read_text())["cases"]):
+        if quick and k % 4:
+            continue
+        ext = None if case["extensions"] is None else kc.Extensions(**case["extensions"])
+        if X.run(case["scenario"], backend, ext, device) != case["outputs"]:
+            failures.append(f"extensions golden {case['name']}")
+    for _ in range(count):
+        seed = rng.randrange(10**6, 10**7)
+        scen = X.make_owner(seed)
+        if X.run(scen, backend, X.ALL, device) != X.run(scen, "torch_ref", X.ALL):
+            failures.append(f"owner scenario {seed}")
+    for op in (Op.PLAN, Op.PLAN_ENTRIES, Op.VERIFY, Op.WRITE):
+        for i in range(count):
+            call = X.with_extensions(sc.GENERATORS[op](rng, hostile=True), rng)
+            failures += [f"extensions {op.value} call {i}: {p}" for p in check_call(call, device, backend)]
+    return failures
+
+
 def _unavailable(backend: str) -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA device"
@@ -86,6 +114,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer random scenarios (racecheck/synccheck are slow)")
     ap.add_argument("--count", type=int, default=None, help="random scenarios per operation and hostility")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--extensions", action="store_true", help="only the extension checks' vectors and calls")
     a = ap.parse_args()
     backend: str = a.backend
     reason = _unavailable(backend)
@@ -97,20 +126,24 @@ def main() -> int:
     print(f"sanitize {backend}: seed={seed} count={count}", flush=True)
     t0 = time.time()
     failures: list[str] = []
-    for k, (_file, case) in enumerate(_support.golden_cases()):
-        if not a.quick or k % 4 == 0:
-            failures += [f"golden {case.name}: {p}" for p in _support.check_golden(case, "cuda", backend)]
-    for case in g.load("pipeline_cases"):
-        failures += [f"pipeline {case.name}: {p}" for p in _support.check_pipeline(case, "cuda", backend)]
-    print(f"  golden done ({time.time() - t0:.0f} s)", flush=True)
-    for op in sc.GENERATORS:
-        for hostile in (False, True):
-            failures += fuzz(op, "cuda", backend, seed=seed + int(hostile), count=count, hostile=hostile)
-    print(f"  random done ({time.time() - t0:.0f} s)", flush=True)
-    for call in _edge_calls(random.Random(seed)):
-        failures += [f"edge {call.label}: {p}" for p in check_call(call, "cuda", backend)]
+    if not a.extensions:
+        for k, (_file, case) in enumerate(_support.golden_cases()):
+            if not a.quick or k % 4 == 0:
+                failures += [f"golden {case.name}: {p}" for p in _support.check_golden(case, "cuda", backend)]
+        for case in g.load("pipeline_cases"):
+            failures += [f"pipeline {case.name}: {p}" for p in _support.check_pipeline(case, "cuda", backend)]
+        print(f"  golden done ({time.time() - t0:.0f} s)", flush=True)
+        for op in sc.GENERATORS:
+            for hostile in (False, True):
+                failures += fuzz(op, "cuda", backend, seed=seed + int(hostile), count=count, hostile=hostile)
+        print(f"  random done ({time.time() - t0:.0f} s)", flush=True)
+        for call in _edge_calls(random.Random(seed)):
+            failures += [f"edge {call.label}: {p}" for p in check_call(call, "cuda", backend)]
+        torch.cuda.synchronize()
+        print(f"  edge cases done ({time.time() - t0:.0f} s)", flush=True)
+    failures += _extension_failures(backend, "cuda", random.Random(seed + 2), count, a.quick)
     torch.cuda.synchronize()
-    print(f"  edge cases done ({time.time() - t0:.0f} s)", flush=True)
+    print(f"  extensions done ({time.time() - t0:.0f} s)", flush=True)
     for f in failures[:40]:
         print("  MISMATCH", f)
     print(f"sanitize {backend}: " + ("all results match torch_ref" if not failures else f"{len(failures)} mismatches")

@@ -1,5 +1,6 @@
 """The extension checks on the GPU: the cuda and Triton backends replay the golden vectors and fresh random
-scenarios on the device, eagerly and with the second step captured in a CUDA graph, equal to torch_ref."""
+scenarios on the device (owner scenarios with the write-time owner check among them), eagerly and with the
+second step captured in a CUDA graph, equal to torch_ref."""
 
 from __future__ import annotations
 
@@ -38,6 +39,22 @@ def test_fresh_scenarios_on_the_device_eager_and_captured(backend: str) -> None:
         for ext in (ON, None):
             want = X.run(sc, "torch_ref", ext)
             assert X.run(sc, backend, ext, "cuda") == want, (seed, ext)
+            assert X.run(sc, backend, ext, "cuda", capture=True) == want, (seed, ext, "graph")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_owner_scenarios_on_the_device_eager_and_captured(backend: str) -> None:
+    """The write-time owner check (alone and with every flag on) on fresh owner scenarios; its rows are also the
+    plain-Python model's."""
+    from tests.golden.make_extensions_cases import owner_rows
+
+    for seed in random.Random().sample(range(10**6, 10**7), 12):
+        sc = X.make_owner(seed)
+        for ext in (X.ALL, kc.Extensions(write_slot_owner_mismatch=True), None):
+            want = X.run(sc, "torch_ref", ext)
+            got = X.run(sc, backend, ext, "cuda")
+            assert got == want, (seed, ext)
+            assert sorted(r for r in got["rows"] if r[7] & 512) == (owner_rows(sc) if ext else []), (seed, ext)
             assert X.run(sc, backend, ext, "cuda", capture=True) == want, (seed, ext, "graph")
 
 

@@ -12,10 +12,11 @@ from torch._dynamo.utils import counters
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.opcheck import op_of, opcheck, opcheck_random
+from kvcanary.testing.opcheck import op_of, opcheck
 from kvcanary.testing.parity import ring_rows
-from kvcanary.testing.step_world import StepWorld, canary_step
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS, opcheck_random
+from tools.step_world import StepWorld, canary_step
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -43,7 +44,7 @@ def test_opcheck_golden_gpu(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", list(Op), ids=[o.value for o in Op])
+@pytest.mark.parametrize("op", list(GENERATORS), ids=[o.value for o in GENERATORS])  # fold: tests/distributed
 def test_opcheck_random_gpu(op: Op, backend: str) -> None:
     opcheck_random(op, DEV, backend, count=3)
 

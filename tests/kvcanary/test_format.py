@@ -10,7 +10,7 @@ import torch
 
 import kvcanary as kc
 from kvcanary import consts
-from kvcanary.hashing import MASK64, chain_prev_hashes, fold_real_kv_bytes, real_kv_hash, to_int64, to_uint64
+from kvcanary.hashing import chain_prev_hashes, fold_real_kv_bytes, real_kv_hash, to_int64, to_uint64
 from kvcanary_backends.torch_ref import _hash
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -34,7 +34,7 @@ def test_constants_have_reference_values() -> None:
 
 
 def test_enums() -> None:
-    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert [int(b) for b in kc.FailReason] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     assert kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE.label == "zero_slot_in_live_range"
     assert kc.FailReason.WRITE_SLOT_MISMATCH.label == "write_slot"
     assert consts.ZERO_SLOT_MARK == consts.INVALID_SLOT + 1
@@ -42,6 +42,8 @@ def test_enums() -> None:
     assert (kc.FailReason.WRITE_POSITION_MISMATCH | kc.FailReason.VERIFY_TOKEN_MISMATCH).labels() == [
         "write_position", "verify_token"]
     assert kc.FailReason.INDEX_OUT_OF_RANGE.label == "index_out_of_range"
+    assert kc.FailReason.WRITE_SLOT_OWNER_MISMATCH.label == "write_slot_owner"
+    assert consts.SLOT_OWNER_FREE == -1
     assert [t.name for t in kc.CanaryLaunchTag] == [
         "HEAD_K_FULL", "HEAD_V_FULL", "TAIL_K_FULL", "TAIL_V_FULL", "SWEEP_K_FULL", "SWEEP_V_FULL",
         "HEAD_K_SWA", "HEAD_V_SWA", "TAIL_K_SWA", "TAIL_V_SWA", "SWEEP_K_SWA", "SWEEP_V_SWA"]
@@ -87,10 +89,49 @@ def test_tensor_hash_matches_python_ints() -> None:
                                           zip(a.tolist(), b.tolist(), c.tolist(), strict=True)]
 
 
-def test_no_collisions_on_random_inputs() -> None:
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # the finalizer's multipliers (Stafford's mix13, as published)
+
+
+def _unxorshift(y: int, k: int) -> int:
+    """The ``x`` with ``x ^ (x >> k) == y`` (64-bit)."""
+    x = y
+    for _ in range(64 // k + 1):
+        x = y ^ (x >> k)
+    return x
+
+
+def _unsplitmix64(y: int) -> int:
+    """The inverse of the bare finalizer, step by step from its definition (mod 2**64)."""
+    mask = 2**64 - 1
+    y = _unxorshift(y, 31)
+    y = _unxorshift((y * pow(_M2, -1, 2**64)) & mask, 27)
+    return _unxorshift((y * pow(_M1, -1, 2**64)) & mask, 30)
+
+
+def test_splitmix64_is_the_published_finalizer_and_inverts() -> None:
+    """Undoing each published step recovers the input: the constants and shifts are the finalizer's, and it is
+    a bijection of 64-bit words (distinct token/position/hash words never collide in one step)."""
     rng = random.Random()
-    xs = {rng.getrandbits(64) for _ in range(1000)}
-    assert len({kc.splitmix64(x) for x in xs}) == len(xs)
+    for x in [rng.getrandbits(64) for _ in range(500)] + list(PINS):
+        assert _unsplitmix64(kc.splitmix64(x)) == x
+        assert kc.splitmix64(x + 2**64) == kc.splitmix64(x - 2**64) == kc.splitmix64(x)  # words mod 2**64
+
+
+def test_splitmix64_avalanches() -> None:
+    """One flipped input bit flips about half the output bits, and every output bit about half the time: a
+    one-bit corruption of a token, position or hash changes the chain hash beyond recognition."""
+    rng = random.Random()
+    trials = 4000
+    per_bit = [0] * 64
+    total = 0
+    for _ in range(trials):
+        x = rng.getrandbits(64)
+        diff = kc.splitmix64(x) ^ kc.splitmix64(x ^ (1 << rng.randrange(64)))
+        total += diff.bit_count()
+        for b in range(64):
+            per_bit[b] += diff >> b & 1
+    assert 31 < total / trials < 33
+    assert all(0.43 < n / trials < 0.57 for n in per_bit), per_bit
 
 
 def test_chain_vectors() -> None:
@@ -106,4 +147,3 @@ def test_real_kv_fold_vectors() -> None:
     assert fold_real_kv_bytes(bytes(range(32))) == 0xFAB780417B7BE8AD
     assert real_kv_hash([bytes(range(32))], kc.RealKvHashMode.ALL) == 0xB44181DFE9420039
     assert real_kv_hash([bytes(range(32))], kc.RealKvHashMode.NONE) == 0
-    assert MASK64 == 2**64 - 1

@@ -1,7 +1,7 @@
 """Hostile arguments: every rule of every contract rejects its violations before anything changes.
 
 - Property: for every check of every contract (drawn), a violation generated from a randomly sized valid call
-  (the counterexample engine of ``kvcanary_contracts.examples`` breaks exactly that check) raises that
+  (the counterexample engine of ``kvcanary_contracts.counterexamples`` breaks exactly that check) raises that
   check's code through the real launcher, and every tensor of the call is byte-identical afterwards.
 - The same for every code, once, from the catalog's example calls (deterministic).
 - The fuzzer's reproducers: zero-size tensors, ints outside int64 and bools, aliased outputs, meta tensors.
@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 import kvcanary as kc
 from kvcanary import codes
-from kvcanary.contract.examples import EXAMPLES
 from kvcanary.registry import use_backend
 from kvcanary.testing import calls
+from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import Check, Contract
-from kvcanary_contracts.examples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
+from kvcanary_contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
 
 Call = dict[str, Any]
 LAUNCHERS: dict[str, Callable[..., None]] = {
@@ -159,11 +159,16 @@ PLAN_BUILDS: dict[str, Builder] = {P: calls.plan, OFS: calls.plan_offsets, E: ca
 
 
 def active_verify() -> Call:
-    """A verify call with one active entry (so a launch past the contract would touch the counters)."""
+    """A verify call with one active entry (so a launch past the contract would touch the counters): slot 3,
+    no predecessor and no token check, planned at position 1 where the zero record holds 0 (one violation)."""
     kw = calls.verify()
-    kw["plan"].verify_num_valid.fill_(1)
-    kw["plan"].enable.fill_(1)
-    kw["plan"].verify_slot_indices[0] = 3
+    plan = kw["plan"]
+    plan.verify_num_valid.fill_(1)
+    plan.enable.fill_(1)
+    plan.verify_slot_indices[0] = 3
+    plan.verify_prev_slot_indices[0] = 0
+    plan.verify_expected_positions[0] = 1
+    plan.verify_expected_tokens[0] = -1
     return kw
 
 
@@ -224,16 +229,56 @@ def test_an_empty_token_pool_is_rejected_before_the_write_plan_is_written(shape:
     assert_rejected(S, kw, code_of(S, "pool_out_not_empty"))
 
 
+def _fill(obj: Any, value: int = -7) -> None:
+    """Every tensor of ``obj`` set to ``value``, so that anything a launch writes shows."""
+    for t in tensors(obj):
+        t.fill_(value)
+
+
 def test_empty_batches_tokens_rings_and_plans_are_fine() -> None:
-    """Zero-length batch, token and capacity dimensions are legal and do nothing (every backend handles them)."""
+    """Zero-length batch, token and capacity dimensions are legal and do what the definitions say of no rows: a
+    plan of no entries and no write requests, no entry, record or pool cell written, and a verify violation
+    counted but not stored when the ring has no rows (every backend handles them)."""
     with use_backend("torch_ref"):
-        kc.launch_canary_plan_kernels(**calls.plan(bs=0))
-        kc.launch_plan_offsets_kernel(**calls.plan_offsets(bs=0))
-        kc.launch_plan_entries_kernel(**calls.plan_entries(bs=0, cap=0))
-        kc.launch_canary_write_kernel(**calls.write(tokens=0))
-        kc.launch_scatter_req_token_ids_kernel(**{**calls.scatter(bs=0), "flat_in": torch.zeros(0, dtype=torch.int64)})
-        kw = with_context(active_verify(), violation_ring=torch.zeros(0, 8, dtype=torch.int64))
-        kc.launch_canary_verify_kernel(**kw)
+        kw = calls.plan(bs=0)
+        vp, wp = kw["verify_plan_out"], kw["write_plan_out"]
+        _fill((vp, wp))
+        kc.launch_canary_plan_kernels(**kw)
+        assert vp.verify_num_valid.tolist() == [0] and vp.enable.tolist() == [1]
+        assert wp.write_num_valid_reqs.tolist() == [0] and wp.write_offsets.tolist() == [0] * wp.write_offsets.numel()
+        assert all(t.eq(-7).all() for t in (vp.verify_slot_indices, vp.verify_expected_tokens,
+                                            vp.verify_expected_positions, vp.verify_prev_slot_indices,
+                                            wp.write_seed_slot_indices)), "an entry was written for no request"
+
+        kw = calls.plan_offsets(bs=0)
+        outs = {k: v for k, v in kw.items() if k.startswith("out_")}
+        _fill(outs)
+        kc.launch_plan_offsets_kernel(**kw)
+        assert [outs[k].tolist() for k in ("out_verify_num_valid", "out_verify_enable", "out_write_num_valid_reqs")
+                ] == [[0], [1], [0]]
+        assert outs["out_write_offsets"][0] == 0 and outs["out_write_seed_slot_indices"].eq(-7).all()
+
+        for kw in (calls.plan_entries(bs=0, cap=0),
+                   {**calls.scatter(bs=0), "flat_in": torch.zeros(0, dtype=torch.int64)}):
+            _fill(kw, 5)
+            snap = snapshot(kw)
+            launch = kc.launch_plan_entries_kernel if "verify_enable" in kw else kc.launch_scatter_req_token_ids_kernel
+            launch(**kw)
+            assert unchanged(snap), launch.__name__
+
+        kw = calls.write(tokens=0)
+        ctx = kw["context"]
+        snap = snapshot({k: v for k, v in vars_of(ctx).items() if k != "kernel_run_counter"})
+        kc.launch_canary_write_kernel(**kw)
+        assert unchanged(snap) and ctx.kernel_run_counter.tolist() == [1]
+
+        stored, empty = active_verify(), with_context(active_verify(),
+                                                      violation_ring=torch.zeros(0, 8, dtype=torch.int64))
+        kc.launch_canary_verify_kernel(**stored)
+        kc.launch_canary_verify_kernel(**empty)
+        assert stored["context"].violation_write_index.tolist() == [1], "the example entry is a violation"
+        assert empty["context"].violation_write_index.tolist() == [1], "counted even with no row to store it in"
+        assert empty["context"].kernel_run_counter.tolist() == [1] and empty["context"].slot_run_counter.tolist() == [1]
 
 
 # -- ints outside int64, bools where ints are meant ------------------------------------------------------------
@@ -267,11 +312,39 @@ def test_a_bool_hash_mode_is_rejected_not_read_as_partial() -> None:
     assert_rejected(V, with_context(active_verify(), kernel_kind=False), code_of(V, "kernel_kind:not_bool"))
 
 
-def test_int_enums_and_plain_ints_at_the_limits_pass() -> None:
+def _after(launch: Callable[..., None], kw: Call) -> list[list[Any]]:
+    """Every tensor of the call after the launch, as lists."""
     with use_backend("torch_ref"):
-        kc.launch_canary_verify_kernel(**with_context(active_verify(), kernel_kind=2**63 - 1))
-        kc.launch_plan_offsets_kernel(**{**calls.plan_offsets(), "verify_capacity": 2**63 - 1})
-        kc.launch_canary_plan_kernels(**{**calls.plan(), "kv_token_id_vs_position_offset": -(2**63)})
+        launch(**kw)
+    return [t.tolist() for t in tensors(kw)]
+
+
+def test_int_enums_and_plain_ints_at_the_limits_pass() -> None:
+    """Ints at the ends of int64 pass the contracts and mean what they say: the launch tag is copied into the
+    violation row, a capacity no batch reaches plans like any other that fits, and the token offset is unused
+    without a token pool."""
+    kw = with_context(active_verify(), kernel_kind=2**63 - 1)
+    _after(kc.launch_canary_verify_kernel, kw)
+    assert kw["context"].violation_write_index.tolist() == [1]
+    assert kw["context"].violation_ring[0, 0].item() == 2**63 - 1
+
+    def offsets(cap: int) -> list[list[Any]]:
+        kw = calls.plan_offsets()
+        kw["req_pool_indices"].fill_(1)
+        kw["prefix_lens"].copy_(torch.tensor([2, 3, 1]))
+        return _after(kc.launch_plan_offsets_kernel, {**kw, "verify_capacity": cap})
+
+    assert offsets(2**63 - 1) == offsets(6) != offsets(5)  # 6 entries fit in 6, not in 5 (an overflow)
+
+    def plan(offset: int) -> list[list[Any]]:
+        kw = calls.plan()
+        _fill((kw["verify_plan_out"], kw["write_plan_out"]))  # allocated empty: entries past the plan's stay -7
+        kw["prefix_lens"].fill_(2)
+        kw["req_pool_indices"].fill_(1)
+        kw["req_to_token"].copy_(torch.arange(32, dtype=torch.int32).view(4, 8))
+        return _after(kc.launch_canary_plan_kernels, {**kw, "kv_token_id_vs_position_offset": offset})
+
+    assert plan(-(2**63)) == plan(0)
 
 
 # -- aliasing ---------------------------------------------------------------------------------------------------

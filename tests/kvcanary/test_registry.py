@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvcanary as kc
-from kvcanary.contract.verify import VerifyLaunch
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.registry import ENV_BACKEND, REGISTRY
 from kvcanary.testing import calls
 

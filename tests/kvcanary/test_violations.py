@@ -42,6 +42,20 @@ def test_token_and_write_rows() -> None:
     assert lines[5] == "  expected: token_id=5   position=11"
 
 
+def test_owner_rows_name_the_writer_and_the_holder() -> None:
+    bit = int(kc.FailReason.WRITE_SLOT_OWNER_MISMATCH)
+    held = {3: "req_pool_idx=3", -1: "free", -4: "read-only (-4)"}
+    for holder, text in held.items():
+        v = kc.Violation.from_row([int(kc.CanaryLaunchTag.TAIL_V_SWA), 40, 6, 7, 2, -9, holder, bit])
+        assert v.owners == (2, holder) and v.reason_labels == ["write_slot_owner"] and not v.is_write_row
+        lines = kc.format_violation(v, total_violations=1, ring_capacity=8, step_when_pumped=4).splitlines()
+        m = FIRST_LINE.match(lines[0])
+        assert m and m.group(2) == "write_slot_owner" and m.group(6) == "2"
+        assert lines[4] == "  written:  token_id=7   position=6 prev_hash=0xfffffffffffffff7 by req_pool_idx=2"
+        assert lines[5] == f"  held by:  {text}"
+    assert kc.Violation.from_row([2, 9, 12, 5, 5, 99, 11, int(kc.FailReason.WRITE_SLOT_MISMATCH)]).owners is None
+
+
 def test_unknown_tag_and_no_bits() -> None:
     v = kc.Violation.from_row([42, 1, 0, 0, 0, 0, 0, 0])
     assert tag_name(42) == "unknown(42)" and canary_kind(42) == "unknown(42)"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import pytest
 import torch
 
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryCapacities, CanaryConfig, KvPoolSpec, PoolGroupSpec
+from kvcanary_contracts import ContractError
 
 
 def test_from_strings_is_case_insensitive_and_rejects_unknown_values() -> None:
@@ -25,13 +30,33 @@ def test_from_strings_is_case_insensitive_and_rejects_unknown_values() -> None:
     ("health_every", True, "must be a positive int"),
 ])
 def test_config_fields(field: str, value: object, rule: str) -> None:
-    with pytest.raises(ValueError, match=rf"CanaryConfig.{field} {rule}"):
+    with pytest.raises(ValueError, match=rf"CanaryConfig.{field} {rule}") as info:
         CanaryConfig(**{field: value})  # type: ignore[arg-type]
+    assert isinstance(info.value, ContractError) and re.fullmatch(r"KVC-C\d{3}", info.value.code)
+    assert info.value.arguments[0] in (field, f"CanaryConfig.{field}")
 
 
 def test_config_enum_types() -> None:
-    with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode"):
+    with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode") as info:
         CanaryConfig(mode="log")  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError), "a ContractTypeError: code catching either keeps working"
+
+
+def test_a_config_field_without_a_setting_is_refused() -> None:
+    """The contract checks every field of the dataclass: one added without its setting fails at once."""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Extended(CanaryConfig):
+        on_violation: str = "log"
+
+    with pytest.raises(TypeError, match="on_violation"):
+        Extended()
+
+
+def test_config_refuses_the_owner_check_it_cannot_feed() -> None:
+    with pytest.raises(ValueError, match=r"CanaryConfig.extensions.write_slot_owner_mismatch is not supported"):
+        CanaryConfig(extensions=Extensions(write_slot_owner_mismatch=True))
+    assert CanaryConfig(extensions=Extensions(write_slot_mismatch=True)).extensions is not None
 
 
 def test_capacities() -> None:
@@ -76,3 +101,17 @@ def test_real_kv_rows_must_be_16_byte_multiples() -> None:
         CanaryManager.attach(pool=pool, capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL))
     mgr = CanaryManager.attach(pool=pool, capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.NONE))
     assert mgr.groups[0].real_kv_sources_k == ()
+
+
+def test_input_assert_without_expected_tensors_is_the_write_rule_before_any_launch() -> None:
+    """With ``enable_write_input_assert`` a batch without the oracle's tensors is refused while it is staged,
+    with the write launch's own rule (KVC-W083), before the plan or any verify of the forward runs."""
+    from kvcanary.errors import ContractError
+    from tests.manager.world import Req, make_world
+
+    w = make_world(config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_write_input_assert=True))
+    counters = w.manager.state.kernel_run_counters.clone()
+    with pytest.raises(ContractError) as info:
+        w.forward([(Req(row=1, slots=[3, 4], tokens=[7, 8]), 0, 2)])
+    assert info.value.code == "KVC-W083" and "expected input tensors are required" in str(info.value)
+    assert torch.equal(w.manager.state.kernel_run_counters, counters), "a launch ran before the refusal"

@@ -7,8 +7,8 @@ current stream, by its raw handle:
 
 - nothing is built against torch (no C++ extension, no ABI coupling to a torch or compiler version), and
   the GPU machine already carries cuda.core and NVRTC;
-- NVRTC compiles one specialization in about 0.1-0.5 s, for the GPU that is present (``sm_XY`` read from the
-  device at run time), and each cubin is cached on disk;
+- NVRTC compiles one specialization for the GPU that is present (``sm_XY`` read from the device at run time)
+  at the first launch that needs it, and each cubin is cached on disk;
 - the launches are ordinary kernel launches on torch's stream, so they are ordered with torch's work and are
   recorded by ``torch.cuda.graph`` capture; no kernel allocates, syncs or reads a device value on the host;
 - the sources include no header (NVRTC has no host headers), so CI compiles every one of them with NVRTC and
@@ -29,8 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
-from kvcanary_backends.priority import devices
+from kvcanary.registry import Backend, Op, Reason, ReasonKind
 
 MIN_CAPABILITY = (7, 5)  # CUDA 13 builds nothing older (Volta support ended)
 _NOTES = "NVRTC via cuda.core; capturable (no host sync, no allocation)"
@@ -56,20 +55,26 @@ class CudaBackend(Backend):
         return hit
 
 
+def _device_missing() -> Reason | None:
+    """Why torch offers no NVIDIA device here (None: it does). Reported before any missing package: on a
+    machine without a GPU, the package is not what stands in the way."""
+    if getattr(torch.version, "hip", None):
+        return Reason(ReasonKind.DEVICE, "cuda: this torch is a ROCm/HIP build; cuda.core needs NVIDIA CUDA")
+    if not torch.cuda.is_available():
+        return Reason(ReasonKind.DEVICE, "cuda: torch sees no CUDA device")
+    return None
+
+
 def _availability() -> list[Reason]:
     from kvcanary_backends.cuda._toolchain import core_missing, nvrtc_missing
 
-    reasons = []
+    device = _device_missing()
+    reasons = [device] if device is not None else []
     missing = core_missing()
     if missing is not None:
         reasons.append(Reason(ReasonKind.PACKAGE, f"cuda: {missing}",
                               hint="pip install 'kvcanary[cuda]' (cuda-core, with cuda-bindings)"))
-        return reasons
-    if getattr(torch.version, "hip", None):
-        reasons.append(Reason(ReasonKind.DEVICE, "cuda: this torch is a ROCm/HIP build; cuda.core needs NVIDIA CUDA"))
-        return reasons
-    if not torch.cuda.is_available():
-        reasons.append(Reason(ReasonKind.DEVICE, "cuda: torch sees no CUDA device"))
+    if reasons:
         return reasons
     missing = nvrtc_missing()
     if missing is not None:
@@ -86,22 +91,16 @@ def _capability_reasons(index: int) -> list[Reason]:
     return []
 
 
-def _op(op: Op, path: str, notes: str = "") -> OpSupport:
-    return OpSupport(f"kvcanary_backends.cuda.{path}", devices("cuda", op), capture_safe=True,
-                     notes=f"{notes}; {_NOTES}" if notes else _NOTES)
+def notes(extra: str = "") -> str:
+    """A kernel's notes in the support matrix: ``extra``, then what every kernel of this backend shares."""
+    return f"{extra}; {_NOTES}" if extra else _NOTES
 
 
 BACKEND = CudaBackend(
     name="cuda",
     description="CUDA C++ kernels compiled at first use (NVRTC through cuda.core).",
-    ops={
-        Op.PLAN: _op(Op.PLAN, "plan:plan", "one launch for both stages"),
-        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets"),
-        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries"),
-        Op.VERIFY: _op(Op.VERIFY, "verify:verify"),
-        Op.WRITE: _op(Op.WRITE, "write:write"),
-        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids"),
-    },
+    package=__name__,  # each operation's module attaches its kernel: @OP.kernel("cuda", ...)
+    device_types=("cuda",),
 )
 
 

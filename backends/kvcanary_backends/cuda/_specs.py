@@ -18,7 +18,8 @@ SOURCES: tuple[tuple[int, bool], ...] = (
 KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
     Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, False)
                                  for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v, False, False) for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v, False, False, False)
+                               for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
     Op.PLAN: (plan.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
     Op.PLAN_OFFSETS: (plan_offsets.KERNELS, [(lut,) for lut in _BOOLS]),
     Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
@@ -29,8 +30,10 @@ KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
 EXTENSION_KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
     Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, True)
                                  for c in _BOOLS for n, p in SOURCES[:2] for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v, True, lut)
-                               for n, p in SOURCES[:2] for a in _BOOLS for v in _BOOLS for lut in _BOOLS]),
+    Op.WRITE: (write.KERNELS, [(n, p, a, v, slot, slot and lut, own)
+                               for n, p in SOURCES[:2] for a in _BOOLS for v in _BOOLS
+                               for slot, lut, own in ((True, False, False), (True, True, False), (False, False, True),
+                                                      (True, False, True), (True, True, True))]),
     Op.PLAN: (plan.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
     Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
 }

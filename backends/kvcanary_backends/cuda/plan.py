@@ -5,17 +5,16 @@ and no second launch; it still fills ``verify_offsets_scratch`` when the plan ha
 Grid: block 0 (stage-1 outputs) + ``min(max_tiles(bs, capacity), resident blocks - 1)`` entry blocks (256
 threads, 4 entries each per round), so every block is resident from the start. It depends only on shapes, so
 the launch is capturable. Tiles never span two rows, so a batch has up to ``cdiv(capacity, 1024) + bs`` of
-them: sizing the grid from the capacity alone left 4 blocks for 256 rows of 16 tokens (67 us; now 3.4 us).
-Tuning (benchmarks/results/raw/explore_cuda_6.log, H200, 1 Mi entries in 4 rotating sets): 16 entries per
-thread (4096-entry tiles) win only where every row is a multiple of 4096 (bs=256 x 4096: 13.2 against 13.9
-us); rows of 4000 took 17.9 against 13.9 us, rows of 1000 43.5 against 19.1 us (bs=1024) and 10.6 against
-6.5 us (bs=256), since each row's last tile leaves most of the block idle. 256 x 4 stays.
+them: sizing the grid from the capacity alone left a handful of blocks for many short rows. 256 threads x 4
+entries: larger tiles win only where every row is a multiple of the tile, and lose elsewhere, since each
+row's last tile leaves most of the block idle (the measurements: docs/tuning.md, "cuda backend: fused plan").
 """
 
 from __future__ import annotations
 
-from kvcanary.contract.plan import PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, Shape, ptr
 from kvcanary_backends.cuda._toolchain import launch
 from kvcanary_backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
@@ -51,6 +50,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
+@PLAN.kernel("cuda", notes=notes("one launch for both stages"))
 def plan(call: PlanLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.verify_plan_out.verify_slot_indices.get_device()

@@ -7,8 +7,9 @@ launched (the reference does nothing either).
 
 from __future__ import annotations
 
-from kvcanary.contract.plan_entries import PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
@@ -71,6 +72,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     return max(1, min(max_tiles(bs, cap), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
+@PLAN_ENTRIES.kernel("cuda", notes=notes())
 def plan_entries(call: PlanEntriesLaunch) -> None:
     key, sizes, args = pack(call)
     if shape(key, sizes, 1) is None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
+from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, ptr
 from kvcanary_backends.cuda._toolchain import Spec, launch
 
@@ -38,6 +39,7 @@ def shape(key: Key, bs: int, max_blocks: int) -> Shape:
     return 1, 1, THREADS, 0
 
 
+@PLAN_OFFSETS.kernel("cuda", notes=notes())
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     key, bs, args = pack(call)
     dev = call.out_verify_offsets_scratch.get_device()

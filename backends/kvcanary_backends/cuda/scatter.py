@@ -6,7 +6,8 @@ every size comes from shapes, so the launch is capturable. Nothing is launched w
 
 from __future__ import annotations
 
-from kvcanary.contract.scatter import ScatterLaunch
+from kvcanary.ops.scatter import SCATTER, ScatterLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Shape
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
@@ -48,6 +49,7 @@ def shape(key: Key, sizes: Sizes, max_blocks: int) -> Shape | None:
     return bs, split(bs, cols, ntok), THREADS, 0
 
 
+@SCATTER.kernel("cuda", notes=notes())
 def scatter_req_token_ids(call: ScatterLaunch) -> None:
     key, sizes, args = pack(call)
     s = shape(key, sizes, 0)

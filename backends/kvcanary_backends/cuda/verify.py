@@ -6,8 +6,9 @@ over the active entries; the grid depends only on the plan's capacity, so the la
 
 from __future__ import annotations
 
-from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
@@ -51,6 +52,7 @@ def shape(key: Key, cap: int, max_blocks: int) -> Shape:
     return max(1, min(cdiv(cap, threads), max_blocks)), 1, threads, 0
 
 
+@VERIFY.kernel("cuda", notes=notes())
 def verify(call: VerifyLaunch) -> None:
     key, cap, args = pack(call)
     dev = call.context.canary_buf.get_device()

@@ -4,20 +4,21 @@ Grid ``(cdiv(write_req_capacity, 4), 1 + fold rows)`` of 4 warps: row 0 holds on
 the write plan; with real-KV sources, ``fold rows = clamp(cdiv(tokens, 2048), 1, 64)`` rows of fold blocks
 hash the strips. Every size comes from shapes (capacity, token count), so the launch is capturable.
 
-Four chain warps per block, one per SM sub-partition's scheduler (benchmarks/results/raw/explore_cuda_4.log,
-H200): 64 requests of 512 tokens took 58.8 us against 75.6 us with 8 warps, two chains sharing a scheduler;
-2 warps 59.4 us, 16 warps 108.9 us. 1024 one-token requests pay for the extra blocks: 3.06 against 2.92 us.
-One 32 Ki-token chain is the same (109.6 ns per step).
+Four chain warps per block, one per SM sub-partition's scheduler: more warps put two chains on one scheduler
+and long requests slow down; one-token requests pay a little for the extra blocks; a single long chain does
+not care (the sweep: docs/tuning.md, "cuda backend: write").
 """
 
 from __future__ import annotations
 
-from kvcanary.contract.write import WriteLaunch
-from kvcanary.extensions import write_slot_on
+from kvcanary.extensions import write_owner_on, write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
+from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
-Key = tuple[int, bool, bool, bool, bool, bool]  # sources, partial, input assert, 16-byte records, slot check, LUT
+Key = tuple[int, bool, bool, bool, bool, bool, bool]
+"""sources, partial, input assert, 16-byte records, slot check, its LUT, owner check."""
 
 
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
@@ -32,9 +33,11 @@ def fold_rows(nsrc: int, ntok: int) -> int:
 
 
 def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: bool = False,
-         slot_lut: bool = False) -> Spec:
-    """The specialization; the WRITE_SLOT_MISMATCH extension adds defines (off: today's exact Spec)."""
-    ext = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
+         slot_lut: bool = False, owner_check: bool = False) -> Spec:
+    """The specialization; the WRITE_SLOT_MISMATCH and WRITE_SLOT_OWNER_MISMATCH extensions add defines (off:
+    today's exact Spec)."""
+    ext: tuple[tuple[str, int], ...] = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
+    ext += (("KVC_OWNER_CHECK", 1),) if owner_check else ()
     return Spec("write.cu", "kvc_write", (
         ("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial)), ("KVC_ASSERT", int(assert_inputs)),
         ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS), *ext), THREADS)
@@ -61,7 +64,12 @@ def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
         assert rpi is not None and r2t is not None
         slot_args = (rpi.data_ptr(), rpi.shape[0], r2t.data_ptr(), r2t.shape[0], r2t.shape[1], ptr(lut),
                      0 if lut is None else lut.shape[0])
-    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None)
+    own = write_owner_on(call.extensions)
+    if own:
+        rpi, owner = call.req_pool_indices, call.slot_owner
+        assert rpi is not None and owner is not None
+        slot_args += (rpi.data_ptr(), rpi.shape[0], owner.data_ptr())
+    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None, own)
     args = (buf.data_ptr(), num_slots, stride, call.plan.write_offsets.data_ptr(), seeds.data_ptr(),
             call.plan.write_num_valid_reqs.data_ptr(), cap, call.input_ids.data_ptr(), call.positions.data_ptr(),
             call.out_cache_loc.data_ptr(), call.input_ids.shape[0], ptr(call.expected_input_tokens) if on else 0,
@@ -77,6 +85,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
+@WRITE.kernel("cuda", notes=notes())
 def write(call: WriteLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.context.canary_buf.get_device()

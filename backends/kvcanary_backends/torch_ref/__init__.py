@@ -7,25 +7,10 @@ operation is the default.
 
 from __future__ import annotations
 
-from kvcanary.registry import Backend, Op, OpSupport
-from kvcanary_backends.priority import devices
-
-
-def _op(op: Op, path: str, *, host_sync: bool = False, notes: str = "") -> OpSupport:
-    return OpSupport(f"kvcanary_backends.torch_ref.{path}", devices("torch_ref", op), capture_safe=not host_sync,
-                     host_sync=host_sync, notes=notes)
-
+from kvcanary.registry import Backend
 
 BACKEND = Backend(
     name="torch_ref",
     description="Reference implementation in torch ops (the specification; any device).",
-    ops={
-        Op.PLAN: _op(Op.PLAN, "plan:plan"),
-        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets"),
-        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries"),
-        Op.VERIFY: _op(Op.VERIFY, "verify:verify"),
-        Op.WRITE: _op(Op.WRITE, "write:write", host_sync=True,
-                      notes="loops over the longest request's tokens; sizes the loop on the host"),
-        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids", host_sync=True),
-    },
+    package=__name__,  # each operation's module attaches its kernel: @OP.kernel("torch_ref", ...)
 )

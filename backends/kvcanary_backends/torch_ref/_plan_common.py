@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING, ZERO_SLOT_MARK
-from kvcanary.contract.plan import PlanLaunch
-from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
+from kvcanary.ops.plan import PlanLaunch
+from kvcanary.ops.plan_offsets import PlanOffsetsLaunch
 
 
 def read_slot(

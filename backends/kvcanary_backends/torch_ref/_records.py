@@ -20,6 +20,7 @@ WPOS = int(FailReason.WRITE_POSITION_MISMATCH)
 OOB = int(FailReason.INDEX_OUT_OF_RANGE)
 ZERO = int(FailReason.ZERO_SLOT_IN_LIVE_RANGE)
 WSLOT = int(FailReason.WRITE_SLOT_MISMATCH)
+WOWN = int(FailReason.WRITE_SLOT_OWNER_MISMATCH)
 
 _FOLD_CHUNK = 1 << 16  # slots folded per pass, to bound the gather's temporary memory
 

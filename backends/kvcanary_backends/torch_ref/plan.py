@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan import PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary_backends.torch_ref._plan_common import entries_stage, offsets_stage
 
 
+@PLAN.kernel("torch_ref")
 def plan(call: PlanLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     lut = call.full_to_swa_index_mapping

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan_entries import PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary_backends.torch_ref._plan_common import entries_stage
 
 
+@PLAN_ENTRIES.kernel("torch_ref")
 def plan_entries(call: PlanEntriesLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     lut = call.full_to_swa_index_mapping

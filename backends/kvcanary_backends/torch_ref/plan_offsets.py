@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
+from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 from kvcanary_backends.torch_ref._plan_common import offsets_stage
 
 
+@PLAN_OFFSETS.kernel("torch_ref")
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     off = offsets_stage(call)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from kvcanary.contract.scatter import ScatterLaunch
+from kvcanary.ops.scatter import SCATTER, ScatterLaunch
 
 
+@SCATTER.kernel("torch_ref", host_sync=True)
 def scatter_req_token_ids(call: ScatterLaunch) -> None:
     bs = call.req_pool_indices.shape[0]
     ntok = call.flat_in.shape[0]

@@ -24,12 +24,13 @@ from __future__ import annotations
 import torch
 
 from kvcanary.consts import INVALID_SLOT, ZERO_SLOT_MARK
-from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary_backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary_backends.torch_ref._records import CHAIN, OOB, POS, RKV, TOK, ZERO, append_rows, fold_sources, records
 
 
+@VERIFY.kernel("torch_ref")
 def verify(call: VerifyLaunch) -> None:
     ctx = call.context
     ctx.kernel_run_counter.add_(1)

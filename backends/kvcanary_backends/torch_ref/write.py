@@ -15,6 +15,10 @@ token and position. Per token, rows are recorded in this order:
    is not the padding row: ``out_cache_loc`` (any advancing token, in the buffer or not) differs from
    ``req_to_token[req_pool_indices[r], position]`` (read and translated by the plan's rules, INVALID_SLOT
    outside the table): WRITE_SLOT_MISMATCH with ``expected_aux`` = that slot.
+6. with the WRITE_SLOT_OWNER_MISMATCH extension, for the same request rows: a stored token (slot in the
+   buffer) whose holder ``slot_owner[out_cache_loc]`` is not the writer ``req_pool_indices[r]`` (another
+   request's row, -1 free, below -1 read-only): WRITE_SLOT_OWNER_MISMATCH with ``expected_token`` = the
+   writer's row and ``expected_aux`` = the holder.
 
 A seed of INVALID_SLOT or past the buffer records one INDEX_OUT_OF_RANGE row (slot = the seed,
 ``expected_aux`` = the request row) and starts from the anchor without the position assert. Seeds are read
@@ -26,13 +30,14 @@ from __future__ import annotations
 import torch
 
 from kvcanary.consts import INVALID_SLOT, REQ_POOL_IDX_PADDING
-from kvcanary.contract.write import WriteLaunch
-from kvcanary.extensions import write_slot_on
+from kvcanary.extensions import write_owner_on, write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary_backends.torch_ref._hash import ANCHOR_I64, mix3
 from kvcanary_backends.torch_ref._plan_common import read_slot
-from kvcanary_backends.torch_ref._records import OOB, WPOS, WSLOT, WTOK, append_rows, fold_sources, records
+from kvcanary_backends.torch_ref._records import OOB, WOWN, WPOS, WSLOT, WTOK, append_rows, fold_sources, records
 
 
+@WRITE.kernel("torch_ref", host_sync=True, notes="loops over the longest request's tokens; sizes the loop on the host")
 def write(call: WriteLaunch) -> None:
     ctx = call.context
     ctx.kernel_run_counter.add_(1)
@@ -107,16 +112,25 @@ def write(call: WriteLaunch) -> None:
     cp_keep = store & pos_assert[:, None] & (pos != prev_pos + 1)
     cp_row = torch.stack([kcol, loc, pos, tok, tok, hashes, prev_pos + 1, torch.full_like(loc, WPOS)], dim=-1)
     kinds, kinds_keep = [oob_row, in_row, cp_row, oob_row], [loc_oob, in_keep, cp_keep, src_oob]
-    if write_slot_on(call.extensions):
-        assert call.req_pool_indices is not None and call.req_to_token is not None
+    if write_slot_on(call.extensions) or write_owner_on(call.extensions):
+        assert call.req_pool_indices is not None
         rpi = call.req_pool_indices
         r = torch.arange(nreq, device=dev)
         has_row = r < rpi.shape[0]
         padded = torch.cat([rpi, torch.zeros(1, dtype=rpi.dtype, device=dev)])  # row past the end: padding
         rp = padded[r.clamp(max=rpi.shape[0])]
-        want = read_slot(call.req_to_token, call.full_to_swa_index_mapping, rp[:, None].expand_as(pos), pos)
+        checked = (has_row & (rp != REQ_POOL_IDX_PADDING))[:, None]
+        writer = rp[:, None].expand_as(pos)
+    if write_slot_on(call.extensions):
+        assert call.req_to_token is not None
+        want = read_slot(call.req_to_token, call.full_to_swa_index_mapping, writer, pos)
         kinds.append(torch.stack([kcol, loc, pos, tok, tok, hashes, want, torch.full_like(loc, WSLOT)], dim=-1))
-        kinds_keep.append(adv & (has_row & (rp != REQ_POOL_IDX_PADDING))[:, None] & (loc != want))
+        kinds_keep.append(adv & checked & (loc != want))
+    if write_owner_on(call.extensions):
+        assert call.slot_owner is not None
+        holder = call.slot_owner[torch.where(store, loc, 0)]
+        kinds.append(torch.stack([kcol, loc, pos, tok, writer, hashes, holder, torch.full_like(loc, WOWN)], dim=-1))
+        kinds_keep.append(store & checked & (holder != writer))
     rows = torch.stack(kinds, dim=2)  # [req, j, kinds, 8]
     keep = torch.stack(kinds_keep, dim=2)
 

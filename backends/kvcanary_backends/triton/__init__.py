@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kvcanary.registry import Backend, Op, OpSupport, Reason, ReasonKind
-from kvcanary_backends.priority import devices
+from kvcanary.registry import Backend, Op, Reason, ReasonKind
 
 _ENV = "TRITON_INTERPRET"
 
@@ -50,20 +49,9 @@ class TritonBackend(Backend):
         return ()
 
 
-def _op(op: Op, path: str, notes: str = "") -> OpSupport:
-    return OpSupport(f"kvcanary_backends.triton.{path}", devices("triton", op), capture_safe=True, notes=notes)
-
-
 BACKEND = TritonBackend(
     name="triton",
     description="Triton kernels (GPU; CPU through TRITON_INTERPRET=1), byte-equal to torch_ref.",
-    ops={
-        Op.PLAN: _op(Op.PLAN, "plan:plan", "one fused launch; each program derives the offsets it needs"),
-        Op.PLAN_OFFSETS: _op(Op.PLAN_OFFSETS, "plan_offsets:plan_offsets",
-                             "one program over up to PLAN_BS_BLOCK_SIZE rows"),
-        Op.PLAN_ENTRIES: _op(Op.PLAN_ENTRIES, "plan_entries:plan_entries", "persistent grid, per-entry binary search"),
-        Op.WRITE: _op(Op.WRITE, "write:write", "one serial chain per request; real-KV folds in parallel programs"),
-        Op.VERIFY: _op(Op.VERIFY, "verify:verify", "persistent grid over the plan's entries"),
-        Op.SCATTER: _op(Op.SCATTER, "scatter:scatter_req_token_ids", "one program row per request; last writer wins"),
-    },
+    package=__name__,  # each operation's module attaches its kernel: @OP.kernel("triton", ...)
+    device_types=("cuda", "cpu"),
 )

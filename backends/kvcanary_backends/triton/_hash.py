@@ -26,6 +26,7 @@ VTOK_BIT = tl.constexpr(int(FailReason.VERIFY_TOKEN_MISMATCH))
 OOB_BIT = tl.constexpr(int(FailReason.INDEX_OUT_OF_RANGE))
 ZERO_BIT = tl.constexpr(int(FailReason.ZERO_SLOT_IN_LIVE_RANGE))
 WSLOT_BIT = tl.constexpr(int(FailReason.WRITE_SLOT_MISMATCH))
+WOWN_BIT = tl.constexpr(int(FailReason.WRITE_SLOT_OWNER_MISMATCH))
 ZERO_MARK = tl.constexpr(ZERO_SLOT_MARK)
 """kvcanary's ZERO_SLOT_MARK: the plan's mark of a padding slot inside a live range (extension only)."""
 

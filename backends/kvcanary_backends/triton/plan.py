@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from kvcanary.contract.plan import PlanLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary_backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher, cdiv, kernel, num_sms, type_key
 from kvcanary_backends.triton._plan_common import (
     chunk_rows,
@@ -107,6 +107,7 @@ def plan_grid(device: torch.device, bs: int, capacity: int) -> tuple[int, int]:
     return g, y
 
 
+@PLAN.kernel("triton", notes="one fused launch; each program derives the offsets it needs")
 def plan(call: PlanLaunch) -> None:
     """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
     vp, wp = call.verify_plan_out, call.write_plan_out

@@ -11,8 +11,8 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
-from kvcanary.contract.plan_entries import PlanEntriesLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary_backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
 from kvcanary_backends.triton._plan_common import expected_token, mark_zero, read_slot, window_start
 
@@ -69,6 +69,7 @@ def _entries_kernel(
 _LAUNCH = Launcher(_entries_kernel)
 
 
+@PLAN_ENTRIES.kernel("triton", notes="persistent grid, per-entry binary search")
 def plan_entries(call: PlanEntriesLaunch) -> None:
     """Launch stage 2 (persistent grid; capture-safe). Nothing runs for an empty batch or plan (shapes)."""
     bs = int(call.req_pool_indices.shape[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from kvcanary.contract.plan_offsets import PlanOffsetsLaunch
+from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 from kvcanary_backends.triton._jit import TUNING, Launcher, kernel, type_key
 from kvcanary_backends.triton._plan_common import offsets_stage
 
@@ -30,6 +30,7 @@ def _offsets_kernel(
 _LAUNCH = Launcher(_offsets_kernel)
 
 
+@PLAN_OFFSETS.kernel("triton", notes="one program over up to PLAN_BS_BLOCK_SIZE rows")
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     """Launch stage 1 (one program; capture-safe)."""
     lut = call.full_to_swa_index_mapping

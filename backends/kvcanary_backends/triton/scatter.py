@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from kvcanary.contract.scatter import ScatterLaunch
+from kvcanary.ops.scatter import SCATTER, ScatterLaunch
 from kvcanary_backends.triton._jit import TUNING, Launcher, cdiv, device_fn, kernel, type_key
 
 
@@ -59,6 +59,7 @@ def _scatter_kernel(
 _LAUNCH = Launcher(_scatter_kernel)
 
 
+@SCATTER.kernel("triton", notes="one program row per request; last writer wins")
 def scatter_req_token_ids(call: ScatterLaunch) -> None:
     """Launch the scatter (capture-safe; nothing runs for an empty batch or an empty ``flat_in``: shapes)."""
     bs = int(call.req_pool_indices.shape[0])

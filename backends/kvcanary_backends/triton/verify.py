@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.extensions import zero_slot_on
+from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary_backends.triton._hash import (
     ANCHOR_HASH_I64,
     CHAIN_BIT,
@@ -124,6 +124,7 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=False)
 
 
+@VERIFY.kernel("triton", notes="persistent grid over the plan's entries")
 def verify(call: VerifyLaunch) -> None:
     """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
     c: ContextArgs = _CONTEXTS.get(call.context, _context_part)

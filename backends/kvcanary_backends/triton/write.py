@@ -23,6 +23,9 @@ Request rows ``r < clamp(num_valid_reqs, 0, capacity)`` only, nothing at all whe
 the buffer (INDEX_OUT_OF_RANGE, no store, the chain advances); the input assert; the chain-position assert
 (seed in range and the flag set); a real-KV strip outside its source. A seed of INVALID_SLOT or past the
 buffer gives one INDEX_OUT_OF_RANGE row (``expected_aux`` = the request row) and starts from the anchor.
+With the extensions, per token: WRITE_SLOT_MISMATCH (``SLOT_CHECK``), then WRITE_SLOT_OWNER_MISMATCH
+(``OWNER_CHECK``: the holder ``slot_owner[loc]`` of a stored token against the writer's request row);
+``WRITER_ROWS`` (either check on) loads the request's row of ``req_pool_indices``.
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ import torch
 import triton.language as tl
 
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.contract.write import WriteLaunch
-from kvcanary.extensions import write_slot_on
+from kvcanary.extensions import write_owner_on, write_slot_on
+from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary_backends.triton._hash import (
     ANCHOR_HASH_I64,
     INVALID,
     OOB_BIT,
+    WOWN_BIT,
     WPOS_BIT,
     WSLOT_BIT,
     WTOK_BIT,
@@ -80,13 +84,14 @@ def _write_kernel(
     input_ids: tl.tensor, positions: tl.tensor, out_cache_loc: tl.tensor,
     expected_tokens: tl.tensor, expected_positions: tl.tensor, num_tokens: tl.tensor,
     rpi: tl.tensor, rpi_len: tl.tensor, r2t: tl.tensor, r2t_rows: tl.tensor, r2t_cols: tl.tensor,
-    lut: tl.tensor, lut_len: tl.tensor,
+    lut: tl.tensor, lut_len: tl.tensor, owner: tl.tensor,
     s0: tl.tensor, r0: tl.tensor, w0: tl.tensor, p0: tl.tensor, t0: tl.tensor, n0: tl.tensor,
     s1: tl.tensor, r1: tl.tensor, w1: tl.tensor, p1: tl.tensor, t1: tl.tensor, n1: tl.tensor,
     s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor, n2: tl.tensor,
     s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor, n3: tl.tensor,
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
+    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
@@ -114,8 +119,8 @@ def _write_kernel(
         s_chain = tl.load(rec + sbase + 2, mask=seed_ok, other=0)
         running = as_u64(tl.where(seed_ok, record_link(s_chain, s_tok, s_pos), ANCHOR_HASH_I64))
         pos_assert = seed_ok & (tl.load(chain_assert) != 0)
-        rp = r * 0  # the request's req_to_token row (write-slot check only; past req_pool_indices: padding)
-        if SLOT_CHECK:
+        rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
+        if WRITER_ROWS:
             rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
         prev_pos = s_pos
         append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT)
@@ -175,6 +180,10 @@ def _write_kernel(
                 want = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, adv_v, SLOT_LUT)
                 bad = adv_v & (rp != 0) & (loc != want)
                 append_rows(ring, write_index, ring_cap, bad, kind, loc, pos, tok, tok, hs, want, WSLOT_BIT)
+            if OWNER_CHECK:
+                holder = tl.load(owner + tl.where(store, loc, 0), mask=store, other=0)
+                wrong = store & (rp != 0) & (holder != rp)
+                append_rows(ring, write_index, ring_cap, wrong, kind, loc, pos, tok, rp, hs, holder, WOWN_BIT)
             loc = n_loc
             tok = n_tok
             pos = n_pos
@@ -219,22 +228,30 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=True)
 
 
-_NO_SLOT_CHECK: tuple[object, ...] = (None, 0, None, 0, 0, None, 0)
+_NO_SLOT_CHECK: tuple[object, ...] = (None, 0, None, 0, 0, None, 0, None)
 
 
-def _slot_args(call: WriteLaunch) -> tuple[tuple[object, ...], Hashable, bool]:
-    """The write-slot check's arguments, its part of the launch key (None: off) and whether it has a LUT.
-    Off, the arguments are constexpr Nones and zeros that the kernel never reads."""
-    if not write_slot_on(call.extensions):
-        return _NO_SLOT_CHECK, None, False
-    rpi, r2t, lut = call.req_pool_indices, call.req_to_token, call.full_to_swa_index_mapping
-    assert rpi is not None and r2t is not None
+def _slot_args(call: WriteLaunch) -> tuple[tuple[object, ...], Hashable, bool, bool]:
+    """The extension checks' arguments, their part of the launch key (None: both off), whether the write-slot
+    check has a LUT and whether the owner check is on. Off, the arguments are constexpr Nones and zeros that
+    the kernel never reads (the request rows are passed when either check is on)."""
+    slot, own = write_slot_on(call.extensions), write_owner_on(call.extensions)
+    if not (slot or own):
+        return _NO_SLOT_CHECK, None, False, False
+    rpi = call.req_pool_indices
+    assert rpi is not None
+    r2t, lut = (call.req_to_token, call.full_to_swa_index_mapping) if slot else (None, None)
+    owner = call.slot_owner if own else None
+    assert r2t is not None or not slot
+    assert owner is not None or not own
+    rows, cols = (0, 0) if r2t is None else r2t.shape
     lut_len = 0 if lut is None else lut.shape[0]
-    key = (rpi.dtype, r2t.dtype, None if lut is None else lut.dtype,
-           fits32(rpi.shape[0], r2t.shape[0], r2t.shape[1], lut_len))
-    return (rpi, rpi.shape[0], r2t, r2t.shape[0], r2t.shape[1], lut, lut_len), key, lut is not None
+    key = (rpi.dtype, None if r2t is None else r2t.dtype, None if lut is None else lut.dtype,
+           None if owner is None else owner.dtype, fits32(rpi.shape[0], rows, cols, lut_len))
+    return (rpi, rpi.shape[0], r2t, rows, cols, lut, lut_len, owner), key, lut is not None, own
 
 
+@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs")
 def write(call: WriteLaunch) -> None:
     """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation).
 
@@ -256,7 +273,7 @@ def write(call: WriteLaunch) -> None:
         etok = epos = None  # not read (ASSERT is off): a constexpr None, no argument to pass
         key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, call.input_ids.dtype, call.positions.dtype,
                call.out_cache_loc.dtype, None, fits32(capacity, num_tokens))
-    slot_args, slot_key, slot_lut = _slot_args(call)
+    slot_args, slot_key, slot_lut, owner_check = _slot_args(call)
     grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
     _LAUNCH(
         grid,
@@ -264,6 +281,6 @@ def write(call: WriteLaunch) -> None:
         (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
-         TUNING["write_fold_tile"], slot_key is not None, slot_lut),
+         TUNING["write_fold_tile"], write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None),
         TUNING["write_warps"],
     )

@@ -24,6 +24,8 @@ class SlotAllocator:
         self.size = size
         self.name = name
         self._free: list[int] = list(range(size - 1, 0, -1)) if ascending else list(range(1, size))
+        self.held_out: set[int] = set()
+        """Quarantined indices: never handed out, and dropped when freed, until :meth:`reinstate`."""
 
     @property
     def available(self) -> int:
@@ -40,8 +42,22 @@ class SlotAllocator:
     def free(self, indices: Iterable[int]) -> None:
         """Return indices to the free list (last freed = first reallocated). Index 0 is ignored."""
         for i in indices:
-            if i != 0:
+            if i != 0 and i not in self.held_out:
                 self._free.append(i)
+
+    def hold_out(self, indices: Iterable[int]) -> None:
+        """Quarantine ``indices``: off the free list (every copy, should a bug have freed one twice) and
+        never back on it until :meth:`reinstate`."""
+        new = {i for i in indices if i != 0} - self.held_out
+        if new:
+            self.held_out |= new
+            self._free = [i for i in self._free if i not in new]
+
+    def reinstate(self, indices: Iterable[int]) -> None:
+        """End the quarantine of ``indices`` and put them back on the free list."""
+        back = [i for i in indices if i in self.held_out]
+        self.held_out.difference_update(back)
+        self.free(back)
 
     def free_list(self) -> list[int]:
         """A copy of the free list, next-to-be-allocated last (tests and invariants)."""

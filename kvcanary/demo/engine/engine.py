@@ -21,6 +21,7 @@ from kvcanary.demo.engine.canary_wiring import attach_canaries
 from kvcanary.demo.engine.config import EngineConfig
 from kvcanary.demo.engine.faults import Fault, FaultInjector
 from kvcanary.demo.engine.forward_batch import RowWork
+from kvcanary.demo.engine.guard import DemoGuard
 from kvcanary.demo.engine.kv_access import PoolKv
 from kvcanary.demo.engine.memory import KvMemory
 from kvcanary.demo.engine.model import TinyTransformer
@@ -29,6 +30,7 @@ from kvcanary.demo.engine.runner import ForwardRunner, ModelPass
 from kvcanary.demo.engine.spec import DraftWorker, SpecDecoder
 from kvcanary.demo.engine.step_report import StepReport
 from kvcanary.demo.engine.transfer import RemotePrefill, RemotePuller
+from kvcanary.guard import ViolationPolicy
 from kvcanary.manager import CanaryConfig, CanaryManager, ViolationEvent
 
 DECODE_SLOT, EXTEND_SLOT = 0, 1
@@ -36,12 +38,15 @@ DECODE_SLOT, EXTEND_SLOT = 0, 1
 
 class Engine:
     """A small serving engine over :class:`TinyTransformer`; ``canary`` None or mode NONE runs without it.
+    With ``canary.on_violation`` ISOLATE, :attr:`guard` fails the requests that read corrupt KV and
+    quarantines its slots (for ``reinstate_after`` steps; None: for the rest of the run).
 
     The engine schedules; :attr:`requests` (a :class:`RequestTable`) makes every change of request state.
     """
 
     def __init__(self, cfg: EngineConfig, *, canary: CanaryConfig | None = None, faults: FaultInjector | None = None,
-                 model: TinyTransformer | None = None, name: str = "engine") -> None:
+                 model: TinyTransformer | None = None, name: str = "engine",
+                 reinstate_after: int | None = None) -> None:
         self.cfg = cfg
         self.name = name
         self.device = torch.device(cfg.device)
@@ -64,6 +69,12 @@ class Engine:
                 cfg, mem, self.draft.pool if self.draft is not None else None, canary)
         self.target = ModelPass(self.model, self.kv, self.canary)
         self.requests = RequestTable(mem, name=name)
+        self.guard: DemoGuard | None = None
+        """The isolate policy's journal feeder and adapter (``canary.on_violation`` ISOLATE only)."""
+        if canary is not None and self.canary is not None and canary.policy is ViolationPolicy.ISOLATE:
+            self.guard = DemoGuard(mem, self.requests, self.managers, window=cfg.swa_window,
+                                   reinstate_after=reinstate_after)
+            self.runner.observer = self.guard.observe
         self.spec = (SpecDecoder(self.draft, target=self.target, draft_canary=self.draft_canary, runner=self.runner,
                                  requests=self.requests, memory=mem, faults=self.faults)
                      if self.draft is not None else None)
@@ -176,6 +187,8 @@ class Engine:
         for r in running:
             if r.state is ReqState.DECODE and not r.abort_pending:
                 self.requests.evict_swa_window(r)
+        if self.guard is not None:
+            self.guard.end_of_step()
         rep.canary = [m.end_step() for m in self.managers]
         self.step_index += 1
         return rep

@@ -49,6 +49,8 @@ class KvMemory:
     def alloc_slots(self, n: int) -> list[int]:
         """``n`` fresh full slots (each with an SWA slot on SWA engines), evicting from the tree if needed."""
         short = n - self.allocator.available
+        if self.swa is not None:  # quarantined SWA slots can leave the SWA pool the shorter one
+            short = max(short, n - self.swa.allocator.available)
         if short > 0 and self.tree is not None:
             self.tree.evict(short)
         if n > self.allocator.available:
@@ -73,7 +75,10 @@ class KvMemory:
             v[idx] = 0.0
 
     def free_capacity(self) -> int:
-        return self.allocator.available + (self.tree.evictable_size() if self.tree is not None else 0)
+        free = self.allocator.available
+        if self.swa is not None and self.swa.allocator.held_out:  # quarantined SWA slots: the SWA pool is shorter
+            free = min(free, self.swa.allocator.available)
+        return free + (self.tree.evictable_size() if self.tree is not None else 0)
 
     # -- prefix cache -------------------------------------------------------------------------------------
     def keys(self, tokens: Sequence[int], n: int) -> list[Hashable]:
@@ -140,6 +145,34 @@ class KvMemory:
             self.free_slots(dups)
             self.r2t.write(req.row, req.protected_len, tree_slots[req.protected_len : present])
         return node
+
+    # -- quarantine (the canary's isolate policy) ---------------------------------------------------------
+    def mapped_to(self, swa_slots: set[int]) -> set[int]:
+        """The full slots whose ``full_to_swa_index_mapping`` names one of ``swa_slots``."""
+        if self.swa is None or not swa_slots:
+            return set()
+        return {f for f, s in enumerate(self.swa.host_lut) if f and s in swa_slots}
+
+    def quarantine(self, slots: set[int], swa_slots: set[int]) -> None:
+        """Take full ``slots`` and SWA ``swa_slots`` out of service: off the free lists for good (until
+        :meth:`reinstate`), and out of the radix tree with every node below them (whose other slots are
+        freed: their KV was computed over the corrupt prefix), and so every tree node whose slots map to a
+        quarantined SWA slot."""
+        drop = slots | self.mapped_to(swa_slots)
+        self.allocator.hold_out(slots)
+        if self.swa is not None:
+            self.swa.allocator.hold_out(swa_slots)
+            self.swa.release(sorted(s for s in slots if self.swa.resident(s)))  # no full slot keeps its SWA slot
+        if self.tree is not None and drop:
+            freed = [s for n in self.tree.drop_containing(drop) for s in n.value]
+            self.free_slots(freed)
+
+    def reinstate(self, slots: set[int], swa_slots: set[int]) -> None:
+        """Back in service: the next owner's write rewrites their KV and canary records."""
+        self.scrub(sorted(slots))
+        if self.swa is not None:
+            self.swa.allocator.reinstate(swa_slots)
+        self.allocator.reinstate(slots)
 
     # -- releasing ------------------------------------------------------------------------------------------
     def release_uncached(self, req: Request, *, retract: bool = False) -> None:

@@ -144,6 +144,23 @@ class RadixCache:
         self.evicted_slots += len(freed)
         return len(freed)
 
+    def drop_containing(self, slots: set[int]) -> list[TreeNode]:
+        """Take every node holding one of ``slots`` out of the tree, with its subtree (the KV below a corrupt
+        slot was computed attending to it); return the removed nodes. Their slots are the caller's to free."""
+        removed: list[TreeNode] = []
+        for node, _ in list(self.nodes()):
+            if node.parent is None or not slots.intersection(node.value):
+                continue
+            if node.parent.children.get(node.key[0]) is not node:
+                continue  # already below a removed node
+            del node.parent.children[node.key[0]]
+            stack = [node]
+            while stack:
+                n = stack.pop()
+                removed.append(n)
+                stack.extend(n.children.values())
+        return removed
+
     # -- the sweep's view -------------------------------------------------------------------------------------
     def sweep_entries(self, *, unlocked_only: bool = False) -> SweepEntries:
         """One entry per cached slot: (slot, position = depth + j, predecessor slot or -1 under the root)."""

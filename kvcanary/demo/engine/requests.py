@@ -10,6 +10,7 @@ bug classes (and the canary) are about::
     WAITING --receive_transfer--> DECODE                            (PD decode side)
     DECODE --finish, held for transfer--> TRANSFER --release_transferred--> FINISHED  (PD prefill side)
     PREFILL | DECODE --retract--> WAITING        WAITING | PREFILL | DECODE --abort--> ABORTED
+    WAITING | PREFILL | DECODE --fail--> FAILED                 (the canary's isolate policy)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ReqState(str, Enum):
     TRANSFER = "transfer"  # prefill done on a PD prefill engine, KV held until the decode side copies it
     FINISHED = "finished"
     ABORTED = "aborted"
+    FAILED = "failed"  # ended by the canary's isolate policy: it read corrupt KV (``Request.error`` says which)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -68,6 +70,7 @@ class Request:
     draft_next: int = -1
     arrival_step: int = 0
     finish_step: int = -1
+    error: str = ""
 
     def __post_init__(self) -> None:
         if not self.prompt:
@@ -83,7 +86,7 @@ class Request:
 
     @property
     def done(self) -> bool:
-        return self.state in (ReqState.FINISHED, ReqState.ABORTED)
+        return self.state in (ReqState.FINISHED, ReqState.ABORTED, ReqState.FAILED)
 
 
 def _put(req: Request, **changes: object) -> None:
@@ -258,6 +261,18 @@ class RequestTable(Mapping[int, Request]):
         self._release(req, retract=False)
         _put(req, state=ReqState.ABORTED)
         self._running.remove(req)
+
+    def fail(self, req: Request, error: str, step: int) -> None:
+        """End a request with ``error`` (between steps): its own KV is freed (quarantined slots stay out),
+        its tree prefix unlocked, its row returned; nothing it computed goes to the tree."""
+        if req.done:
+            return
+        if req in self._running:
+            self._release(req, retract=False)
+            self._running.remove(req)
+        elif req in self._waiting:
+            self._waiting.remove(req)
+        _put(req, state=ReqState.FAILED, error=error, finish_step=step)
 
     def retract(self, req: Request, *, pause: bool) -> None:
         """Back to the head of the queue with its KV released (it re-prefills, from the cache where it can);

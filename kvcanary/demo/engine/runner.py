@@ -3,6 +3,7 @@ builds each batch (graph-padded for decode) and launches the canary's checks aro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,8 @@ class ForwardRunner:
         self.faults = faults
         self.graph = GraphInputs(max(buckets) * tokens_per_row, device) if buckets else None
         self.forwards = 0
+        self.observer: Callable[[Forward], None] | None = None
+        """Called with each forward before it runs (the isolate policy's journal)."""
 
     def build(self, rows: list[RowWork], *, padded: bool = False) -> Forward:
         """One forward of ``rows``; ``padded``: a decode batch, replayed from a graph."""
@@ -46,6 +49,8 @@ class ForwardRunner:
         """The model's forward between the canary's prepare + HEAD and TAIL launches (forward slot
         ``slot``); the logits."""
         mgr = on.canary
+        if self.observer is not None:
+            self.observer(fwd)
         if mgr is not None:
             mgr.prepare(fwd.canary, forward_index=slot)
             mgr.head(fwd.canary, forward_index=slot)

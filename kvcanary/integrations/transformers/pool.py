@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from kvcanary.consts import PoolKind
+from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import read_layout
 from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import (
@@ -77,6 +79,10 @@ class PoolState:
         if config.sweep_interval:
             self.manager.set_sweep_source(self._sweep_entries)
         self.manager.mark_init_finished()  # no warmup batches: graphs and compile are refused
+        self.guard: TfGuard | None = None
+        """The isolate policy's journal feeder and adapter (``config.policy`` ISOLATE only)."""
+        if config.policy is ViolationPolicy.ISOLATE:
+            self.guard = TfGuard(self.manager, lay)
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,
                                     pin_memory=dev.type == "cuda")

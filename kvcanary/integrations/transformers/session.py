@@ -22,6 +22,9 @@ from typing import Any
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
+from kvcanary.guard.sink import GuardSink
+from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
 from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
 from kvcanary.integrations.transformers.rows import RequestRows
@@ -152,8 +155,11 @@ class TransformersCanary:
         """Host time spent per phase of the wrapped steps (the benchmark's breakdown; launches are asynchronous
         on a GPU, so this is enqueue time there)."""
         self._seen: set[str] = set()
+        self._guards_retired: list[TfGuard] = []
         self._pools: dict[int, PoolState] = {}
         self._attached = False
+        self.sinks: list[GuardSink] = []
+        """[sinks] Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
 
     # -- attach / detach -----------------------------------------------------------------------------
     def attach(self) -> TransformersCanary:
@@ -178,7 +184,12 @@ class TransformersCanary:
                 if not _ACTIVE:
                     _uninstall()
             self._attached = False
-        self._flush_all(raise_found=True)
+        try:
+            self._flush_all(raise_found=True)
+        finally:
+            for p in self._pools.values():
+                if p.guard is not None:
+                    p.guard.close()
         return self.reports
 
     def __enter__(self) -> TransformersCanary:
@@ -207,14 +218,52 @@ class TransformersCanary:
             affected = ", ".join(sorted(owners)) or "none"
             raise RuntimeError("\n".join(errors) + f"\nkv-canary: requests affected: {affected}")
 
+    def _retire_guards(self) -> None:
+        for p in self._pools.values():
+            if p.guard is not None:
+                p.guard.close()
+                self._guards_retired.append(p.guard)
+
+    @property
+    def guards(self) -> list[TfGuard]:
+        """The isolate policy's guard of every cache seen (earlier runs' first), empty under log and raise."""
+        return self._guards_retired + [p.guard for p in self._pools.values() if p.guard is not None]
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Requests the isolate policy failed: request id -> the error transformers returned for it."""
+        return {rid: msg for g in self.guards for rid, msg in g.failed.items()}
+
     def _retire_pools(self) -> None:
         """A new cache replaced the previous one (a new generate_batch run): read the old caches' last
         violations, keep the reports, and let their KV and canary buffers go."""
         if self._pools:
             self._flush_all(raise_found=False)
+            self._retire_guards()
             self._swept_retired += sum(p.swept for p in self._pools.values())
             self._sweep_seconds_retired += sum(p.sweep_entry_seconds for p in self._pools.values())
             self._pools.clear()
+
+    def add_sink(self, sink: GuardSink) -> None:
+        """[sinks] ``sink`` hears every manager of this model's caches, the current one and later ones."""
+        for pool in self._pools.values():
+            pool.manager.add_sink(sink)
+        self.sinks.append(sink)
+
+    def owners(self, event: ViolationEvent) -> tuple[str, ...]:
+        """The requests whose blocks hold ``event``'s slot in the latest cache, now (empty for a cached block
+        no request holds)."""
+        if not self._pools:
+            return ()
+        return self._owners(next(reversed(self._pools.values())), event)
+
+    @staticmethod
+    def _owners(pool: PoolState, e: ViolationEvent) -> tuple[str, ...]:
+        slot = e.violation.slot_idx
+        sw = pool.layout.sliding
+        if sw is not None and e.violation.tag_name.endswith("_SWA"):
+            return tuple(r for r, b in sw.block_table.items() if slot // sw.stride in b)
+        return tuple(pool.rows.owners(pool.layout.block_of(slot)))
 
     # -- what it found -------------------------------------------------------------------------------
     @property
@@ -240,13 +289,8 @@ class TransformersCanary:
 
     def _collect(self, pool: PoolState, events: list[ViolationEvent]) -> list[CanaryReport]:
         new = []
-        sw = pool.layout.sliding
         for e in events:
-            slot = e.violation.slot_idx
-            if sw is not None and e.violation.tag_name.endswith("_SWA"):
-                owners = tuple(r for r, b in sw.block_table.items() if slot // sw.stride in b)
-            else:
-                owners = tuple(pool.rows.owners(pool.layout.block_of(slot)))
+            owners = self._owners(pool, e)
             new.append(CanaryReport(e, owners))
             logger.warning("kv-canary: %s slot %d belongs to request(s) %s", e.violation.tag_name,
                            e.violation.slot_idx, ", ".join(owners) or "none (cached block)")
@@ -262,6 +306,8 @@ class TransformersCanary:
             self._retire_pools()
             pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
                              max_context_len=self.max_context_len)
+            for sink in self.sinks:  # [sinks]
+                pool.manager.add_sink(sink)
             self._pools[id(runner.cache)] = pool
         return pool
 
@@ -280,6 +326,8 @@ class TransformersCanary:
                 self.prefix_hits += r.past_length > 0
         for hook in self.hooks:
             hook(StepView(self.steps, batch_data, reqs, pool.layout, pool.rows))
+        if pool.guard is not None:
+            pool.guard.observe(reqs)
         stream = runner.inputs_and_outputs.compute_stream
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         manager = pool.manager
@@ -312,7 +360,7 @@ class TransformersCanary:
 
 def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,
                     enable_v: bool = True, backend: str | None = None, max_requests: int | None = None,
-                    max_context_len: int | None = None) -> TransformersCanary:
+                    max_context_len: int | None = None, on_violation: str | None = None) -> TransformersCanary:
     """Canaries on ``model``'s continuous-batching runs (``generate_batch``, the manager, ``serve``).
 
     ``with attach_canaries(model) as canary: model.generate_batch(...)``; ``canary.reports`` lists what
@@ -320,6 +368,9 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     ``partial`` (16 bytes of each K/V row) or ``all``; ``sweep_interval``: steps between sweeps of shared
     and cached blocks (0: off). ``max_requests`` / ``max_context_len`` size the request table (default:
     twice the engine's batch, and the model's ``max_position_embeddings`` or the cache, whichever is less).
+    ``on_violation`` (None: ``mode``): ``log``, ``raise`` or ``isolate``: the requests that read corrupt KV end
+    in transformers' failed state with kvcanary's error text, the run goes on, the poisoned blocks leave the
+    prefix cache and the free lists (``canary.failed``, ``canary.guards``; docs/policies.md).
     """
     import transformers
 
@@ -330,7 +381,11 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
         raise ValueError(f"kv-canary: real_kv must be 'partial' or 'all', got {real_kv!r}")
     if mode.strip().lower() not in ("log", "raise"):
         raise ValueError(f"kv-canary: mode must be 'log' or 'raise', got {mode!r}")
-    config = CanaryConfig.from_strings(mode=mode, real_data=real_kv, sweep_interval=sweep_interval,
-                                       enable_v=enable_v, backend=backend, stats_every=10**9)
+    policy = ViolationPolicy.parse(on_violation) if on_violation is not None else None
+    if policy is not None and policy is not ViolationPolicy.RAISE and mode.strip().lower() == "raise":
+        raise ValueError(f"kv-canary: on_violation={policy.value!r} conflicts with mode='raise'; pass one of them")
+    config = CanaryConfig.from_strings(mode="log" if policy is not None else mode, real_data=real_kv,
+                                       sweep_interval=sweep_interval, enable_v=enable_v, backend=backend,
+                                       stats_every=10**9, on_violation=policy)
     assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
     return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)

@@ -2,7 +2,7 @@
 
 Golden-vector checks compare a backend's outputs with the vectors and with ``torch_ref`` on the CPU (the
 specification), violation rows as a multiset (a parallel kernel appends them in any order). The inputs of the
-random and larger calls come from ``kvcanary.testing.scenarios`` (:data:`large_verify` and :data:`large_write`
+random and larger calls come from ``tools.scenarios`` (:data:`large_verify` and :data:`large_write`
 are its larger calls with every hostile feature on), their checks from ``kvcanary.testing.parity``.
 """
 
@@ -17,8 +17,8 @@ import torch
 
 from kvcanary.registry import Op
 from kvcanary.testing.parity import compare_outputs, ring_rows
-from kvcanary.testing.scenarios import large_verify_call, large_write_call
 from tests.golden import loader as g
+from tools.scenarios import large_verify_call, large_write_call
 
 large_verify = partial(large_verify_call, short_sources=True)
 """Larger verify calls whose first real-KV source stops short of the buffer."""

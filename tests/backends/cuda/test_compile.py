@@ -22,10 +22,10 @@ import torch
 
 import kvcanary as kc
 from kvcanary import consts
-from kvcanary.contract.verify import VerifyLaunch
 from kvcanary.hashing import ANCHOR_HASH
+from kvcanary.ops.verify import VerifyLaunch
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.scenarios import GENERATORS, context, kv_sources
+from kvcanary.testing.builders import context
 from kvcanary_backends.cuda import (
     BACKEND,
     plan,
@@ -39,6 +39,7 @@ from kvcanary_backends.cuda._specs import KEYS, all_specs
 from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
+from tools.scenarios import GENERATORS, kv_sources
 
 SPECS = all_specs()
 REPO = Path(__file__).resolve().parents[3]
@@ -162,6 +163,7 @@ def test_constants_match_kvcanary_consts() -> None:
         "kInvalidSlot": consts.INVALID_SLOT, "kZeroSlotMark": consts.ZERO_SLOT_MARK,
         "kZeroSlotInLiveRange": kc.FailReason.ZERO_SLOT_IN_LIVE_RANGE,
         "kWriteSlotMismatch": kc.FailReason.WRITE_SLOT_MISMATCH,
+        "kWriteSlotOwnerMismatch": kc.FailReason.WRITE_SLOT_OWNER_MISMATCH,
         "kVerifyChainHashMismatch": kc.FailReason.VERIFY_CHAIN_HASH_MISMATCH,
         "kVerifyPositionMismatch": kc.FailReason.VERIFY_POSITION_MISMATCH,
         "kVerifyRealKvHashMismatch": kc.FailReason.VERIFY_REAL_KV_HASH_MISMATCH,
@@ -181,7 +183,8 @@ def test_splitmix64_constants_are_the_formats() -> None:
 
 # -- the backend's declaration --------------------------------------------------------------------------------
 def test_backend_declares_every_operation_like_the_launchers() -> None:
-    assert set(BACKEND.ops) == set(Op)
+    """Every operation but the digest fold (Triton's and torch_ref's only: the table's ``-`` cell)."""
+    assert set(BACKEND.ops) == set(Op) - {Op.FOLD}
     for support in BACKEND.ops.values():
         assert set(support.devices) == {"cuda"} and support.capture_safe and not support.host_sync
 
@@ -192,6 +195,21 @@ def test_availability_and_device_reasons_do_not_raise() -> None:
         assert reasons, "without a CUDA device the backend must decline, with a reason"
     explained = REGISTRY.explain(Op.VERIFY, torch.device("cpu"))["cuda"]
     assert explained, "the cuda backend does not run on the CPU"
+
+
+def test_without_a_device_the_device_reason_comes_before_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only machine is told "no CUDA device" first, not to install kvcanary[cuda]."""
+    from kvcanary.registry import ReasonKind
+    from kvcanary_backends import cuda as cuda_backend
+    from kvcanary_backends.cuda import _toolchain
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: "cuda.core is not usable: No module named 'cuda'")
+    reasons = cuda_backend._availability()
+    assert [r.kind for r in reasons] == [ReasonKind.DEVICE, ReasonKind.PACKAGE], reasons
+    assert "torch sees no CUDA device" in reasons[0].message
+    monkeypatch.setattr(_toolchain, "core_missing", lambda: None)
+    assert [r.kind for r in cuda_backend._availability()] == [ReasonKind.DEVICE]
 
 
 # -- host-side packing ----------------------------------------------------------------------------------------
@@ -240,11 +258,13 @@ def test_extension_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> Non
     with them off (None or every flag off), today's Spec and arguments."""
     from tests.backends import _extensions as X
 
-    on = kc.Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)
     rng = random.Random(7)
     packed: dict[str, list[tuple[Any, ...]]] = {}
     for mod in (verify, write, plan, plan_entries):
-        for _ in range(6):
+        for i in range(9):
+            # the write-slot check, the owner check, both (every extension flag on)
+            on = kc.Extensions(zero_slot_in_live_range=True, write_slot_mismatch=i % 3 != 1,
+                               write_slot_owner_mismatch=i % 3 != 0)
             kw = GENERATORS[{verify: Op.VERIFY, write: Op.WRITE, plan: Op.PLAN, plan_entries: Op.PLAN_ENTRIES}[mod]](
                 rng, hostile=False).make("cpu")
             base = mod.pack(call_of(mod, kw))
@@ -253,13 +273,15 @@ def test_extension_packers_pass_exactly_the_kernel_parameters(nvrtc: Any) -> Non
             if mod is write:
                 ext.update(req_pool_indices=torch.zeros(3, dtype=torch.int64),
                            req_to_token=torch.zeros(X.ROWS, X.COLS, dtype=torch.int32),
-                           full_to_swa_index_mapping=torch.zeros(8, dtype=torch.int64) if rng.random() < 0.5 else None)
+                           full_to_swa_index_mapping=torch.zeros(8, dtype=torch.int64) if rng.random() < 0.5 else None,
+                           slot_owner=torch.zeros(kw["context"].canary_buf.shape[0], dtype=torch.int64))
             key, _sizes, args = mod.pack(call_of(mod, {**kw, **ext}))
             spec = mod.KERNELS.spec(*key)  # compiled here if CI's subset (EXTENSION_KEYS) does not hold it
             n = len(_nvrtc.entry_params(_ptx(nvrtc, spec), spec.entry))
             assert len(args) == n, f"{spec.label()}: kernel takes {n} parameters, the packer passes {len(args)}"
             packed.setdefault(mod.__name__, []).append(key)
-    assert all(k[-1] for k in packed[verify.__name__]) and all(k[4] for k in packed[write.__name__])
+    assert all(k[-1] for k in packed[verify.__name__])
+    assert {(k[4], k[6]) for k in packed[write.__name__]} == {(True, False), (False, True), (True, True)}
 
 
 def test_mode_none_folds_nothing_and_records_alignment_picks_vector_loads() -> None:
@@ -288,11 +310,11 @@ def test_launch_shapes_depend_only_on_capacities() -> None:
     assert verify.shape((False, 0, True, True, 256, False), 0, 1000) == (1, 1, 256, 0)
     assert verify.shape((False, 0, True, True, 256, False), 10**8, 1056) == (1056, 1, 256, 0)
     assert verify.shape((False, 0, True, True, 256, False), 300, 1056) == (2, 1, 256, 0)
-    assert write.shape((0, True, False, True, False, False), (0, 0), 9) == (1, 1, write.THREADS, 0)
-    assert write.shape((0, True, False, True, False, False), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
-    assert write.shape((2, True, False, True, False, False), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
-    assert write.shape((1, False, False, True, False, False), (1, 32768), 9) == (1, 17, write.THREADS, 0)
-    assert write.shape((1, False, False, True, False, False), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False, False), (0, 0), 9) == (1, 1, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False, False), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
+    assert write.shape((2, True, False, True, False, False, False), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False, False), (1, 32768), 9) == (1, 17, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False, False), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
     assert plan.shape((False, False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
     assert plan.shape((True, True, False), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
     assert plan.shape((True, True, False), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)

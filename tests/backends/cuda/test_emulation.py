@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from kvcanary.registry import REGISTRY, Op, register_backend
-from kvcanary.testing.parity import check_call, fuzz
-from kvcanary.testing.scenarios import GENERATORS, Call, large_plan_call, large_scatter_call
+from kvcanary.testing.builders import Call
+from kvcanary.testing.parity import check_call
 from tests.backends.cuda import _emu, _support
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS, fuzz, large_plan_call, large_scatter_call
 
 pytestmark = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 EMU = "cuda_emu"
@@ -118,8 +119,8 @@ def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
 _ASAN_SCRIPT = """
 from kvcanary.registry import Op, register_backend
 from tests.golden import loader as g
-from kvcanary.testing.parity import fuzz
-from kvcanary.testing.scenarios import GENERATORS
+from tools.scenarios import fuzz
+from tools.scenarios import GENERATORS
 from tests.backends.cuda import _emu, _support as s
 register_backend(_emu.BACKEND, replace=True)
 bad = [p for _, c in s.golden_cases() for p in s.check_golden(c, "cpu", "cuda_emu")]

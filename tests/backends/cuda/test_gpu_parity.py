@@ -16,11 +16,12 @@ import torch
 
 import kvcanary as kc
 from kvcanary.registry import Op
-from kvcanary.testing.parity import check_call, compare_outputs, fuzz, run_call
-from kvcanary.testing.scenarios import GENERATORS, Call, large_plan_call, large_scatter_call
+from kvcanary.testing.builders import Call
+from kvcanary.testing.parity import check_call, compare_outputs, run_call
 from kvcanary_backends.cuda import preload
 from tests.backends.cuda import _support
 from tests.golden import loader as g
+from tools.scenarios import GENERATORS, fuzz, large_plan_call, large_scatter_call
 
 _SKIP = _support.cuda_skip_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 import kvcanary as kc
-from kvcanary.testing import scenarios as sc
+from kvcanary.testing import builders
 
 
 @dataclass
@@ -29,7 +29,7 @@ class World:
         g = torch.Generator().manual_seed(7)
         self.kv = torch.randint(0, 256, (rows, self.nbpt), dtype=torch.uint8, generator=g)
         src = kc.RealKvSource(tensor=self.kv, page_size=1, num_bytes_per_token=self.nbpt, read_bytes=self.read_bytes)
-        self.ctx = sc.context(num_slots=self.num_slots, ring=self.ring, sources=[src], mode=self.mode,
+        self.ctx = builders.context(num_slots=self.num_slots, ring=self.ring, sources=[src], mode=self.mode,
                               chain_assert=bool(self.cpa))
 
     @property
@@ -49,7 +49,7 @@ class World:
         def t(x: list[int]) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.int64)
 
-        kw = sc.write_kwargs(self.ctx, sc.write_plan(offsets, seeds), t(toks), t(poss), t(locs),
+        kw = builders.write_kwargs(self.ctx, builders.write_plan(offsets, seeds), t(toks), t(poss), t(locs),
                              expected_tokens=t(expected[0]) if expected else None,
                              expected_positions=t(expected[1]) if expected else None)
         kc.launch_canary_write_kernel(**kw, backend=self.backend)
@@ -61,7 +61,7 @@ class World:
         arr = torch.zeros(cap, 4, dtype=torch.int64)
         if entries:
             arr[: len(entries)] = torch.tensor(entries, dtype=torch.int64)
-        plan = sc.verify_plan(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3],
+        plan = builders.verify_plan(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3],
                               num_valid=len(entries) if num_valid is None else num_valid, enable=enable)
         kc.launch_canary_verify_kernel(context=self.ctx, plan=plan, check_verify_expected_token=check,
                                        backend=self.backend)

@@ -24,7 +24,8 @@ def chain_world(**kw: object) -> World:
     return w
 
 
-def entries(w: World, check: bool = False) -> list[tuple[int, int, int, int]]:
+def entries() -> list[tuple[int, int, int, int]]:
+    """Verify entries of the whole chain :func:`chain_world` writes: ``(slot, predecessor, position, token)``."""
     return [(s, SLOTS[k - 1] if k else -1, k, TOKS[k]) for k, s in enumerate(SLOTS)]
 
 
@@ -40,7 +41,7 @@ def test_written_records_follow_the_format() -> None:
 
 def test_clean_chain_and_anchor_head_are_silent() -> None:
     w = chain_world()
-    w.verify(entries(w), check=True)
+    w.verify(entries(), check=True)
     w.verify([(3, -1, 0, 11)])
     assert w.take() == []
 
@@ -86,13 +87,13 @@ def test_none_mode_stores_zero_and_never_flags_real_kv() -> None:
     w = chain_world(mode=kc.RealKvHashMode.NONE)
     assert (w.records[SLOTS, 3] == 0).all()
     w.kv.fill_(1)
-    w.verify(entries(w))
+    w.verify(entries())
     assert w.take() == []
 
 
 def test_token_check() -> None:
     w = chain_world()
-    e = entries(w)
+    e = entries()
     e[1] = (7, 3, 1, 99)
     w.verify(e, check=True)
     (v,) = w.take()

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import kvcanary as kc
+from kvcanary.testing.builders import Call
 from kvcanary.testing.parity import check_call
-from kvcanary.testing.scenarios import Call, large_plan_call, large_verify_call, large_write_call
 from tests.backends.triton._support import device
+from tools.scenarios import large_plan_call, large_verify_call, large_write_call
 
 DEV = device()
 SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))

@@ -1,6 +1,6 @@
 """Fresh random scenarios every run: triton on the device under test against torch_ref on the CPU.
 
-Realistic and hostile inputs from ``kvcanary.testing.scenarios`` (out-of-range slots, predecessors, LUT
+Realistic and hostile inputs from ``tools.scenarios`` (out-of-range slots, predecessors, LUT
 entries and rows, negative counts, enable 0 or 2, offsets past the token arrays, a full ring), plus the two
 plan stages alone. The seed comes from the clock, or from ``KVCANARY_TEST_SEED`` to replay a failure; a
 failing case prints it. Writes drop what torch_ref leaves unspecified for a parallel backend first
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from kvcanary.registry import Op
-from kvcanary.testing.parity import fuzz, unspecified_parts, without_unspecified
-from kvcanary.testing.scenarios import GENERATORS
+from kvcanary.testing.parity import unspecified_parts, without_unspecified
 from tests.backends.triton._support import device
+from tools.scenarios import GENERATORS, fuzz
 
 DEV = device()
 SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))

@@ -10,7 +10,7 @@ import pytest
 import transformers
 
 from kvcanary.cli import UsageError
-from kvcanary.integrations.transformers.cli import main
+from kvcanary.cli.demo import main
 from kvcanary.integrations.transformers.demo import run_demo
 from kvcanary.integrations.transformers.fault_kinds import NEEDS_SLIDING_WINDOW, TfFault
 from kvcanary.integrations.transformers.version import sliding_supported
@@ -30,6 +30,7 @@ def test_demo_table_clean_silent_every_fault_detected() -> None:
 
 
 def test_demo_rejects_a_fault_of_the_other_engine() -> None:
-    args: Any = argparse.Namespace(fault="radix_uaf", device="cpu", backend=None, seed=0, steps=40)
-    with pytest.raises(UsageError, match="not a transformers fault class"):
+    args: Any = argparse.Namespace(engine="transformers", fault="radix_uaf", device="cpu", backend=None, seed=0,
+                                   steps=40, workers=1, compile=False)
+    with pytest.raises(UsageError, match="is a fault class of the kvcanary engine only"):
         main(args)

@@ -43,6 +43,9 @@ constexpr i64 kZeroSlotMark = -9223372036854775807LL;  // ZERO_SLOT_MARK = INVAL
 constexpr i64 kZeroSlotInLiveRange = 64;
 constexpr i64 kWriteSlotMismatch = 128;
 #endif
+#if defined(KVC_OWNER_CHECK)
+constexpr i64 kWriteSlotOwnerMismatch = 512;
+#endif
 constexpr i64 kIndexOutOfRange = 256;
 
 constexpr u32 kFullMask = 0xffffffffu;

@@ -279,15 +279,14 @@ __device__ __forceinline__ void plan_entries_batch(const PlanInputs& in, const u
 // into tiles of kTile = kThreads * kEntriesPerThread entries; block b takes a contiguous share of the tiles
 // (tile_share), so consecutive tiles mostly lie in one row: the share's first row comes from the scan's emit
 // pass (TileRows::first_row), and only a change of row costs a bisection over the rows' exclusive tile counts in
-// shared memory (a bisection per tile was 15% of the kernel's warp samples under Nsight Compute; wall time did
-// not change, the tile phase being bound by its stores, but the per-tile work is smaller). Within
+// shared memory (a bisection per tile was a visible share of the kernel's warp samples under Nsight Compute;
+// wall time did not change, the tile phase being bound by its stores, but the per-tile work is smaller). Within
 // a tile every entry has the same row, and warp w takes its 32 * kEntriesPerThread consecutive entries in
 // kEntriesPerThread coalesced rounds of 32: each entry's predecessor slot is the neighbouring lane's (lane 0:
 // lane 31's of the round before, by the same shuffle; only round 0's lane 0 reads its own).
 //
-// With per-entry checks the kernel was bound by instructions issued, not bytes (Nsight Compute: 0.42 issued per
-// scheduler cycle at 13.6% of DRAM bandwidth; after the fast path its tile phase keeps L2 85-90% busy with
-// stores), so a warp whose entries of the tile all lie below the row's end and whose req_to_token (and pool)
+// With per-entry checks the kernel was bound by instructions issued, not bytes (Nsight Compute, figures in
+// docs/tuning.md: "cuda backend: fused plan"; after the fast path its tile phase is bound by L2 stores), so a warp whose entries of the tile all lie below the row's end and whose req_to_token (and pool)
 // positions are all in range takes a path without per-entry checks: one base pointer per array, rounds at
 // immediate offsets, 32-bit shuffles without a LUT. Other warps check each entry. Deciding per warp, not per
 // tile, keeps a row that is no multiple of the tile on the fast path up to its last partial warp.

@@ -10,7 +10,7 @@
 // and only then hashes. So a thread has 4 x KVC_EPT record loads in flight, not 4.
 // The record loads allocate in L1: a record's two 16-byte halves are one 32-byte sector, and the second load
 // then merges into the first's L1 miss. Non-allocating loads sent each half to L2 separately, two requests
-// per sector, and measured 1.38 ms instead of 0.85-0.92 ms at 16 Mi entries on the H200 (2026-12-03).
+// per sector, and were slower at every shape measured (docs/tuning.md, "cuda backend: verify").
 //
 // Specializations (defines): KVC_THREADS, KVC_CHECK_TOKEN (0/1), KVC_NSRC (0..4), KVC_PARTIAL (1: each source
 // folds one 16-byte chunk; 0: `chunks` chunks), KVC_VEC16 (1: slot stride % 16 == 0, 16-byte record loads),

@@ -13,10 +13,9 @@
 //   and staging its token and position in the warp's shared tile. Lane 0 alone walks the serial mix3 chain
 //   over the tile (unrolled 32 steps for a full tile): its shared-memory reads do not depend on the chain, so
 //   ptxas issues them ahead and nothing but mix3 sits on the critical path; it writes the hash before each
-//   token back to the tile. Then all 32 lanes do their token's checks and stores in parallel.
-//   On the H200 (2026-12-03) the 32 Ki-token chain runs at 112.6 ns per mix3 step, 1.11x a registers-only
-//   chain of per-lane values (101.2 ns); the shuffle-and-select chain it replaces ran at 115-116 ns, its
-//   shuffles on the critical path (a lane-0 chain alone, without the checks and stores, runs at 102.7 ns).
+//   token back to the tile. Then all 32 lanes do their token's checks and stores in parallel. The shuffle-and-
+//   select chain this replaces kept its shuffles on the critical path; the measured steps of both, beside the
+//   registers-only floor, are in docs/tuning.md ("cuda backend: write").
 // - With real-KV sources (KVC_NSRC > 0) rows y >= 1 are fold blocks: together they fold the strips of the
 //   requests of block column x and store field 3 of each record (the chain stores fields 0..2), so the fold
 //   never sits on the chain's critical path and a large fold (ALL, 2 KiB rows) is spread over many SMs.
@@ -24,7 +23,8 @@
 // Specializations: KVC_NSRC (0..4), KVC_PARTIAL (0/1), KVC_ASSERT (input assert on), KVC_VEC16 (stride % 16 == 0),
 // KVC_SLOT_CHECK (the WRITE_SLOT_MISMATCH extension: seven more parameters after chain_position_assert, the
 // request rows and req_to_token; 0: the default kernel, its parameters and code unchanged), KVC_SLOT_LUT (with
-// the check: translate req_to_token through the full->SWA LUT).
+// the check: translate req_to_token through the full->SWA LUT), KVC_OWNER_CHECK (the WRITE_SLOT_OWNER_MISMATCH
+// extension: three more parameters after those, the request rows and the owner map; 0: absent).
 #include "kvcanary_common.cuh"
 
 #ifndef KVC_ASSERT
@@ -50,6 +50,17 @@
 #else
 #define KVC_SLOT_PARAMS
 #define KVC_SLOT_ARGS
+#endif
+#ifndef KVC_OWNER_CHECK
+#define KVC_OWNER_CHECK 0
+#endif
+#if KVC_OWNER_CHECK
+#define KVC_OWNER_PARAMS                                                                                       \
+  , const long long *__restrict__ owner_rpi, long long owner_rpi_len, const long long *__restrict__ owner_map
+#define KVC_OWNER_ARGS , owner_rpi, owner_rpi_len, owner_map
+#else
+#define KVC_OWNER_PARAMS
+#define KVC_OWNER_ARGS
 #endif
 #ifndef KVC_WRITE_WARPS
 #define KVC_WRITE_WARPS 4  // one chain warp per scheduler (write.py says why)
@@ -113,6 +124,11 @@ struct WriteArgs {
   const i64* lut;
   i64 lut_len;
 #endif
+#if KVC_OWNER_CHECK
+  const i64* owner_rpi;
+  i64 owner_rpi_len;
+  const i64* owner;  // one entry per canary slot: the req_to_token row holding it, -1 free, below -1 read-only
+#endif
 };
 
 #if KVC_SLOT_CHECK
@@ -149,6 +165,9 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
   const i64 seed = (i64)ld_now(a.seeds + r);
 #if KVC_SLOT_CHECK
   const i64 slot_rp = r < a.rpi_len ? (i64)ld_now(a.rpi + r) : 0;  // past req_pool_indices: padding, unchecked
+#endif
+#if KVC_OWNER_CHECK
+  const i64 owner_rp = r < a.owner_rpi_len ? (i64)ld_now(a.owner_rpi + r) : 0;  // the writer (0: unchecked)
 #endif
   const i64 nreq = iclamp(nv, 0, a.capacity);
   const i64 start = iclamp(o0, 0, a.ntok);
@@ -260,6 +279,12 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
       if (in.loc != want) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, want, kWriteSlotMismatch);
     }
 #endif
+#if KVC_OWNER_CHECK
+    if (store && owner_rp != 0) {
+      const i64 holder = (i64)ld_nc(a.owner + in.loc);  // read-only in this launch
+      if (holder != owner_rp) ring.push(in.loc, in.pos, in.tok, owner_rp, (i64)myh, holder, kWriteSlotOwnerMismatch);
+    }
+#endif
   }
   return written;
 }
@@ -324,7 +349,8 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
               const int* __restrict__ num_valid_reqs, long long capacity, const long long* __restrict__ input_ids,
               const long long* __restrict__ positions, const long long* __restrict__ out_cache_loc, long long ntok,
               const long long* __restrict__ exp_tokens, const long long* __restrict__ exp_positions,
-              const int* __restrict__ chain_position_assert KVC_SLOT_PARAMS, long long* __restrict__ ring_rows,
+              const int* __restrict__ chain_position_assert KVC_SLOT_PARAMS KVC_OWNER_PARAMS,
+              long long* __restrict__ ring_rows,
               long long ring_capacity, int* __restrict__ write_index,
               unsigned long long* __restrict__ slot_run_counter,
               unsigned long long* __restrict__ kernel_run_counter, long long kind KVC_ALL_SOURCE_PARAMS) {
@@ -333,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(KVC_WRITE_THREADS)
   __shared__ Tile tiles[KVC_WRITE_WARPS];
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(kernel_run_counter, 1ULL);
   const WriteArgs a{buf, num_slots, stride, offsets, seeds, num_valid_reqs, capacity, input_ids, positions,
-                    out_cache_loc, ntok, exp_tokens, exp_positions, chain_position_assert KVC_SLOT_ARGS};
+                    out_cache_loc, ntok, exp_tokens, exp_positions, chain_position_assert KVC_SLOT_ARGS KVC_OWNER_ARGS};
   if (blockIdx.y != 0) {
 #if KVC_NSRC > 0
     fold_requests(a, src);

@@ -1,0 +1,170 @@
+"""The demo engine's side of the isolate policy: the journal it feeds and the adapter that carries out
+the manager's decisions.
+
+Before each forward the guard records, for every request row, the slots that forward reads and writes
+(``req_to_token[row, :prefix + extend]``, and through ``full_to_swa_index_mapping`` the sliding window's SWA
+slots) as changes of what the request holds; at the end of each step it records what left (finished,
+aborted, retracted and failed requests) and the radix tree's additions and evictions. A decision fails
+its requests (:meth:`RequestTable.fail`, freeing their own KV) and quarantines its slots (off the free lists,
+out of the radix tree with every node below them); any other request whose row names a quarantined slot is
+failed too. Quarantined slots come back after ``reinstate_after`` steps (None: never), scrubbed, so the
+next owner's write rewrites their KV and records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvcanary.demo.engine.requests import ReqState
+from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
+
+if TYPE_CHECKING:
+    from kvcanary.demo.engine.forward_batch import Forward
+    from kvcanary.demo.engine.memory import KvMemory
+    from kvcanary.demo.engine.requests import Request, RequestTable
+    from kvcanary.manager import CanaryManager
+
+CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
+
+
+def request_owner(rid: int) -> Owner:
+    """The journal's name for request ``rid`` (its id as a string)."""
+    return Owner(OwnerKind.REQUEST, str(rid))
+
+
+@dataclass
+class Quarantine:
+    """Slots out of service since ``step``."""
+
+    step: int
+    slots: set[int] = field(default_factory=set)
+    swa_slots: set[int] = field(default_factory=set)
+
+
+class DemoGuard:
+    """Journal feeder and :class:`~kvcanary.guard.EngineAdapter` of one demo engine."""
+
+    def __init__(self, memory: KvMemory, requests: RequestTable, managers: list[CanaryManager], *,
+                 window: int, reinstate_after: int | None = None) -> None:
+        self.memory = memory
+        self.requests = requests
+        self.managers = managers
+        self.window = window
+        self.reinstate_after = reinstate_after
+        self._held: dict[int, set[int]] = {}
+        self._held_swa: dict[int, set[int]] = {}
+        self._cached: set[int] = set()
+        self.quarantines: list[Quarantine] = []
+        self.failed: dict[int, str] = {}
+        """Request id -> the error it was failed with."""
+        self.decisions: list[GuardDecision] = []
+        for m in managers:
+            m.set_adapter(self)
+
+    @property
+    def step(self) -> int:
+        return self.managers[0].step
+
+    @property
+    def quarantined(self) -> set[int]:
+        """Full slots out of service now."""
+        return {s for q in self.quarantines for s in q.slots}
+
+    def _journals(self, swa: bool) -> list[SlotJournal]:
+        return [m.swa_journal if swa else m.journal for m in self.managers]
+
+    def _record(self, kind: JournalKind, slots: list[int], owner: Owner, *, swa: bool = False) -> None:
+        if slots:
+            for j in self._journals(swa):
+                j.record(self.step, kind, slots, owner)
+
+    # -- the journal --------------------------------------------------------------------------------------
+    def observe(self, fwd: Forward) -> None:
+        """Before a forward: what each request row reads and writes."""
+        r2t = self.memory.r2t
+        swa = self.memory.swa
+        for row in fwd.rows:
+            req = row.req
+            if req is None:
+                continue
+            end = row.prefix + row.extend
+            now = set(r2t.read(req.row, 0, end))
+            if 0 in now:  # a live range naming the padding slot (a bug): held for this step only
+                self._record(JournalKind.SHARED, [0], request_owner(req.rid))
+                self._record(JournalKind.RELEASED, [0], request_owner(req.rid))
+            self._diff(req.rid, self._held, now - {0}, set(row.locs), swa=False)
+            if swa is not None:
+                lo = max(0, row.prefix - self.window)
+                lut = swa.host_lut
+                win = {lut[s] for s in r2t.read(req.row, lo, end)} - {0}
+                self._diff(req.rid, self._held_swa, win, set(), swa=True)
+
+    def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
+        before = table.get(rid, set())
+        owner = request_owner(rid)
+        new = now - before
+        self._record(JournalKind.ALLOCATED, sorted(new & own), owner, swa=swa)
+        self._record(JournalKind.SHARED, sorted(new - own), owner, swa=swa)
+        table[rid] = before | now  # a slot read once stays held until the request leaves
+
+    def end_of_step(self) -> None:
+        """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
+        for rid in [r for r in self._held if self._left(r)]:
+            self._leave(rid)
+        tree = self.memory.tree
+        if tree is not None:
+            now = {s for n, _ in tree.nodes() for s in n.value}
+            self._record(JournalKind.CACHED, sorted(now - self._cached), CACHE_OWNER)
+            self._record(JournalKind.RELEASED, sorted(self._cached - now), CACHE_OWNER)
+            self._cached = now
+        self._reinstate_due()
+
+    def _left(self, rid: int) -> bool:
+        req = self.requests.get(rid)
+        return req is None or req.done or req not in self.requests.running
+
+    def _leave(self, rid: int) -> None:
+        owner = request_owner(rid)
+        self._record(JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
+        self._record(JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner, swa=True)
+        req = self.requests.get(rid)
+        if req is not None and req.state is ReqState.FINISHED:
+            for m in self.managers:
+                m.journal.finish(str(rid), req.finish_step if req.finish_step >= 0 else self.step)
+
+    def _reinstate_due(self) -> None:
+        if self.reinstate_after is None:
+            return
+        due = [q for q in self.quarantines if self.step - q.step >= self.reinstate_after]
+        for q in due:
+            self.quarantines.remove(q)
+            self.memory.reinstate(q.slots, q.swa_slots)
+            self._record(JournalKind.REINSTATED, sorted(q.slots), CACHE_OWNER)
+            self._record(JournalKind.REINSTATED, sorted(q.swa_slots), CACHE_OWNER, swa=True)
+            self._cached -= q.slots
+
+    # -- the adapter ----------------------------------------------------------------------------------------
+    def apply(self, decision: GuardDecision) -> None:
+        """Fail the decision's requests, quarantine its slots, fail whoever else holds a quarantined slot."""
+        self.decisions.append(decision)
+        for f in decision.fail:
+            req = self.requests.get(int(f.request_id))
+            if req is not None and not req.done:
+                self._fail(req, f.message)
+        slots, swa = set(decision.quarantine), set(decision.quarantine_swa)
+        if not (slots or swa):
+            return
+        bad = slots | self.memory.mapped_to(swa)
+        for req in list(self.requests.running):
+            held = set(self.memory.r2t.read(req.row, 0, req.alloc_len))
+            if held & bad and not req.done:
+                self._fail(req, f"kv-canary: request {req.rid} failed: it holds quarantined slot(s) "
+                           f"{sorted(held & bad)}")
+        self.memory.quarantine(slots, swa)
+        self.quarantines.append(Quarantine(self.step, slots, swa))
+
+    def _fail(self, req: Request, message: str) -> None:
+        self.requests.fail(req, message, self.step)
+        self.failed[req.rid] = message
+        self._leave(req.rid)

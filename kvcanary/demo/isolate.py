@@ -1,0 +1,229 @@
+"""The demo under the ``isolate`` policy: per fault class, the requests failed, the requests served (and
+whether their tokens equal the clean run's), the slots quarantined, and the promise checked.
+
+The promise: every request that held a slot a violation named (or a quarantined slot) fails, or is served
+tokens identical to the clean run (it was recomputed from clean KV, or finished before it read the damage);
+every request that held none is served and identical to the clean run; no violation names a quarantined
+slot after its quarantine. Runs drain the engine after the workload, so that every request ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from kvcanary.demo.engine import Engine, Fault
+    from kvcanary.demo.run import DemoSettings
+
+DRAIN_STEPS = 400
+"""Steps after the workload's last one, at most, for the requests still running to end."""
+
+Ends = dict[int, tuple[str, tuple[int, ...]]]
+"""Request id -> (final state, output tokens)."""
+
+
+def ends(engine: Engine) -> Ends:
+    return {rid: (r.state.value, tuple(r.output_ids)) for rid, r in engine.requests.items()}
+
+
+def drive_and_drain(engine: Engine, peer: Engine, settings: DemoSettings) -> str | None:
+    """Drive the workload, then step until idle; flush both canaries. The engine's error, if it broke."""
+    from kvcanary.demo.engine import drive, shared_prefix_workload
+
+    drafts = engine.cfg.num_draft_tokens > 0
+    workload = shared_prefix_workload(seed=settings.seed, vocab_size=engine.cfg.model.vocab_size,
+                                      steps=settings.steps, remote_prefill=not drafts)
+    error = None
+    try:
+        drive(engine, workload, settings.steps)
+        for _ in range(DRAIN_STEPS):
+            if engine.idle:
+                break
+            engine.step()
+    except Exception as exc:  # a fault can break the engine itself: report it
+        error = f"{type(exc).__name__}: {exc}"
+    engine.flush_canaries()
+    peer.flush_canaries()
+    return error
+
+
+@dataclass(frozen=True)
+class IsolationOutcome:
+    """One isolate-policy run against the clean run of the same engine configuration."""
+
+    fault: Fault | None
+    extensions: bool
+    fired_step: int | None
+    violations: int
+    failed: dict[int, str]  # request id -> error
+    served_equal: tuple[int, ...]
+    served_changed: tuple[int, ...]
+    affected: frozenset[int]  # requests that held a reported or quarantined slot
+    quarantined: tuple[int, ...]
+    quarantined_swa: tuple[int, ...]
+    finished_reported: tuple[tuple[str, int], ...]  # (request id, finish step) reported, not failed
+    repeated: int  # violations on a quarantined slot recorded after its quarantine
+    unfinished: tuple[int, ...]
+    seconds: float
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        name = self.fault.value if self.fault is not None else "clean"
+        return f"{name}+ext" if self.extensions else name
+
+    @property
+    def healthy_failed(self) -> tuple[int, ...]:
+        return tuple(sorted(r for r in self.failed if r not in self.affected))
+
+    @property
+    def ok(self) -> bool:
+        if self.error is not None or self.served_changed or self.healthy_failed or self.repeated or self.unfinished:
+            return False
+        if self.fault is None:
+            return not self.failed and not self.violations
+        return True
+
+
+def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: bool = False,
+                 clean: Ends | None = None) -> IsolationOutcome:
+    """One run of the demo workload with ``fault`` armed under the isolate policy, compared with ``clean``
+    (the same engine configuration's clean run under the log policy; run here when None)."""
+    from kvcanary.demo.run import build_engines
+    from kvcanary.guard import ViolationPolicy
+
+    if clean is None:
+        ref, ref_peer, _ = build_engines(fault, settings, extensions=extensions)
+        ref.faults.fault = None  # the same configuration (drafts or not), nothing armed
+        drive_and_drain(ref, ref_peer, settings)
+        clean = ends(ref)
+    start = time.perf_counter()
+    engine, peer, _ = build_engines(fault, settings, extensions=extensions, policy=ViolationPolicy.ISOLATE)
+    error = drive_and_drain(engine, peer, settings)
+    guard = engine.guard
+    assert guard is not None
+    got = ends(engine)
+    served = [r for r, (state, _) in got.items() if state == "finished"]
+    equal = tuple(sorted(r for r in served if got[r] == clean.get(r)))
+    changed = tuple(sorted(r for r in served if got[r] != clean.get(r)))
+    unfinished = tuple(sorted(r for r, (state, _) in got.items() if state not in ("finished", "failed", "aborted")))
+    last = engine.canary.step if engine.canary is not None else 0
+    affected: set[int] = set()
+    repeated = 0
+    quarantine_step: dict[tuple[bool, int], int] = {}
+    for q in guard.quarantines:
+        for s in q.slots:
+            quarantine_step[(False, s)] = q.step
+        for s in q.swa_slots:
+            quarantine_step[(True, s)] = q.step
+    for m in engine.managers:
+        for e in m.events:
+            swa = e.violation.tag_name.endswith("_SWA")
+            journal = m.swa_journal if swa else m.journal
+            slot = e.violation.slot_idx
+            affected |= {int(o.id) for o in journal.owners_between(slot, e.step_recorded, last)
+                         if o.kind.value == "request"}
+            qs = quarantine_step.get((swa, slot))
+            if qs is not None and e.step_recorded > qs:
+                repeated += 1
+    affected |= {r for r, msg in guard.failed.items() if "holds quarantined slot" in msg}
+    firing = engine.faults.firings[0] if engine.faults.firings else None
+    return IsolationOutcome(
+        fault=fault, extensions=extensions, fired_step=firing.step if firing else None,
+        violations=len(engine.events()), failed=dict(guard.failed), served_equal=equal, served_changed=changed,
+        affected=frozenset(affected), quarantined=tuple(sorted(guard.quarantined)),
+        quarantined_swa=tuple(sorted(s for q in guard.quarantines for s in q.swa_slots)),
+        finished_reported=tuple((f.request_id, f.finished_step) for d in guard.decisions for f in d.finished),
+        repeated=repeated, unfinished=unfinished, seconds=time.perf_counter() - start, error=error)
+
+
+def _ids(xs: Sequence[int]) -> str:
+    return ", ".join(str(x) for x in xs) or "none"
+
+
+def _slots(xs: Sequence[int]) -> str:
+    if len(xs) > 12:
+        return f"{len(xs)} slots ({', '.join(str(x) for x in xs[:6])}, ...)"
+    return _ids(xs)
+
+
+def describe_isolation(o: IsolationOutcome, out: TextIO) -> None:
+    """The per-run block of ``kvcanary demo --on-violation isolate``."""
+    out.write(f"\n=== {o.label} [isolate: {'OK' if o.ok else 'FAILED'}] ({o.seconds:.1f}s)\n")
+    if o.error is not None:
+        out.write(f"  engine error: {o.error}\n")
+    fired = f"fired in step {o.fired_step}" if o.fired_step is not None else "did not fire"
+    out.write(f"  fault {fired}; {o.violations} violation row(s)\n" if o.fault is not None
+              else f"  no fault injected; {o.violations} violation row(s)\n")
+    out.write(f"  failed:      {_ids(sorted(o.failed))}\n")
+    for rid in sorted(o.failed):
+        out.write(f"    {o.failed[rid]}\n")
+    out.write(f"  served:      {len(o.served_equal) + len(o.served_changed)} request(s), "
+              f"{len(o.served_equal)} identical to the clean run"
+              + (f", CHANGED: {_ids(o.served_changed)}" if o.served_changed else "") + "\n")
+    if o.finished_reported:
+        out.write("  finished before the read-back (reported): "
+                  + ", ".join(f"{r} (step {s})" for r, s in o.finished_reported) + "\n")
+    out.write(f"  quarantined: {_slots(o.quarantined)}"
+              + (f"; SWA slots {_slots(o.quarantined_swa)}" if o.quarantined_swa else "") + "\n")
+    if o.healthy_failed:
+        out.write(f"  HEALTHY REQUESTS FAILED: {_ids(o.healthy_failed)}\n")
+    if o.repeated:
+        out.write(f"  {o.repeated} violation(s) on quarantined slots after their quarantine\n")
+    if o.unfinished:
+        out.write(f"  requests that never ended: {_ids(o.unfinished)}\n")
+
+
+def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO) -> list[IsolationOutcome]:
+    """The clean run then one run per fault class (extension-only classes with the extensions on), each
+    under the isolate policy and compared with the clean run of its engine configuration; prints each."""
+    from kvcanary.demo.engine.faults import EXTENSION_FAULTS, Fault
+    from kvcanary.demo.run import build_engines
+
+    refs: dict[bool, Ends] = {}
+
+    def clean(fault: Fault | None) -> Ends:
+        drafts = fault is Fault.DRAFT_PAST_ALLOCATION  # the speculative configuration has its own clean run
+        if drafts not in refs:
+            ref, ref_peer, _ = build_engines(fault, settings)
+            ref.faults.fault = None
+            drive_and_drain(ref, ref_peer, settings)
+            refs[drafts] = ends(ref)
+        return refs[drafts]
+
+    outcomes = [run_isolated(None, settings, clean=clean(None))]
+    describe_isolation(outcomes[0], out)
+    for f in faults:
+        o = run_isolated(f, settings, extensions=f in EXTENSION_FAULTS, clean=clean(f))
+        describe_isolation(o, out)
+        outcomes.append(o)
+    return outcomes
+
+
+def main_isolate(faults: Sequence[Fault], settings: DemoSettings) -> int:
+    """``kvcanary demo --on-violation isolate``: 0 when every run keeps the promise, 1 otherwise."""
+    import logging
+    import sys
+
+    import torch
+
+    threads = torch.get_num_threads()
+    log = logging.getLogger("kvcanary.manager")
+    level = log.level
+    if settings.device == "cpu":
+        torch.set_num_threads(1)
+    log.setLevel(logging.ERROR)  # the runs print what they found
+    start = time.perf_counter()
+    try:
+        outcomes = run_isolation_demo(faults, settings, sys.stdout)
+    finally:
+        torch.set_num_threads(threads)
+        log.setLevel(level)
+    bad = [o for o in outcomes if not o.ok]
+    print(f"\n{len(outcomes)} run(s) under the isolate policy in {time.perf_counter() - start:.1f}s: "
+          + ("every affected request failed or was served clean, every other request served identical to the "
+             "clean run" if not bad else f"{len(bad)} run(s) FAILED: {', '.join(o.label for o in bad)}"))
+    return 1 if bad else 0

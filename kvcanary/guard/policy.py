@@ -1,0 +1,102 @@
+"""The violation policies (``log``, ``raise``, ``isolate``) and the isolation decision.
+
+``log`` and ``raise`` are what :class:`~kvcanary.consts.CanaryMode` always did (log each report; raise at
+the step that reads a violation back). ``isolate`` logs the same reports and also maps each violation to
+the holders of its slot, through the :class:`~kvcanary.guard.journal.SlotJournal`, over every step from the
+one that recorded it to the one that read it back: the requests among them are failed (or, when they
+finished in between, reported), the slot's block is quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvcanary.consts import FailReason
+from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
+from kvcanary.guard.journal import JournalKind, OwnerKind, SlotJournal
+from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.violations import canary_kind
+
+if TYPE_CHECKING:
+    from kvcanary.manager.reporter import ViolationEvent
+
+__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "is_swa"]
+
+
+FAILURE_CODES: dict[str, str] = {
+    "verify": "KVCANARY-CORRUPT-READ",
+    "write": "KVCANARY-CORRUPT-WRITE",
+    "sweep": "KVCANARY-CORRUPT-CACHED",
+}
+"""The stable error code of an isolated request, per kind of check: a per-forward verify found the KV the
+request read corrupt (``verify``), the write-time assert found the token or position it was writing wrong
+(``write``), the sweep found a cached or shared block it held corrupt (``sweep``)."""
+
+
+def failure_code(event: ViolationEvent) -> str:
+    """The :data:`FAILURE_CODES` entry for the check that recorded ``event``."""
+    v = event.violation
+    if canary_kind(v.kernel_kind).startswith("sweep"):
+        return FAILURE_CODES["sweep"]
+    return FAILURE_CODES["write" if v.is_write_row else "verify"]
+
+
+def is_swa(event: ViolationEvent) -> bool:
+    """Whether ``event``'s slot is a sliding-window pool slot (a ``*_SWA`` check)."""
+    return event.violation.tag_name.endswith("_SWA")
+
+
+class Isolation:
+    """Builds each step's :class:`GuardDecision` from the violations read back and the journals."""
+
+    def __init__(self, journal: SlotJournal, swa_journal: SlotJournal) -> None:
+        self.journal = journal
+        self.swa_journal = swa_journal
+        self.failed: set[str] = set()
+        """Requests failed so far (a request is failed once)."""
+        self.reported_finished: set[str] = set()
+
+    def decide(self, events: Sequence[ViolationEvent], step: int) -> GuardDecision:
+        """The decision for ``events``, read back at ``step``; records the quarantines in the journals."""
+        fail: dict[str, RequestFailure] = {}
+        finished: dict[str, FinishedRequest] = {}
+        quarantine: dict[int, None] = {}
+        quarantine_swa: dict[int, None] = {}
+        notes: list[str] = []
+        for e in events:
+            v = e.violation
+            swa = is_swa(e)
+            journal = self.swa_journal if swa else self.journal
+            if v.slot_idx <= 0:  # the padding slot (a zero-slot extension row): no block to take out, but the
+                # engine journals the rows that read it inside a live range (block 0, for that step)
+                notes.append(f"{v.tag_name} at slot {v.slot_idx}: no block to quarantine")
+            else:
+                block = journal.block_of(v.slot_idx)
+                if not journal.quarantined(v.slot_idx):
+                    (quarantine_swa if swa else quarantine)[block] = None
+                    journal.record(step, JournalKind.QUARANTINED, [block])
+            owners = journal.owners_between(v.slot_idx, e.step_recorded, step) if v.slot_idx >= 0 else []
+            if not owners:
+                notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
+            for o in owners:
+                if o.kind is not OwnerKind.REQUEST or o.id in self.failed or o.id in fail:
+                    continue
+                done = journal.finished_step(o.id)
+                if done is not None and done <= step:
+                    if o.id not in self.reported_finished and o.id not in finished:
+                        finished[o.id] = FinishedRequest(o.id, done)
+                    continue
+                check = canary_kind(v.kernel_kind)
+                reasons = tuple(str(r.name) for r in FailReason if v.fail_reason_bits & int(r))
+                msg = (f"kv-canary: request {o.id} failed: {check} found corrupt KV at slot {v.slot_idx} "
+                       f"position {v.position} ({'+'.join(v.reason_labels) or 'none'}), recorded in step "
+                       f"{e.step_recorded}")
+                fail[o.id] = RequestFailure(request_id=o.id, code=failure_code(e), check=check, slot=v.slot_idx,
+                                            position=v.position, fail_reasons=reasons, step=e.step_recorded,
+                                            message=msg)
+        self.failed.update(fail)
+        self.reported_finished.update(finished)
+        return GuardDecision(step=step, events=tuple(events), fail=tuple(fail.values()), quarantine=tuple(quarantine),
+                             finished=tuple(finished.values()), notes=tuple(notes),
+                             quarantine_swa=tuple(quarantine_swa))

@@ -1,0 +1,253 @@
+"""The isolate policy in transformers' continuous batching: the journal the session feeds each step, and
+the adapter that carries out the manager's decisions in the engine.
+
+Each step, before the forward, the guard records the blocks each scheduled request holds (its block table
+up to the tokens it has once the step is done; the sliding group's ring blocks too) and the blocks the
+prefix cache keeps; a request whose block table is gone has left (finished: its finish step is kept).
+A decision is carried out after the engine's ``update_batch`` of the same step (the step's outputs are in):
+each request to fail ends in transformers' failed state (``RequestStatus.FAILED``, ``state.error`` = the
+decision's message, delivered like any failed request), its blocks freed; every other request holding a
+quarantined block fails too; the quarantined blocks lose their prefix-cache hashes, never return to the
+free lists, and the prefix cache's unreferenced blocks are dropped (the blocks computed over a corrupt
+prefix are among them, and the cache cannot tell which on 5.22+). A request that finished before its
+failure could be carried out is kept in :attr:`TfGuard.late`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
+from kvcanary.integrations.transformers.layout import CacheLayout
+from kvcanary.manager import CanaryManager
+
+logger = logging.getLogger("kvcanary.transformers")
+
+CACHE_OWNER = Owner(OwnerKind.CACHE, "prefix-cache")
+
+_LOCK = threading.Lock()
+_GUARDS: dict[int, TfGuard] = {}  # id(cache) -> its guard
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _processor_class() -> Any:
+    from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
+
+    return ContinuousBatchProcessor
+
+
+def _install() -> None:
+    """Wrap ``ContinuousBatchProcessor.update_batch``: after it, the guard of the processor's cache acts."""
+    if "update_batch" in _ORIGINAL:
+        return
+    cls = _processor_class()
+    original = cls.update_batch
+    _ORIGINAL["update_batch"] = original
+
+    def update_batch(self: Any) -> None:
+        original(self)
+        guard = _GUARDS.get(id(self.cache))
+        if guard is not None and guard.cache is self.cache:
+            guard.carry_out(self)
+
+    update_batch.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.update_batch = update_batch
+
+
+def _uninstall() -> None:
+    original = _ORIGINAL.pop("update_batch", None)
+    if original is not None:
+        _processor_class().update_batch = original
+
+
+class TfGuard:
+    """Journal feeder and :class:`~kvcanary.guard.EngineAdapter` of one paged cache."""
+
+    def __init__(self, manager: CanaryManager, layout: CacheLayout) -> None:
+        self.manager = manager
+        self.layout = layout
+        self.cache = layout.cache
+        sw = layout.sliding
+        manager.set_adapter(self, block_size=layout.stride, swa_block_size=sw.stride if sw is not None else None)
+        self._held: dict[str, set[int]] = {}
+        self._held_swa: dict[str, set[int]] = {}
+        self._cached: set[int] = set()
+        self._pending_fail: dict[str, str] = {}
+        self._pending_q: set[int] = set()
+        self._pending_q_swa: set[int] = set()
+        self.quarantined: set[int] = set()
+        self.quarantined_swa: set[int] = set()
+        self.failed: dict[str, str] = {}
+        """Request id -> the error it was failed with."""
+        self.late: dict[str, str] = {}
+        """Requests a decision named that had already finished when it was carried out."""
+        self.decisions: list[GuardDecision] = []
+        self._filter_installed = False
+        with _LOCK:
+            _install()
+            _GUARDS[id(self.cache)] = self
+
+    def close(self) -> None:
+        """Stop acting on this cache (the session let it go)."""
+        with _LOCK:
+            if _GUARDS.get(id(self.cache)) is self:
+                del _GUARDS[id(self.cache)]
+            if not _GUARDS:
+                _uninstall()
+
+    # -- the journal ------------------------------------------------------------------------------------
+    def observe(self, reqs: tuple[Any, ...]) -> None:
+        """Before the step's forward: what each scheduled request holds, who left, what the cache keeps."""
+        m = self.manager
+        step = m.step
+        lay = self.layout
+        table = lay.block_table
+        for rid in [r for r in self._held if r not in table]:
+            self._leave(rid, finished=rid not in self.failed)
+        for r in reqs:
+            rid = r.request_id
+            n = -(-(r.past_length + r.query_length) // lay.page)
+            now = set(table.get(rid, [])[:n])
+            new = now - self._held.get(rid, set())
+            if new:
+                m.journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
+            self._held[rid] = self._held.get(rid, set()) | now
+            sw = lay.sliding
+            if sw is not None:
+                ring = set(sw.block_table.get(rid, []))
+                new = ring - self._held_swa.get(rid, set())
+                if new:
+                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
+                self._held_swa[rid] = self._held_swa.get(rid, set()) | ring
+        cached = set(lay.cached_blocks())
+        if cached != self._cached:
+            m.journal.record(step, JournalKind.CACHED, sorted(cached - self._cached), CACHE_OWNER)
+            m.journal.record(step, JournalKind.RELEASED, sorted(self._cached - cached), CACHE_OWNER)
+            self._cached = cached
+
+    def _leave(self, rid: str, *, finished: bool) -> None:
+        m = self.manager
+        owner = Owner(OwnerKind.REQUEST, rid)
+        m.journal.record(m.step, JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
+        m.swa_journal.record(m.step, JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner)
+        if finished:
+            m.journal.finish(rid, m.step - 1)  # it left in the previous step's update
+            m.swa_journal.finish(rid, m.step - 1)
+
+    # -- the adapter ---------------------------------------------------------------------------------------
+    def apply(self, decision: GuardDecision) -> None:
+        """Called inside the step (its end_step): kept, and carried out after the step's ``update_batch``."""
+        self.decisions.append(decision)
+        for f in decision.fail:
+            self._pending_fail.setdefault(f.request_id, f.message)
+        self._pending_q |= set(decision.quarantine)
+        self._pending_q_swa |= set(decision.quarantine_swa)
+
+    def carry_out(self, processor: Any) -> None:
+        """After ``update_batch``: fail the requests, quarantine the blocks."""
+        if not (self._pending_fail or self._pending_q or self._pending_q_swa):
+            return
+        self._install_filter()
+        self.quarantined |= self._pending_q
+        self.quarantined_swa |= self._pending_q_swa
+        fail = dict(self._pending_fail)
+        lay = self.layout
+        for rid, blocks in list(lay.block_table.items()):
+            bad = set(blocks) & self.quarantined
+            if bad and rid not in fail:
+                fail[rid] = f"kv-canary: request {rid} failed: it holds quarantined block(s) {sorted(bad)}"
+        sw = lay.sliding
+        if sw is not None:
+            for rid, blocks in list(sw.block_table.items()):
+                bad = set(blocks) & self.quarantined_swa
+                if bad and rid not in fail:
+                    fail[rid] = f"kv-canary: request {rid} failed: it holds quarantined ring block(s) {sorted(bad)}"
+        for rid, msg in fail.items():
+            self._fail(processor, rid, msg)
+        self._purge()
+        self._pending_fail.clear()
+        self._pending_q.clear()
+        self._pending_q_swa.clear()
+
+    def _fail(self, processor: Any, rid: str, message: str) -> None:
+        sched = processor.scheduler
+        state = sched.active_requests.get(rid)
+        waiting = False
+        if state is None:
+            state = sched.waiting_requests.get(rid)
+            waiting = state is not None
+        if state is None:
+            if rid not in self.failed:
+                self.late[rid] = message
+            return
+        processor._handle_request_error(RuntimeError(message), state)
+        if waiting:
+            sched.waiting_requests.pop(rid, None)
+            if rid in sched.waiting_requests_order:
+                sched.waiting_requests_order.remove(rid)
+            processor.cache.free_blocks(rid)
+        else:
+            sched.finish_request(rid)
+        self.failed[rid] = message
+        logger.warning(message)
+
+    def _install_filter(self) -> None:
+        """5.22+: the cache pool never takes a quarantined block back on its free lists."""
+        if self._filter_installed or not hasattr(self.cache, "cache_allocators"):
+            return
+        pool = self.cache.pool
+        original = pool.free_blocks
+        full_index = self.layout.index
+        sw_index = self.layout.sliding.index if self.layout.sliding is not None else None
+
+        def free_blocks(index: int, block_ids: list[int]) -> None:
+            held = self.quarantined if index == full_index else self.quarantined_swa if index == sw_index else set()
+            original(index, [b for b in block_ids if b not in held])
+
+        pool.free_blocks = free_blocks
+        self._filter_installed = True
+
+    def _purge(self) -> None:
+        """Out of the prefix cache: the quarantined blocks, and what was computed over them."""
+        q = self.quarantined
+        if hasattr(self.cache, "cache_allocators"):
+            ledger = self.layout.allocator.ledger
+            for b in q:
+                h = ledger.block_to_hash.pop(b, None)
+                if h is not None:
+                    ledger.hash_to_block.pop(h, None)
+                ledger.cached_blocks.pop(b, None)
+            evicted = [b for b in ledger.evict_cached_blocks() if b not in q]
+            self.cache.pool.free_blocks(self.layout.index, evicted)
+            return
+        bm = self.cache._block_manager
+        blocks = bm._id_to_block
+
+        def below_quarantine(b: int) -> bool:
+            seen = 0
+            cur: int | None = b
+            while cur is not None and seen < len(blocks) + 1:
+                if cur in q:
+                    return True
+                parent = blocks.get(cur)
+                cur = parent.parent_id if parent is not None else None
+                seen += 1
+            return False
+
+        doomed = [b for b in list(blocks) if below_quarantine(b)]
+        for b in doomed:
+            blk = blocks[b]
+            if blk.hash is not None and bm._hash_to_id.get(blk.hash) == b:
+                bm._hash_to_id.pop(blk.hash)
+            if blk.ref_count <= 0 or b in q:  # a quarantined block's holders were all failed (a block handed
+                # out twice is counted once, so its count can end below zero)
+                bm._init_block_ids.pop(b, None)
+                blocks.pop(b)
+                if b not in q:
+                    bm._uninit_block_ids.append(b)
+            else:
+                blk.hash = None  # still held: no longer matchable, freed as an incomplete block later
+        if q:
+            bm._uninit_block_ids = type(bm._uninit_block_ids)(b for b in bm._uninit_block_ids if b not in q)

@@ -1,0 +1,33 @@
+"""``kvcanary serve``: its help imports nothing heavy; a folder that is no model is one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str, cwd: Path, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "kvcanary.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False)
+
+
+def test_serve_help_imports_no_torch(tmp_path: Path) -> None:
+    code = ("import sys\nfrom kvcanary.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\nheavy = sorted(m for m in ('torch', 'transformers', 'fastapi') "
+            "if m in sys.modules)\nprint('HEAVY', heavy)\n")
+    res = _run("serve", "--help", cwd=tmp_path, code=code)
+    assert res.returncode == 0, res.stderr
+    assert "--on-violation" in res.stdout and "HEAVY []" in res.stdout
+
+
+def test_serve_refuses_a_folder_that_is_no_model_in_one_line(tmp_path: Path) -> None:
+    res = _run("serve", str(tmp_path), "--port", "0", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a model directory (no config.json)" in lines[0]
+    assert "(hint: pass --tiny" in lines[0] and "Traceback" not in res.stderr
