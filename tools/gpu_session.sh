@@ -97,7 +97,7 @@ phase_pack() {  # one file back instead of many (the tool returns at most 8)
 
 phase_script() {  # phase_script NAME: tools/gpu/NAME.sh with OUT=$OUT/NAME, bounded in time
     mkdir -p "$OUT/$1"
-    OUT="$OUT/$1" timeout 300 bash "tools/gpu/$1.sh" >"$OUT/$1.log" 2>&1
+    OUT="$OUT/$1" timeout "${PHASE_SECONDS:-300}" bash "tools/gpu/$1.sh" >"$OUT/$1.log" 2>&1
     echo "$1: rc=$?"; tail -15 "$OUT/$1.log"
 }
 

@@ -22,11 +22,19 @@ import torch
 import kvcanary
 from kvcanary import codes
 from kvcanary.errors import FAMILY
+from kvcanary.operation import operations
 from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import Check, Contract, ContractTypeError
 from kvcanary_contracts.checks import PHASE_NAMES
 from kvcanary_contracts.compiler import Node
-from kvcanary_contracts.counterexamples import Counterexample, counterexample, mark_changes, render_call, unchecked
+from kvcanary_contracts.counterexamples import (
+    Counterexample,
+    ExampleSet,
+    counterexample,
+    mark_changes,
+    render_call,
+    unchecked,
+)
 from kvcanary_contracts.expr import Expr
 from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from tools.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
@@ -63,6 +71,14 @@ PRESENCE_KINDS = frozenset({"all_or_none", "required_if", "forbidden_unless", "r
 _RELATED_LIMIT = 8
 
 
+def examples_of(contract: type[Contract]) -> ExampleSet:
+    """The valid calls the pages of ``contract`` are built from: its operation's, else the built-in table's."""
+    for op in operations():
+        if op.contract is contract and op.examples is not None:
+            return op.examples
+    return EXAMPLES[contract.contract.name]
+
+
 def group_kind(check: Check) -> str:
     """The kind the catalog groups by (``min_size`` is a size, ``required_if`` a presence rule, ...)."""
     kind = check.family_kind
@@ -81,6 +97,7 @@ def namespace(*, validate_only: bool = False) -> dict[str, Any]:
     checked, not launched).
     """
     ns: dict[str, Any] = {name: getattr(kvcanary, name) for name in kvcanary.__all__}
+    ns.update({op.contract.contract.name: op.launcher for op in operations()})
     ns.update(torch=torch, SimpleNamespace=types.SimpleNamespace, unchecked=unchecked)
     if validate_only:
         for c in codes.contracts():
@@ -101,11 +118,14 @@ def example_imports(*sources: str) -> str:
                 (assigned if isinstance(node.ctx, ast.Store) else names).add(node.id)
     names -= assigned
     public = sorted(n for n in names if n in kvcanary.__all__)
+    elsewhere = {op.contract.contract.name: op.launcher.__module__ for op in operations()
+                 if op.contract.contract.name in names and op.contract.contract.name not in kvcanary.__all__}
     lines = ["import torch"] if "torch" in names else []
     if "SimpleNamespace" in names:
         lines.insert(0, "from types import SimpleNamespace")
     if public:
         lines.append(f"from kvcanary import {', '.join(public)}")
+    lines += [f"from {module} import {name}" for name, module in sorted(elsewhere.items())]
     if "unchecked" in names:
         lines.append("from kvcanary_contracts.counterexamples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
@@ -349,7 +369,7 @@ def _mutation_note(check: Check) -> str:
 
 def _page(check: Check, ctx: _Ctx, all_checks: Sequence[Check]) -> ErrorPage:
     contract = ctx.contract
-    examples = EXAMPLES[contract.contract.name]
+    examples = examples_of(contract)
     ce = counterexample(contract, examples, check)
     failing = render_call(examples.callee, ce.failing, examples.extra, unchecked_ids=ce.unchecked, views=ce.views)
     fixed: list[tuple[str, str]] = []
