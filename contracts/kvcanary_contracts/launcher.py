@@ -100,7 +100,7 @@ def build_launcher(
         "_cls": contract,
         "_fields": set(fields),  # shared: pydantic copies it before changing it
         # an operator's launcher may run natively while torch.compile watches (a frame it gave up on): its
-        # backends' launch code must never be traced, so dispatch runs with the compiler off (~0.3 us)
+        # backends' launch code must never be traced, so dispatch runs with the compiler off (its cost: docs/compile.md)
         "_dispatch": torch.compiler.disable(dispatch, recursive=True) if operator else dispatch,  # type: ignore[no-untyped-call]
         "_compiling": torch.compiler.is_compiling,
         **{f"{k}_default": v.default for k, v in extras.items()},
