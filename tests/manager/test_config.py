@@ -47,9 +47,9 @@ def test_a_config_field_without_a_setting_is_refused() -> None:
 
     @dataclass(frozen=True, kw_only=True)
     class Extended(CanaryConfig):
-        on_violation: str = "log"
+        quarantine_after_steps: int = 0
 
-    with pytest.raises(TypeError, match="on_violation"):
+    with pytest.raises(TypeError, match="quarantine_after_steps"):
         Extended()
 
 
