@@ -19,7 +19,7 @@ def test_demo_cli_detects_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> 
     assert "=== clean [OK]" in out and "=== kv_flip_used [OK]" in out
     assert "detected in step" in out and "kv_canary violation: launch_tag=TAIL_K_FULL" in out
     assert "summary" in out and "clean run silent, every fault detected" in out
-    assert "kvcanary demo on cpu; backend per operation: plan=torch_ref," in out.splitlines()[0]
+    assert "kvcanary demo on cpu; backend per operation: fold=torch_ref, plan=torch_ref," in out.splitlines()[0]
     assert "lag: found - fired" in out  # the summary's legend
 
 

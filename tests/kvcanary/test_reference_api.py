@@ -130,7 +130,8 @@ LAUNCHERS: dict[str, list[str]] = {
 
 EXTENSION_PARAMS: dict[str, list[str]] = {
     "launch_canary_plan_kernels": ["extensions"], "launch_canary_verify_kernel": ["extensions"],
-    "launch_canary_write_kernel": ["req_pool_indices", "req_to_token", "full_to_swa_index_mapping", "extensions"],
+    "launch_canary_write_kernel": ["req_pool_indices", "req_to_token", "full_to_swa_index_mapping", "slot_owner",
+                                   "extensions"],
 }
 """kvcanary's opt-in extension parameters (after the reference's, all defaulting to None)."""
 
