@@ -5,7 +5,7 @@ set -u
 mkdir -p "$OUT"
 python3 -c "import transformers, torch; print('transformers', transformers.__version__, torch.cuda.get_device_name())"
 rc=0
-for b in triton cuda; do
+for b in ${TF_BACKENDS:-triton cuda}; do
     KVCANARY_BACKEND=$b timeout 120 python3 -m pytest tests/integrations/transformers/test_gpu.py -o addopts="" \
         -q -rfE -p no:cacheprovider >"$OUT/transformers_$b.log" 2>&1
     r=$?; rc=$((rc | r)); echo "transformers gpu tests [$b]: rc=$r"; grep -E "passed|failed|error" "$OUT/transformers_$b.log" | tail -2
