@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 from typing import Any
 
 import pytest
 import transformers
 
-from kvcanary.cli import UsageError
+from kvcanary.cli import UsageError, parser
 from kvcanary.cli.demo import main
 from kvcanary.integrations.transformers.demo import run_demo
 from kvcanary.integrations.transformers.fault_kinds import NEEDS_SLIDING_WINDOW, TfFault
@@ -30,7 +29,7 @@ def test_demo_table_clean_silent_every_fault_detected() -> None:
 
 
 def test_demo_rejects_a_fault_of_the_other_engine() -> None:
-    args: Any = argparse.Namespace(engine="transformers", fault="radix_uaf", device="cpu", backend=None, seed=0,
-                                   steps=40, workers=1, compile=False)
+    argv = ["demo", "--engine", "transformers", "--fault", "radix_uaf", "--steps", "40"]
+    args: Any = parser(argv).parse_args(argv)
     with pytest.raises(UsageError, match="is a fault class of the kvcanary engine only"):
         main(args)
