@@ -159,7 +159,7 @@ class TransformersCanary:
         self._pools: dict[int, PoolState] = {}
         self._attached = False
         self.sinks: list[GuardSink] = []
-        """[sinks] Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
+        """Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
 
     # -- attach / detach -----------------------------------------------------------------------------
     def attach(self) -> TransformersCanary:
@@ -245,7 +245,7 @@ class TransformersCanary:
             self._pools.clear()
 
     def add_sink(self, sink: GuardSink) -> None:
-        """[sinks] ``sink`` hears every manager of this model's caches, the current one and later ones."""
+        """``sink`` hears every manager of this model's caches, the current one and later ones."""
         for pool in self._pools.values():
             pool.manager.add_sink(sink)
         self.sinks.append(sink)
@@ -306,7 +306,7 @@ class TransformersCanary:
             self._retire_pools()
             pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
                              max_context_len=self.max_context_len)
-            for sink in self.sinks:  # [sinks]
+            for sink in self.sinks:
                 pool.manager.add_sink(sink)
             self._pools[id(runner.cache)] = pool
         return pool
