@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Wave 3's engine checks on the GPU: transformers' continuous batching with canaries (identity, every fault,
 # the isolate policy) on each GPU backend, and the served canary over HTTP on cuda.
+# The GPU image lacks the server's packages: before the call, in the checkout (with .whl/ in .git/info/exclude):
+#   bash ../shared/device/prepare.sh   # pydantic and its needs
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     hatchling packaging pathspec pluggy trove-classifiers prometheus-client fastapi starlette uvicorn h11 \
+#     anyio sniffio click httpx httpcore certifi idna typing-extensions annotated-doc opentelemetry-api \
+#     openai httpx2 httpcore2 truststore jiter
+# then carry .whl: ./tools/gpu_session.sh installs every wheel in it first.
 set -u
 mkdir -p "$OUT"
 python3 -c "import transformers, torch; print('transformers', transformers.__version__, torch.cuda.get_device_name())"
