@@ -7,8 +7,11 @@
 #   benchcuda bench_cuda and bench_backends alone
 #   cache     save the NVRTC and Triton compile caches to $OUT (carry them back as .gpucache/)
 #   pack      bundle every log and result in $OUT into results.tar
-#   NAME      tools/gpu/NAME.sh, one issue's GPU checks (its own logs under $OUT/NAME/), at most 300 s
-# Logs go to $OUT/<phase>.log; each phase prints a short verdict.
+#   NAME      tools/gpu/NAME.sh, one issue's GPU checks (its own logs under $OUT/NAME/), at most
+#             $PHASE_SECONDS (default 300 s)
+# Logs go to $OUT/<phase>.log; each phase prints a short verdict. Carry .whl/: the shared pydantic wheels and
+# the build backend, hatchling (with packaging, pathspec, pluggy, trove-classifiers), which installs the
+# backends' entry points (tools/gpu/wave3b.sh's header has the download line).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
