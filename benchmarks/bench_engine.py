@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -166,25 +167,30 @@ def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], C
 
 
 # -- the engine ----------------------------------------------------------------------------------------------
+def prefilled_engine(canary: CanaryConfig | None, *, device: str, bs: int, ctx: int, steps: int) -> Any:
+    """kvcanary's engine with ``bs`` requests of ``ctx`` random tokens (seed 1, the same for every call),
+    prefilled, each with ``steps + 4`` decode steps left: what every engine benchmark times."""
+    from kvcanary.demo.engine import Engine, EngineConfig
+
+    cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
+                       max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
+                       graph_buckets=(bs,) if device.startswith("cuda") else ())
+    eng = Engine(cfg, canary=canary)
+    eng.warmup()
+    g = torch.Generator().manual_seed(1)
+    for _ in range(bs):
+        eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), steps + 4)
+    while any(r.state.value in ("waiting", "prefill") for r in eng.requests.values()):
+        eng.step()
+    return eng
+
+
 def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> tuple[float, float]:
     """Median decode-step seconds of kvcanary's engine without and with the canary: two engines serving
     the same requests, their steps interleaved so that drift in the machine hits both alike."""
-    from kvcanary.demo.engine import Engine, EngineConfig
-
-    engines = []
-    for canary in (None, CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=backend,
-                                      health_warmup_steps=10**6)):
-        cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
-                           max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
-                           graph_buckets=(bs,) if device.startswith("cuda") else ())
-        eng = Engine(cfg, canary=canary)
-        eng.warmup()
-        g = torch.Generator().manual_seed(1)
-        for _ in range(bs):
-            eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), steps + 4)
-        while any(r.state.value in ("waiting", "prefill") for r in eng.requests.values()):
-            eng.step()
-        engines.append(eng)
+    engines = [prefilled_engine(canary, device=device, bs=bs, ctx=ctx, steps=steps)
+               for canary in (None, CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True,
+                                                 backend=backend, health_warmup_steps=10**6))]
     times: list[list[float]] = [[], []]
     for _ in range(steps):
         for i, eng in enumerate(engines):

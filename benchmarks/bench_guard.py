@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks import timing
-from benchmarks.bench_engine import CanaryWorld
+from benchmarks.bench_engine import CanaryWorld, prefilled_engine
 from benchmarks.report import Report, machine
 from kvcanary.consts import RealKvHashMode
 from kvcanary.guard import GuardDecision, ViolationPolicy
@@ -69,24 +69,10 @@ def manager_worlds(*, bs: int, ctx: int, device: torch.device, backend: str | No
 
 def engines(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> dict[str, object]:
     """Two demo engines serving the same requests, prefilled, one per policy."""
-    from kvcanary.demo.engine import Engine, EngineConfig
-
-    out: dict[str, object] = {}
-    for policy in (None, ViolationPolicy.ISOLATE):
-        canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
-                              sweep_interval=2, backend=backend, health_warmup_steps=10**6, on_violation=policy)
-        cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
-                           max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
-                           graph_buckets=(bs,) if device.startswith("cuda") else ())
-        eng = Engine(cfg, canary=canary)
-        eng.warmup()
-        g = torch.Generator().manual_seed(1)
-        for _ in range(bs):
-            eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), steps + 4)
-        while any(r.state.value in ("waiting", "prefill") for r in eng.requests.values()):
-            eng.step()
-        out["isolate" if policy else "log"] = eng
-    return out
+    return {"isolate" if policy else "log": prefilled_engine(
+        CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True, sweep_interval=2,
+                     backend=backend, health_warmup_steps=10**6, on_violation=policy),
+        device=device, bs=bs, ctx=ctx, steps=steps) for policy in (None, ViolationPolicy.ISOLATE)}
 
 
 def main(argv: list[str] | None = None) -> int:
