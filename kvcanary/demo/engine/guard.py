@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kvcanary.demo.engine.requests import ReqState
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
+from kvcanary.guard.codes import quarantined_message
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine.forward_batch import Forward
@@ -159,8 +160,7 @@ class DemoGuard:
         for req in list(self.requests.running):
             held = set(self.memory.r2t.read(req.row, 0, req.alloc_len))
             if held & bad and not req.done:
-                self._fail(req, f"kv-canary: request {req.rid} failed: it holds quarantined slot(s) "
-                           f"{sorted(held & bad)}")
+                self._fail(req, quarantined_message(str(req.rid), "slot(s)", sorted(held & bad)))
         self.memory.quarantine(slots, swa)
         self.quarantines.append(Quarantine(self.step, slots, swa))
 
