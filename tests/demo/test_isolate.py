@@ -10,9 +10,10 @@ import pytest
 
 from kvcanary.demo.engine import Fault
 from kvcanary.demo.engine.faults import EXTENSION_FAULTS
-from kvcanary.demo.isolate import Ends, IsolationOutcome, drive_and_drain, ends, run_isolated
+from kvcanary.demo.isolate import Ends, drive_and_drain, ends, run_isolated
 from kvcanary.demo.run import DemoSettings, build_engines
 from kvcanary.guard import ViolationPolicy
+from kvcanary.guard.outcome import IsolationOutcome
 from tests.demo.harness import STEPS
 
 SETTINGS = DemoSettings(steps=STEPS)
