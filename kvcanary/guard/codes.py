@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONTRACT", "FAILURE_CODES", "LETTER", "QUARANTINED", "FailureCode", "by_code", "failure_codes",
+__all__ = ["CONTRACT", "FAILURE_CODES", "LETTER", "QUARANTINED", "FailureCode", "failure_codes",
            "failure_message", "get", "quarantined_message", "reload"]
 
 CONTRACT = "RequestFailure"
@@ -105,9 +105,11 @@ _CODES: tuple[FailureCode, ...] = (
                   "prefix it shared with a request the violation named, or a block it took after the "
                   "corruption): its KV there cannot be trusted, and the block leaves service, so the request "
                   "cannot continue on it. The error text names the quarantined blocks (or slots)."),
-        operator_sees=("The engine ends the request in its failed state with the one-line error text; the "
-                       "`isolation` event and the metrics of the violation name the request that read the "
-                       "corrupt slot, this request fails beside it, in the same step."),
+        operator_sees=("The engine ends the request in its failed state with the one-line error text, in the "
+                       "step it carries out the decision that quarantined the block. The engine fails it, not "
+                       "the policy: the `isolation` event lists the block in `quarantined_blocks` and the "
+                       "requests the violation named in `failed` (with their own codes), not this one, and "
+                       "`kvcanary_requests_failed_total` does not count it."),
         action=("Retry the request: the quarantined block is never handed out again until it is rewritten, "
                 "so the retry recomputes its prefix. The violation behind it has its own code, on the other "
                 "requests of the same event; look there for the cause.")),
@@ -129,11 +131,6 @@ def reload() -> None:
 def failure_codes() -> tuple[FailureCode, ...]:
     """Every failure code, in code book order of their slugs (verify, write, sweep, quarantined)."""
     return _CODES
-
-
-def by_code() -> dict[str, FailureCode]:
-    """The failure codes by their catalog code."""
-    return {c.code: c for c in _CODES}
 
 
 def get(slug: str) -> FailureCode:
