@@ -4,14 +4,18 @@ Cases:
 
 - ``manager_step``: one decode step of the canary (plan, HEAD and TAIL verify + write, ``end_step``) over a
   paged pool whose records are all live, under ``log`` and under ``isolate`` with an adapter and a sink
-  attached. The policy only acts on rows read back, so the floor is the log policy's step; the ratio is
-  the overhead (1.00: not measurable).
+  attached. The policy only acts on rows read back, so the floor is the log policy's step (the faster of
+  the two log variants); the ratio is the overhead.
 - ``engine_step``: kvcanary's demo engine, decode steps under ``log`` and under ``isolate``; the isolate
   engine also feeds the slot journal (the slots each request row reads, the radix tree's changes), which is
   host work the engine's adapter does. Floor: the log policy's step.
 
-Variants are interleaved (benchmarks/timing.py ``wall_interleaved``: the fastest round of each), so drift in
-the machine hits both alike. Run from the repository root: ``python benchmarks/bench_guard.py [--device cuda]``.
+Variants are interleaved (benchmarks/timing.py ``interleaved_rounds``: the fastest round of each), so drift in
+the machine hits both alike. A third variant is the log policy again, built and timed the same way (an A/A
+pair): how far its figure lands from the first log variant's is the run-to-run noise, printed as its own
+row. Each isolate row's verdict says "not measurable" when its overhead over the floor is within that noise
+(the noise figure beside it), "measurable" with the overhead otherwise. Run from the repository root:
+``python benchmarks/bench_guard.py [--device cuda] [--out benchmarks/results/bench_guard.json]``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -52,9 +58,53 @@ class _Quiet:
         pass
 
 
+VARIANTS = ("log", "log again", "isolate")
+"""The timed variants: the log policy twice (the A/A pair that measures the noise), then isolate."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the isolate policy's overhead over the log policy's step stands out of the run-to-run noise."""
+
+    floor: float  # seconds: the faster of the two log variants' figures
+    figure: float  # seconds: the isolate variant's figure
+    noise: float  # relative: how far apart the A/A pair's figures land (whole run, and each half of it)
+
+    @property
+    def overhead(self) -> float:
+        return self.figure / self.floor - 1.0
+
+    @property
+    def measurable(self) -> bool:
+        return self.overhead > self.noise
+
+    def text(self) -> str:
+        what = "measurable" if self.measurable else "not measurable"
+        return f"{what}: overhead {100 * self.overhead:+.1f}%, run-to-run noise {100 * self.noise:.1f}% (A/A)"
+
+
+def verdict(rounds: dict[str, list[float]]) -> Verdict:
+    """The verdict from every round's figure of each of :data:`VARIANTS` (fastest round = the figure)."""
+    log, again, iso = (rounds[v] for v in VARIANTS)
+    half = len(log) // 2
+    pairs = [(log, again)] + ([(log[:half], again[:half]), (log[half:], again[half:])] if half else [])
+    noise = max(abs(min(b) / min(a) - 1.0) for a, b in pairs)
+    return Verdict(floor=min(log + again), figure=min(iso), noise=noise)
+
+
+def add_rows(r: Report, case: str, rounds: dict[str, list[float]], *, unit: str) -> Verdict:
+    """The isolate row (figure beside the log policy's floor, the verdict as its note) and the A/A row."""
+    v = verdict(rounds)
+    r.add(f"{case} isolate (nothing fires)", v.figure, v.floor, unit=unit, note=v.text())
+    r.add(f"{case} log again (A/A: the noise)", min(rounds["log again"]), min(rounds["log"]), unit=unit,
+          note="the same log-policy step, built and timed alike: floor = the first one")
+    r.note(f"{case}: {v.text()}")
+    return v
+
+
 def manager_worlds(*, bs: int, ctx: int, device: torch.device, backend: str | None) -> dict[str, CanaryWorld]:
     worlds = {}
-    for policy in ("log", "isolate"):
+    for policy in VARIANTS:
         w = CanaryWorld(bs=bs, ctx=ctx, kv_heads=8, head_dim=128, device=device, mode=RealKvHashMode.PARTIAL,
                         backend=backend, chunk=min(ctx, 512))
         if policy == "isolate":
@@ -67,12 +117,13 @@ def manager_worlds(*, bs: int, ctx: int, device: torch.device, backend: str | No
     return worlds
 
 
-def engines(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> dict[str, object]:
-    """Two demo engines serving the same requests, prefilled, one per policy."""
-    return {"isolate" if policy else "log": prefilled_engine(
+def engines(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> dict[str, Any]:
+    """Three demo engines serving the same requests, prefilled, one per variant of :data:`VARIANTS`."""
+    return {name: prefilled_engine(
         CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True, sweep_interval=2,
-                     backend=backend, health_warmup_steps=10**6, on_violation=policy),
-        device=device, bs=bs, ctx=ctx, steps=steps) for policy in (None, ViolationPolicy.ISOLATE)}
+                     backend=backend, health_warmup_steps=10**6,
+                     on_violation=ViolationPolicy.ISOLATE if name == "isolate" else None),
+        device=device, bs=bs, ctx=ctx, steps=steps) for name in VARIANTS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,19 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             w.manager.end_step()
         return run
 
-    t = timing.wall_interleaved({k: stepper(w) for k, w in worlds.items()}, calls=10, rounds=20, warmup=5)
-    tag = f"bs={bs} ctx={ctx}"
-    r.add(f"manager_step isolate (nothing fires) {tag}", t["isolate"], t["log"], note="floor: the log policy")
+    t = timing.interleaved_rounds({k: stepper(w) for k, w in worlds.items()}, calls=10, rounds=20, warmup=5)
+    add_rows(r, f"manager_step bs={bs} ctx={ctx}", t, unit="us")
     assert not any(w.manager.events for w in worlds.values()), "a clean pool reported a violation"
     steps = args.engine_steps or 24
     ebs, ectx = (4, 64) if cpu else (16, 512)
-    engs = engines(device=args.device, bs=ebs, ctx=ectx, steps=steps * 2 + 8, backend=args.backend)
-    fns = {k: e.step for k, e in engs.items()}  # type: ignore[attr-defined]
-    et = timing.wall_interleaved(fns, calls=1, rounds=steps, warmup=2)
-    r.add(f"engine_step isolate (nothing fires, journal fed) kvcanary engine bs={ebs} ctx={ectx}", et["isolate"],
-          et["log"], unit="ms", note="floor: the log policy")
-    failed = [rid for e in engs.values() for rid, q in e.requests.items()  # type: ignore[attr-defined]
-              if q.state.value == "failed"]
+    engs = engines(device=args.device, bs=ebs, ctx=ectx, steps=steps + 8, backend=args.backend)
+    et = timing.interleaved_rounds({k: e.step for k, e in engs.items()}, calls=1, rounds=steps, warmup=2)
+    add_rows(r, f"engine_step (journal fed) kvcanary engine bs={ebs} ctx={ectx}", et, unit="ms")
+    failed = [rid for e in engs.values() for rid, q in e.requests.items() if q.state.value == "failed"]
     assert not failed, f"the isolate policy failed requests of a clean run: {failed}"
     r.write(args.out)
     return 0

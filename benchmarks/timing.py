@@ -10,7 +10,8 @@
   launcher vanish here, which is how a benchmark times a kernel without them).
 - :func:`device_time`: :func:`events` on a CUDA device, :func:`wall` elsewhere.
 - :func:`wall_interleaved`: :func:`wall` over several variants taken in turn, round after round, fastest
-  round of each: host-time comparisons between variants that a noisy host would otherwise swamp.
+  round of each: host-time comparisons between variants that a noisy host would otherwise swamp
+  (:func:`interleaved_rounds`: every round's figure, for the run-to-run noise).
 
 Several argument sets called in turn (``fns``) keep inputs from sitting in L2 between repetitions.
 """
@@ -60,22 +61,31 @@ def wall(fn: Fn, *, calls: int = 1, reps: int = 5, warmup: int = 1, include_gpu:
     return float(statistics.median(out))
 
 
-def wall_interleaved(fns: dict[str, Fn], *, calls: int = 50, rounds: int = 40, warmup: int = 20) -> dict[str, float]:
-    """Seconds per call of each of ``fns``: ``calls`` back-to-back calls of one variant, then the next, for
-    ``rounds`` rounds; the fastest round of each variant (host noise only ever adds time)."""
+def interleaved_rounds(fns: dict[str, Fn], *, calls: int = 50, rounds: int = 40,
+                       warmup: int = 20) -> dict[str, list[float]]:
+    """Seconds per call of each of ``fns``, every round: ``calls`` back-to-back calls of one variant, then the
+    next, for ``rounds`` rounds (what :func:`wall_interleaved` takes the fastest of; the spread between rounds,
+    or between two identical variants, is the run-to-run noise)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     _sync()
-    best = dict.fromkeys(fns, math.inf)
+    out: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+            out[name].append((time.perf_counter() - t0) / calls)
             _sync()
-    return best
+    return out
+
+
+def wall_interleaved(fns: dict[str, Fn], *, calls: int = 50, rounds: int = 40, warmup: int = 20) -> dict[str, float]:
+    """Seconds per call of each of ``fns``: ``calls`` back-to-back calls of one variant, then the next, for
+    ``rounds`` rounds; the fastest round of each variant (host noise only ever adds time)."""
+    per_round = interleaved_rounds(fns, calls=calls, rounds=rounds, warmup=warmup)
+    return {name: min(ts) if ts else math.inf for name, ts in per_round.items()}
 
 
 def _event() -> torch.cuda.Event:

@@ -1,4 +1,4 @@
-"""Every kvcanary contract, every check, and the code book that numbers them.
+"""Every kvcanary contract, every check, and the code book that numbers them (and the guard's failure codes).
 
 The contracts are those of the declared operations (:func:`kvcanary.operation.operations`: every module of
 :mod:`kvcanary.ops`, then any declared elsewhere) and the constructors' contracts in ``CONTRACT_MODULES``.
@@ -49,13 +49,26 @@ def by_code() -> dict[str, Check]:
     return {c.code: c for c in checks()}
 
 
+def all_codes() -> list[str]:
+    """Every code the catalog has a page for: each check's, then each guard failure code's
+    (:mod:`kvcanary.guard.codes`)."""
+    from kvcanary.guard.codes import failure_codes
+
+    return [c.code for c in checks()] + [f.code for f in failure_codes()]
+
+
 def update_codebook() -> list[str]:
-    """Give new checks their codes (never renumbering), save the book, refresh live checks' codes."""
+    """Give new checks and guard failure codes their codes (never renumbering), save the book, refresh live
+    checks' codes."""
+    from kvcanary.guard import codes as guard_codes
+
     book = FAMILY.codebook
     wanted = [(c.contract.name, check.slug, c.contract.letter) for c in contracts() for check in c.checks()]
+    wanted += [(guard_codes.CONTRACT, f.slug, guard_codes.LETTER) for f in guard_codes.failure_codes()]
     added = book.update(wanted)
     book.save()
     for c in contracts():
         for check in c.checks():
             check.code = book.lookup(c.contract.name, check.slug) or check.code
+    guard_codes.reload()
     return added

@@ -58,7 +58,8 @@ def unknown_code(text: str, code: str, known: Sequence[str]) -> UsageError:
               else f"; its letter's codes run {span}" if span
               else "; codes look like KVC-W087 (the second line of every kvcanary error)")
     return UsageError(f"unknown error code {text!r}{detail}",
-                      hint=f"`kvcanary contracts --codes` lists all {len(known)} codes")
+                      hint=f"{len(known)} codes have a page: `kvcanary contracts --codes` lists the contracts' codes, "
+                           "the catalog index (docs/errors/index.md) every one")
 
 
 def main(args: argparse.Namespace) -> int:

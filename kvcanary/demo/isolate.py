@@ -4,15 +4,17 @@ whether their tokens equal the clean run's), the slots quarantined, and the prom
 The promise: every request that held a slot a violation named (or a quarantined slot) fails, or is served
 tokens identical to the clean run (it was recomputed from clean KV, or finished before it read the damage);
 every request that held none is served and identical to the clean run; no violation names a quarantined
-slot after its quarantine. Runs drain the engine after the workload, so that every request ends.
+slot after its quarantine. Runs drain the engine after the workload, so that every request ends. Each run
+is an :class:`~kvcanary.guard.outcome.IsolationOutcome` in slots, printed as transformers' runs are.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
+
+from kvcanary.guard.outcome import IsolationOutcome, describe, sorted_ids, summary
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine import Engine, Fault
@@ -50,44 +52,6 @@ def drive_and_drain(engine: Engine, peer: Engine, settings: DemoSettings) -> str
     return error
 
 
-@dataclass(frozen=True)
-class IsolationOutcome:
-    """One isolate-policy run against the clean run of the same engine configuration."""
-
-    fault: Fault | None
-    extensions: bool
-    fired_step: int | None
-    violations: int
-    failed: dict[int, str]  # request id -> error
-    served_equal: tuple[int, ...]
-    served_changed: tuple[int, ...]
-    affected: frozenset[int]  # requests that held a reported or quarantined slot
-    quarantined: tuple[int, ...]
-    quarantined_swa: tuple[int, ...]
-    finished_reported: tuple[tuple[str, int], ...]  # (request id, finish step) reported, not failed
-    repeated: int  # violations on a quarantined slot recorded after its quarantine
-    unfinished: tuple[int, ...]
-    seconds: float
-    error: str | None = None
-
-    @property
-    def label(self) -> str:
-        name = self.fault.value if self.fault is not None else "clean"
-        return f"{name}+ext" if self.extensions else name
-
-    @property
-    def healthy_failed(self) -> tuple[int, ...]:
-        return tuple(sorted(r for r in self.failed if r not in self.affected))
-
-    @property
-    def ok(self) -> bool:
-        if self.error is not None or self.served_changed or self.healthy_failed or self.repeated or self.unfinished:
-            return False
-        if self.fault is None:
-            return not self.failed and not self.violations
-        return True
-
-
 def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: bool = False,
                  clean: Ends | None = None) -> IsolationOutcome:
     """One run of the demo workload with ``fault`` armed under the isolate policy, compared with ``clean``
@@ -107,11 +71,12 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
     assert guard is not None
     got = ends(engine)
     served = [r for r, (state, _) in got.items() if state == "finished"]
-    equal = tuple(sorted(r for r in served if got[r] == clean.get(r)))
-    changed = tuple(sorted(r for r in served if got[r] != clean.get(r)))
-    unfinished = tuple(sorted(r for r, (state, _) in got.items() if state not in ("finished", "failed", "aborted")))
+    equal = sorted_ids(str(r) for r in served if got[r] == clean.get(r))
+    changed = sorted_ids(str(r) for r in served if got[r] != clean.get(r))
+    unfinished = sorted_ids(str(r) for r, (state, _) in got.items()
+                            if state not in ("finished", "failed", "aborted"))
     last = engine.canary.step if engine.canary is not None else 0
-    affected: set[int] = set()
+    affected: set[str] = set()
     repeated = 0
     quarantine_step: dict[tuple[bool, int], int] = {}
     for q in guard.quarantines:
@@ -124,57 +89,22 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
             swa = e.violation.tag_name.endswith("_SWA")
             journal = m.swa_journal if swa else m.journal
             slot = e.violation.slot_idx
-            affected |= {int(o.id) for o in journal.owners_between(slot, e.step_recorded, last)
+            affected |= {o.id for o in journal.owners_between(slot, e.step_recorded, last)
                          if o.kind.value == "request"}
             qs = quarantine_step.get((swa, slot))
             if qs is not None and e.step_recorded > qs:
                 repeated += 1
-    affected |= {r for r, msg in guard.failed.items() if "holds quarantined slot" in msg}
+    affected |= {str(r) for r, msg in guard.failed.items() if "holds quarantined slot" in msg}
     firing = engine.faults.firings[0] if engine.faults.firings else None
+    name = fault.value if fault is not None else "clean"
     return IsolationOutcome(
-        fault=fault, extensions=extensions, fired_step=firing.step if firing else None,
-        violations=len(engine.events()), failed=dict(guard.failed), served_equal=equal, served_changed=changed,
+        label=f"{name}+ext" if extensions else name, injected=fault is not None,
+        fired_step=firing.step if firing else None, violations=len(engine.events()),
+        failed={str(r): msg for r, msg in guard.failed.items()}, served_equal=equal, served_changed=changed,
         affected=frozenset(affected), quarantined=tuple(sorted(guard.quarantined)),
         quarantined_swa=tuple(sorted(s for q in guard.quarantines for s in q.swa_slots)),
         finished_reported=tuple((f.request_id, f.finished_step) for d in guard.decisions for f in d.finished),
         repeated=repeated, unfinished=unfinished, seconds=time.perf_counter() - start, error=error)
-
-
-def _ids(xs: Sequence[int]) -> str:
-    return ", ".join(str(x) for x in xs) or "none"
-
-
-def _slots(xs: Sequence[int]) -> str:
-    if len(xs) > 12:
-        return f"{len(xs)} slots ({', '.join(str(x) for x in xs[:6])}, ...)"
-    return _ids(xs)
-
-
-def describe_isolation(o: IsolationOutcome, out: TextIO) -> None:
-    """The per-run block of ``kvcanary demo --on-violation isolate``."""
-    out.write(f"\n=== {o.label} [isolate: {'OK' if o.ok else 'FAILED'}] ({o.seconds:.1f}s)\n")
-    if o.error is not None:
-        out.write(f"  engine error: {o.error}\n")
-    fired = f"fired in step {o.fired_step}" if o.fired_step is not None else "did not fire"
-    out.write(f"  fault {fired}; {o.violations} violation row(s)\n" if o.fault is not None
-              else f"  no fault injected; {o.violations} violation row(s)\n")
-    out.write(f"  failed:      {_ids(sorted(o.failed))}\n")
-    for rid in sorted(o.failed):
-        out.write(f"    {o.failed[rid]}\n")
-    out.write(f"  served:      {len(o.served_equal) + len(o.served_changed)} request(s), "
-              f"{len(o.served_equal)} identical to the clean run"
-              + (f", CHANGED: {_ids(o.served_changed)}" if o.served_changed else "") + "\n")
-    if o.finished_reported:
-        out.write("  finished before the read-back (reported): "
-                  + ", ".join(f"{r} (step {s})" for r, s in o.finished_reported) + "\n")
-    out.write(f"  quarantined: {_slots(o.quarantined)}"
-              + (f"; SWA slots {_slots(o.quarantined_swa)}" if o.quarantined_swa else "") + "\n")
-    if o.healthy_failed:
-        out.write(f"  HEALTHY REQUESTS FAILED: {_ids(o.healthy_failed)}\n")
-    if o.repeated:
-        out.write(f"  {o.repeated} violation(s) on quarantined slots after their quarantine\n")
-    if o.unfinished:
-        out.write(f"  requests that never ended: {_ids(o.unfinished)}\n")
 
 
 def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO) -> list[IsolationOutcome]:
@@ -195,10 +125,10 @@ def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: Tex
         return refs[drafts]
 
     outcomes = [run_isolated(None, settings, clean=clean(None))]
-    describe_isolation(outcomes[0], out)
+    describe(outcomes[0], out)
     for f in faults:
         o = run_isolated(f, settings, extensions=f in EXTENSION_FAULTS, clean=clean(f))
-        describe_isolation(o, out)
+        describe(o, out)
         outcomes.append(o)
     return outcomes
 
@@ -222,8 +152,6 @@ def main_isolate(faults: Sequence[Fault], settings: DemoSettings) -> int:
     finally:
         torch.set_num_threads(threads)
         log.setLevel(level)
-    bad = [o for o in outcomes if not o.ok]
-    print(f"\n{len(outcomes)} run(s) under the isolate policy in {time.perf_counter() - start:.1f}s: "
-          + ("every affected request failed or was served clean, every other request served identical to the "
-             "clean run" if not bad else f"{len(bad)} run(s) FAILED: {', '.join(o.label for o in bad)}"))
-    return 1 if bad else 0
+    print("\n" + summary(outcomes, time.perf_counter() - start, "every affected request failed or was served "
+                          "clean, every other request served identical to the clean run"))
+    return 0 if all(o.ok for o in outcomes) else 1

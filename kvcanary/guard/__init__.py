@@ -7,6 +7,7 @@ and to every :class:`GuardSink`; the sinks derive what they report from the rows
 """
 
 from kvcanary.guard.adapter import EngineAdapter
+from kvcanary.guard.codes import FailureCode, failure_codes
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
 from kvcanary.guard.journal import JournalEvent, JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.policy import FAILURE_CODES, Isolation, ViolationPolicy, failure_code
@@ -15,6 +16,7 @@ from kvcanary.guard.sink import GuardSink
 __all__ = [
     "FAILURE_CODES",
     "EngineAdapter",
+    "FailureCode",
     "FinishedRequest",
     "GuardDecision",
     "GuardSink",
@@ -27,4 +29,5 @@ __all__ = [
     "SlotJournal",
     "ViolationPolicy",
     "failure_code",
+    "failure_codes",
 ]

@@ -14,13 +14,14 @@ class RequestFailure:
     """A request failed because a slot it read held corrupt KV: the structured error an engine returns."""
 
     request_id: str
-    code: str  # a stable kvcanary code naming the failure (:data:`kvcanary.guard.policy.FAILURE_CODES`)
+    code: str  # the stable catalog code naming the failure (:data:`kvcanary.guard.codes.FAILURE_CODES`)
     check: str  # the check that caught it (``per_forward_head_k_full``, ``sweep_k_full`` ...)
     slot: int
     position: int
     fail_reasons: tuple[str, ...]  # FailReason names
     step: int  # the step whose snapshot recorded the violation
-    message: str  # the one-line text an engine puts in the request's error
+    message: str  # the one-line text an engine puts in the request's error (it ends with the code and alias)
+    alias: str | None = None  # the code's name before the catalog (``KVCANARY-CORRUPT-READ`` ...), if any
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvcanary.consts import FailReason
+from kvcanary.guard.codes import FAILURE_CODES, failure_message, get
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
 from kvcanary.guard.journal import JournalKind, OwnerKind, SlotJournal
 from kvcanary.guard.violation_policy import ViolationPolicy
@@ -21,25 +22,20 @@ from kvcanary.violations import canary_kind
 if TYPE_CHECKING:
     from kvcanary.manager.reporter import ViolationEvent
 
-__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "is_swa"]
+__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "failure_slug", "is_swa"]
 
 
-FAILURE_CODES: dict[str, str] = {
-    "verify": "KVCANARY-CORRUPT-READ",
-    "write": "KVCANARY-CORRUPT-WRITE",
-    "sweep": "KVCANARY-CORRUPT-CACHED",
-}
-"""The stable error code of an isolated request, per kind of check: a per-forward verify found the KV the
-request read corrupt (``verify``), the write-time assert found the token or position it was writing wrong
-(``write``), the sweep found a cached or shared block it held corrupt (``sweep``)."""
+def failure_slug(event: ViolationEvent) -> str:
+    """The :data:`~kvcanary.guard.codes.FAILURE_CODES` key of the check that recorded ``event``."""
+    v = event.violation
+    if canary_kind(v.kernel_kind).startswith("sweep"):
+        return "sweep"
+    return "write" if v.is_write_row else "verify"
 
 
 def failure_code(event: ViolationEvent) -> str:
-    """The :data:`FAILURE_CODES` entry for the check that recorded ``event``."""
-    v = event.violation
-    if canary_kind(v.kernel_kind).startswith("sweep"):
-        return FAILURE_CODES["sweep"]
-    return FAILURE_CODES["write" if v.is_write_row else "verify"]
+    """The stable catalog code (``KVC-G001`` ...) of a request failed for ``event``."""
+    return FAILURE_CODES[failure_slug(event)]
 
 
 def is_swa(event: ViolationEvent) -> bool:
@@ -89,12 +85,12 @@ class Isolation:
                     continue
                 check = canary_kind(v.kernel_kind)
                 reasons = tuple(str(r.name) for r in FailReason if v.fail_reason_bits & int(r))
-                msg = (f"kv-canary: request {o.id} failed: {check} found corrupt KV at slot {v.slot_idx} "
-                       f"position {v.position} ({'+'.join(v.reason_labels) or 'none'}), recorded in step "
-                       f"{e.step_recorded}")
-                fail[o.id] = RequestFailure(request_id=o.id, code=failure_code(e), check=check, slot=v.slot_idx,
+                fc = get(failure_slug(e))
+                msg = failure_message(o.id, fc.slug, check=check, slot=v.slot_idx, position=v.position,
+                                      reasons="+".join(v.reason_labels), step=e.step_recorded)
+                fail[o.id] = RequestFailure(request_id=o.id, code=fc.code, check=check, slot=v.slot_idx,
                                             position=v.position, fail_reasons=reasons, step=e.step_recorded,
-                                            message=msg)
+                                            message=msg, alias=fc.alias)
         self.failed.update(fail)
         self.reported_finished.update(finished)
         return GuardDecision(step=step, events=tuple(events), fail=tuple(fail.values()), quarantine=tuple(quarantine),

@@ -65,7 +65,7 @@ def decision_event(d: GuardDecision) -> dict[str, Any]:
     return {
         "schema": EVENT_SCHEMA, "event": "isolation", "step": d.step,
         "request_ids": [f.request_id for f in d.fail],
-        "failed": [{"request_id": f.request_id, "code": f.code, "check": f.check, "slot": f.slot,
+        "failed": [{"request_id": f.request_id, "code": f.code, "alias": f.alias, "check": f.check, "slot": f.slot,
                     "position": f.position, "fail_reasons": list(f.fail_reasons), "step": f.step,
                     "message": f.message} for f in d.fail],
         "quarantined_blocks": list(d.quarantine),

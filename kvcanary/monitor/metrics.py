@@ -62,7 +62,7 @@ class MetricsSink:
         self._base_skipped = 0
         self._base_steps = 0
         self._violations: Counter[tuple[str, str, str]] = Counter()
-        self._failed: Counter[str] = Counter()
+        self._failed: Counter[tuple[str, str]] = Counter()
         self._quarantined = 0
         self._finished = 0
         self._decisions = 0
@@ -87,7 +87,7 @@ class MetricsSink:
         with self._lock:
             self._decisions += 1
             for f in decision.fail:
-                self._failed[f.code] += 1
+                self._failed[(f.code, f.alias or "")] += 1
             self._quarantined += len(decision.quarantine)
             self._finished += len(decision.finished)
 
@@ -187,10 +187,10 @@ class MetricsSink:
         if delay is not None:
             rb.add_metric([], delay)
         yield rb
-        rf = CounterMetricFamily(f"{PREFIX}_requests_failed", "Requests the isolation policy failed, by code",
-                                 labels=["code"])
-        for code, n in sorted(failed.items()):
-            rf.add_metric([code], n)
+        rf = CounterMetricFamily(f"{PREFIX}_requests_failed", "Requests the isolation policy failed, by catalog "
+                                 "code (kvcanary explain CODE) and the code's older alias", labels=["code", "alias"])
+        for (code, alias), n in sorted(failed.items()):
+            rf.add_metric([code, alias], n)
         yield rf
         yield CounterMetricFamily(f"{PREFIX}_blocks_quarantined", "KV blocks the isolation policy quarantined",
                                   value=quarantined)

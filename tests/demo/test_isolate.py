@@ -10,9 +10,10 @@ import pytest
 
 from kvcanary.demo.engine import Fault
 from kvcanary.demo.engine.faults import EXTENSION_FAULTS
-from kvcanary.demo.isolate import Ends, IsolationOutcome, drive_and_drain, ends, run_isolated
+from kvcanary.demo.isolate import Ends, drive_and_drain, ends, run_isolated
 from kvcanary.demo.run import DemoSettings, build_engines
 from kvcanary.guard import ViolationPolicy
+from kvcanary.guard.outcome import IsolationOutcome
 from tests.demo.harness import STEPS
 
 SETTINGS = DemoSettings(steps=STEPS)
@@ -104,3 +105,27 @@ def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
     assert "=== position_off_by_one [isolate: OK]" in out and "failed:      0" in out
     assert "identical to the clean run" in out and "quarantined: 33" in out
     assert "2 run(s) under the isolate policy" in out
+
+
+@pytest.mark.parametrize("fault", [None, Fault.RADIX_UAF, Fault.ROW_RECYCLED], ids=lambda f: f.value if f else "clean")
+def test_the_journal_holds_every_slot_each_forward_reads(fault: Fault | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard reads only the part of a live range past its last forward's (when the rest is unchanged):
+    after every forward, each request still holds every slot its whole live range names."""
+    from kvcanary.demo.engine.forward_batch import Forward
+    from kvcanary.demo.engine.guard import DemoGuard
+
+    observe = DemoGuard.observe
+    checked: list[int] = []
+
+    def checking(self: DemoGuard, fwd: Forward) -> None:
+        observe(self, fwd)
+        for row in fwd.rows:
+            if row.req is not None:
+                live = set(self.memory.r2t.read(row.req.row, 0, row.prefix + row.extend)) - {0}
+                assert live <= self._held[row.req.rid], (row.req.rid, sorted(live - self._held[row.req.rid]))
+                checked.append(len(live))
+
+    monkeypatch.setattr(DemoGuard, "observe", checking)
+    engine, peer, _ = build_engines(fault, SETTINGS, policy=_isolate())
+    drive_and_drain(engine, peer, SETTINGS)
+    assert len(checked) > 50 and max(checked) > 30

@@ -12,13 +12,16 @@ import kvcanary
 from kvcanary import codes
 from kvcanary.cli import main
 from kvcanary.errors import CODEBOOK_PATH
+from kvcanary.guard import codes as guard_codes
 from kvcanary_contracts import ContractError
 from tools.docsgen import catalog as cat
-from tools.docsgen import generate
+from tools.docsgen import generate, guard_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CODES = sorted(codes.by_code())
+GUARD_CODES = sorted(f.code for f in guard_codes.failure_codes())
+ALL_CODES = sorted(CODES + GUARD_CODES)
 SECTIONS = ["The message", "What it means", "When it happens", "How to fix it", "Example", "Related errors",
             "Where it is declared"]
 
@@ -33,19 +36,33 @@ def test_every_check_has_a_stable_code_and_every_code_a_check() -> None:
     assert all(re.fullmatch(r"KVC-[A-Z]\d{3}", c.code) for c in checks), "run `kvcanary docs --update-codes`"
     assert len({c.code for c in checks}) == len(checks)
     book = json.loads(CODEBOOK_PATH.read_text())["codes"]
-    assert sorted(book.values()) == CODES
+    assert sorted(book.values()) == ALL_CODES
+    assert sorted(codes.all_codes()) == ALL_CODES
+
+
+def test_every_guard_failure_code_is_numbered_by_the_code_book() -> None:
+    """The isolate policy's failure codes are catalog codes of their own letter, each with an alias or none."""
+    assert all(re.fullmatch(rf"KVC-{guard_codes.LETTER}\d{{3}}", c) for c in GUARD_CODES), \
+        "run `kvcanary docs --update-codes`"
+    book = json.loads(CODEBOOK_PATH.read_text())["codes"]
+    for f in guard_codes.failure_codes():
+        assert book[f"{guard_codes.CONTRACT}/{f.slug}"] == f.code == guard_codes.FAILURE_CODES[f.slug]
+    aliases = {f.slug: f.alias for f in guard_codes.failure_codes()}
+    assert aliases == {"verify": "KVCANARY-CORRUPT-READ", "write": "KVCANARY-CORRUPT-WRITE",
+                       "sweep": "KVCANARY-CORRUPT-CACHED", "quarantined": None}
 
 
 def test_every_code_has_a_page_and_every_page_a_code(catalog: cat.Catalog, tmp_path: Path) -> None:
     assert sorted(catalog.pages) == CODES
+    assert sorted(guard_pages.pages()) == GUARD_CODES
     generate(tmp_path)
     (tmp_path / "errors" / "KVC-Z999.md").write_text("# stale\n")
     report = generate(tmp_path)
     assert report.removed == ["errors/KVC-Z999.md"]
     on_disk = sorted(p.stem for p in (tmp_path / "errors").glob("*.md") if p.stem != "index")
-    assert on_disk == CODES
+    assert on_disk == ALL_CODES
     index = (tmp_path / "errors" / "index.md").read_text()
-    assert all(f"[{code}]({code}.md)" in index for code in CODES)
+    assert all(f"[{code}]({code}.md)" in index for code in ALL_CODES)
     assert generate(tmp_path, dry_run=True).stale == []
 
 
@@ -109,6 +126,21 @@ def test_explain_prints_the_page(capsys: pytest.CaptureFixture[str], catalog: ca
     assert "unknown error code" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("code", GUARD_CODES)
+def test_guard_pages_say_what_happened_what_is_seen_and_what_to_do(code: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    page = guard_pages.pages()[code]
+    f = page.failure
+    assert [s.title for s in page.sections] == list(guard_pages.SECTIONS)
+    md = page.markdown()
+    assert md.startswith(f"# {code}: ") and f.happened in md and f.operator_sees in md and f.action in md
+    # the page's example is the text the engines build, ending with the code (and alias) and the command
+    assert page.error_text in md and page.error_text.endswith(f"{f.tag}") and f"explain {code}`]" in f.tag
+    assert (f.alias is None) or f" {f.alias};" in page.error_text
+    assert main(["explain", code.lower()]) == 0
+    assert capsys.readouterr().out == page.text()
+
+
 def test_the_package_ships_the_pages_as_generated(catalog: cat.Catalog) -> None:
     """``kvcanary explain`` and ``contracts`` read kvcanary/catalog.json.gz: it must match the contracts."""
     from kvcanary import catalog as shipped
@@ -116,7 +148,9 @@ def test_the_package_ships_the_pages_as_generated(catalog: cat.Catalog) -> None:
 
     assert shipped.decode(shipped.DATA_PATH.read_bytes()) == shipped.decode(package_data()), (
         "kvcanary/catalog.json.gz is stale: run `kvcanary docs`")
-    assert shipped.codes() == CODES
+    assert shipped.codes() == ALL_CODES
+    g = shipped.page(GUARD_CODES[0])
+    assert g is not None and g.markdown == guard_pages.pages()[GUARD_CODES[0]].markdown()
     page = shipped.page(CODES[0])
     assert page is not None and page.text == catalog.pages[CODES[0]].text()
 

@@ -19,6 +19,7 @@ from kvcanary.guard import (
     ViolationPolicy,
 )
 from kvcanary.manager import CanaryConfig, StepStats, ViolationEvent
+from kvcanary.monitor.events import decision_event
 from tests.manager.world import Req, World, chain_entries, make_world
 
 
@@ -160,6 +161,10 @@ def test_isolate_fails_every_reader_of_the_slot_and_quarantines_it(caplog: pytes
     assert f.code == FAILURE_CODES["verify"] and f.check.startswith("per_forward_") and f.slot == 2
     assert f.fail_reasons == ("VERIFY_REAL_KV_HASH_MISMATCH",) and f.step == corrupt_step
     assert f.request_id in f.message and "slot 2" in f.message
+    # the catalog code, its alias, and the command that explains it: in the text, the JSON event, the metrics
+    assert f.code == "KVC-G001" and f.alias == "KVCANARY-CORRUPT-READ"
+    assert f.message.endswith(" [KVC-G001 KVCANARY-CORRUPT-READ; run `kvcanary explain KVC-G001`]")
+    assert decision_event(d)["failed"][0]["code"] == "KVC-G001"
     assert m.journal.quarantined(2) and not m.journal.quarantined(1)
     assert rec.violations == list(d.events)
     assert rec.steps == list(range(m.step))
@@ -270,5 +275,7 @@ def test_policies_page_adapter_example_runs() -> None:
     w.forward([(a, 3, 1)])
     w.step()
     w.step()
-    assert list(engine.failed) == ["a"] and engine.failed["a"].startswith(FAILURE_CODES["verify"] + ": kv-canary")
+    assert list(engine.failed) == ["a"] and engine.failed["a"].startswith("kv-canary: request a failed")
+    assert engine.failed["a"].endswith(f"[{FAILURE_CODES['verify']} KVCANARY-CORRUPT-READ; run `kvcanary explain "
+                                       f"{FAILURE_CODES['verify']}`]")
     assert engine.quarantined == [2]

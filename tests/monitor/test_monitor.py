@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvcanary.consts import CanaryMode, FailReason
+from kvcanary.guard.codes import FAILURE_CODES
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
 from kvcanary.manager import CanaryConfig
 from kvcanary.monitor import EVENT_SCHEMA, HealthState, JsonFormatter, Monitor
@@ -154,22 +155,24 @@ def test_raise_mode_sinks_hear_the_rows_the_step_raises_for() -> None:
 
 def test_decisions_move_the_isolation_counters_and_log_one_event(caplog: pytest.LogCaptureFixture) -> None:
     _w, mon, reg, _a = monitored()
-    fail = RequestFailure(request_id="req-7", code="KVC-ISOLATED", check="per_forward_tail_k_full", slot=3,
+    code = FAILURE_CODES["verify"]
+    fail = RequestFailure(request_id="req-7", code=code, check="per_forward_tail_k_full", slot=3,
                           position=2, fail_reasons=(FailReason.VERIFY_REAL_KV_HASH_MISMATCH.name or "",),
-                          step=4, message="kv-canary: request req-7 read corrupt KV")
+                          step=4, message="kv-canary: request req-7 read corrupt KV", alias="KVCANARY-CORRUPT-READ")
     decision = GuardDecision(step=4, events=(), fail=(fail,), quarantine=(0, 5),
                              finished=(FinishedRequest("req-2", 3),))
     with caplog.at_level(logging.INFO):
         mon.on_decision(decision)
         mon.on_decision(GuardDecision(step=5, events=()))  # empty: no event
     s = scrape(reg)
-    assert value(s, "kvcanary_requests_failed_total", code="KVC-ISOLATED") == 1
+    assert value(s, "kvcanary_requests_failed_total", code=code, alias="KVCANARY-CORRUPT-READ") == 1
     assert value(s, "kvcanary_blocks_quarantined_total") == 2
     assert value(s, "kvcanary_finished_requests_affected_total") == 1
     events = [r.kvcanary_event for r in caplog.records if r.name == "kvcanary.events"]  # type: ignore[attr-defined]
     assert len(events) == 1
     assert events[0]["event"] == "isolation" and events[0]["request_ids"] == ["req-7"]
-    assert events[0]["failed"][0]["code"] == "KVC-ISOLATED" and events[0]["quarantined_blocks"] == [0, 5]
+    assert events[0]["failed"][0]["code"] == code == "KVC-G001" and events[0]["quarantined_blocks"] == [0, 5]
+    assert events[0]["failed"][0]["alias"] == "KVCANARY-CORRUPT-READ"
     assert mon.status().requests_failed == 1
 
 

@@ -2,7 +2,8 @@
 
 Generated, from the code, at every ``mkdocs build`` (and by ``kvcanary docs``):
 
-- ``errors/index.md`` and one ``errors/KVC-….md`` per error code (:mod:`tools.docsgen.catalog`);
+- ``errors/index.md`` and one ``errors/KVC-….md`` per error code (:mod:`tools.docsgen.catalog`), the
+  guard's request failure codes among them (:mod:`tools.docsgen.guard_pages`);
 - ``contracts.md`` and ``contracts.json``: every launcher contract (:mod:`tools.docsgen.export`);
 - ``support-matrix.md``: what each backend declares and what the registry says here (:mod:`.matrix`);
 - ``benchmarks.md``: tables and charts from ``benchmarks/results/*.json`` (:mod:`.benchmarks`).
@@ -67,7 +68,7 @@ def find_docs_dir(start: Path) -> Path | None:
 
 def pages(results_dir: Path) -> dict[str, Callable[[], str]]:
     """Every generated file (relative path -> its content, built on demand); benchmarks from ``results_dir``."""
-    from tools.docsgen import benchmarks, catalog, export, matrix
+    from tools.docsgen import benchmarks, catalog, export, guard_pages, matrix
 
     cat = catalog.catalog()
     out: dict[str, Callable[[], str]] = {
@@ -80,15 +81,18 @@ def pages(results_dir: Path) -> dict[str, Callable[[], str]]:
     }
     for code, page in cat.pages.items():
         out[f"{ERRORS_DIR}/{code}.md"] = page.markdown
+    for code, gpage in guard_pages.pages().items():
+        out[f"{ERRORS_DIR}/{code}.md"] = gpage.markdown
     return out
 
 
 def package_data() -> bytes:
     """The bytes of ``kvcanary/catalog.json.gz``: every page's text and Markdown, and the contract export."""
     from kvcanary import catalog as data
-    from tools.docsgen import catalog, export
+    from tools.docsgen import catalog, export, guard_pages
 
     pages = {code: data.Page(code, p.text(), p.markdown()) for code, p in catalog.catalog().pages.items()}
+    pages.update({code: data.Page(code, p.text(), p.markdown()) for code, p in guard_pages.pages().items()})
     return data.encode(pages, json.loads(export.dumps()))
 
 

@@ -534,18 +534,24 @@ def index_markdown(cat: Catalog) -> str:
     letters: dict[str, list[type[Contract]]] = {}
     for c in cat.contracts:
         letters.setdefault(c.contract.letter, []).append(c)
+    from tools.docsgen import guard_pages
+
+    guard = guard_pages.pages()
     out = ["# Error catalog", "",
-           f"Every `ContractError` kvcanary raises has a stable code; this page lists all {len(cat.pages)}. "
+           f"Every `ContractError` kvcanary raises has a stable code; this page lists all {len(cat.pages)}, "
+           f"and the {len(guard)} codes of the requests the isolate policy fails "
+           "([below](#request-failures)). "
            "Each code's page shows the message, what it means, when it happens, how to fix it, and a failing "
            "call next to the corrected one, both generated from the contract and executed by the tests. "
            "`kvcanary explain CODE` prints the same page in a terminal.", "",
            "Codes are `KVC-<letter><number>`; the letter names the contract that checks the call: one launcher "
            "each, except **A**, which the `allocate` constructors of the two plans and of the violation log "
-           "share (their numbers interleave).", ""]
+           "share (their numbers interleave); **G** names no contract: it is the guard's request failures.", ""]
     for letter, contracts in letters.items():
         n = sum(len(cat.by_contract(c.contract.name)) for c in contracts)
         names = ", ".join(f"[`{c.contract.name}`](#{anchor(c.contract.name)})" for c in contracts)
         out.append(f"- **{letter}**: {names}, {n} codes")
+    out.append(f"- **G**: [request failures](#request-failures), {len(guard)} codes")
     out += ["", "## By launcher and constructor", ""]
     for c in cat.contracts:
         name = c.contract.name
@@ -557,6 +563,7 @@ def index_markdown(cat: Catalog) -> str:
             summary = p.check.summary.replace("|", "\\|")
             out.append(f"| [{p.code}]({p.code}.md) | `{group_kind(p.check)}` | {arg} | {summary} |")
         out += ["", "</div>", ""]
+    out += guard_pages.index_markdown()
     out += ["## By kind of check", "",
             "The kinds are those `kvcanary contracts --codes` prints beside each code.", ""]
     kinds: dict[str, list[ErrorPage]] = {}

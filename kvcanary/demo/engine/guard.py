@@ -16,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import torch
+
 from kvcanary.demo.engine.requests import ReqState
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
+from kvcanary.guard.codes import quarantined_message
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine.forward_batch import Forward
@@ -54,6 +57,7 @@ class DemoGuard:
         self.reinstate_after = reinstate_after
         self._held: dict[int, set[int]] = {}
         self._held_swa: dict[int, set[int]] = {}
+        self._seen: dict[int, torch.Tensor] = {}  # per request: the live range its last forward read
         self._cached: set[int] = set()
         self.quarantines: list[Quarantine] = []
         self.failed: dict[int, str] = {}
@@ -89,11 +93,17 @@ class DemoGuard:
             if req is None:
                 continue
             end = row.prefix + row.extend
-            now = set(r2t.read(req.row, 0, end))
-            if 0 in now:  # a live range naming the padding slot (a bug): held for this step only
+            live = r2t.host[req.row, :end]  # the host mirror: no device read
+            seen = self._seen.get(req.rid)
+            # only the part past what this request's last forward read, when that part is unchanged (its
+            # slots are held already): host work per new token, not per token of the context
+            part = live[seen.numel():] if seen is not None and seen.numel() <= end and torch.equal(
+                live[:seen.numel()], seen) else live
+            self._seen[req.rid] = live.clone()
+            if bool((live == 0).any()):  # a live range naming the padding slot (a bug): held for this step only
                 self._record(JournalKind.SHARED, [0], request_owner(req.rid))
                 self._record(JournalKind.RELEASED, [0], request_owner(req.rid))
-            self._diff(req.rid, self._held, now - {0}, set(row.locs), swa=False)
+            self._diff(req.rid, self._held, set(part.tolist()) - {0}, set(row.locs), swa=False)
             if swa is not None:
                 lo = max(0, row.prefix - self.window)
                 lut = swa.host_lut
@@ -101,12 +111,12 @@ class DemoGuard:
                 self._diff(req.rid, self._held_swa, win, set(), swa=True)
 
     def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
-        before = table.get(rid, set())
+        before = table.setdefault(rid, set())
         owner = request_owner(rid)
         new = now - before
         self._record(JournalKind.ALLOCATED, sorted(new & own), owner, swa=swa)
         self._record(JournalKind.SHARED, sorted(new - own), owner, swa=swa)
-        table[rid] = before | now  # a slot read once stays held until the request leaves
+        before |= new  # a slot read once stays held until the request leaves
 
     def end_of_step(self) -> None:
         """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
@@ -126,6 +136,7 @@ class DemoGuard:
 
     def _leave(self, rid: int) -> None:
         owner = request_owner(rid)
+        self._seen.pop(rid, None)
         self._record(JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
         self._record(JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner, swa=True)
         req = self.requests.get(rid)
@@ -159,8 +170,7 @@ class DemoGuard:
         for req in list(self.requests.running):
             held = set(self.memory.r2t.read(req.row, 0, req.alloc_len))
             if held & bad and not req.done:
-                self._fail(req, f"kv-canary: request {req.rid} failed: it holds quarantined slot(s) "
-                           f"{sorted(held & bad)}")
+                self._fail(req, quarantined_message(str(req.rid), "slot(s)", sorted(held & bad)))
         self.memory.quarantine(slots, swa)
         self.quarantines.append(Quarantine(self.step, slots, swa))
 

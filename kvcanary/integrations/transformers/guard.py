@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
+from kvcanary.guard.codes import quarantined_message
 from kvcanary.integrations.transformers.layout import CacheLayout
 from kvcanary.manager import CanaryManager
 
@@ -157,13 +158,13 @@ class TfGuard:
         for rid, blocks in list(lay.block_table.items()):
             bad = set(blocks) & self.quarantined
             if bad and rid not in fail:
-                fail[rid] = f"kv-canary: request {rid} failed: it holds quarantined block(s) {sorted(bad)}"
+                fail[rid] = quarantined_message(rid, "block(s)", sorted(bad))
         sw = lay.sliding
         if sw is not None:
             for rid, blocks in list(sw.block_table.items()):
                 bad = set(blocks) & self.quarantined_swa
                 if bad and rid not in fail:
-                    fail[rid] = f"kv-canary: request {rid} failed: it holds quarantined ring block(s) {sorted(bad)}"
+                    fail[rid] = quarantined_message(rid, "ring block(s)", sorted(bad))
         for rid, msg in fail.items():
             self._fail(processor, rid, msg)
         self._purge()

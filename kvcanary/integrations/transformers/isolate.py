@@ -4,7 +4,8 @@ requests served and whether they equal a run without canaries, the blocks quaran
 
 A run keeps the promise when every served request's tokens equal the reference run's, every failed request
 held a block a violation named (or a quarantined block), and no violation names a quarantined block after
-its quarantine.
+its quarantine; a fault run must also fire and be reported. Each run is an
+:class:`~kvcanary.guard.outcome.IsolationOutcome` in blocks, printed as the demo engine's runs are.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 
 import torch
 
+from kvcanary.guard.outcome import BLOCKS, IsolationOutcome, describe, sorted_ids, summary
 from kvcanary.integrations.transformers.fault_kinds import TfFault
 from kvcanary.integrations.transformers.session import StepView
 
@@ -63,39 +65,8 @@ class CachedFlip:
         self.detail = {"block": free[0], "slot": slot}
 
 
-@dataclass(frozen=True)
-class TfIsolation:
-    """One isolate-policy run against the reference (no canaries) of the same model and prompts."""
-
-    scenario: str
-    model: str
-    fired_step: int | None
-    reports: int
-    failed: dict[str, str]
-    served_equal: tuple[str, ...]
-    served_changed: tuple[str, ...]
-    affected: frozenset[str]
-    quarantined: tuple[int, ...]
-    quarantined_swa: tuple[int, ...]
-    finished_reported: tuple[tuple[str, int], ...]
-    repeated: int
-    seconds: float
-
-    @property
-    def healthy_failed(self) -> tuple[str, ...]:
-        return tuple(sorted(r for r in self.failed if r not in self.affected))
-
-    @property
-    def ok(self) -> bool:
-        if self.served_changed or self.healthy_failed or self.repeated:
-            return False
-        if self.scenario == "clean":
-            return not self.failed and not self.reports
-        return self.fired_step is not None and self.reports > 0
-
-
 def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str | None, *, reference: Outputs,
-                 backend: str | None, max_new_tokens: int, name: str = "llama") -> TfIsolation:
+                 backend: str | None, max_new_tokens: int, name: str = "llama") -> IsolationOutcome:
     """One generate_batch run under the isolate policy with ``scenario`` armed (a fault class, ``CACHED_FLIP``,
     or None: clean), compared with ``reference``."""
     from kvcanary.integrations.transformers.faults import FaultHook
@@ -138,41 +109,18 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
                 repeated += 1
         affected |= {r for r, msg in g.failed.items() if "holds quarantined" in msg}
     label = scenario.value if isinstance(scenario, TfFault) else scenario or "clean"
-    return TfIsolation(
-        scenario=label, model=name, fired_step=hook.fired_step if hook is not None else None,
-        reports=len(canary.reports), failed=failed,
-        served_equal=tuple(sorted(r for r in served if got[r] == reference.get(r))),
-        served_changed=tuple(sorted(r for r in served if got[r] != reference.get(r))), affected=frozenset(affected),
+    return IsolationOutcome(
+        label=label + (" (swa)" if name == "hybrid" else ""), injected=scenario is not None,
+        fired_step=hook.fired_step if hook is not None else None, violations=len(canary.reports), failed=failed,
+        served_equal=sorted_ids(r for r in served if got[r] == reference.get(r)),
+        served_changed=sorted_ids(r for r in served if got[r] != reference.get(r)), affected=frozenset(affected),
         quarantined=tuple(sorted(quarantined)), quarantined_swa=tuple(sorted(quarantined_swa)),
-        finished_reported=tuple(finished), repeated=repeated, seconds=time.perf_counter() - start)
-
-
-def describe(o: TfIsolation, out: TextIO) -> None:
-    """The per-run block."""
-    swa = " (swa)" if o.model == "hybrid" else ""
-    out.write(f"\n=== {o.scenario}{swa} [isolate: {'OK' if o.ok else 'FAILED'}] ({o.seconds:.1f}s)\n")
-    fired = "no fault injected" if o.scenario == "clean" else (
-        f"injected at step {o.fired_step}" if o.fired_step is not None else "found no place to fire")
-    out.write(f"  {fired}; {o.reports} violation row(s)\n")
-    out.write(f"  failed:      {', '.join(sorted(o.failed)) or 'none'}\n")
-    for rid in sorted(o.failed):
-        out.write(f"    {rid}: {o.failed[rid]}\n")
-    out.write(f"  served:      {len(o.served_equal) + len(o.served_changed)} request(s), {len(o.served_equal)} "
-              "identical to the run without canaries"
-              + (f", CHANGED: {', '.join(o.served_changed)}" if o.served_changed else "") + "\n")
-    if o.finished_reported:
-        out.write("  finished before the read-back (reported): "
-                  + ", ".join(f"{r} (step {s})" for r, s in o.finished_reported) + "\n")
-    out.write(f"  quarantined: blocks {', '.join(map(str, o.quarantined)) or 'none'}"
-              + (f"; ring blocks {', '.join(map(str, o.quarantined_swa))}" if o.quarantined_swa else "") + "\n")
-    if o.healthy_failed:
-        out.write(f"  HEALTHY REQUESTS FAILED: {', '.join(o.healthy_failed)}\n")
-    if o.repeated:
-        out.write(f"  {o.repeated} violation(s) on quarantined blocks after their quarantine\n")
+        finished_reported=tuple(finished), repeated=repeated, seconds=time.perf_counter() - start,
+        units=BLOCKS, reference="the run without canaries", must_fire=True)
 
 
 def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str | None, seed: int,
-                       max_new_tokens: int, out: TextIO) -> list[TfIsolation]:
+                       max_new_tokens: int, out: TextIO) -> list[IsolationOutcome]:
     """Clean runs, then one run per fault class and the cached-block flip, under the isolate policy."""
     import logging
 
@@ -194,7 +142,7 @@ def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str |
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.CRITICAL)
-    outcomes: list[TfIsolation] = []
+    outcomes: list[IsolationOutcome] = []
     try:
         refs = {name: generate_status(m, prompts, max_new_tokens=max_new_tokens)[0] for name, m in models.items()}
         runs: list[tuple[str, TfFault | str | None]] = [(name, None) for name in models]
@@ -226,8 +174,6 @@ def main_isolate(faults: Sequence[TfFault], *, device: str, backend: str | None,
                                       max_new_tokens=max_new_tokens, out=sys.stdout)
     except BackendError as exc:
         raise backend_usage_error(exc, backend) from None
-    bad = [o for o in outcomes if not o.ok]
-    print(f"\n{len(outcomes)} run(s) under the isolate policy in {time.perf_counter() - start:.1f}s: "
-          + ("every affected request failed, every served request identical to the run without canaries"
-             if not bad else f"{len(bad)} run(s) FAILED: {', '.join(o.scenario for o in bad)}"))
-    return 1 if bad else 0
+    print("\n" + summary(outcomes, time.perf_counter() - start, "every affected request failed, every served "
+                          "request identical to the run without canaries"))
+    return 0 if all(o.ok for o in outcomes) else 1

@@ -25,14 +25,14 @@ def reference(model: Any) -> Outputs:
 
 def check(model: Any, scenario: TfFault | str | None) -> None:
     o = run_isolated(model, prompts(), scenario, reference=reference(model), backend=None, max_new_tokens=NEW)
-    where = f"seed {SEED}, {o.scenario}"
+    where = f"seed {SEED}, {o.label}"
     assert not o.served_changed, f"{where}: served requests changed: {o.served_changed}"
     assert not o.healthy_failed, f"{where}: requests failed without holding a reported block: {o.healthy_failed}"
     assert o.repeated == 0, f"{where}: a quarantined block was reported again"
     if scenario is None:
-        assert not o.failed and o.reports == 0 and len(o.served_equal) == len(prompts())
+        assert not o.failed and o.violations == 0 and len(o.served_equal) == len(prompts())
         return
-    assert o.fired_step is not None and o.reports > 0, f"{where}: nothing fired or nothing was found"
+    assert o.fired_step is not None and o.violations > 0, f"{where}: nothing fired or nothing was found"
     assert o.quarantined or o.quarantined_swa, where
     for rid, err in o.failed.items():
         assert err.startswith(f"kv-canary: request {rid} failed:"), f"{where}: {err!r}"
@@ -64,7 +64,7 @@ def test_isolation_promise_sliding_window(hybrid: Any) -> None:
 
 def test_a_block_only_the_cache_holds_is_caught_by_the_sweep(model: Any) -> None:
     o = run_isolated(model, prompts(), CACHED_FLIP, reference=reference(model), backend=None, max_new_tokens=NEW)
-    assert o.fired_step is not None and o.reports > 0, f"seed {SEED}: the flipped cached block went unnoticed"
+    assert o.fired_step is not None and o.violations > 0, f"seed {SEED}: the flipped cached block went unnoticed"
     assert o.quarantined and not o.served_changed and not o.healthy_failed and o.ok
     # whoever had read it and finished before the read-back is reported with its finish step, not failed
     assert all(step < o.fired_step + 3 for _, step in o.finished_reported)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,8 @@ def test_isolate_fails_exactly_the_affected_request_and_the_server_stays_up(mode
             if i not in failed:
                 assert r.text == clean[i].text, f"seed {SEED}: healthy request {i} changed"
         assert "kv-canary" in (faulted[hit].error or ""), faulted[hit]
+        # the client sees the failure's catalog code (and the command that explains it)
+        assert re.search(r"\[KVC-G00\d[^]]*; run `kvcanary explain KVC-G00\d`\]", faulted[hit].error or ""), faulted[hit]
         samples = scrape(server.url)
         assert total(samples, "kvcanary_violations_total") >= 1
         assert total(samples, "kvcanary_requests_failed_total") == len(failed)
