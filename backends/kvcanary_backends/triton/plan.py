@@ -57,7 +57,9 @@ def _plan_kernel(
         # one pass over the batch: the total (overflow decides whether any entry is written) and the verify
         # offset of this program's first row (the sum over the rows before it)
         # (both saturated: a total that would wrap past INT64_MAX overflows instead; when it does not, every
-        # sum below is exact and each entry e = before + j of a row lies below the total, hence the capacity)
+        # sum below is exact and each entry e = before + j of a row lies below the total, hence the capacity,
+        # so the tiles' stores are masked to their row alone: a per-entry test against the capacity costs
+        # registers, hence resident programs; docs/tuning.md)
         total = (bs * 0).to(tl.int64)
         before = (bs * 0).to(tl.int64)
         for c in range(0, bs, CHUNK):
@@ -76,7 +78,7 @@ def _plan_kernel(
                 n = tl.where(rp != 0, tl.maximum(pl - ws, 0), 0)
                 for k in range(y * TILE, n, ny * TILE):
                     j = k + lanes
-                    m = (j < n) & (before + j < capacity)  # the second test never fails (see above)
+                    m = j < n
                     pos = ws + j
                     slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
                     if MARK_ZERO:
