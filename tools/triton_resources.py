@@ -42,9 +42,9 @@ def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str,
     """Argument types and constexprs of the write kernel as the backend launches it (input assert and the
     write-slot check off: arguments the kernel never reads are constexpr None)."""
     consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
-              "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False,
-              "expected_tokens": None, "expected_positions": None, "rpi": None, "r2t": None, "lut": None,
-              "rpi_len": 0, "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
+              "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False, "OWNER_CHECK": False,
+              "WRITER_ROWS": False, "expected_tokens": None, "expected_positions": None, "rpi": None, "r2t": None,
+              "lut": None, "owner": None, "rpi_len": 0, "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
     sig: dict[str, str] = {}
     for name in inspect.signature(triton_write._write_kernel.fn).parameters:
         m = SOURCE_ARG.match(name)
