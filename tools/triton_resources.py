@@ -88,7 +88,7 @@ def main() -> None:
     warps = TUNING["write_warps"]
     tiles = [int(t) for t in args.tiles.split(",")]
     print(f"write kernel, {warps} warp(s) a program, sm_90, {args.sms} SMs; decode grid {args.bs} x F "
-          f"(default fold tile {TUNING['write_fold_tile']})")
+          f"(decode-shaped writes' fold tile {TUNING['write_fold_tile_decode']})")
     print(f"{'sources':>7} {'mode':>7} {'fold tile':>9} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} "
           f"{'grid':>6} {'waves':>5}")
     for nsrc in (0, 1, 2, 4):

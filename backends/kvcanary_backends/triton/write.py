@@ -220,6 +220,15 @@ def fold_programs(num_sources: int, num_tokens: int) -> int:
     return 1 + max(1, min(TUNING["write_fold_max"], cdiv(num_tokens, TUNING["write_fold_tokens"])))
 
 
+def fold_tile(num_sources: int, num_tokens: int, capacity: int) -> int:
+    """Tokens per fold iteration, from shapes only. A decode-shaped write (no more tokens than request rows)
+    folds about one token a request: a narrow tile holds fewer registers, so more of its ``bs x 2`` programs
+    are resident at once, and hashes no masked lanes. Without sources nothing is folded: one variant."""
+    if num_sources and num_tokens <= capacity:
+        return TUNING["write_fold_tile_decode"]
+    return TUNING["write_fold_tile"]
+
+
 _LAUNCH = Launcher(_write_kernel)
 _CONTEXTS = ObjectCache()
 
@@ -281,6 +290,7 @@ def write(call: WriteLaunch) -> None:
         (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
-         TUNING["write_fold_tile"], write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None),
+         fold_tile(c.num_sources, num_tokens, capacity), write_slot_on(call.extensions), slot_lut, owner_check,
+         slot_key is not None),
         TUNING["write_warps"],
     )
