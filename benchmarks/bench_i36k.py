@@ -6,9 +6,11 @@ them alike.
 
 - Triton plan, bs = 256 x 4096 (1 Mi entries; also x 4000: partial last tiles; and with the token pool), 4
   rotating sets: *before* (``benchmarks/before/triton_plan.py``: stores masked to the capacity too, limb
-  sums), *limb sums* (today's kernel with the scan forced onto its limb path: the mask change alone) and
-  *after* (today's default, the clamped scan). Floors: the plan's bytes at copy bandwidth and the plain
-  stream probe (``floors_cuda.plan_stream_cuda``); target: 19 us at 256 x 4096.
+  sums), *limb sums* (today's kernel with the scan forced onto its limb path: the mask change alone),
+  *after* (today's default, the clamped scan), and *after* with 4 warps a program or tiles of 2048 entries
+  (launch shapes whose grid would be resident in one wave: candidates, timed only). Floors: the plan's bytes
+  at copy bandwidth and the plain stream probe (``floors_cuda.plan_stream_cuda``); target: 19 us at 256 x
+  4096.
 - cuda plan (same sets) beside the same stream probe, target 1.25x; cuda scatter 256 x 4096 beside its bytes
   at copy bandwidth, target 1.5x (unchanged kernels: the figures the issue asks for, in the same run).
 - decode writes, bs 1, 8, 64, 256, 1024 one-token requests, real-KV off and PARTIAL over 2 sources: cuda,
@@ -69,14 +71,14 @@ def limb_scan() -> Iterator[None]:
 
 
 @contextmanager
-def fold_tile(tile: int) -> Iterator[None]:
-    """Triton's decode-shaped writes with fold tile ``tile`` while inside."""
-    keep = TUNING["write_fold_tile_decode"]
-    TUNING["write_fold_tile_decode"] = tile
+def tuned(**over: int) -> Iterator[None]:
+    """Triton's launch shapes (``TUNING``) with ``over`` while inside."""
+    keep = {k: TUNING[k] for k in over}
+    TUNING.update(over)
     try:
         yield
     finally:
-        TUNING["write_fold_tile_decode"] = keep
+        TUNING.update(keep)
 
 
 def _under(ctx: Callable[[], Any], fn: Fn) -> Fn:
@@ -93,7 +95,11 @@ def plan_variants(batch: workloads.PlanBatch, *, pool: bool) -> dict[str, list[F
     after: list[Fn] = [partial(kc.launch_canary_plan_kernels, **kw, backend="triton") for kw in kws]
     out: dict[str, list[Fn]] = {"triton before": [partial(before_plan.plan, PlanLaunch(**kw)) for kw in kws],
            "triton limb sums": [_under(limb_scan, f) for f in after],
-           "triton after": after}
+           "triton after": after,
+           # launch shapes that would fit the grid at 256 x 4096 in one wave of resident programs
+           # (tools/triton_resources.py --plan): candidates for TUNING, timed only
+           "triton after, 4 warps": [_under(partial(tuned, plan_warps=4), f) for f in after],
+           "triton after, tile 2048": [_under(partial(tuned, plan_tile=2048), f) for f in after]}
     if batch.vps[0].verify_slot_indices.device.type == "cuda":
         out["cuda"] = [partial(kc.launch_canary_plan_kernels, **kw, backend="cuda") for kw in kws]
     return out
@@ -212,7 +218,7 @@ def bench_write(r: Report, rounds: int) -> None:
             tri = partial(kc.launch_canary_write_kernel, **kw, backend="triton")
             variants: dict[str, list[Fn]] = {"cuda": [cuda], "triton after": [tri]}
             if nsrc:
-                variants["triton before"] = [_under(partial(fold_tile, wide), tri)]
+                variants["triton before"] = [_under(partial(tuned, write_fold_tile_decode=wide), tri)]
             times = side_by_side(variants, rounds)
             for name, t in times.items():
                 r.add(f"{label}: {name}", t, probe, benchmark="i36 write",
