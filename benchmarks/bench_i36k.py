@@ -11,8 +11,9 @@ them alike.
   (launch shapes whose grid would be resident in one wave: candidates, timed only). Floors: the plan's bytes
   at copy bandwidth and the plain stream probe (``floors_cuda.plan_stream_cuda``); target: 19 us at 256 x
   4096.
-- cuda plan (same sets) beside the same stream probe, target 1.25x; cuda scatter 256 x 4096 beside its bytes
-  at copy bandwidth, target 1.5x (unchanged kernels: the figures the issue asks for, in the same run).
+- cuda plan (same sets) beside the same stream probe, target 1.25x (unchanged: the issue's figure, same run);
+  cuda scatter 256 x 4096 before (``benchmarks/before/scatter.cu``: the later-request search before any load)
+  and after, and Triton's, beside its bytes at copy bandwidth, target 1.5x.
 - decode writes, bs 1, 8, 64, 256, 1024 one-token requests, real-KV off and PARTIAL over 2 sources: cuda,
   Triton *before* (fold tile 256, as for every write before) and *after* (the decode-shaped fold tile),
   beside the dependent-load probe; targets: cuda PARTIAL <= 1.5x the probe, Triton <= 1.3x cuda.
@@ -169,11 +170,40 @@ def bench_plan(r: Report, copy_bw: float, rounds: int) -> None:
         torch.cuda.empty_cache()
 
 
+def scatter_before(kw: dict[str, Any]) -> Fn:
+    """The cuda scatter before issue 36 (``benchmarks/before/scatter.cu``), launched as the backend launches it."""
+    from kvcanary_backends.cuda import scatter
+    from kvcanary_backends.cuda._toolchain import Spec, launch, load
+
+    dev = torch.cuda.current_device()
+    kernel = load(Spec("scatter.cu", "kvc_scatter_before", (), scatter.THREADS,
+                       extra_include=str(Path(__file__).resolve().parent / "before")), dev)
+    flat, offsets, rpi, pool = kw["flat_in"], kw["offsets"], kw["req_pool_indices"], kw["pool_out"]
+    bs, ntok, (rows, cols) = rpi.shape[0], flat.shape[0], pool.shape
+    shape = scatter.shape((), (bs, ntok, rows, cols), 0)
+    assert shape is not None
+    args = (flat.data_ptr(), ntok, offsets.data_ptr(), rpi.data_ptr(), bs, pool.data_ptr(), rows, cols)
+    return partial(launch, kernel, dev, shape, args)
+
+
 def bench_scatter(r: Report, copy_bw: float, rounds: int) -> None:
     bs, per = 256, 4096
     sets = workloads.scatter_sets(bs, per, 4, torch.device("cuda"))
-    variants = {b: [partial(kc.launch_scatter_req_token_ids_kernel, **kw, backend=b) for kw in sets]
-                for b in ("cuda", "triton")}
+    variants: dict[str, list[Fn]] = {b: [partial(kc.launch_scatter_req_token_ids_kernel, **kw, backend=b)
+                                         for kw in sets] for b in ("cuda", "triton")}
+    before = [scatter_before(kw) for kw in sets]
+    same = True
+    for fn, kw in zip(before, sets, strict=True):  # the old kernel leaves the pool the current one leaves
+        kw["pool_out"].zero_()
+        kc.launch_scatter_req_token_ids_kernel(**kw, backend="cuda")
+        want = kw["pool_out"].clone()
+        kw["pool_out"].zero_()
+        fn()
+        same = same and torch.equal(kw["pool_out"], want)
+    if same:
+        variants["cuda before"] = before
+    else:
+        r.note("cuda scatter before: its pool rows differ from the current kernel's; not timed")
     floor = bs * per * 12 / copy_bw
     for name, t in side_by_side(variants, rounds).items():
         r.add(f"scatter {bs} x {per}: {name}", t, floor, target=1.5 if name == "cuda" else None,
