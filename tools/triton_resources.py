@@ -46,8 +46,9 @@ def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str,
     write-slot check off: arguments the kernel never reads are constexpr None)."""
     consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
               "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False, "OWNER_CHECK": False,
-              "WRITER_ROWS": False, "expected_tokens": None, "expected_positions": None, "rpi": None, "r2t": None,
-              "lut": None, "owner": None, "rpi_len": 0, "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
+              "WRITER_ROWS": False, "EARLY_FOLD": fold_tile < TUNING["write_fold_tile"], "expected_tokens": None,
+              "expected_positions": None, "rpi": None, "r2t": None, "lut": None, "owner": None, "rpi_len": 0,
+              "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
     sig: dict[str, str] = {}
     for name in inspect.signature(triton_write._write_kernel.fn).parameters:
         m = SOURCE_ARG.match(name)
