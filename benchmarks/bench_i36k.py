@@ -15,8 +15,10 @@ them alike.
   cuda scatter 256 x 4096 before (``benchmarks/before/scatter.cu``: the later-request search before any load)
   and after, and Triton's, beside its bytes at copy bandwidth, target 1.5x.
 - decode writes, bs 1, 8, 64, 256, 1024 one-token requests, real-KV off and PARTIAL over 2 sources: cuda,
-  Triton *before* (fold tile 256, as for every write before) and *after* (the decode-shaped fold tile),
-  beside the dependent-load probe; targets: cuda PARTIAL <= 1.5x the probe, Triton <= 1.3x cuda.
+  Triton *before* (``benchmarks/before/triton_write.py``: fold tile 256, second-round loads inside the
+  branches), *after* (the decode-shaped fold tile and the early loads) and, with sources, *after* with the
+  256-token tile (the early loads alone), beside the dependent-load probe; targets: cuda PARTIAL <= 1.5x
+  the probe, Triton <= 1.3x cuda.
 
 Usage (repository root, a CUDA GPU)::
 
@@ -42,8 +44,10 @@ import torch
 import kvcanary as kc
 from benchmarks import floors, timing
 from benchmarks.before import triton_plan as before_plan
+from benchmarks.before import triton_write as before_write
 from benchmarks.report import Report, machine
 from kvcanary.ops.plan import PlanLaunch
+from kvcanary.ops.write import WriteLaunch
 from kvcanary.testing import builders
 from kvcanary_backends.triton import plan as triton_plan
 from kvcanary_backends.triton._jit import TUNING
@@ -137,6 +141,23 @@ def dry_run() -> int:
                 print(f"bench_i36k --dry-run: plan {name} (pool {pool}) differs from torch_ref", file=sys.stderr)
                 return 1
     print("bench_i36k --dry-run: every plan variant leaves torch_ref's plan")
+    for nsrc in (0, 2):  # the write's variants: torch_ref's records from the same starting buffer
+        mode = kc.RealKvHashMode.NONE if nsrc == 0 else kc.RealKvHashMode.PARTIAL
+        ctx = builders.context(dev, num_slots=64, sources=_sources(64, nsrc, dev), mode=mode)
+        locs = torch.randperm(63, device=dev) + 1
+        kw = workloads.decode_writes(ctx, locs[8:16], locs[:8], backend="torch_ref")
+        start = ctx.canary_buf.clone()
+        records = {}
+        for name, fn in (("torch_ref", partial(kc.launch_canary_write_kernel, **kw, backend="torch_ref")),
+                         ("triton after", partial(kc.launch_canary_write_kernel, **kw, backend="triton")),
+                         ("triton before", partial(before_write.write, WriteLaunch(**kw)))):
+            ctx.canary_buf.copy_(start)
+            fn()
+            records[name] = ctx.canary_buf.clone()
+        if any(not torch.equal(v, records["torch_ref"]) for v in records.values()):
+            print(f"bench_i36k --dry-run: a write variant ({nsrc} sources) differs from torch_ref", file=sys.stderr)
+            return 1
+    print("bench_i36k --dry-run: every write variant leaves torch_ref's records")
     return 0
 
 
@@ -246,14 +267,15 @@ def bench_write(r: Report, rounds: int) -> None:
                       note="two dependent loads and a store")
             cuda = partial(kc.launch_canary_write_kernel, **kw, backend="cuda")
             tri = partial(kc.launch_canary_write_kernel, **kw, backend="triton")
-            variants: dict[str, list[Fn]] = {"cuda": [cuda], "triton after": [tri]}
-            if nsrc:
-                variants["triton before"] = [_under(partial(tuned, write_fold_tile_decode=wide), tri)]
+            variants: dict[str, list[Fn]] = {"cuda": [cuda], "triton after": [tri],
+                                              "triton before": [partial(before_write.write, WriteLaunch(**kw))]}
+            if nsrc:  # the early loads alone, with the wide fold tile
+                variants["triton after, tile 256"] = [_under(partial(tuned, write_fold_tile_decode=wide), tri)]
             times = side_by_side(variants, rounds)
             for name, t in times.items():
                 r.add(f"{label}: {name}", t, probe, benchmark="i36 write",
                       target=1.5 if name == "cuda" and nsrc else None, note="floor: the dependent-load probe")
-            for name in ("triton after", "triton before"):
+            for name in ("triton after", "triton before", "triton after, tile 256"):
                 if name in times:
                     r.value(f"{label}: {name} / cuda", times[name] / times["cuda"], None, unit="x",
                             target=1.3 if name == "triton after" else None, benchmark="i36 write")
