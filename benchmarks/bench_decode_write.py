@@ -9,9 +9,10 @@ measured in the same run). Beside each case, the same write by a kernel shaped l
 the backend's (the run fails otherwise). Targets: real-KV off at most 2x that probe; PARTIAL at most 0.8x the
 SGLang-shaped write; Triton at most 1.3x CUDA.
 
-``--fold-tiles 128,64`` also times Triton with other real-KV fold tiles (tokens per fold iteration): the
-tile sets the kernel's registers, hence how many of the ``bs x 2`` programs of a PARTIAL decode write are
-resident at once (``tools/triton_resources.py`` prints that without a GPU).
+``--fold-tiles 256,64`` also times Triton with other real-KV fold tiles for decode-shaped writes (tokens per
+fold iteration, ``write_fold_tile_decode``): the tile sets the kernel's registers, hence how many of the
+``bs x 2`` programs of a PARTIAL decode write are resident at once (``tools/triton_resources.py`` prints that
+without a GPU).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def main() -> None:
     ap.add_argument("--fold-tiles", default="", help="comma-separated Triton fold tiles to time besides the default")
     args = ap.parse_args()
     fold_tiles = [int(t) for t in args.fold_tiles.split(",") if t]
-    default_tile = TUNING["write_fold_tile"]
+    default_tile = TUNING["write_fold_tile_decode"]
     if not torch.cuda.is_available():
         print("bench_decode_write: needs a CUDA device", file=sys.stderr)
         return
@@ -111,11 +112,11 @@ def main() -> None:
                 r.value(f"bs={bs} x 1, {label}: cuda / SGLang shape", times["cuda"] / shape, 1.0, unit="x",
                         target=0.8)
             for tile in fold_tiles if nsrc else ():
-                TUNING["write_fold_tile"] = tile
+                TUNING["write_fold_tile_decode"] = tile
                 try:
                     t = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="triton"), rounds=100)
                 finally:
-                    TUNING["write_fold_tile"] = default_tile
+                    TUNING["write_fold_tile_decode"] = default_tile
                 r.add(f"bs={bs} x 1, {label} [triton, fold tile {tile}, graph]", t, probe,
                       note=f"default tile {default_tile}: {times['triton'] * 1e6:.2f} us")
                 r.value(f"bs={bs} x 1, {label}: triton fold tile {tile} / cuda", t / times["cuda"], 1.0, unit="x",

@@ -8,6 +8,7 @@ one wave or needs two, which the GPU benchmark (``benchmarks/bench_decode_write.
 measures.
 
     python tools/triton_resources.py [--sms 132] [--bs 1024] [--tiles 256,128,64,32]
+    python tools/triton_resources.py --plan     # the fused plan kernel's registers and resident programs
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from benchmarks.before import triton_plan as before_plan
+from kvcanary_backends.triton import plan as triton_plan
 from kvcanary_backends.triton import write as triton_write
 from kvcanary_backends.triton._jit import TUNING
 
@@ -42,9 +45,10 @@ def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str,
     """Argument types and constexprs of the write kernel as the backend launches it (input assert and the
     write-slot check off: arguments the kernel never reads are constexpr None)."""
     consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
-              "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False,
-              "expected_tokens": None, "expected_positions": None, "rpi": None, "r2t": None, "lut": None,
-              "rpi_len": 0, "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
+              "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False, "OWNER_CHECK": False,
+              "WRITER_ROWS": False, "EARLY_FOLD": fold_tile < TUNING["write_fold_tile"], "expected_tokens": None,
+              "expected_positions": None, "rpi": None, "r2t": None, "lut": None, "owner": None, "rpi_len": 0,
+              "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
     sig: dict[str, str] = {}
     for name in inspect.signature(triton_write._write_kernel.fn).parameters:
         m = SOURCE_ARG.match(name)
@@ -74,6 +78,47 @@ def registers(fn: Any, sig: dict[str, str], consts: dict[str, Any], warps: int) 
     return int(re.findall(r"REG:(\d+)", out)[0]), int(re.findall(r"LOCAL:(\d+)", out)[0])
 
 
+PLAN_POINTERS = {"rpi": "*i64", "prefix": "*i64", "extend": "*i64", "r2t": "*i32", "lut": "*i64", "pool": "*i32",
+                 "valid_lens": "*i64", "out_slots": "*i64", "out_tokens": "*i64", "out_positions": "*i64",
+                 "out_prev": "*i64", "num_valid_out": "*i32", "enable_out": "*i32", "scratch": "*i64",
+                 "write_offsets": "*i64", "seeds_out": "*i64", "num_reqs_out": "*i32"}
+
+
+def plan_signature(fn: Any, pool: bool, limbs: bool | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """Argument types and constexprs of a fused plan kernel as the backend launches a plan with a scratch, no
+    LUT, with or without the token pool, its row scan on the limb path or not (None: a kernel without the
+    choice, the one before issue 36)."""
+    consts: dict[str, Any] = {"HAS_LUT": False, "HAS_POOL": pool, "HAS_SCRATCH": True, "CHUNK": TUNING["plan_chunk"],
+                              "TILE": TUNING["plan_tile"], "MARK_ZERO": False, "lut": None, "lut_len": 0}
+    if limbs is not None:
+        consts["SAT_LIMBS"] = limbs
+    if not pool:
+        consts.update(pool=None, pool_rows=0, pool_cols=0, valid_lens=None)
+    names = inspect.signature(fn.fn).parameters
+    sig = {n: "constexpr" if n in consts else PLAN_POINTERS.get(n, "i32") for n in names}
+    return sig, consts
+
+
+def plan_report(sms: int) -> None:
+    """Registers of the fused plan and how much of its grid at bs = 256 x 4096 (1 Mi entries) is resident."""
+    warps = TUNING["plan_warps"]
+    g = min(256, sms * TUNING["plan_row_waves"])
+    y = max(1, min(TUNING["plan_max_y"], -(-(256 * 4096) // (g * TUNING["plan_tile"]))))
+    grid = (g + 1) * y
+    print(f"plan kernel, {warps} warps a program, sm_90, {sms} SMs; grid at 256 x 4096: {grid} programs")
+    print(f"{'pool':>5} {'kernel':>28} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} {'waves':>5}")
+    kernels: list[tuple[str, Any, bool | None]] = [("now, clamped scan", triton_plan._plan_kernel, False),
+                                                   ("now, limb scan", triton_plan._plan_kernel, True),
+                                                   ("before (benchmarks/before)", before_plan._plan_kernel, None)]
+    for pool in (False, True):
+        for label, fn, limbs in kernels:
+            sig, consts = plan_signature(fn, pool, limbs)
+            regs, spill = registers(fn, sig, consts, warps)
+            resident = blocks_per_sm(regs, warps) * sms
+            print(f"{pool!s:>5} {label:>28} {regs:>5} {spill:>7} {blocks_per_sm(regs, warps):>11} {resident:>8} "
+                  f"{-(-grid // resident):>5}")
+
+
 def blocks_per_sm(regs: int, warps: int) -> int:
     per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
     return min(MAX_BLOCKS, MAX_WARPS // warps, REGS_PER_SM // (per_warp * warps))
@@ -84,11 +129,15 @@ def main() -> None:
     ap.add_argument("--sms", type=int, default=132, help="streaming multiprocessors (H100 SXM and H200: 132)")
     ap.add_argument("--bs", type=int, default=1024, help="one-token requests of the decode write")
     ap.add_argument("--tiles", default="256,128,64,32", help="fold tiles to compile")
+    ap.add_argument("--plan", action="store_true", help="the fused plan kernel instead of the write kernel")
     args = ap.parse_args()
+    if args.plan:
+        plan_report(args.sms)
+        return
     warps = TUNING["write_warps"]
     tiles = [int(t) for t in args.tiles.split(",")]
     print(f"write kernel, {warps} warp(s) a program, sm_90, {args.sms} SMs; decode grid {args.bs} x F "
-          f"(default fold tile {TUNING['write_fold_tile']})")
+          f"(decode-shaped writes' fold tile {TUNING['write_fold_tile_decode']})")
     print(f"{'sources':>7} {'mode':>7} {'fold tile':>9} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} "
           f"{'grid':>6} {'waves':>5}")
     for nsrc in (0, 1, 2, 4):

@@ -6,6 +6,7 @@ Run (from the repository root, on the GPU machine, TRITON_INTERPRET unset)::
     compute-sanitizer --tool racecheck --error-exitcode 3 python tests/gpu/sanitize.py --backend triton --quick
     compute-sanitizer --tool synccheck --error-exitcode 3 python tests/gpu/sanitize.py --backend cuda --quick
     compute-sanitizer --tool memcheck  --error-exitcode 3 python tests/gpu/sanitize.py --backend cuda --extensions
+    compute-sanitizer --tool memcheck  --error-exitcode 3 python tests/gpu/sanitize.py --backend triton --ops plan
 
 A script, not a pytest module (``tools/gpu_session.sh`` runs it under the sanitizer). It turns off torch's
 caching allocator (every tensor is its own cudaMalloc, so an access one element past a tensor is outside any
@@ -13,8 +14,9 @@ allocation and memcheck sees it), asks the cuda backend for -lineinfo, runs the 
 pipelines, hostile random scenarios of every operation and larger edge calls of both sizes (engine-sized
 rows, empty batches, a zero-length plan, short sources, 8-byte-aligned records from the scenarios), and
 compares every result with torch_ref on the CPU; then the extension checks' golden vectors and owner
-scenarios, and hostile calls of every operation with every extension on (``--extensions`` runs only these). Exit status: 0 clean, 1 a result differs, 2 the backend
-cannot run here (with --error-exitcode the sanitizer's own status reports memory errors and races).
+scenarios, and hostile calls of every operation with every extension on (``--extensions`` runs only these;
+``--ops plan,write`` only the named operations' cases, after a change to their kernels). Exit status: 0 clean, 1 a
+result differs, 2 the backend cannot run here (with --error-exitcode the sanitizer's own status reports memory errors and races).
 
 Triton compiles its kernels on first use, slowly under the sanitizer: run the script once without it first so
 that Triton's on-disk cache is warm.
@@ -46,6 +48,9 @@ from tests.golden import loader as g
 from tools import scenarios as sc
 from tools.scenarios import fuzz
 
+PIPELINE_OPS = frozenset({Op.PLAN, Op.VERIFY, Op.WRITE})
+GOLDEN_OPS = {"verify": Op.VERIFY, "write": Op.WRITE, "plan": Op.PLAN, "scatter": Op.SCATTER}  # by file name
+
 
 def _edge_calls(rng: random.Random) -> list[builders.Call]:
     """Calls at the edges, each seen once by the sanitizer: small ones with every hostile feature, engine-sized
@@ -71,23 +76,24 @@ def _edge_calls(rng: random.Random) -> list[builders.Call]:
     return calls
 
 
-def _extension_failures(backend: str, device: str, rng: random.Random, count: int, quick: bool) -> list[str]:
+def _extension_failures(backend: str, device: str, rng: random.Random, count: int, quick: bool,
+                        ops: frozenset[Op]) -> list[str]:
     """The extension golden vectors (a quarter with ``quick``), fresh owner scenarios, and hostile calls of
     every operation with every extension on (write: random tables and owner map), each against torch_ref."""
     failures: list[str] = []
     for k, case in enumerate(json.loads((g.DIR / "extensions_cases.json").read_text())["cases"]):
-        if quick and k % 4:
+        if (quick and k % 4) or not ops >= PIPELINE_OPS:  # each case is a plan, verify and write pipeline
             continue
         ext = None if case["extensions"] is None else kc.Extensions(**case["extensions"])
         if X.run(case["scenario"], backend, ext, device) != case["outputs"]:
             failures.append(f"extensions golden {case['name']}")
-    for _ in range(count):
+    for _ in range(count if ops >= PIPELINE_OPS else 0):
         seed = rng.randrange(10**6, 10**7)
         scen = X.make_owner(seed)
         if X.run(scen, backend, X.ALL, device) != X.run(scen, "torch_ref", X.ALL):
             failures.append(f"owner scenario {seed}")
     for op in (Op.PLAN, Op.PLAN_ENTRIES, Op.VERIFY, Op.WRITE):
-        for i in range(count):
+        for i in range(count if op in ops else 0):
             call = X.with_extensions(sc.GENERATORS[op](rng, hostile=True), rng)
             failures += [f"extensions {op.value} call {i}: {p}" for p in check_call(call, device, backend)]
     return failures
@@ -115,7 +121,10 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=None, help="random scenarios per operation and hostility")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--extensions", action="store_true", help="only the extension checks' vectors and calls")
+    ap.add_argument("--ops", default=",".join(op.value for op in Op),
+                    help="comma-separated operations whose cases run (default: every one)")
     a = ap.parse_args()
+    ops = frozenset(Op.named(o.strip()) for o in a.ops.split(",") if o.strip())
     backend: str = a.backend
     reason = _unavailable(backend)
     if reason:
@@ -127,21 +136,21 @@ def main() -> int:
     t0 = time.time()
     failures: list[str] = []
     if not a.extensions:
-        for k, (_file, case) in enumerate(_support.golden_cases()):
-            if not a.quick or k % 4 == 0:
+        for k, (file, case) in enumerate(_support.golden_cases()):
+            if (not a.quick or k % 4 == 0) and GOLDEN_OPS[file.split("_")[0]] in ops:
                 failures += [f"golden {case.name}: {p}" for p in _support.check_golden(case, "cuda", backend)]
-        for case in g.load("pipeline_cases"):
+        for case in g.load("pipeline_cases") if ops >= PIPELINE_OPS else ():
             failures += [f"pipeline {case.name}: {p}" for p in _support.check_pipeline(case, "cuda", backend)]
         print(f"  golden done ({time.time() - t0:.0f} s)", flush=True)
-        for op in sc.GENERATORS:
+        for op in (o for o in sc.GENERATORS if o in ops):
             for hostile in (False, True):
                 failures += fuzz(op, "cuda", backend, seed=seed + int(hostile), count=count, hostile=hostile)
         print(f"  random done ({time.time() - t0:.0f} s)", flush=True)
-        for call in _edge_calls(random.Random(seed)):
+        for call in (c for c in _edge_calls(random.Random(seed)) if c.op in ops):
             failures += [f"edge {call.label}: {p}" for p in check_call(call, "cuda", backend)]
         torch.cuda.synchronize()
         print(f"  edge cases done ({time.time() - t0:.0f} s)", flush=True)
-    failures += _extension_failures(backend, "cuda", random.Random(seed + 2), count, a.quick)
+    failures += _extension_failures(backend, "cuda", random.Random(seed + 2), count, a.quick, ops)
     torch.cuda.synchronize()
     print(f"  extensions done ({time.time() - t0:.0f} s)", flush=True)
     for f in failures[:40]:

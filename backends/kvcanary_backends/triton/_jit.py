@@ -37,6 +37,7 @@ TUNING: dict[str, int] = {
     "write_tile": 32,  # tokens per serial tile (one warp: one token per lane)
     "write_warps": 1,
     "write_fold_tile": 256,  # tokens per real-KV fold iteration
+    "write_fold_tile_decode": 32,  # the same for a decode-shaped write (no more tokens than request rows)
     "write_fold_tokens": 4096,  # tokens per fold program (how many fold programs a request gets)
     "write_fold_max": 16,  # at most this many fold programs per request row
     "plan_tile": 1024,  # verify entries per plan tile (a tile never spans two requests)
@@ -59,6 +60,7 @@ _INTERPRETER_TUNING: dict[str, int] = {
     "verify_block": 16,
     "write_tile": 8,
     "write_fold_tile": 8,
+    "write_fold_tile_decode": 4,
     "write_fold_tokens": 16,
     "plan_tile": 8,
     "plan_chunk": 16,

@@ -42,7 +42,7 @@ def _plan_kernel(
     write_offsets: tl.tensor, write_offsets_len: tl.tensor, seeds_out: tl.tensor, num_reqs_out: tl.tensor,
     row_programs: tl.tensor,
     HAS_LUT: tl.constexpr, HAS_POOL: tl.constexpr, HAS_SCRATCH: tl.constexpr,
-    CHUNK: tl.constexpr, TILE: tl.constexpr, MARK_ZERO: tl.constexpr,
+    CHUNK: tl.constexpr, TILE: tl.constexpr, MARK_ZERO: tl.constexpr, SAT_LIMBS: tl.constexpr,
 ) -> None:
     x = tl.program_id(0).to(tl.int64)
     y = tl.program_id(1).to(tl.int64)
@@ -56,14 +56,28 @@ def _plan_kernel(
     else:
         # one pass over the batch: the total (overflow decides whether any entry is written) and the verify
         # offset of this program's first row (the sum over the rows before it)
-        # (both saturated: a total that would wrap past INT64_MAX overflows instead; when it does not, every
-        # sum below is exact and each entry e = before + j of a row lies below the total, hence the capacity)
         total = (bs * 0).to(tl.int64)
         before = (bs * 0).to(tl.int64)
-        for c in range(0, bs, CHUNK):
-            rows, _rm, _rp, _pl, vlen = chunk_rows(rpi, prefix, bs, swa, c, CHUNK)
-            total = sat_add(total, sat_sum(vlen))
-            before = sat_add(before, sat_sum(tl.where(rows < x, vlen, 0)))
+        if SAT_LIMBS:
+            # saturated at INT64_MAX over 32-bit limbs: a total that would wrap overflows instead
+            for c in range(0, bs, CHUNK):
+                rows, _rm, _rp, _pl, vlen = chunk_rows(rpi, prefix, bs, swa, c, CHUNK)
+                total = sat_add(total, sat_sum(vlen))
+                before = sat_add(before, sat_sum(tl.where(rows < x, vlen, 0)))
+        else:
+            # one reduction per sum: each length clamped at capacity + 1 (a row longer than the capacity
+            # overflows the plan as its exact length would) and the running sums too, so no sum of CHUNK + 1
+            # such values passes INT64_MAX (the host checks: limb_sums) and min(total, capacity + 1) decides
+            # the overflow exactly as the saturated total does
+            over = capacity.to(tl.int64) + 1
+            for c in range(0, bs, CHUNK):
+                rows, _rm, _rp, _pl, vlen = chunk_rows(rpi, prefix, bs, swa, c, CHUNK)
+                short = tl.minimum(vlen, over)
+                total = tl.minimum(total + tl.sum(short), over)
+                before = tl.minimum(before + tl.sum(tl.where(rows < x, short, 0)), over)
+        # when the total is within the capacity every sum above is exact and each entry e = before + j of a
+        # row lies below the total, hence the capacity, so the tiles' stores are masked to their row alone (a
+        # per-entry test against the capacity costs registers, hence resident programs: docs/tuning.md)
         if total <= capacity:
             lanes = tl.arange(0, TILE)
             for r in range(x, bs, g):
@@ -76,7 +90,7 @@ def _plan_kernel(
                 n = tl.where(rp != 0, tl.maximum(pl - ws, 0), 0)
                 for k in range(y * TILE, n, ny * TILE):
                     j = k + lanes
-                    m = (j < n) & (before + j < capacity)  # the second test never fails (see above)
+                    m = j < n
                     pos = ws + j
                     slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
                     if MARK_ZERO:
@@ -107,6 +121,15 @@ def plan_grid(device: torch.device, bs: int, capacity: int) -> tuple[int, int]:
     return g, y
 
 
+I64_MAX = (1 << 63) - 1
+
+
+def limb_sums(capacity: int, chunk: int) -> bool:
+    """Whether the row programs' scan needs the saturated limb sums: only where ``chunk + 1`` lengths clamped at
+    ``capacity + 1`` could sum past INT64_MAX (a capacity near ``2**63 / chunk`` entries: no real plan)."""
+    return (chunk + 1) * (capacity + 1) > I64_MAX
+
+
 @PLAN.kernel("triton", notes="one fused launch; each program derives the offsets it needs")
 def plan(call: PlanLaunch) -> None:
     """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
@@ -128,5 +151,5 @@ def plan(call: PlanLaunch) -> None:
             wp.write_offsets, wp.write_offsets.shape[0], wp.write_seed_slot_indices, wp.write_num_valid_reqs, g)
     _LAUNCH((g + 1, ny), type_key(args), args,
             (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"],
-             zero_slot_on(call.extensions)),
+             zero_slot_on(call.extensions), limb_sums(capacity, TUNING["plan_chunk"])),
             TUNING["plan_warps"])

@@ -59,16 +59,17 @@ from kvcanary_backends.triton._records import ContextArgs, append_rows, context_
 @device_fn
 def _load_tile(out_cache_loc: tl.tensor, input_ids: tl.tensor, positions: tl.tensor, expected_tokens: tl.tensor,
                expected_positions: tl.tensor, idx: tl.tensor, end: tl.tensor, ASSERT: tl.constexpr,
-               ) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
+               VOLATILE: tl.constexpr) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
     """One tile of the request's tokens at ``idx`` (``idx >= end`` masked): slot, token, position and the
-    oracle's token and position (the actual ones when the input assert is off)."""
+    oracle's token and position (the actual ones when the input assert is off). ``VOLATILE``: loads the
+    compiler keeps where they are written (issued before a branch that alone uses them)."""
     m = idx < end
-    loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
-    tok = tl.load(input_ids + idx, mask=m, other=0)
-    pos = tl.load(positions + idx, mask=m, other=0)
+    loc = tl.load(out_cache_loc + idx, mask=m, other=-1, volatile=VOLATILE)
+    tok = tl.load(input_ids + idx, mask=m, other=0, volatile=VOLATILE)
+    pos = tl.load(positions + idx, mask=m, other=0, volatile=VOLATILE)
     if ASSERT:
-        etok = tl.load(expected_tokens + idx, mask=m, other=0)
-        epos = tl.load(expected_positions + idx, mask=m, other=0)
+        etok = tl.load(expected_tokens + idx, mask=m, other=0, volatile=VOLATILE)
+        epos = tl.load(expected_positions + idx, mask=m, other=0, volatile=VOLATILE)
     else:
         etok = tok
         epos = pos
@@ -91,7 +92,7 @@ def _write_kernel(
     s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor, n3: tl.tensor,
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
-    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr,
+    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
@@ -107,40 +108,66 @@ def _write_kernel(
     start = tl.minimum(tl.maximum(tl.load(offsets + r, mask=row_in, other=0), 0), num_tokens)
     end = tl.minimum(tl.maximum(tl.load(offsets + r + 1, mask=row_in, other=0), 0), num_tokens)
     seed = tl.load(seeds + r, mask=row_in, other=-1)
+    cpa = tl.load(chain_assert)
+    rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
+    if WRITER_ROWS:
+        rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
     go = (r < nreq) & (total > 0) & (end > start)
+    # The chain's second round, also before any branch (volatile: the compiler would sink each load into the
+    # branch that uses it, after `go`, one more round trip): the seed record and the first tile's tokens.
+    chain = (f == 0) & (end > start)
+    seed_oob = (seed == INVALID) | (seed >= num_slots)
+    seed_ok = (seed >= 0) & ~seed_oob
+    sbase = tl.where(seed_ok, seed, 0) * stride_words
+    s_tok = tl.load(rec + sbase, mask=seed_ok & chain, other=0, volatile=True)
+    s_pos = tl.load(rec + sbase + 1, mask=seed_ok & chain, other=0, volatile=True)
+    s_chain = tl.load(rec + sbase + 2, mask=seed_ok & chain, other=0, volatile=True)
+    lanes = tl.arange(0, TILE)
+    h_loc, h_tok, h_pos, h_etok, h_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
+                                                     expected_positions, start + lanes, tl.where(chain, end, start),
+                                                     ASSERT, True)
+    first = tl.where(chain, start, 0)  # the first token's operands of the serial loop (any token when unused)
+    f_tok = tl.load(input_ids + first, mask=chain, other=0, volatile=True)
+    f_pos = tl.load(positions + first, mask=chain, other=0, volatile=True)
+    f_loc = tl.load(out_cache_loc + first, mask=chain, other=0, volatile=True)
+    # a fold program's first slots likewise, when its tile is the narrow one (EARLY_FOLD: a decode-shaped
+    # write's; a wide tile's slots would hold registers at the branch in every program)
+    flanes = tl.arange(0, FOLD_TILE)
+    fidx = start + tl.maximum(f - 1, 0).to(tl.int64) * FOLD_TILE + flanes
+    fold0 = ((f > 0) & (fidx < end)) != 0  # `!= 0`: the interpreter's masks (see _plan_common.read_slot)
+    if EARLY_FOLD:
+        g_loc = tl.load(out_cache_loc + fidx, mask=fold0, other=-1, volatile=True)
 
     if go & (f == 0):
         # ---- the chain ------------------------------------------------------------------------------------
-        seed_oob = (seed == INVALID) | (seed >= num_slots)
-        seed_ok = (seed >= 0) & ~seed_oob
-        sbase = tl.where(seed_ok, seed, 0) * stride_words
-        s_tok = tl.load(rec + sbase, mask=seed_ok, other=0)
-        s_pos = tl.load(rec + sbase + 1, mask=seed_ok, other=0)
-        s_chain = tl.load(rec + sbase + 2, mask=seed_ok, other=0)
         running = as_u64(tl.where(seed_ok, record_link(s_chain, s_tok, s_pos), ANCHOR_HASH_I64))
-        pos_assert = seed_ok & (tl.load(chain_assert) != 0)
-        rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
-        if WRITER_ROWS:
-            rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
+        pos_assert = seed_ok & (cpa != 0)
         prev_pos = s_pos
         append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT)
 
-        lanes = tl.arange(0, TILE)
         written = tl.zeros((TILE,), tl.int64)
-        loc, tok, pos, etok, epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
-                                               expected_positions, start + lanes, end, ASSERT)
+        loc = h_loc
+        tok = h_tok
+        pos = h_pos
+        etok = h_etok
+        epos = h_epos
         for t in range(start, end, TILE):
             # prefetch the next tile (consumed next iteration; its lines are in L1 by then)
             n_loc, n_tok, n_pos, n_etok, n_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
-                                                             expected_positions, t + TILE + lanes, end, ASSERT)
+                                                             expected_positions, t + TILE + lanes, end, ASSERT,
+                                                             False)
+            nt = tl.minimum(t + TILE, end - 1)  # the next tile's first token (any token after the last tile)
+            x0_tok = tl.load(input_ids + nt)
+            x0_pos = tl.load(positions + nt)
+            x0_loc = tl.load(out_cache_loc + nt)
             count = tl.minimum(end - t, TILE)
             # serial part: only `running` and `prev_pos` are loop-carried dependencies; the operands of
-            # step j + 1 are loaded during step j.
+            # step j + 1 are loaded during step j (those of a tile's first step during the tile before).
             hs = tl.zeros((TILE,), tl.int64)
             pps = tl.zeros((TILE,), tl.int64)
-            c_tok = tl.load(input_ids + t)
-            c_pos = tl.load(positions + t)
-            c_loc = tl.load(out_cache_loc + t)
+            c_tok = f_tok
+            c_pos = f_pos
+            c_loc = f_loc
             for j in range(0, count):
                 nxt = t + tl.minimum(j + 1, count - 1)
                 x_tok = tl.load(input_ids + nxt)
@@ -189,17 +216,24 @@ def _write_kernel(
             pos = n_pos
             etok = n_etok
             epos = n_epos
+            f_tok = x0_tok
+            f_pos = x0_pos
+            f_loc = x0_loc
         done = tl.sum(written)
         if done > 0:
             tl.atomic_add(slot_counter, done)
 
     if go & (f > 0):
         # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
-        flanes = tl.arange(0, FOLD_TILE)
-        for t in range(start + (f - 1).to(tl.int64) * FOLD_TILE, end, (nf - 1).to(tl.int64) * FOLD_TILE):
+        first_fold = start + (f - 1).to(tl.int64) * FOLD_TILE
+        for t in range(first_fold, end, (nf - 1).to(tl.int64) * FOLD_TILE):
             idx = t + flanes
             m = idx < end
-            loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
+            if EARLY_FOLD:
+                loc = tl.where(t == first_fold, g_loc, tl.load(out_cache_loc + idx, mask=(m & (t != first_fold)) != 0,
+                                                               other=-1))
+            else:
+                loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
             tok = tl.load(input_ids + idx, mask=m, other=0)
             pos = tl.load(positions + idx, mask=m, other=0)
             store = m & (loc >= 0) & (loc < num_slots)
@@ -218,6 +252,15 @@ def fold_programs(num_sources: int, num_tokens: int) -> int:
     if num_sources == 0:
         return 1
     return 1 + max(1, min(TUNING["write_fold_max"], cdiv(num_tokens, TUNING["write_fold_tokens"])))
+
+
+def fold_tile(num_sources: int, num_tokens: int, capacity: int) -> int:
+    """Tokens per fold iteration, from shapes only. A decode-shaped write (no more tokens than request rows)
+    folds about one token a request: a narrow tile holds fewer registers, so more of its ``bs x 2`` programs
+    are resident at once, and hashes no masked lanes. Without sources nothing is folded: one variant."""
+    if num_sources and num_tokens <= capacity:
+        return TUNING["write_fold_tile_decode"]
+    return TUNING["write_fold_tile"]
 
 
 _LAUNCH = Launcher(_write_kernel)
@@ -274,6 +317,7 @@ def write(call: WriteLaunch) -> None:
         key = (c.key, offsets.dtype, seeds.dtype, nvr.dtype, call.input_ids.dtype, call.positions.dtype,
                call.out_cache_loc.dtype, None, fits32(capacity, num_tokens))
     slot_args, slot_key, slot_lut, owner_check = _slot_args(call)
+    tile = fold_tile(c.num_sources, num_tokens, capacity)
     grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
     _LAUNCH(
         grid,
@@ -281,6 +325,7 @@ def write(call: WriteLaunch) -> None:
         (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
-         TUNING["write_fold_tile"], write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None),
+         tile, write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None,
+         tile < TUNING["write_fold_tile"]),
         TUNING["write_warps"],
     )

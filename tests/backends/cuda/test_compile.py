@@ -86,6 +86,15 @@ def test_nvrtc_compiles_the_benchmark_probes(nvrtc: Any) -> None:
                                      [f"--gpu-architecture={arch}", "-std=c++17", f"-I{KERNEL_DIR}"], ptx=False)
 
 
+@pytest.mark.parametrize("source", sorted(p.name for p in (REPO / "benchmarks" / "before").glob("*.cu")))
+def test_nvrtc_compiles_the_benchmarks_before_kernels(nvrtc: Any, source: str) -> None:
+    """The kernels as they were before a change, which benchmarks time beside the current ones."""
+    path = REPO / "benchmarks" / "before" / source
+    for arch in ARCHS:
+        assert _nvrtc.compile_source(nvrtc, path.read_text(), path.name,
+                                     [f"--gpu-architecture={arch}", "-std=c++17", f"-I{KERNEL_DIR}"], ptx=False)
+
+
 @pytest.mark.parametrize("nsrc", [0, 1, 4])
 def test_nvrtc_compiles_the_sglang_shaped_write(nvrtc: Any, nsrc: int) -> None:
     """Every parameter 8 bytes, like the backend's kernels (the benchmark launches it the same way)."""

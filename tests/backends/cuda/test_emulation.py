@@ -100,6 +100,17 @@ def test_plan_tile_shares_cover_every_tile_for_any_grid(blocks: int, monkeypatch
         assert check_call(call, "cpu", EMU) == []
 
 
+@pytest.mark.parametrize("blocks", [1, 2, 3])
+def test_scatter_shares_of_several_rounds_cover_every_column(blocks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fewer blocks per request than its columns need (a large batch), each block takes several rounds
+    of loads, the next round's issued after the stores of the last: every column still written once, by the
+    last request naming its row that covers it."""
+    from kvcanary_backends.cuda import scatter
+
+    monkeypatch.setattr(scatter, "split", lambda bs, cols, num_tokens: blocks)
+    assert check_call(large_scatter_call(16, bs=12, rows=5, cols=2900), "cpu", EMU) == []
+
+
 def test_decode_steps_of_the_graph_test_match_the_reference() -> None:
     """The 100-step decode script of test_gpu_graph (scatter, plan, HEAD and TAIL verify/write; faults) runs
     eagerly on the emulated kernels exactly as on torch_ref (the GPU test adds graph capture and replay)."""
