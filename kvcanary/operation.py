@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from kvcanary.registry import Limits, OpSupport
     from kvcanary_contracts import Contract
-    from kvcanary_contracts.counterexamples import ExampleSet
+    from kvcanary_contracts.examples import ExampleSet
     from kvcanary_contracts.launcher import Extra
     from kvcanary_contracts.torch_op import ContractOp
 

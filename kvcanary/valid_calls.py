@@ -27,7 +27,7 @@ from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary.sources import RealKvSource
-from kvcanary_contracts.counterexamples import ExampleSet, Variant
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 Call = dict[str, object]
 

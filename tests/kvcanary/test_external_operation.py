@@ -26,7 +26,7 @@ from kvcanary.operation import Operation, operations
 from kvcanary.registry import REGISTRY, Backend, register_backend
 from kvcanary_contracts import CodeBook, Contract, ContractError, ContractInfo, Relation, TensorArg
 from kvcanary_contracts.contract import forget_contract
-from kvcanary_contracts.counterexamples import ExampleSet, Variant
+from kvcanary_contracts.examples import ExampleSet, Variant
 from kvcanary_contracts.torch_op import drop_namespace
 from tools.docsgen import catalog
 
