@@ -155,3 +155,18 @@ def test_an_operation_without_a_call_builder_says_so() -> None:
     finally:
         declared.call_builder = saved
     assert calls.scatter is saved
+
+
+def test_every_operation_has_its_random_scenarios() -> None:
+    """Each operation's random parity scenarios are registered beside their generator (``@scenario(op)``), or
+    named as living elsewhere; a new operation without either fails here. Each generator makes its own op."""
+    import random
+
+    from tools import scenarios
+
+    assert set(scenarios.GENERATORS) | set(scenarios.ELSEWHERE) == set(Op)
+    assert not set(scenarios.GENERATORS) & set(scenarios.ELSEWHERE)
+    for op, generate in scenarios.GENERATORS.items():
+        assert generate(random.Random(1)).op is op
+    with pytest.raises(ValueError, match="already has its random scenarios"):
+        scenarios.scenario(Op.VERIFY)(scenarios.verify_call)
