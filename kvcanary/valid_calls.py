@@ -19,7 +19,7 @@ from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
-from kvcanary.operation import operations
+from kvcanary.operation import BUILTIN_PACKAGE, operations
 from kvcanary.ops._calls import (
     MAX_CONTEXT,
     MAX_REQS,
@@ -105,6 +105,8 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
 
 EXAMPLES: Mapping[str, ExampleSet] = {
     **CONSTRUCTORS,
-    **{op.contract.contract.name: op.examples for op in operations() if op.examples is not None},
+    **{op.contract.contract.name: op.examples for op in operations()
+       if op.examples is not None and op.module.startswith(BUILTIN_PACKAGE + ".")},
 }
-"""Contract name -> its valid calls: the constructors', then every declared operation's (as declared with it)."""
+"""Contract name -> its valid calls: the constructors', then each built-in operation's (as declared with it).
+An operation declared elsewhere carries its own (``op.examples``), which the catalog reads first."""
