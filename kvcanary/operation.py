@@ -2,12 +2,13 @@
 
 Declare an operation once, with the contract of its arguments::
 
-    FOLD = Operation("fold", FoldLaunch, constant="FOLD", doc="...", examples=...)
+    FOLD = Operation("fold", FoldLaunch, constant="FOLD", doc="...", examples=..., call=...)
 
 and everything else derives from that object: ``FOLD.launcher`` (a keyword-only function whose arguments
 are the contract's fields, plus ``backend=None``; it runs the compiled checks, then the kernel the registry
 selects), ``FOLD.operator`` (``torch.ops.kvcanary.fold``, its schema flattened from the contract), the
-contract's error codes and catalog pages, and the stubs. Backends attach kernels the way
+contract's error codes and catalog pages (built from ``examples``, its valid calls), the stubs, and the
+conformance kit's call builder (``FOLD.call(device)``, from ``call``). Backends attach kernels the way
 ``torch.library.register_kernel`` attaches them to a custom op, in the kernel's own file::
 
     @FOLD.kernel("torch_ref", host_sync=False)
@@ -29,9 +30,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    import torch
+
     from kvcanary.registry import Limits, OpSupport
     from kvcanary_contracts import Contract
-    from kvcanary_contracts.counterexamples import ExampleSet
+    from kvcanary_contracts.examples import ExampleSet
     from kvcanary_contracts.launcher import Extra
     from kvcanary_contracts.torch_op import ContractOp
 
@@ -43,6 +46,8 @@ BUILTIN_PACKAGE = "kvcanary.ops"
 _DECLARED: dict[str, Operation] = {}
 _BUILTIN_LOADED: list[bool] = []  # one entry once the built-in declarations were imported
 F = TypeVar("F", bound=Callable[..., None])
+CallBuilder = Callable[..., dict[str, Any]]
+"""``(device="cpu", **options) -> keyword arguments``: a small valid call of an operation, on ``device``."""
 
 
 def _load_builtin() -> None:
@@ -119,14 +124,15 @@ class Operation(metaclass=_OperationType):
     ``name`` is the operation's identity (the registry's key, the operator's name, a column of the
     priority table); ``constant`` its upper-case alias (``Op.WRITE``); ``doc`` the launcher's description;
     ``module`` where the launcher is exported from; ``namespace`` the ``torch.library`` namespace;
-    ``examples`` its valid calls (the catalog's pages are built from them).
+    ``examples`` its valid calls (the catalog's pages are built from them); ``call`` the conformance kit's
+    builder of a small valid call on any device (:meth:`call`, :mod:`kvcanary.testing.calls`).
     """
 
     contract: type[Contract]
 
     def __init__(self, name: str, contract: type[Contract] | None = None, *, constant: str | None = None, doc: str = "",
                  module: str | None = None, namespace: str = NAMESPACE, examples: ExampleSet | None = None,
-                 extras: Mapping[str, Extra] | None = None) -> None:
+                 extras: Mapping[str, Extra] | None = None, call: CallBuilder | None = None) -> None:
         from kvcanary.registry import REGISTRY
         from kvcanary_contracts.contract import remember_contract
         from kvcanary_contracts.launcher import Extra, build_launcher
@@ -145,6 +151,8 @@ class Operation(metaclass=_OperationType):
         self.doc = inspect.cleandoc(doc) if doc else (contract.__doc__ or "")
         self.namespace = namespace
         self.examples = examples
+        self.call_builder = call
+        """The builder :meth:`call` runs (None: the operation declares none)."""
         self.kernels: dict[str, OpSupport] = {}
         """Backend name -> the kernel it attached (with its devices, priorities and capture safety)."""
         self.extras: dict[str, Extra] = dict(extras) if extras is not None else {
@@ -174,6 +182,18 @@ class Operation(metaclass=_OperationType):
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (Operation, (self.name,))
+
+    # -- valid calls --------------------------------------------------------------------------------
+    def call(self, device: torch.device | str = "cpu", **options: Any) -> dict[str, Any]:
+        """A small valid call: fresh keyword arguments (no ``backend``) on ``device`` that pass the contract.
+
+        ``options`` are the builder's own (a write's ``assert_inputs=True``, a plan's ``pool=True``, ...).
+        Tests mutate one argument to break one rule; backends run it for parity with torch_ref.
+        """
+        if self.call_builder is None:
+            raise LookupError(f"kv-canary: operation {self.name!r} declares no call builder "
+                              f"(declare it with Operation(..., call=builder))")
+        return self.call_builder(device, **options)
 
     # -- kernels ------------------------------------------------------------------------------------
     def kernel(self, backend: str, *, devices: Mapping[str, int] | None = None, capture_safe: bool = True,

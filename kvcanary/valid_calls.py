@@ -1,9 +1,11 @@
 """Valid example calls of every contract: the error catalog mutates them into its failing examples.
 
 Each contract has one or more variants (a FULL and an SWA plan, a write with and without the input assert,
-...): a mutation is applied to the first variant it fits. Shapes are small but shaped like an engine's
-(64 KV slots, a bf16 K buffer of 8 heads x 16 dims, a batch of 3 requests); every tensor is zeros because
-no contract reads values.
+...): a mutation is applied to the first variant it fits. An operation's valid calls are declared with it
+(``Operation(..., examples=...)`` in :mod:`kvcanary.ops`); this module holds those of the contracts that are
+not operations (the configuration objects and the allocators), and :data:`EXAMPLES` joins the two. Shapes
+are small but shaped like an engine's (:mod:`kvcanary.ops._calls`); every tensor is zeros because no
+contract reads values.
 """
 
 from __future__ import annotations
@@ -12,181 +14,29 @@ from collections.abc import Mapping
 
 import torch
 
-from kvcanary.consts import (
-    CANARY_SLOT_BYTES,
-    PLAN_OFFSETS_SCRATCH_LEN,
-    CanaryLaunchTag,
-    CanaryMode,
-    PoolKind,
-    RealKvHashMode,
-)
-from kvcanary.context import VerifyOrWriteContext
+from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
-from kvcanary.plans import VerifyPlan, WritePlan
-from kvcanary.sources import RealKvSource
-from kvcanary_contracts.counterexamples import ExampleSet, Variant
-
-Call = dict[str, object]
-
-NUM_SLOTS = 64  # KV slots (and canary records)
-BS = 3  # requests in the batch
-MAX_REQS, MAX_CONTEXT = 8, 64  # req_to_token rows x columns
-VERIFY_CAPACITY = 32
-WRITE_REQ_CAPACITY = 4
-NUM_TOKENS = 6  # tokens this step writes
-SWA_WINDOW = 16
-
-
-def _i64(*shape: int) -> torch.Tensor:
-    return torch.zeros(shape, dtype=torch.int64)
-
-
-def _i32(*shape: int) -> torch.Tensor:
-    return torch.zeros(shape, dtype=torch.int32)
-
-
-def source() -> RealKvSource:
-    """Layer 0's K buffer of a token-major pool: 8 heads x 16 dims of bf16 per slot (256 bytes)."""
-    return RealKvSource(tensor=torch.zeros(NUM_SLOTS, 128, dtype=torch.bfloat16), page_size=1,
-                        num_bytes_per_token=256, read_bytes=16)
-
-
-def context() -> VerifyOrWriteContext:
-    """A TAIL K endpoint of the FULL group, with PARTIAL real-KV hashing over one source."""
-    return VerifyOrWriteContext(
-        canary_buf=torch.zeros(NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8),
-        kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
-        violation_ring=_i64(16, 8),
-        violation_write_index=_i32(1),
-        slot_run_counter=_i64(1),
-        kernel_run_counter=_i64(1),
-        real_kv_sources=(source(),),
-        real_kv_hash_mode=RealKvHashMode.PARTIAL,
-        enable_chain_position_assert=_i32(1),
-    )
-
-
-def verify_plan(capacity: int = VERIFY_CAPACITY) -> VerifyPlan:
-    return VerifyPlan(
-        verify_slot_indices=_i64(capacity),
-        verify_expected_tokens=_i64(capacity),
-        verify_expected_positions=_i64(capacity),
-        verify_prev_slot_indices=_i64(capacity),
-        verify_num_valid=_i32(1),
-        enable=_i32(1),
-        verify_offsets_scratch=_i64(PLAN_OFFSETS_SCRATCH_LEN),
-    )
-
-
-def write_plan(capacity: int = WRITE_REQ_CAPACITY) -> WritePlan:
-    return WritePlan(write_offsets=_i64(capacity + 1), write_seed_slot_indices=_i64(capacity),
-                     write_num_valid_reqs=_i32(1))
-
-
-def _ext() -> Extensions:
-    return Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True, write_slot_owner_mismatch=True)
-
-
-def _verify(ext: bool = False) -> Call:
-    return {"context": context(), "plan": verify_plan(), "check_verify_expected_token": True,
-            **({"extensions": _ext()} if ext else {})}
-
-
-def _write_ext() -> Call:
-    return {**_write(False), "req_pool_indices": _i64(BS), "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-            "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1),
-            "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)}
-
-
-def _write_owner() -> Call:
-    return {**_write(False), "req_pool_indices": _i64(BS), "slot_owner": _i64(NUM_SLOTS),
-            "extensions": Extensions(write_slot_owner_mismatch=True)}
-
-
-def _write(assert_inputs: bool) -> Call:
-    return {
-        "context": context(),
-        "plan": write_plan(),
-        "input_ids": _i64(NUM_TOKENS),
-        "positions": _i64(NUM_TOKENS),
-        "out_cache_loc": _i64(NUM_TOKENS),
-        "enable_write_input_assert": assert_inputs,
-        "expected_input_tokens": _i64(NUM_TOKENS) if assert_inputs else None,
-        "expected_input_positions": _i64(NUM_TOKENS) if assert_inputs else None,
-    }
-
-
-def _batch() -> Call:
-    return {"req_pool_indices": _i64(BS), "prefix_lens": _i64(BS), "extend_seq_lens": _i64(BS)}
-
-
-def _plan(swa: bool = False, pool: bool = False, ext: bool = False) -> Call:
-    return {
-        "verify_plan_out": verify_plan(),
-        "write_plan_out": write_plan(),
-        **_batch(),
-        "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-        "swa_window_size": SWA_WINDOW if swa else 0,
-        "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1) if swa else None,
-        "verify_capacity": VERIFY_CAPACITY,
-        "req_to_verify_expected_tokens": _i32(MAX_REQS, MAX_CONTEXT) if pool else None,
-        "req_to_verify_expected_tokens_valid_lens": _i64(BS) if pool else None,
-        "kv_token_id_vs_position_offset": 0,
-        **({"extensions": _ext()} if ext else {}),
-    }
-
-
-def _plan_offsets(swa: bool = False) -> Call:
-    return {
-        **_batch(),
-        "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-        "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1) if swa else None,
-        "out_verify_offsets_scratch": _i64(PLAN_OFFSETS_SCRATCH_LEN),
-        "out_write_offsets": _i64(WRITE_REQ_CAPACITY + 1),
-        "out_write_seed_slot_indices": _i64(WRITE_REQ_CAPACITY),
-        "out_verify_num_valid": _i32(1),
-        "out_verify_enable": _i32(1),
-        "out_write_num_valid_reqs": _i32(1),
-        "swa_window_size": SWA_WINDOW if swa else 0,
-        "verify_capacity": VERIFY_CAPACITY,
-    }
-
-
-def _plan_entries(swa: bool = False, pool: bool = False, ext: bool = False) -> Call:
-    return {
-        "req_pool_indices": _i64(BS),
-        "prefix_lens": _i64(BS),
-        "req_to_token": _i32(MAX_REQS, MAX_CONTEXT),
-        "full_to_swa_index_mapping": _i64(NUM_SLOTS + 1) if swa else None,
-        "verify_offsets_scratch": _i64(PLAN_OFFSETS_SCRATCH_LEN),
-        "verify_enable": _i32(1),
-        "req_to_verify_expected_tokens": _i32(MAX_REQS, MAX_CONTEXT) if pool else None,
-        "req_to_verify_expected_tokens_valid_lens": _i64(BS) if pool else None,
-        "out_verify_slot_indices": _i64(VERIFY_CAPACITY),
-        "out_verify_expected_tokens": _i64(VERIFY_CAPACITY),
-        "out_verify_expected_positions": _i64(VERIFY_CAPACITY),
-        "out_verify_prev_slot_indices": _i64(VERIFY_CAPACITY),
-        "kv_token_id_vs_position_offset": 0,
-        "swa_window_size": SWA_WINDOW if swa else 0,
-        **({"extensions": _ext()} if ext else {}),
-    }
-
-
-def _scatter() -> Call:
-    return {"flat_in": _i64(10), "offsets": _i64(BS + 1), "req_pool_indices": _i64(BS),
-            "pool_out": _i32(MAX_REQS, MAX_CONTEXT)}
-
-
-def _fold() -> Call:
-    return {"acc": _i64(2), "canary_buf": torch.zeros(NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8),
-            "slots": _i64(NUM_TOKENS)}
+from kvcanary.operation import BUILTIN_PACKAGE, operations
+from kvcanary.ops._calls import (
+    MAX_CONTEXT,
+    MAX_REQS,
+    NUM_SLOTS,
+    SWA_WINDOW,
+    VERIFY_CAPACITY,
+    WRITE_REQ_CAPACITY,
+    Call,
+    engine_source,
+    i32,
+    i64,
+)
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 
 def _source_call() -> Call:
-    s = source()
+    s = engine_source()
     return {"tensor": s.tensor, "page_size": s.page_size, "num_bytes_per_token": s.num_bytes_per_token,
             "read_bytes": s.read_bytes}
 
@@ -215,17 +65,17 @@ def _full_group() -> Call:
 def _swa_group() -> Call:
     """A sliding-window group of 32 SWA slots, its table one entry per full slot."""
     return {"kind": PoolKind.SWA, "k_layer0": _kv(32), "v_layer0": _kv(32), "swa_window_size": SWA_WINDOW,
-            "full_to_swa_index_mapping": _i64(NUM_SLOTS), "layers": ()}
+            "full_to_swa_index_mapping": i64(NUM_SLOTS), "layers": ()}
 
 
 def _pool(swa: bool) -> Call:
-    groups = (PoolGroupSpec(**_full_group()), *((PoolGroupSpec(**_swa_group()),) if swa else ()))  # type: ignore[arg-type]
-    return {"groups": groups, "req_to_token": _i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
+    groups = (PoolGroupSpec(**_full_group()), *((PoolGroupSpec(**_swa_group()),) if swa else ()))
+    return {"groups": groups, "req_to_token": i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
 
 
 _CPU = {"device": "cpu"}
 
-EXAMPLES: Mapping[str, ExampleSet] = {
+CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "RealKvSource": ExampleSet("RealKvSource", (Variant("layer-0 K buffer", _source_call),)),
     "VerifyPlan.allocate": ExampleSet(
         "VerifyPlan.allocate", (Variant("capacity 32", lambda: {"verify_capacity": VERIFY_CAPACITY}),), _CPU),
@@ -250,36 +100,13 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         Variant("FULL and SWA groups", lambda: _pool(swa=True)),
         Variant("FULL group", lambda: _pool(swa=False)),
     )),
-    "launch_canary_plan_kernels": ExampleSet("launch_canary_plan_kernels", (
-        Variant("FULL group", _plan),
-        Variant("SWA group", lambda: _plan(swa=True), "swa_window_size > 0 with the full→SWA table"),
-        Variant("token-id pool", lambda: _plan(pool=True), "the expected-token pool and its valid lengths"),
-        Variant("extensions", lambda: _plan(ext=True), "every extension check on"),
-    )),
-    "launch_plan_offsets_kernel": ExampleSet("launch_plan_offsets_kernel", (
-        Variant("FULL group", _plan_offsets),
-        Variant("SWA group", lambda: _plan_offsets(swa=True)),
-    )),
-    "launch_plan_entries_kernel": ExampleSet("launch_plan_entries_kernel", (
-        Variant("FULL group", _plan_entries),
-        Variant("SWA group", lambda: _plan_entries(swa=True)),
-        Variant("token-id pool", lambda: _plan_entries(pool=True)),
-        Variant("extensions", lambda: _plan_entries(ext=True)),
-    )),
-    "launch_canary_write_kernel": ExampleSet("launch_canary_write_kernel", (
-        Variant("input assert off", lambda: _write(False)),
-        Variant("input assert on", lambda: _write(True), "with the oracle's expected tokens and positions"),
-        Variant("extensions", _write_ext, "the write-slot check on, with req_to_token and the SWA table"),
-        Variant("owner check", _write_owner, "the write-time owner check alone, with the batch's rows and the "
-                "owner map"),
-    )),
-    "launch_canary_verify_kernel": ExampleSet("launch_canary_verify_kernel", (
-        Variant("TAIL K, FULL", _verify),
-        Variant("extensions", lambda: _verify(ext=True), "every extension check on"),
-    )),
-    "launch_scatter_req_token_ids_kernel": ExampleSet(
-        "launch_scatter_req_token_ids_kernel", (Variant("3 requests", _scatter),)),
-    "launch_digest_fold_kernel": ExampleSet(
-        "launch_digest_fold_kernel", (Variant("one step's slots", _fold),)),
 }
-"""Contract name -> its valid calls."""
+"""Contract name -> its valid calls, for the contracts that are not operations."""
+
+EXAMPLES: Mapping[str, ExampleSet] = {
+    **CONSTRUCTORS,
+    **{op.contract.contract.name: op.examples for op in operations()
+       if op.examples is not None and op.module.startswith(BUILTIN_PACKAGE + ".")},
+}
+"""Contract name -> its valid calls: the constructors', then each built-in operation's (as declared with it).
+An operation declared elsewhere carries its own (``op.examples``), which the catalog reads first."""

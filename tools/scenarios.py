@@ -1,6 +1,7 @@
 """Random parity scenarios: small worlds built like an engine builds them, and large seeded calls.
 
-:data:`GENERATORS` holds one random generator per operation (small, realistic or ``hostile``); the larger
+:data:`GENERATORS` holds one random generator per operation (small, realistic or ``hostile``), each
+registered beside its definition with ``@scenario(Op.X)``; the larger
 seeded calls (:func:`large_verify_call`, :func:`large_write_call`, :func:`large_plan_call`,
 :func:`large_scatter_call`) run many grid-stride rounds, long requests, long plan rows. Each returns a
 :class:`~kvcanary.testing.builders.Call`. Worlds are chains of slots written with the real hash, shared
@@ -16,6 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -191,7 +193,31 @@ def _chain(world: World, rng: random.Random, slots: list[int], start_pos: int, s
     return tokens
 
 
+Generator = Callable[..., Call]
+G = TypeVar("G", bound=Generator)
+
+GENERATORS: dict[Op, Generator] = {}
+"""One random scenario generator per operation: ``GENERATORS[op](rng, hostile=...) -> Call`` (see
+:func:`scenario`)."""
+ELSEWHERE: dict[Op, str] = {Op.FOLD: "tests/distributed/test_digest.py"}
+"""The operations whose random parity scenarios live elsewhere, and where (a test holds every operation to
+one of the two)."""
+
+
+def scenario(op: Op) -> Callable[[G], G]:
+    """Register the decorated function as ``op``'s random scenario generator (one per operation)."""
+
+    def register(fn: G) -> G:
+        if op in GENERATORS or op in ELSEWHERE:
+            raise ValueError(f"{op} already has its random scenarios ({GENERATORS.get(op) or ELSEWHERE[op]})")
+        GENERATORS[op] = fn
+        return fn
+
+    return register
+
+
 # -- random scenarios: verify ------------------------------------------------------------------------------
+@scenario(Op.VERIFY)
 def verify_call(rng: random.Random, *, hostile: bool = False) -> Call:
     """Chains of up to 12 slots verified in part, shuffled, with corrupted fields and KV bytes, a slot-0 entry,
     a position off by one; ``hostile``: slots and predecessors outside the buffer, a negative count."""
@@ -256,6 +282,7 @@ def verify_call(rng: random.Random, *, hostile: bool = False) -> Call:
 
 
 # -- random scenarios: write -------------------------------------------------------------------------------
+@scenario(Op.WRITE)
 def write_call(rng: random.Random, *, hostile: bool = False, max_tokens: int | None = None) -> Call:
     """Up to 6 requests of up to ``max_tokens`` tokens, continuing stamped chains or starting new ones, skipped
     tokens, padding rows and tail; ``hostile``: slots and seeds outside the buffer, offsets past the tokens."""
@@ -333,6 +360,7 @@ def write_call(rng: random.Random, *, hostile: bool = False, max_tokens: int | N
 
 
 # -- random scenarios: plan and its two stages --------------------------------------------------------------
+@scenario(Op.PLAN)
 def plan_call(rng: random.Random, *, hostile: bool = False) -> Call:
     """Up to 40 rows (padding ones too), an SWA window with its LUT at times, a token pool; outputs start as
     garbage; ``hostile``: rows and prefixes past req_to_token, a short LUT and pool."""
@@ -393,6 +421,7 @@ def plan_call(rng: random.Random, *, hostile: bool = False) -> Call:
     return Call(Op.PLAN, make, lambda kw: plan_outputs(kw, scratch=False), label="plan")
 
 
+@scenario(Op.PLAN_OFFSETS)
 def plan_offsets_call(rng: random.Random, *, hostile: bool = False) -> Call:
     """Stage 1 alone, on a fused-plan scenario; its outputs start as that scenario's garbage, the scratch
     (sometimes longer than needed) as one random value."""
@@ -407,6 +436,7 @@ def plan_offsets_call(rng: random.Random, *, hostile: bool = False) -> Call:
     return Call(Op.PLAN_OFFSETS, make, _named(_OFFSETS_OUT), label="plan_offsets")
 
 
+@scenario(Op.PLAN_ENTRIES)
 def plan_entries_call(rng: random.Random, *, hostile: bool = False) -> Call:
     """Stage 2 alone, from the reference's own stage-1 offsets, or (hostile, half the time) from arbitrary
     offsets, sorted or not."""
@@ -432,6 +462,7 @@ def plan_entries_call(rng: random.Random, *, hostile: bool = False) -> Call:
 
 
 # -- random scenarios: scatter -----------------------------------------------------------------------------
+@scenario(Op.SCATTER)
 def scatter_call(rng: random.Random, *, hostile: bool = False) -> Call:
     """Up to 12 requests into a pool of up to 20 rows; ``hostile``: rows past the pool, offsets past flat_in."""
     bs = rng.randint(0, 12)
@@ -459,17 +490,6 @@ def _scatter(flat: torch.Tensor, offsets: Sequence[int], rpi: Sequence[int], poo
                 "req_pool_indices": int64_tensor(rpi, device), "pool_out": pool.clone().to(device)}
 
     return Call(Op.SCATTER, make, _named(("pool_out",)), label=label)
-
-
-GENERATORS: dict[Op, Callable[..., Call]] = {
-    Op.VERIFY: verify_call,
-    Op.WRITE: write_call,
-    Op.PLAN: plan_call,
-    Op.PLAN_OFFSETS: plan_offsets_call,
-    Op.PLAN_ENTRIES: plan_entries_call,
-    Op.SCATTER: scatter_call,
-}
-"""One random scenario generator per operation: ``GENERATORS[op](rng, hostile=...) -> Call``."""
 
 
 # -- larger seeded calls (several grid-stride rounds, several write tiles, long plan rows) --------------------

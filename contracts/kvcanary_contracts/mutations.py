@@ -1,7 +1,8 @@
 """Tensor mutations a rule may name in ``breaks``: how the error catalog builds a failing example.
 
 Small and dependency-free on purpose: contract declarations import these, and declarations are runtime code,
-while the counterexample search that applies them (:mod:`kvcanary_contracts.counterexamples`) is docs tooling.
+while the counterexample search that applies them (``tools/counterexamples.py`` of the repository) is docs
+tooling, outside the package.
 """
 
 from __future__ import annotations

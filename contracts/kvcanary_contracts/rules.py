@@ -26,7 +26,7 @@ class Rule:
     error: type[ContractError] = ContractError
     values: Mapping[str, str] = field(default_factory=dict)
     origin: str = field(default="", compare=False)
-    # How to break the rule, for the error catalog's counterexample (contracts.counterexamples): argument,
+    # How to break the rule, for the error catalog's counterexample (tools/counterexamples.py): argument,
     # attribute or symbol name -> an int/bool/None, an expression over the valid call (a str), or a tensor
     # mutation (kvcanary_contracts.mutations: Misalign, PadStride, Resize). Only needed where none can be derived.
     breaks: Mapping[str, object] = field(default_factory=dict, compare=False)

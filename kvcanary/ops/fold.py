@@ -15,7 +15,9 @@ from pydantic import Field
 from kvcanary.consts import CANARY_SLOT_BYTES
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
+from kvcanary.ops import _calls as c
 from kvcanary_contracts import Contract, ContractInfo, Relation, TensorArg
+from kvcanary_contracts.examples import ExampleSet, Variant
 from kvcanary_contracts.mutations import Misalign, PadStride, Strided
 
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -88,10 +90,23 @@ class FoldLaunch(Contract):
         description="The slots to fold (entries <= 0 are left out; a slot past the buffer folds zeros).")
 
 
+EXAMPLES = ExampleSet("launch_digest_fold_kernel", (Variant("one step's slots", lambda: {
+    "acc": c.i64(2), "canary_buf": torch.zeros(c.NUM_SLOTS, CANARY_SLOT_BYTES, dtype=torch.uint8),
+    "slots": c.i64(c.NUM_TOKENS)}),))
+
+
+def valid_call(device: c.Device = "cpu", *, num_slots: int = 16, n: int = 6) -> c.Call:
+    """A small valid fold of ``n`` slots of a buffer of ``num_slots`` zero records."""
+    return {"acc": c.i64(2, device=device),
+            "canary_buf": torch.zeros(num_slots, CANARY_SLOT_BYTES, dtype=torch.uint8, device=device),
+            "slots": c.i64(n, device=device)}
+
+
 FOLD = OPERATION = Operation(
     "fold", FoldLaunch, constant="FOLD", module="kvcanary.launch.fold",
     doc="""Add ``(Σ mix(slot, token, position, prev_hash), count)`` over the records at ``slots`` to ``acc``.
 
     Order-free (a wrapping sum), no host read, capturable on every backend that serves it.""",
+    examples=EXAMPLES, call=valid_call,
 )
 launch_digest_fold_kernel = OPERATION.launcher

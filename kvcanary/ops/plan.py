@@ -15,6 +15,7 @@ from pydantic import Field
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.operation import Operation
+from kvcanary.ops import _calls as c
 from kvcanary.ops import _plan_inputs as p
 from kvcanary.ops._shared import (
     EXTENSIONS,
@@ -26,6 +27,7 @@ from kvcanary.ops._shared import (
 )
 from kvcanary.plans import VerifyPlan, WritePlan
 from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, StructArg
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 NAME = "launch_canary_plan_kernels"
 _VERIFY_OUT: StructArg = verify_plan_struct("verify_plan_out.", "plan_verify_capacity")
@@ -84,9 +86,50 @@ class PlanLaunch(Contract):
 
 check_plan = PlanLaunch.checker()
 
+
+def _example(swa: bool = False, pool: bool = False, ext: bool = False) -> c.Call:
+    """The catalog's plan: 3 requests over an 8 x 64 req_to_token, into plans of 32 entries and 4 requests."""
+    return {
+        "verify_plan_out": c.engine_verify_plan(),
+        "write_plan_out": c.engine_write_plan(),
+        **c.batch(),
+        "req_to_token": c.i32(c.MAX_REQS, c.MAX_CONTEXT),
+        "swa_window_size": c.SWA_WINDOW if swa else 0,
+        "full_to_swa_index_mapping": c.i64(c.NUM_SLOTS + 1) if swa else None,
+        "verify_capacity": c.VERIFY_CAPACITY,
+        "req_to_verify_expected_tokens": c.i32(c.MAX_REQS, c.MAX_CONTEXT) if pool else None,
+        "req_to_verify_expected_tokens_valid_lens": c.i64(c.BS) if pool else None,
+        "kv_token_id_vs_position_offset": 0,
+        **({"extensions": c.every_extension()} if ext else {}),
+    }
+
+
+EXAMPLES = ExampleSet(NAME, (
+    Variant("FULL group", _example),
+    Variant("SWA group", lambda: _example(swa=True), "swa_window_size > 0 with the full→SWA table"),
+    Variant("token-id pool", lambda: _example(pool=True), "the expected-token pool and its valid lengths"),
+    Variant("extensions", lambda: _example(ext=True), "every extension check on"),
+))
+
+
+def valid_call(device: c.Device = "cpu", *, bs: int = 3, swa: int = 0, pool: bool = False) -> c.Call:
+    """A small valid plan of ``bs`` requests (a window of ``swa`` with its table; the token pool if ``pool``)."""
+    vp = c.verify_plan(device)
+    return {
+        "verify_plan_out": vp, "write_plan_out": c.write_plan(device), "req_pool_indices": c.i64(bs, device=device),
+        "prefix_lens": c.i64(bs, device=device), "extend_seq_lens": c.i64(bs, device=device),
+        "req_to_token": c.i32(4, 8, device=device),
+        "swa_window_size": swa, "full_to_swa_index_mapping": c.i64(17, device=device) if swa else None,
+        "verify_capacity": vp.verify_capacity,
+        "req_to_verify_expected_tokens": c.i32(4, 8, device=device) if pool else None,
+        "req_to_verify_expected_tokens_valid_lens": c.i64(bs, device=device) if pool else None,
+        "kv_token_id_vs_position_offset": 0,
+    }
+
 PLAN = OPERATION = Operation(
     "plan", PlanLaunch, constant="PLAN", module="kvcanary.launch.plan",
     doc="""Verify entries for every prefix token ``[window_start, prefix_len)`` of each active row, and the
     write offsets and seeds for the tokens it writes. Overflow sets ``enable = 0`` instead of raising.""",
+    examples=EXAMPLES, call=valid_call,
 )
 launch_canary_plan_kernels = OPERATION.launcher

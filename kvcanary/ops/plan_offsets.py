@@ -15,8 +15,10 @@ from pydantic import Field
 from kvcanary.consts import PLAN_OFFSETS_SCRATCH_LEN
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
+from kvcanary.ops import _calls as c
 from kvcanary.ops import _plan_inputs as p
 from kvcanary_contracts import Contract, ContractInfo, Relation, ScalarArg, TensorArg
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 NAME = "launch_plan_offsets_kernel"
 
@@ -95,9 +97,45 @@ class PlanOffsetsLaunch(Contract):
 
 check_plan_offsets = PlanOffsetsLaunch.checker()
 
+
+def _example(swa: bool = False) -> c.Call:
+    """The catalog's stage 1: 3 requests, a write plan of 4 requests and a verify capacity of 32."""
+    return {
+        **c.batch(),
+        "req_to_token": c.i32(c.MAX_REQS, c.MAX_CONTEXT),
+        "full_to_swa_index_mapping": c.i64(c.NUM_SLOTS + 1) if swa else None,
+        "out_verify_offsets_scratch": c.i64(PLAN_OFFSETS_SCRATCH_LEN),
+        "out_write_offsets": c.i64(c.WRITE_REQ_CAPACITY + 1),
+        "out_write_seed_slot_indices": c.i64(c.WRITE_REQ_CAPACITY),
+        "out_verify_num_valid": c.i32(1),
+        "out_verify_enable": c.i32(1),
+        "out_write_num_valid_reqs": c.i32(1),
+        "swa_window_size": c.SWA_WINDOW if swa else 0,
+        "verify_capacity": c.VERIFY_CAPACITY,
+    }
+
+
+EXAMPLES = ExampleSet(NAME, (
+    Variant("FULL group", _example),
+    Variant("SWA group", lambda: _example(swa=True)),
+))
+
+
+def valid_call(device: c.Device = "cpu", *, bs: int = 3, cap: int = 4) -> c.Call:
+    """A small valid stage 1 of ``bs`` requests into a write plan of ``cap`` requests."""
+    return {
+        "req_pool_indices": c.i64(bs, device=device), "prefix_lens": c.i64(bs, device=device),
+        "extend_seq_lens": c.i64(bs, device=device), "req_to_token": c.i32(4, 8, device=device),
+        "full_to_swa_index_mapping": None, "out_verify_offsets_scratch": c.i64(PLAN_OFFSETS_SCRATCH_LEN, device=device),
+        "out_write_offsets": c.i64(cap + 1, device=device), "out_write_seed_slot_indices": c.i64(cap, device=device),
+        "out_verify_num_valid": c.i32(1, device=device), "out_verify_enable": c.i32(1, device=device),
+        "out_write_num_valid_reqs": c.i32(1, device=device), "swa_window_size": 0, "verify_capacity": 8,
+    }
+
 PLAN_OFFSETS = OPERATION = Operation(
     "plan_offsets", PlanOffsetsLaunch, constant="PLAN_OFFSETS", module="kvcanary.launch.plan_offsets",
     doc="""Write each row's exclusive verify offset (total at ``[bs]``), the write offsets ``[0..bs]``, the
     seeds ``[0, bs)``, ``num_valid``, ``enable`` and ``num_valid_reqs``. Entries past bs are untouched.""",
+    examples=EXAMPLES, call=valid_call,
 )
 launch_plan_offsets_kernel = OPERATION.launcher

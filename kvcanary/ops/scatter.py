@@ -12,7 +12,9 @@ from pydantic import Field
 
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation
+from kvcanary.ops import _calls as c
 from kvcanary_contracts import Contract, ContractInfo, ContractTypeError, Relation, TensorArg
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 _TYPE_ERR = {"dtype": ContractTypeError}
 _R1 = {"rank": "scatter_req_token_ids {name} must be 1-D, got shape {shape}",
@@ -67,9 +69,20 @@ class ScatterLaunch(Contract):
 
 check_scatter = ScatterLaunch.checker()
 
+EXAMPLES = ExampleSet("launch_scatter_req_token_ids_kernel", (Variant("3 requests", lambda: {
+    "flat_in": c.i64(10), "offsets": c.i64(c.BS + 1), "req_pool_indices": c.i64(c.BS),
+    "pool_out": c.i32(c.MAX_REQS, c.MAX_CONTEXT)}),))
+
+
+def valid_call(device: c.Device = "cpu", *, bs: int = 2) -> c.Call:
+    """A small valid scatter of ``bs`` requests' tokens into a 3 x 8 pool."""
+    return {"flat_in": c.i64(5, device=device), "offsets": c.i64(bs + 1, device=device),
+            "req_pool_indices": c.i64(bs, device=device), "pool_out": c.i32(3, 8, device=device)}
+
 SCATTER = OPERATION = Operation(
     "scatter_req_token_ids", ScatterLaunch, constant="SCATTER", module="kvcanary.launch.scatter",
     doc="""``pool_out[rp, :min(len, cols)] = int32(flat_in[start:start+len])`` per request; the last request
     naming a row wins; everything else in the pool is left as it was.""",
+    examples=EXAMPLES, call=valid_call,
 )
 launch_scatter_req_token_ids_kernel = OPERATION.launcher

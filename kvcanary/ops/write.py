@@ -11,6 +11,7 @@ from kvcanary.context import VerifyOrWriteContext
 from kvcanary.errors import FAMILY
 from kvcanary.extensions import Extensions
 from kvcanary.operation import Operation
+from kvcanary.ops import _calls as c
 from kvcanary.ops import _plan_inputs as p
 from kvcanary.ops._shared import CONTEXT, EXTENSIONS, EXTENSIONS_DOC, WRITE_WRITES, write_plan_struct
 from kvcanary.plans import WritePlan
@@ -23,6 +24,7 @@ from kvcanary_contracts import (
     ScalarArg,
     TensorArg,
 )
+from kvcanary_contracts.examples import ExampleSet, Variant
 
 _TOKENS = ("num_tokens",)
 _EXPECTED = ("expected_input_tokens", "expected_input_positions")
@@ -112,8 +114,52 @@ class WriteLaunch(Contract):
 
 check_write = WriteLaunch.checker()
 
+
+def _example(assert_inputs: bool) -> c.Call:
+    """The catalog's write: the step's 6 tokens into the engine-shaped context."""
+    n = c.NUM_TOKENS
+    return {
+        "context": c.engine_context(), "plan": c.engine_write_plan(), "input_ids": c.i64(n), "positions": c.i64(n),
+        "out_cache_loc": c.i64(n), "enable_write_input_assert": assert_inputs,
+        "expected_input_tokens": c.i64(n) if assert_inputs else None,
+        "expected_input_positions": c.i64(n) if assert_inputs else None,
+    }
+
+
+def _example_slot_check() -> c.Call:
+    return {**_example(False), "req_pool_indices": c.i64(c.BS), "req_to_token": c.i32(c.MAX_REQS, c.MAX_CONTEXT),
+            "full_to_swa_index_mapping": c.i64(c.NUM_SLOTS + 1),
+            "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)}
+
+
+def _example_owner_check() -> c.Call:
+    return {**_example(False), "req_pool_indices": c.i64(c.BS), "slot_owner": c.i64(c.NUM_SLOTS),
+            "extensions": Extensions(write_slot_owner_mismatch=True)}
+
+
+EXAMPLES = ExampleSet("launch_canary_write_kernel", (
+    Variant("input assert off", lambda: _example(False)),
+    Variant("input assert on", lambda: _example(True), "with the oracle's expected tokens and positions"),
+    Variant("extensions", _example_slot_check, "the write-slot check on, with req_to_token and the SWA table"),
+    Variant("owner check", _example_owner_check, "the write-time owner check alone, with the batch's rows and the "
+            "owner map"),
+))
+
+
+def valid_call(device: c.Device = "cpu", *, assert_inputs: bool = False, tokens: int = 6) -> c.Call:
+    """A small valid write of ``tokens`` tokens (with the oracle's tensors when ``assert_inputs``)."""
+    return {
+        "context": c.context(device), "plan": c.write_plan(device), "input_ids": c.i64(tokens, device=device),
+        "positions": c.i64(tokens, device=device), "out_cache_loc": c.i64(tokens, device=device),
+        "enable_write_input_assert": assert_inputs,
+        "expected_input_tokens": c.i64(tokens, device=device) if assert_inputs else None,
+        "expected_input_positions": c.i64(tokens, device=device) if assert_inputs else None,
+    }
+
+
 WRITE = OPERATION = Operation(
     "write", WriteLaunch, constant="WRITE", module="kvcanary.launch.write",
     doc="""Write one record per token with ``out_cache_loc >= 0``, chained per request from its seed slot.""",
+    examples=EXAMPLES, call=valid_call,
 )
 launch_canary_write_kernel = OPERATION.launcher

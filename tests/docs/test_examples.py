@@ -10,8 +10,9 @@ from kvcanary import codes
 from kvcanary.registry import use_backend
 from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import ContractError
-from kvcanary_contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, render_call
+from kvcanary_contracts.examples import ExampleSet, Variant
 from tests.contracts.toy import Plan, ToyLaunch, valid
+from tools.counterexamples import NoCounterexample, counterexample, render_call
 from tools.docsgen.catalog import catalog, corrected_tail, example_imports, namespace
 
 
@@ -62,7 +63,7 @@ def test_corrected_calls_show_only_what_follows_the_failing_calls_setup() -> Non
 def test_example_imports_name_only_what_the_code_uses() -> None:
     src = "plan = WritePlan.allocate(write_req_capacity=4, device='cpu')\nx = unchecked(SimpleNamespace, a=plan)\n"
     assert example_imports(src) == ("from types import SimpleNamespace\nfrom kvcanary import WritePlan\n"
-                                    "from kvcanary_contracts.counterexamples import unchecked  # builds an object without "
+                                    "from kvcanary_contracts.examples import unchecked  # builds an object without "
                                     "its checks\n\n")
     assert example_imports("x = 1\n") == ""
 

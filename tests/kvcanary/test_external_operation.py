@@ -1,10 +1,11 @@
 """A new operation declared outside the package gets everything a built-in one has, editing no file of it.
 
 The operation (``count_live``: add the number of live slots, ``slot > 0``, to an ``int64 [1]`` counter) is a
-contract and a torch_ref kernel written here. From that declaration alone it gets a launcher with generated
-checks and error codes (its own code book, in a temporary folder), a ``torch.ops`` operator that passes
-``torch.library.opcheck``, selection through the registry (a second kernel of a test backend outranks
-torch_ref), and catalog pages rendered by the docs generator. Everything registered is removed at the end.
+contract, its valid calls and a torch_ref kernel written here. From that declaration alone it gets a launcher
+with generated checks and error codes (its own code book, in a temporary folder), a ``torch.ops`` operator
+that passes ``torch.library.opcheck``, selection through the registry (a second kernel of a test backend
+outranks torch_ref), catalog pages rendered by the docs generator from its examples, and the conformance
+kit's call builder. Everything registered is removed at the end.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from kvcanary import codes
 from kvcanary.errors import FAMILY
 from kvcanary.operation import Operation, operations
 from kvcanary.registry import REGISTRY, Backend, register_backend
+from kvcanary.testing import calls
 from kvcanary_contracts import CodeBook, Contract, ContractError, ContractInfo, Relation, TensorArg
 from kvcanary_contracts.contract import forget_contract
-from kvcanary_contracts.counterexamples import ExampleSet, Variant
+from kvcanary_contracts.examples import ExampleSet, Variant
 from kvcanary_contracts.torch_op import drop_namespace
 from tools.docsgen import catalog
 
@@ -66,6 +68,12 @@ def _valid_call() -> dict[str, object]:
     return {"counter": torch.zeros(1, dtype=torch.int64), "slots": torch.zeros(6, dtype=torch.int64)}
 
 
+def _call_on(device: torch.device | str = "cpu", *, n: int = 6) -> dict[str, object]:
+    """The conformance kit's call: ``n`` slots on ``device``."""
+    return {"counter": torch.zeros(1, dtype=torch.int64, device=device),
+            "slots": torch.arange(n, dtype=torch.int64, device=device)}
+
+
 def count_live_torch(call: CountLiveLaunch) -> None:
     call.counter.add_((call.slots > 0).sum().reshape(1))
 
@@ -87,6 +95,7 @@ def declared_operation(tmp_path: Path) -> Iterator[Operation]:
         "count_live", CountLiveLaunch, constant="COUNT_LIVE", namespace=NAMESPACE, module=__name__,
         doc="Add the number of live slots (``> 0``) to ``counter``.",
         examples=ExampleSet("launch_count_live_kernel", (Variant("six slots", _valid_call),)),
+        call=_call_on,
     )
     declared.register_kernel("torch_ref", count_live_torch, devices={"*": 10})
     private = CodeBook(tmp_path / "codebook.json", "KVC")  # a third party's book; numbers the checks
@@ -199,6 +208,18 @@ def test_the_catalog_renders_its_pages(op: Operation) -> None:
         assert page.error_text.splitlines()[1].startswith(f"[{check.code}]")
 
 
+def test_the_conformance_kit_builds_its_calls(op: Operation) -> None:
+    """The call builder declared with the operation is the kit's: by operation, by name, and as ``calls.<constant>``."""
+    kw = calls.of(op, "cpu", n=4)
+    assert set(kw) == {"counter", "slots"} and kw["slots"].tolist() == [0, 1, 2, 3]
+    assert calls.of("count_live")["slots"].shape == (6,) and op.call(n=2)["slots"].tolist() == [0, 1]
+    assert calls.builder("count_live") is _call_on and calls.count_live is _call_on
+    out = calls.count_live(n=5)
+    op.launcher(**out)
+    assert out["counter"].tolist() == [4]
+    assert catalog.examples_of(CountLiveLaunch) is op.examples
+
+
 def test_cleanup_leaves_no_trace(tmp_path: Path) -> None:
     """After the declaration's cleanup, the operation, its operator, contract and codes are gone."""
     with declared_operation(tmp_path) as declared:
@@ -209,3 +230,5 @@ def test_cleanup_leaves_no_trace(tmp_path: Path) -> None:
     assert all(c.contract != CountLiveLaunch.contract.name for c in codes.checks())
     assert not any(k.startswith("launch_count_live_kernel/") for k in FAMILY.codebook.codes)
     assert not hasattr(getattr(torch.ops, NAMESPACE), "count_live")
+    with pytest.raises(AttributeError, match="no declared operation with the constant 'COUNT_LIVE'"):
+        calls.builder("count_live")

@@ -1,7 +1,7 @@
 """Hostile arguments: every rule of every contract rejects its violations before anything changes.
 
 - Property: for every check of every contract (drawn), a violation generated from a randomly sized valid call
-  (the counterexample engine of ``kvcanary_contracts.counterexamples`` breaks exactly that check) raises that
+  (the counterexample engine of ``tools.counterexamples`` breaks exactly that check) raises that
   check's code through the real launcher, and every tensor of the call is byte-identical afterwards.
 - The same for every code, once, from the catalog's example calls (deterministic).
 - The fuzzer's reproducers: zero-size tensors, ints outside int64 and bools, aliased outputs, meta tensors.
@@ -27,7 +27,8 @@ from kvcanary.registry import use_backend
 from kvcanary.testing import calls
 from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import Check, Contract
-from kvcanary_contracts.counterexamples import ExampleSet, NoCounterexample, Variant, counterexample, unchecked
+from kvcanary_contracts.examples import ExampleSet, Variant, unchecked
+from tools.counterexamples import NoCounterexample, counterexample
 
 Call = dict[str, Any]
 LAUNCHERS: dict[str, Callable[..., None]] = {

@@ -121,3 +121,52 @@ def test_the_backend_guide_names_each_operations_contract() -> None:
     text = (Path(__file__).parents[2] / "docs" / "api" / "registry.md").read_text()
     for op, contract in CONTRACTS.items():
         assert f"| `{op.value}` | `{contract.__module__}.{contract.__name__}` |" in text, op
+
+
+@pytest.mark.parametrize("op", list(Op), ids=lambda o: o.name)
+def test_each_operation_declares_its_valid_calls_and_the_tables_read_them(op: Op) -> None:
+    """The catalog's examples and the kit's call builder are declared with the operation; the catalog's table
+    (``kvcanary.valid_calls.EXAMPLES``) and ``kvcanary.testing.calls`` read them, and both pass the contract."""
+    from kvcanary.valid_calls import CONSTRUCTORS, EXAMPLES
+
+    assert op.examples is not None and op.examples.callee == op.contract.contract.name
+    assert EXAMPLES[op.contract.contract.name] is op.examples and op.contract.contract.name not in CONSTRUCTORS
+    check = op.contract.checker()
+    for variant in op.examples.variants:
+        check(**variant.build())
+    assert op.call_builder is not None and getattr(calls, op.constant.lower()) is op.call_builder
+    kw = op.call("cpu")
+    check(**kw)
+    assert calls.of(op).keys() == kw.keys() == calls.of(op.name).keys()
+    first = next(iter(kw))
+    with pytest.raises(ContractError, match=first):  # the call is what the contract checks: break it, it fails
+        check(**{**kw, first: "not a valid value"})
+
+
+def test_an_operation_without_a_call_builder_says_so() -> None:
+    declared = Op.SCATTER
+    saved = declared.call_builder
+    try:
+        declared.call_builder = None
+        with pytest.raises(LookupError, match="operation 'scatter_req_token_ids' declares no call builder"):
+            declared.call()
+        with pytest.raises(AttributeError, match="no declared operation with the constant 'SCATTER'"):
+            calls.builder("scatter")
+    finally:
+        declared.call_builder = saved
+    assert calls.scatter is saved
+
+
+def test_every_operation_has_its_random_scenarios() -> None:
+    """Each operation's random parity scenarios are registered beside their generator (``@scenario(op)``), or
+    named as living elsewhere; a new operation without either fails here. Each generator makes its own op."""
+    import random
+
+    from tools import scenarios
+
+    assert set(scenarios.GENERATORS) | set(scenarios.ELSEWHERE) == set(Op)
+    assert not set(scenarios.GENERATORS) & set(scenarios.ELSEWHERE)
+    for op, generate in scenarios.GENERATORS.items():
+        assert generate(random.Random(1)).op is op
+    with pytest.raises(ValueError, match="already has its random scenarios"):
+        scenarios.scenario(Op.VERIFY)(scenarios.verify_call)

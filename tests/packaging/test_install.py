@@ -6,8 +6,9 @@ packages (``kvcanary``, ``kvcanary_contracts``, ``kvcanary_backends``) with ever
 works from a project that has its own ``backends`` and ``contracts`` packages; no module is loaded under two
 names. Runtime modules import nothing from tests, benchmarks, the repository's ``tools/`` (the docs
 generator, the random scenarios and benchmark workloads), the conformance kit (``kvcanary.testing``), the
-counterexample search or the stub generator. The wheel holds no tooling: ``kvcanary docs`` there says it
-needs a checkout, while ``explain`` and ``contracts`` read the pages the package ships.
+counterexample search (``tools/counterexamples.py``) or the stub generator. The wheel holds no tooling (no
+module of it defines the search): ``kvcanary docs`` there says it needs a checkout, while ``explain`` and
+``contracts`` read the pages the package ships.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 ROOT = Path(__file__).parents[2]
 PACKAGES = {"kvcanary": ROOT / "kvcanary", "kvcanary_contracts": ROOT / "contracts" / "kvcanary_contracts",
             "kvcanary_backends": ROOT / "backends" / "kvcanary_backends"}
-TOOLING = ("tools", "kvcanary.testing", "kvcanary_contracts.counterexamples", "kvcanary_contracts.stubs",
+TOOLING = ("tools", "kvcanary.testing", "kvcanary_contracts.stubs",
            "kvcanary.valid_calls", "kvcanary.mypy", "tests",
            "benchmarks")
 
@@ -157,10 +158,23 @@ def test_wheel_serves_the_public_api_beside_a_users_packages(wheel_install: Path
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
 
 
+SEARCH_MARKERS = ("def counterexample(", "def all_failures(", "class NoCounterexample(")
+"""What only the counterexample search defines (``tools/counterexamples.py``)."""
+
+
+def _search_modules(files: dict[str, str]) -> list[str]:
+    """The files (name -> source) that define any part of the counterexample search."""
+    return sorted(name for name, src in files.items() if any(m in src for m in SEARCH_MARKERS))
+
+
 def test_tooling_lives_outside_the_package() -> None:
-    """The docs generator and the random scenarios sit in ``tools/``, the slim kit in ``kvcanary.testing``."""
+    """The docs generator, the counterexample search and the random scenarios sit in ``tools/``, the slim kit in
+    ``kvcanary.testing``; no module of the three packages (what the wheel holds) defines the search."""
     assert not (ROOT / "kvcanary" / "docsgen").exists()
     assert (ROOT / "tools" / "docsgen" / "__init__.py").is_file() and (ROOT / "tools" / "scenarios.py").is_file()
+    assert _search_modules({"tools/counterexamples.py": (ROOT / "tools" / "counterexamples.py").read_text()})
+    shipped = {p.relative_to(ROOT).as_posix(): p.read_text() for folder in PACKAGES.values() for p in folder.rglob("*.py")}
+    assert len(shipped) > 50 and _search_modules(shipped) == []
     kit = sorted(p.stem for p in (ROOT / "kvcanary" / "testing").glob("*.py"))
     assert kit == ["__init__", "builders", "calls", "opcheck", "parity"], kit
 
@@ -168,6 +182,10 @@ def test_tooling_lives_outside_the_package() -> None:
 @pytest.mark.slow
 def test_wheel_holds_no_tooling_and_docs_says_so(wheel_install: Path, user_project: Path) -> None:
     assert not (wheel_install / "kvcanary" / "docsgen").exists() and not (wheel_install / "tools").exists()
+    installed = {p.relative_to(wheel_install).as_posix(): p.read_text() for package in PACKAGES
+                 for p in (wheel_install / package).rglob("*.py")}
+    assert len(installed) > 50 and _search_modules(installed) == []  # the counterexample search stayed out
+    assert (wheel_install / "kvcanary_contracts" / "examples.py").is_file()  # its data types ship
     assert (wheel_install / "kvcanary" / "catalog.json.gz").is_file()
     res = _python([user_project, wheel_install], user_project, str(wheel_install / "bin" / "kvcanary"), "docs")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr

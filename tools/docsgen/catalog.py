@@ -27,16 +27,10 @@ from kvcanary.valid_calls import EXAMPLES
 from kvcanary_contracts import Check, Contract, ContractTypeError
 from kvcanary_contracts.checks import PHASE_NAMES
 from kvcanary_contracts.compiler import Node
-from kvcanary_contracts.counterexamples import (
-    Counterexample,
-    ExampleSet,
-    counterexample,
-    mark_changes,
-    render_call,
-    unchecked,
-)
+from kvcanary_contracts.examples import ExampleSet, unchecked
 from kvcanary_contracts.expr import Expr
 from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
+from tools.counterexamples import Counterexample, counterexample, mark_changes, render_call
 from tools.docsgen.blocks import Block, Code, Items, Link, Note, Para, Section, markdown, text
 
 KIND_TITLES: Mapping[str, str] = {
@@ -127,7 +121,7 @@ def example_imports(*sources: str) -> str:
         lines.append(f"from kvcanary import {', '.join(public)}")
     lines += [f"from {module} import {name}" for name, module in sorted(elsewhere.items())]
     if "unchecked" in names:
-        lines.append("from kvcanary_contracts.counterexamples import unchecked  # builds an object without its checks")
+        lines.append("from kvcanary_contracts.examples import unchecked  # builds an object without its checks")
     return "\n".join(lines) + "\n\n" if lines else ""
 
 

@@ -7,20 +7,28 @@ Packing reads only shapes, strides and ``data_ptr()``: never a device value, so 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from kvcanary.consts import REAL_KV_CHUNK_BYTES, RealKvHashMode
+from kvcanary.consts import MAX_REAL_KV_SOURCES, REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary_backends.cuda._toolchain import Compiled, Spec, load
+
+if TYPE_CHECKING:
+    from kvcanary.operation import Operation
 
 Args = tuple[int, ...]
 Shape = tuple[int, int, int, int]
 """(grid x, grid y, threads per block, dynamic shared-memory bytes) of a launch."""
 SOURCE_PARAMS = 6
 """Kernel parameters per real-KV source: base, rows, row stride (bytes), page size, bytes per token, chunks."""
+BOOLS = (False, True)
+SOURCES: tuple[tuple[int, bool], ...] = (
+    (0, True), *((n, p) for n in range(1, MAX_REAL_KV_SOURCES + 1) for p in BOOLS))
+"""(number of sources, PARTIAL) pairs a specialization can have: with no source the mode does not matter."""
+F = TypeVar("F", bound=Callable[..., None])
 
 
 def fold(ctx: VerifyOrWriteContext) -> tuple[int, bool, Args]:
@@ -50,12 +58,34 @@ def vec16(stride_bytes: int) -> bool:
 
 
 class KernelCache:
-    """Compiled kernels of one operation by (device index, specialization key); specs built only on a miss."""
+    """Compiled kernels of one operation by (device index, specialization key); specs built only on a miss.
 
-    def __init__(self, make_spec: Callable[..., Spec], shmem: int = 0) -> None:
+    The cache also declares the operation's specializations, beside its kernel: ``preload`` (the default ones,
+    every extension off: what :func:`kvcanary_backends.cuda.preload` loads and CI compiles) and
+    ``extensions`` (the extensions' ones CI compiles; others compile on first use, none is preloaded). A
+    kernel attached with :meth:`kernel` is how the backend's tables of specializations find the cache
+    (``kvcanary_backends.cuda._specs``): they are derived from the kernels attached to the operations.
+    """
+
+    def __init__(self, make_spec: Callable[..., Spec], shmem: int = 0, *, preload: Iterable[tuple[Any, ...]] = (),
+                 extensions: Iterable[tuple[Any, ...]] = ()) -> None:
         self._make_spec = make_spec
         self._shmem = shmem
         self._hits: dict[tuple[Any, ...], Compiled] = {}
+        self.preload: tuple[tuple[Any, ...], ...] = tuple(preload)
+        """The default specialization keys (every extension off)."""
+        self.extensions: tuple[tuple[Any, ...], ...] = tuple(extensions)
+        """The extensions' specialization keys CI compiles."""
+
+    def kernel(self, op: Operation, **options: Any) -> Callable[[F], F]:
+        """Decorator: attach the decorated function as ``op``'s cuda kernel (``op.kernel("cuda", **options)``),
+        launching from this cache; :func:`cache_of` finds the cache from the attached kernel."""
+
+        def attach(fn: F) -> F:
+            _CACHES[fn] = self
+            return op.kernel("cuda", **options)(fn)
+
+        return attach
 
     def get(self, device_index: int, key: tuple[Any, ...]) -> Compiled:
         full = (device_index, *key)
@@ -67,3 +97,11 @@ class KernelCache:
 
     def spec(self, *key: Any) -> Spec:
         return self._make_spec(*key)
+
+
+_CACHES: dict[Callable[..., None], KernelCache] = {}
+
+
+def cache_of(kernel: object) -> KernelCache | None:
+    """The cache a kernel attached with :meth:`KernelCache.kernel` launches from (None: another kernel)."""
+    return _CACHES.get(kernel) if callable(kernel) else None

@@ -1,46 +1,47 @@
-"""Every specialization the backend can launch, per operation (for :func:`backends.cuda.preload` and CI)."""
+"""Every specialization the backend can launch, per operation (for :func:`backends.cuda.preload` and CI).
+
+Nothing here is listed by hand: each operation's module declares its specializations on its
+:class:`~kvcanary_backends.cuda._pack.KernelCache`, beside the kernel it attaches with
+``@KERNELS.kernel(OP)``; the tables are read from the cuda kernels attached to the operations.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
-from kvcanary.consts import MAX_REAL_KV_SOURCES
-from kvcanary.registry import Op
-from kvcanary_backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
-from kvcanary_backends.cuda._pack import KernelCache
+import kvcanary_backends.cuda as package
+from kvcanary.operation import Operation, operations
+from kvcanary_backends.cuda import verify
+from kvcanary_backends.cuda._pack import KernelCache, cache_of
 from kvcanary_backends.cuda._toolchain import Spec
 
-_BOOLS = (False, True)
-SOURCES: tuple[tuple[int, bool], ...] = (
-    (0, True), *((n, p) for n in range(1, MAX_REAL_KV_SOURCES + 1) for p in _BOOLS))
-"""(number of sources, PARTIAL) pairs: with no source the mode does not matter."""
+Table = dict[Operation, tuple[KernelCache, list[tuple[Any, ...]]]]
 
-KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
-    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, False)
-                                 for c in _BOOLS for n, p in SOURCES for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v, False, False, False)
-                               for n, p in SOURCES for a in _BOOLS for v in _BOOLS]),
-    Op.PLAN: (plan.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
-    Op.PLAN_OFFSETS: (plan_offsets.KERNELS, [(lut,) for lut in _BOOLS]),
-    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, False) for lut in _BOOLS for pool in _BOOLS]),
-    Op.SCATTER: (scatter.KERNELS, [()]),
-}
+
+def attached() -> dict[Operation, KernelCache]:
+    """Each operation's kernel cache, found from the cuda kernel attached to it (every kernel module of the
+    backend is imported first: importing one attaches its kernel)."""
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_") and not info.ispkg:
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    out: dict[Operation, KernelCache] = {}
+    for op in operations():
+        support = op.kernels.get("cuda")
+        cache = cache_of(support.impl) if support is not None else None
+        if cache is not None:
+            out[op] = cache
+    return out
+
+
+KEYS: Table = {op: (cache, list(cache.preload)) for op, cache in attached().items()}
 """The default specializations (every extension off): what preload loads."""
 
-EXTENSION_KEYS: dict[Op, tuple[KernelCache, list[tuple[Any, ...]]]] = {
-    Op.VERIFY: (verify.KERNELS, [(c, n, p, v, verify.THREADS, True)
-                                 for c in _BOOLS for n, p in SOURCES[:2] for v in _BOOLS]),
-    Op.WRITE: (write.KERNELS, [(n, p, a, v, slot, slot and lut, own)
-                               for n, p in SOURCES[:2] for a in _BOOLS for v in _BOOLS
-                               for slot, lut, own in ((True, False, False), (True, True, False), (False, False, True),
-                                                      (True, False, True), (True, True, True))]),
-    Op.PLAN: (plan.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
-    Op.PLAN_ENTRIES: (plan_entries.KERNELS, [(lut, pool, True) for lut in _BOOLS for pool in _BOOLS]),
-}
-"""The extensions' specializations CI compiles (others compile on first use; none is preloaded): each extension
-define with every other define, the source count only at 0 and 1 (the extension code never touches the fold)."""
+EXTENSION_KEYS: Table = {op: (cache, list(cache.extensions)) for op, cache in attached().items() if cache.extensions}
+"""The extensions' specializations CI compiles (others compile on first use; none is preloaded)."""
 
-BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = [(False, 0, True, v, 512, False) for v in _BOOLS]
+BENCH_VERIFY_KEYS: list[tuple[Any, ...]] = list(verify.BENCH_KEYS)
 """SGLang's launch shape (512 threads) with 8- and 16-byte record loads, for the benchmark's comparison."""
 
 

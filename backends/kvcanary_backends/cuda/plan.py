@@ -50,7 +50,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
-@PLAN.kernel("cuda", notes=notes("one launch for both stages"))
+@KERNELS.kernel(PLAN, notes=notes("one launch for both stages"))
 def plan(call: PlanLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.verify_plan_out.verify_slot_indices.get_device()

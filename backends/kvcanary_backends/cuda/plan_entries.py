@@ -10,7 +10,7 @@ from __future__ import annotations
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, ptr
+from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Shape, ptr
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
@@ -41,7 +41,8 @@ def plan_kernels(source: str, entry: str) -> KernelCache:
             ("KVC_THREADS", THREADS), ("KVC_HAS_LUT", int(has_lut)), ("KVC_HAS_POOL", int(has_pool)),
             *((("KVC_MARK_ZERO", 1),) if mark_zero else ())), THREADS)
 
-    return KernelCache(spec)
+    return KernelCache(spec, preload=[(lut, pool, False) for lut in BOOLS for pool in BOOLS],
+                       extensions=[(lut, pool, True) for lut in BOOLS for pool in BOOLS])
 
 
 KERNELS = plan_kernels("plan_entries.cu", "kvc_plan_entries")
@@ -72,7 +73,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     return max(1, min(max_tiles(bs, cap), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
-@PLAN_ENTRIES.kernel("cuda", notes=notes())
+@KERNELS.kernel(PLAN_ENTRIES, notes=notes())
 def plan_entries(call: PlanEntriesLaunch) -> None:
     key, sizes, args = pack(call)
     if shape(key, sizes, 1) is None:

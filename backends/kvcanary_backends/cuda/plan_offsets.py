@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, ptr
+from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Shape, ptr
 from kvcanary_backends.cuda._toolchain import Spec, launch
 
 THREADS = 512
@@ -17,7 +17,7 @@ def spec(has_lut: bool) -> Spec:
                 THREADS)
 
 
-KERNELS = KernelCache(spec)
+KERNELS = KernelCache(spec, preload=[(lut,) for lut in BOOLS])
 
 
 def pack(call: PlanOffsetsLaunch) -> tuple[Key, int, Args]:
@@ -39,7 +39,7 @@ def shape(key: Key, bs: int, max_blocks: int) -> Shape:
     return 1, 1, THREADS, 0
 
 
-@PLAN_OFFSETS.kernel("cuda", notes=notes())
+@KERNELS.kernel(PLAN_OFFSETS, notes=notes())
 def plan_offsets(call: PlanOffsetsLaunch) -> None:
     key, bs, args = pack(call)
     dev = call.out_verify_offsets_scratch.get_device()

@@ -22,7 +22,7 @@ def spec() -> Spec:
     return Spec("scatter.cu", "kvc_scatter", (), THREADS)
 
 
-KERNELS = KernelCache(spec)
+KERNELS = KernelCache(spec, preload=[()])
 
 
 def split(bs: int, cols: int, num_tokens: int) -> int:
@@ -49,7 +49,7 @@ def shape(key: Key, sizes: Sizes, max_blocks: int) -> Shape | None:
     return bs, split(bs, cols, ntok), THREADS, 0
 
 
-@SCATTER.kernel("cuda", notes=notes())
+@KERNELS.kernel(SCATTER, notes=notes())
 def scatter_req_token_ids(call: ScatterLaunch) -> None:
     key, sizes, args = pack(call)
     s = shape(key, sizes, 0)

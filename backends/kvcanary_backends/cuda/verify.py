@@ -9,7 +9,7 @@ from __future__ import annotations
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, fold, vec16
+from kvcanary_backends.cuda._pack import BOOLS, SOURCES, Args, KernelCache, Shape, fold, vec16
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
@@ -24,7 +24,15 @@ def spec(check: bool, nsrc: int, partial: bool, vec: bool, threads: int = THREAD
         ("KVC_PARTIAL", int(partial)), ("KVC_VEC16", int(vec)), *((("KVC_ZERO", 1),) if zero else ())), threads)
 
 
-KERNELS = KernelCache(spec)
+KERNELS = KernelCache(
+    spec,
+    preload=[(c, n, p, v, THREADS, False) for c in BOOLS for n, p in SOURCES for v in BOOLS],
+    extensions=[(c, n, p, v, THREADS, True) for c in BOOLS for n, p in SOURCES[:2] for v in BOOLS],
+)
+"""Preloaded: every token check, source count and mode, record alignment; the zero-slot extension's CI subset
+takes the source count only at 0 and 1 (the extension code never touches the fold)."""
+BENCH_KEYS: list[Key] = [(False, 0, True, v, 512, False) for v in BOOLS]
+"""SGLang's launch shape (512 threads) with 8- and 16-byte record loads, for the benchmark's comparison."""
 
 
 def pack(call: VerifyLaunch, *, threads: int = THREADS, vec: bool | None = None) -> tuple[Key, int, Args]:
@@ -52,7 +60,7 @@ def shape(key: Key, cap: int, max_blocks: int) -> Shape:
     return max(1, min(cdiv(cap, threads), max_blocks)), 1, threads, 0
 
 
-@VERIFY.kernel("cuda", notes=notes())
+@KERNELS.kernel(VERIFY, notes=notes())
 def verify(call: VerifyLaunch) -> None:
     key, cap, args = pack(call)
     dev = call.context.canary_buf.get_device()

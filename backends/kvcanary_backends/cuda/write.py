@@ -14,7 +14,7 @@ from __future__ import annotations
 from kvcanary.extensions import write_owner_on, write_slot_on
 from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Shape, fold, ptr, vec16
+from kvcanary_backends.cuda._pack import BOOLS, SOURCES, Args, KernelCache, Shape, fold, ptr, vec16
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
 Key = tuple[int, bool, bool, bool, bool, bool, bool]
@@ -43,7 +43,15 @@ def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: b
         ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS), *ext), THREADS)
 
 
-KERNELS = KernelCache(spec)
+_EXTENSION_DEFINES = ((True, False, False), (True, True, False), (False, False, True), (True, False, True),
+                      (True, True, True))
+"""(slot check, its LUT, owner check) of the extensions' CI subset: each extension with every other define."""
+KERNELS = KernelCache(
+    spec,
+    preload=[(n, p, a, v, False, False, False) for n, p in SOURCES for a in BOOLS for v in BOOLS],
+    extensions=[(n, p, a, v, slot, slot and lut, own) for n, p in SOURCES[:2] for a in BOOLS for v in BOOLS
+                for slot, lut, own in _EXTENSION_DEFINES],
+)
 
 
 def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
@@ -85,7 +93,7 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
-@WRITE.kernel("cuda", notes=notes())
+@KERNELS.kernel(WRITE, notes=notes())
 def write(call: WriteLaunch) -> None:
     key, sizes, args = pack(call)
     dev = call.context.canary_buf.get_device()

@@ -35,7 +35,7 @@ from kvcanary_backends.cuda import (
     verify,
     write,
 )
-from kvcanary_backends.cuda._specs import KEYS, all_specs
+from kvcanary_backends.cuda._specs import EXTENSION_KEYS, KEYS, all_specs, attached
 from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec
 from tests.backends.cuda import _nvrtc
 from tests.backends.cuda._emu import call_of
@@ -196,6 +196,28 @@ def test_backend_declares_every_operation_like_the_launchers() -> None:
     assert set(BACKEND.ops) == set(Op) - {Op.FOLD}
     for support in BACKEND.ops.values():
         assert set(support.devices) == {"cuda"} and support.capture_safe and not support.host_sync
+
+
+def test_specialization_tables_are_read_from_the_attached_kernels() -> None:
+    """Each kernel module declares its specializations on its cache, beside the kernel it attaches: the tables
+    hold exactly the operations the backend serves, each with its module's cache and keys; a cuda kernel
+    attached without a cache (a replacement) drops its operation from the tables, and restoring it returns."""
+    mods = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
+            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
+    assert set(KEYS) == set(BACKEND.ops) == set(mods)
+    for op, mod in mods.items():
+        assert KEYS[op] == (mod.KERNELS, list(mod.KERNELS.preload)) and KEYS[op][1]
+        assert all(isinstance(k, tuple) for k in KEYS[op][1]) and len(set(KEYS[op][1])) == len(KEYS[op][1])
+        assert (op in EXTENSION_KEYS) == bool(mod.KERNELS.extensions)
+    assert set(EXTENSION_KEYS) == {Op.VERIFY, Op.WRITE, Op.PLAN, Op.PLAN_ENTRIES}
+    kernel = Op.SCATTER.kernels["cuda"]
+    try:
+        Op.SCATTER.register_kernel("cuda", lambda call: None, devices={"cuda": 1})
+        assert Op.SCATTER not in attached() and set(attached()) == set(mods) - {Op.SCATTER}
+    finally:
+        Op.SCATTER.kernels["cuda"] = kernel
+        REGISTRY.invalidate()
+    assert attached() == {op: mod.KERNELS for op, mod in mods.items()}
 
 
 def test_availability_and_device_reasons_do_not_raise() -> None:

@@ -1,7 +1,8 @@
 """Counterexamples: a valid call of a contract, mutated to break exactly one of its checks.
 
 The error catalog shows, for every check, a failing call and the corrected call. Both are built here from
-the contract itself: the product supplies a few valid calls (:class:`ExampleSet`), and
+the contract itself: the product supplies a few valid calls (:class:`~kvcanary_contracts.examples.ExampleSet`,
+the data types the package ships), and
 :func:`counterexample` mutates one of them the way the check's kind says (a wrong object for ``type``, a
 strided view for ``contiguous``, another dtype, an extra dimension, an off-by-one size, a ``meta`` tensor
 for ``device``, one entry too many for ``max_len``, a dropped or added optional argument for the presence
@@ -9,7 +10,8 @@ rules, and for relations the mutation derived from the condition or declared in 
 Every counterexample is verified: the failing call raises exactly that check, the corrected calls pass.
 
 :func:`render_call` writes a call as readable Python (shapes and dtypes, never values) that re-executes to
-an equivalent call, so the catalog's code can be run by the tests.
+an equivalent call, so the catalog's code can be run by the tests. This search is development tooling (the
+docs generator and the tests use it): it lives in the repository's ``tools/``, outside the wheel.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ from kvcanary_contracts.checks import ALIAS, TYPE, Check
 from kvcanary_contracts.compiler import Compiled, Node
 from kvcanary_contracts.contract import Contract
 from kvcanary_contracts.errors import ContractError
+from kvcanary_contracts.examples import Call, ExampleSet, Variant, unchecked
 from kvcanary_contracts.expr import Expr
 from kvcanary_contracts.mutations import Misalign, PadStride, Resize, Strided
 from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen
 from kvcanary_contracts.specs import Dim, ItemsArg, ScalarArg, TensorArg
-
-Call = dict[str, Any]
 
 __all__ = [
     "Counterexample",
@@ -53,35 +54,6 @@ __all__ = [
     "render_tensor",
     "unchecked",
 ]
-
-
-# -- what a product supplies ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Variant:
-    """One valid call: ``build()`` returns fresh keyword arguments (exactly the contract's fields)."""
-
-    name: str
-    build: Callable[[], Call]
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class ExampleSet:
-    """The valid calls of one contract, and how a call is written (``callee(**call, **extra)``)."""
-
-    callee: str
-    variants: tuple[Variant, ...]
-    extra: Mapping[str, object] = field(default_factory=dict)
-
-
-
-
-def unchecked(cls: type[Any], **fields: Any) -> Any:
-    """An instance of ``cls`` built without running its ``__init__`` (so without its own checks)."""
-    obj = object.__new__(cls)
-    for name, value in fields.items():
-        object.__setattr__(obj, name, value)
-    return obj
 
 
 # -- results -------------------------------------------------------------------------------------------
