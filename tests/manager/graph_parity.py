@@ -24,10 +24,12 @@ def pad_eagerly(mgr: CanaryManager, *, rows_capacity: int | None = None,
     return out
 
 
-def workload(w: World, *, flip: bool = True) -> None:
-    """Three requests sharing a prefix: prefills of 10 and 3 + 4 tokens, then decodes at batch sizes 1 to 3
-    (engine padding rows on odd steps), then a two-token extend of all three; a K byte of a live shared slot
-    flipped mid-way (``flip``)."""
+def workload(w: World, *, flip: bool = True, decodes: int = 6) -> None:
+    """Three requests sharing a prefix: prefills of 10 and 3 + 4 tokens, then ``decodes`` (at most 9) decodes at
+    batch sizes 1 to 3 (engine padding rows on odd steps), then a two-token extend of all three; a K byte of a
+    live shared slot flipped mid-way (``flip``)."""
+    if not 4 <= decodes <= 9:
+        raise ValueError(f"decodes must be in [4, 9] (the world's slots), got {decodes}")
     a = Req(1, list(range(100, 130)), list(range(1, 11)))
     b = Req(2, [*range(100, 106), *range(300, 320)], [*range(1, 7), 11, 12, 13])
     c = Req(3, list(range(500, 530)), list(range(40, 44)))
@@ -35,7 +37,7 @@ def workload(w: World, *, flip: bool = True) -> None:
     w.step()
     w.forward([(b, 6, 3), (c, 0, 4)])
     w.step()
-    for n in range(6):
+    for n in range(decodes):
         a.slots.append(20 + n)
         b.slots.append(30 + n)
         c.slots.append(50 + n)
@@ -44,10 +46,11 @@ def workload(w: World, *, flip: bool = True) -> None:
             w.k[5, 0, 0] += 1.0  # a stray write into a live, shared slot's K bytes
         w.forward(reqs, pad_rows=n % 2)
         w.step()
-    a.slots += [26, 27]
-    b.slots += [36, 37]
-    c.slots += [56, 57]
-    w.forward([(a, 16, 2), (b, 15, 2), (c, 10, 2)])
+    d = decodes
+    a.slots += [20 + d, 21 + d]
+    b.slots += [30 + d, 31 + d]
+    c.slots += [50 + d, 51 + d]
+    w.forward([(a, 10 + d, 2), (b, 9 + d, 2), (c, 4 + d, 2)])
     w.step()
 
 
