@@ -13,15 +13,21 @@ verification budget the stride of the forward's real batch size is part of the b
 host value the captured filter keeps.
 
 First use of a bucket runs the padded launches eagerly (the forward's real launches, which also compile and
-load the kernels), then captures them into a graph without running them; later forwards of the bucket replay
-it. A forward larger than the largest bucket, an empty one, or one issued while the engine itself captures
-a graph (the launches then go into the engine's graph) runs eagerly as before. With ``graphs=None`` a capture
-that fails (a backend that cannot run under capture, for instance) turns the graphs off with one warning;
-with ``graphs=True`` it raises.
+load the kernels), then captures them into a graph without running them (on a side stream, without waiting
+for the device or emptying the allocator's cache); later forwards of the bucket replay it. A forward larger
+than the largest bucket, an empty one, or one issued while the engine itself captures a graph (the launches
+then go into the engine's graph) runs eagerly as before. With ``graphs=None`` a capture that fails (a backend
+that cannot run under capture, for instance) turns the graphs off with one warning; with ``graphs=True`` it
+raises.
+
+The watchdog's host count stays right: the manager counts a phase's launches once per forward, after it ran
+(eagerly or replayed), and not while the engine captures them; a capture of the manager's own runs nothing
+and counts nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,6 +104,7 @@ class ForwardGraphs:
         self.enabled = True
         """False once a capture failed (``graphs=None``): every later forward runs unpadded and eagerly."""
         self._pool = pool
+        self._stream: torch.cuda.Stream | None = None
         self._graphs: dict[tuple[str, Bucket], torch.cuda.CUDAGraph] = {}
         self.captures = 0
         """Graphs captured so far."""
@@ -134,9 +141,7 @@ class ForwardGraphs:
     def _capture(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
         graph = torch.cuda.CUDAGraph()
         try:
-            # once per bucket: torch.cuda.graph waits for the device before it captures on its own stream
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                launches()
+            self._record(graph, launches)
         except Exception as err:
             if self.strict:
                 raise RuntimeError(f"kv-canary: CanaryConfig.graphs=True, but capturing the {phase} launches of "
@@ -147,6 +152,27 @@ class ForwardGraphs:
             return
         self._graphs[(phase, bucket)] = graph
         self.captures += 1
+
+    def _record(self, graph: torch.cuda.CUDAGraph, launches: Callable[[], None]) -> None:
+        """Capture ``launches`` on a side stream that first waits for the current one (what the launches read
+        is ready when the graph's first replay comes, on the current stream). Unlike ``torch.cuda.graph``
+        this neither waits for the whole device nor empties the allocator's cache, which the engine's own
+        allocations would pay for again."""
+        current = torch.cuda.current_stream()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(current.device)  # type: ignore[no-untyped-call]
+        side = self._stream
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            try:
+                launches()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the launch's error is the one to report
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        current.wait_stream(side)
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""
