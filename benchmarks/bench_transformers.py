@@ -8,7 +8,9 @@ V, sweep every 4 steps), after one warm-up run of each. Figures (best of ``--rou
   first: the same work without the canary), and ``tokens/s`` of each;
 - ``canary_share``: (with - without) / with, the canary's share of the run;
 - ``host phases``: per step, the host time of each phase of the wrapped step (map: block tables to
-  canary rows; head: plan + HEAD verify/write; tail; end_step: sweep, read-back, report) beside the forward's.
+  canary rows; head: plan + HEAD verify/write; tail; end_step: sweep, read-back, report) beside the forward's;
+  head and tail replay the manager's own CUDA graphs on a GPU (``manager graph replays per step``: 2 when
+  every forward replays; a bucket's first use runs eagerly and captures, within the timed run).
 
 GPU defaults: 8 layers, hidden 1024 (8 heads of 128, 8 KV heads), bs 32, 1536-token prompts + 128 new
 tokens, bf16, page 256. ``--device cpu`` shrinks everything (2 layers, hidden 256, bs 8, 96 + 32 tokens).
@@ -40,6 +42,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def graph_counts(session: Any) -> dict[str, int]:
+    """The managers' own CUDA graphs in ``session`` (CanaryConfig.graphs, on by default for a CUDA pool):
+    graphs captured, phases replayed, phases run eagerly on a bucket's padded inputs (a bucket's first use)."""
+    out = {"captures": 0, "replays": 0, "padded_eager": 0}
+    for pool in getattr(session, "_pools", {}).values():
+        for g in pool.manager.graphs:
+            if g is not None:
+                out["captures"] += g.captures
+                out["replays"] += g.replays
+                out["padded_eager"] += g.padded_eager
+    return out
+
+
 def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, canary: bool) -> tuple[float, Any]:
     """Seconds of one generate_batch run (and the attached canary, if any)."""
     import transformers
@@ -56,6 +71,7 @@ def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, cana
         with session:
             out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb,
                                        progress_bar=False)
+            session.graph_counts = graph_counts(session)  # type: ignore[attr-defined]
     else:
         out = model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb, progress_bar=False)
     _sync(args.device)
@@ -134,6 +150,11 @@ def main() -> None:
         r.add(f"host {phase} per step {shape}", seconds / steps, None, unit="us")
     r.add(f"host end_step: sweep entries per step {shape}", best.sweep_entry_seconds / steps, None, unit="us",
           note="part of end_step")
+    graphs = best.graph_counts
+    r.value(f"manager graph replays per step {shape}", graphs["replays"] / steps, None, unit="",
+            note=f"HEAD and TAIL from the manager's own CUDA graphs: {graphs['captures']} captured, "
+                 f"{graphs['padded_eager']} first uses run eagerly")
+    r.details["manager_graphs"] = graphs
     canary_host = sum(best.host_seconds.values()) / steps
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",

@@ -49,7 +49,7 @@ def _config() -> Call:
             "stats_every": 50, "health_warmup_steps": 10, "health_every": 20, "num_forward_slots": 2,
             "backend": "torch_ref", "verify_budget": VerifyBudget(max_entries=64, newest_per_request=2),
             "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True), "layer_rotation": 2,
-            "compile": True, "on_violation": ViolationPolicy.RAISE}
+            "compile": True, "graphs": False, "on_violation": ViolationPolicy.RAISE}
 
 
 def _kv(rows: int = NUM_SLOTS) -> torch.Tensor:

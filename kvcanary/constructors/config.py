@@ -47,6 +47,8 @@ CanaryConfigContract = settings_contract(
             "Layer buffers fingerprinted per forward, in rotation over every layer (0: layer 0 only).", minimum=0,
             why="It counts layer buffers; a negative count means nothing.", fix="Pass 0 to turn the rotation off."),
         "compile": setting(bool, "Whether each forward's launches run as torch.compile graphs."),
+        "graphs": setting(bool, "Whether HEAD and TAIL replay CUDA graphs the manager captures per batch bucket "
+                                "(None: on for a CUDA pool unless compile is on).", optional=True),
         "on_violation": setting(
             ViolationPolicy, "The violation policy: log, raise or isolate (None: mode's).", optional=True,
             messages={"type": "{name} must be a ViolationPolicy or None, got {type}"}),
@@ -92,6 +94,13 @@ CanaryConfigContract = settings_contract(
                 "things, and kvcanary will not guess which one was meant.",
             fix="Leave mode at LOG (the default) and set on_violation alone, or drop on_violation.",
             breaks={"on_violation": ViolationPolicy.ISOLATE}),
+        Relation(
+            name="graphs_or_compile", require="not (graphs is True and compile)", over=("graphs", "compile"),
+            message="CanaryConfig.graphs=True conflicts with compile=True; choose one way to run the launches",
+            why="Both replace the manager's eager HEAD and TAIL launches: the CUDA graphs replay them as "
+                "captured, torch.compile runs them as compiled graphs; one forward cannot run both.",
+            fix="Leave graphs at None (its default: off when compile is on), or set compile=False.",
+            breaks={"graphs": True, "compile": True}),
     ),
     constants={"MAX_REAL_KV_SOURCES": MAX_REAL_KV_SOURCES},
 )

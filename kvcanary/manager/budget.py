@@ -83,9 +83,13 @@ class BudgetFilter:
         self._iota = torch.arange(full_capacity, dtype=torch.int64, device=device)
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
-              advance: torch.Tensor | None = None) -> VerifyPlan:
+              advance: torch.Tensor | None = None, stride: int | None = None) -> VerifyPlan:
         """Fill :attr:`plan` from ``full`` (built by the plan kernels for ``batch_size`` requests, with its
         offsets scratch) and advance the cursors. Returns :attr:`plan`.
+
+        ``stride`` (None: ``budget.stride(batch_size)``) is the stride of the forward's real batch size when
+        ``batch_size`` counts padding rows too (a bucket of the manager's CUDA graphs): padding rows hold
+        no entries, so the kept entries are those of the unpadded forward.
 
         ``advance`` (a device int64 scalar, 0 or 1; None: 1) says whether the cursors move this step: with
         layer rotation they move once per round of the rotation's sets, so that each window of older
@@ -98,7 +102,8 @@ class BudgetFilter:
             self.plan.verify_num_valid.zero_()
             self.plan.enable.copy_(full.enable)
             return self.plan
-        newest, stride = self.budget.newest_per_request, self.budget.stride(batch_size)
+        newest = self.budget.newest_per_request
+        stride = self.budget.stride(batch_size) if stride is None else stride
         # per request: its entries [start, end) of the full plan; M = its older entries (at least 1)
         start = scratch[:batch_size]
         end = scratch[1 : batch_size + 1].clone()

@@ -29,7 +29,10 @@ class CanaryConfig:
     the sweep never takes them). ``layer_rotation`` (1 to 4; 0: off) fingerprints every layer a pool group
     lists in ``PoolGroupSpec.layers``, that many layer buffers per forward, in rotation
     (:mod:`kvcanary.manager.rotation`). ``compile`` runs each forward's canary launches (after the batch is
-    staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs.
+    staged) as ``torch.compile(fullgraph=True, dynamic=True)`` graphs. ``graphs`` replays each forward's
+    HEAD and TAIL from CUDA graphs the manager captures itself, one per batch bucket, even when the engine
+    runs eagerly (:mod:`kvcanary.manager.graphs`); None (the default) turns them on for a CUDA pool unless
+    ``compile`` is on, True requires a CUDA pool, False keeps every launch eager.
 
     ``on_violation`` (None: follow ``mode``) is the violation policy beside ``mode``: ``log`` and ``raise``
     are ``mode`` LOG and RAISE; ``isolate`` logs as LOG does and also hands the engine's adapter one decision
@@ -54,6 +57,7 @@ class CanaryConfig:
     extensions: Extensions | None = None
     layer_rotation: int = 0
     compile: bool = False
+    graphs: bool | None = None
     on_violation: ViolationPolicy | None = None
 
     def __post_init__(self) -> None:

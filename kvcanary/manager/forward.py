@@ -3,7 +3,9 @@
 Only launches and device-to-device copies happen here, never a host read of a device value, so on a GPU
 ``head`` and ``tail`` can be captured into the forward's CUDA graph (with a capture-safe backend). With
 ``compile=True`` the launches of each half (everything after staging the batch) run as one
-``torch.compile(fullgraph=True, dynamic=True)`` graph of kvcanary operators.
+``torch.compile(fullgraph=True, dynamic=True)`` graph of kvcanary operators. With the manager's own graphs
+(``graphs``: :mod:`kvcanary.manager.graphs`) each half is padded to the forward's bucket and replayed from a
+CUDA graph captured for it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
@@ -46,7 +49,8 @@ class ForwardRunner:
                  capacities: CanaryCapacities, req_to_token: torch.Tensor, token_offset: int,
                  check_token: bool, write_input_assert: bool, backend: str | None,
                  budget: VerifyBudget | None = None, extensions: Extensions | None = None,
-                 rotations: list[LayerRotation | None] | None = None, compile: bool = False) -> None:
+                 rotations: list[LayerRotation | None] | None = None, compile: bool = False,
+                 graphs: ForwardGraphs | None = None) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -76,6 +80,9 @@ class ForwardRunner:
         self._ext = extensions
         self._rotations = rotations or [None] * len(groups)
         self._views: StepViews | None = None
+        self.graphs = graphs
+        """The HEAD and TAIL graphs per bucket (None: every forward runs unpadded and eagerly)."""
+        self._bucket: Bucket | None = None
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:
@@ -83,12 +90,36 @@ class ForwardRunner:
             self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
 
     def head(self, batch: CanaryBatch) -> None:
-        """Stage the batch, plan every group, then HEAD verify and write (K, then V)."""
-        v = self.staging.load(batch)
+        """Stage the batch, plan every group, then HEAD verify and write (K, then V): replayed from the
+        bucket's graph when the forward has one."""
+        bs = batch.batch_size
+        bucket = None
+        if self.graphs is not None:
+            stride = self.budgets[0].budget.stride(bs) if self.budgets and bs > 0 else 0
+            bucket = self.graphs.bucket(bs, batch.num_tokens, stride)
+        self._bucket = bucket
+        if bucket is None:
+            v = self.staging.load(batch)
+            self._views = v
+            self._head_launches(v, bs)
+            return
+        v = self.staging.load_padded(batch, bucket.rows, bucket.tokens)
         self._views = v
-        self._head_launches(v, batch.batch_size)
+        self.graphs_run(Phase.HEAD, bucket, v)
 
-    def _plan_and_head(self, v: StepViews, batch_size: int) -> None:
+    def graphs_run(self, phase: Phase, bucket: Bucket, v: StepViews) -> None:
+        """``phase``'s launches on the padded views ``v`` of ``bucket``, through :attr:`graphs`."""
+        assert self.graphs is not None
+        if phase is Phase.HEAD:
+            def launches() -> None:
+                self.staging.translate(v)
+                self._plan_and_head(v, bucket.rows, stride=bucket.stride or None)
+        else:
+            def launches() -> None:
+                self._tail(v)
+        self.graphs.run(phase.value, bucket, launches)
+
+    def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         pool = self._state.expected_tokens_pool if self._check_token else None
         for gi, gp in enumerate(self.plans):
             g = gp.group
@@ -103,7 +134,8 @@ class ForwardRunner:
                 rot = self._rotations[gi]
                 self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,
                                                           req_pool_indices=v.req_pool_indices,
-                                                          advance=None if rot is None else rot.round_ends())
+                                                          advance=None if rot is None else rot.round_ends(),
+                                                          stride=stride)
             self._launch(gi, gp.head, v)
 
     def tail(self) -> None:
@@ -111,8 +143,12 @@ class ForwardRunner:
         v = self._views
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
-        self._tail_launches(v)
+        if self._bucket is None:
+            self._tail_launches(v)
+        else:
+            self.graphs_run(Phase.TAIL, self._bucket, v)
         self._views = None
+        self._bucket = None
 
     def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):

@@ -33,6 +33,7 @@ from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
 from kvcanary.manager.endpoints import Endpoint, Phase, build_endpoints
 from kvcanary.manager.forward import ForwardRunner
+from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.pool import KvPoolSpec
@@ -66,6 +67,7 @@ class CanaryManager:
         self.capacities = capacities
         self.config = config
         self.device = pool.device
+        use_graphs = graphs_wanted(config.graphs, device=self.device, compile=config.compile)  # before allocating
         r2t = pool.req_to_token
         self.groups = [CanaryBufferGroup.allocate(g, mode=config.real_kv_mode, enable_v=config.enable_v)
                        for g in pool.groups]
@@ -85,13 +87,14 @@ class CanaryManager:
         """Per group, its layer rotation (``config.layer_rotation`` and ``PoolGroupSpec.layers``), or None."""
         if config.layer_rotation and not any(self.rotations):
             raise ValueError("kv-canary: CanaryConfig.layer_rotation needs PoolGroupSpec.layers on some group")
+        self._graph_pool = torch.cuda.graph_pool_handle() if use_graphs else None
         self._forwards = [
             ForwardRunner(groups=self.groups, endpoints=self.endpoints, state=self.state, capacities=capacities,
                           req_to_token=r2t, token_offset=pool.kv_token_id_vs_position_offset,
                           check_token=config.enable_verify_token,
                           write_input_assert=config.enable_write_input_assert, backend=config.backend,
                           budget=config.verify_budget, extensions=config.extensions, rotations=self.rotations,
-                          compile=config.compile)
+                          compile=config.compile, graphs=self._graphs(config, capacities))
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
@@ -125,6 +128,19 @@ class CanaryManager:
         self.last_snapshot: HostSnapshot | None = None
         self._prepared = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
+
+    def _graphs(self, config: CanaryConfig, capacities: CanaryCapacities) -> ForwardGraphs | None:
+        """One forward slot's graphs per bucket (``config.graphs``), all in one memory pool of the manager."""
+        if self._graph_pool is None:
+            return None
+        return ForwardGraphs(rows_capacity=capacities.write_req_capacity,
+                             tokens_capacity=capacities.write_token_capacity, capture=True,
+                             strict=config.graphs is True, pool=self._graph_pool)
+
+    @property
+    def graphs(self) -> list[ForwardGraphs | None]:
+        """Each forward slot's own CUDA graphs (None where its forwards run unpadded and eagerly)."""
+        return [r.graphs for r in self._forwards]
 
     @classmethod
     def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,

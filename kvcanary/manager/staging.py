@@ -3,6 +3,10 @@
 The launchers want contiguous int64 tensors; engines hand int32 or int64 ones. Copying into buffers
 allocated at attach time is a device op (capturable) and keeps the captured launches pointing at fixed
 addresses. SWA write locations are translated here through the LUT, also in place.
+
+For the manager's own graphs (:mod:`kvcanary.manager.graphs`) a forward is padded to its bucket and staged
+into one packed buffer by a single ``torch.cat`` (one device copy, padding included): a bucket's views of the
+packed buffer are fixed, so its graph reads each forward's inputs where the copy put them.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ class StepStaging:
         self._oob = torch.full((1,), swa_num_slots, dtype=torch.int64, device=device)
         self.exp_tok = i64(t) if write_input_assert else None
         self.exp_pos = i64(t) if write_input_assert else None
+        self._token_arrays = 5 if write_input_assert else 3
+        self.packed = i64(3 * r + self._token_arrays * t)
+        """The padded inputs of a bucketed forward: rows (``rpi``, prefix, extend) then tokens (ids,
+        positions, write slots, and the expected tokens and positions with the input assert)."""
+        self._zeros = i64(max(r, t))
+        self._minus_one = torch.full((t,), -1, dtype=torch.int64, device=device)
 
     def load(self, batch: CanaryBatch) -> StepViews:
         """Copy ``batch`` in (device-to-device, dtype cast included) and return views sized to it.
@@ -97,6 +107,51 @@ class StepStaging:
             exp_pos.copy_(batch.expected_input_positions)
         return StepViews(self.rpi[:bs], self.prefix[:bs], self.extend[:bs], self.valid_lens[:bs], self.ids[:n],
                          self.pos[:n], self.loc[:n], swa, exp_tok, exp_pos)
+
+    def load_padded(self, batch: CanaryBatch, rows: int, tokens: int) -> StepViews:
+        """Stage ``batch`` padded to ``rows`` request rows and ``tokens`` tokens with one copy into
+        :attr:`packed`; return the bucket's views (fixed per bucket). Padding is neutral: rows get
+        ``req_pool_indices`` 0 (the padding row) and zero lengths, tokens ``out_cache_loc`` -1 (not written)
+        and zero ids and positions. SWA slots are not translated here: :meth:`translate` does it, inside the
+        bucket's HEAD graph."""
+        bs, n = batch.batch_size, batch.num_tokens
+        if not (0 <= bs <= rows <= self.rpi.numel() and 0 <= n <= tokens <= self.ids.numel()):
+            raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
+                             f"rows and {tokens} tokens within the capacities ({self.rpi.numel()} rows, "
+                             f"{self.ids.numel()} tokens)")
+        zr, zt = self._zeros[: rows - bs], self._zeros[: tokens - n]
+        parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr,
+                 batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, self._minus_one[: tokens - n]]
+        if self.exp_tok is not None:
+            _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
+                            expected_input_positions=batch.expected_input_positions)
+            assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
+            parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt]
+        torch.cat(parts, out=self.packed[: 3 * rows + self._token_arrays * tokens])
+        return self.padded_views(rows, tokens)
+
+    def padded_views(self, rows: int, tokens: int) -> StepViews:
+        """The views of :attr:`packed` a bucket of ``rows`` and ``tokens`` reads (what :meth:`load_padded`
+        fills)."""
+        p, r, t = self.packed, rows, tokens
+        at = 3 * r
+
+        def tok(i: int) -> torch.Tensor:
+            return p[at + i * t : at + (i + 1) * t]
+
+        exp = self.exp_tok is not None
+        return StepViews(p[:r], p[r : 2 * r], p[2 * r : 3 * r], self.valid_lens[:r], tok(0), tok(1), tok(2),
+                         self.swa_loc[:t] if self.swa_loc is not None else None, tok(3) if exp else None,
+                         tok(4) if exp else None)
+
+    def translate(self, v: StepViews) -> None:
+        """The SWA write slots of a padded forward, ``swa_out_cache_loc = lut[out_cache_loc]`` (device ops, in
+        place; nothing without an SWA group)."""
+        if self.swa_lut is None or v.swa_out_cache_loc is None:
+            return
+        t = int(v.out_cache_loc.shape[0])
+        translate_slots(v.out_cache_loc, self.swa_lut, out=v.swa_out_cache_loc, tmp=self._tmp[:t],
+                        mask=self._mask[:t], oob=self._oob)
 
     def load_expected(self, batch: CanaryBatch, lens: torch.Tensor) -> torch.Tensor:
         """Stage the rows and each row's valid expected-token length; return the staged row indices."""

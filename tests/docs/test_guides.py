@@ -12,7 +12,7 @@ from kvcanary import codes
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 RUNNABLE = ["quickstart.md", "integration.md"]
 HAND_WRITTEN = ["index.md", "quickstart.md", "concepts.md", "integration.md", "cli.md", "compatibility.md",
-                "compile.md"]
+                "compile.md", "graphs.md"]
 
 
 def python_blocks(page: str) -> list[str]:

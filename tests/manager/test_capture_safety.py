@@ -15,7 +15,7 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.extensions import Extensions
-from kvcanary.manager import CanaryConfig, CanaryManager
+from kvcanary.manager import CanaryConfig, CanaryManager, VerifyBudget
 from kvcanary.registry import REGISTRY, Backend, Op, OpSupport, register_backend
 from tests.manager.test_rotation import layered_world
 from tests.manager.world import Req, make_world
@@ -107,3 +107,25 @@ def test_extensions_and_layer_rotation_do_no_host_reads(recording_backend: str,
         w.manager.tail()
     # one plan; HEAD and TAIL verify + write for K and V; then 3 rotation sets: a verify and a write each
     assert CALLS.count("plan") == 1 and CALLS.count("verify") == 4 + 3 and CALLS.count("write") == 4 + 3
+
+
+def test_the_bucketed_path_does_no_host_reads(recording_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The padded staging and launches of a graph bucket (CanaryConfig.graphs), with a budget and SWA: launches
+    and device ops only, so the manager can capture them."""
+    from tests.manager.graph_parity import pad_eagerly
+
+    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
+                       backend=recording_backend, verify_budget=VerifyBudget(max_entries=12, newest_per_request=1))
+    w = make_world(config=cfg, swa_window=4)
+    graphs = pad_eagerly(w.manager)
+    a = Req(1, list(range(100, 120)), list(range(1, 9)))
+    batch = w.forward([(a, 0, 8)], pad_rows=2)
+    w.manager.prepare(batch)
+    CALLS.clear()
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, _forbid)
+        w.manager.head(batch)
+        w.manager.tail()
+    assert graphs[0].padded_eager == 4  # HEAD and TAIL of both forwards went through the bucket
+    assert CALLS.count("plan") == 2 and CALLS.count("verify") == 8 and CALLS.count("write") == 8

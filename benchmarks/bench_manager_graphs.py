@@ -1,0 +1,162 @@
+"""Host time of the manager's HEAD and TAIL per forward, eager (``CanaryConfig(graphs=False)``) against replayed
+from the manager's own CUDA graphs (``graphs=True``), same pool and batches.
+
+The pool is shaped like bench_transformers' GPU case (layer-0 K and V of 8 KV heads of 128 in bf16, bs 32 requests
+of 1536 + 128 tokens, real-KV PARTIAL, K and V): the requests are prefilled, then each decode forward is timed
+on the host as an eagerly running engine calls it, ``prepare`` + ``head`` (the "head" phase) and ``tail``, with
+the device drained between forwards (outside the clock) so a full launch queue never blocks the host.
+
+Floors: head, one ``torch.cat`` of the batch's six arrays and their padding into a static buffer (the
+staging copy) plus one ``CUDAGraph.replay`` of a one-kernel graph; tail, that replay alone. ``--device cpu``
+runs the eager rows only (no CUDA graphs there), shrunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from benchmarks.report import Report, machine
+from kvcanary.consts import PoolKind, RealKvHashMode
+from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
+
+BENCH = "bench_manager_graphs"
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def build(args: argparse.Namespace, graphs: bool) -> tuple[CanaryManager, CanaryBatch]:
+    """A manager over a fresh pool whose ``bs`` requests hold ``ctx - 1`` tokens each, and the decode batch."""
+    dev = torch.device(args.device)
+    bs, ctx, chunk = args.bs, args.ctx, args.chunk
+    slots = bs * ctx + 1
+    k = torch.randn(slots, args.kv_heads, 128, dtype=torch.bfloat16, device=dev)
+    v = torch.randn_like(k)
+    r2t = torch.zeros(bs + 1, ctx, dtype=torch.int32, device=dev)
+    r2t[1:] = torch.arange(1, slots, dtype=torch.int32, device=dev).view(bs, ctx)
+    caps = CanaryCapacities(verify_capacity=bs * ctx, write_req_capacity=bs, write_token_capacity=bs * chunk,
+                            sweep_capacity=bs * ctx + 1)
+    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=args.backend, graphs=graphs,
+                       stats_every=10**9)
+    mgr = CanaryManager.attach(pool=KvPoolSpec(groups=(PoolGroupSpec(kind=PoolKind.FULL, k_layer0=k, v_layer0=v),),
+                                               req_to_token=r2t), capacities=caps, config=cfg)
+    mgr.mark_init_finished()
+    rows = torch.arange(1, bs + 1, dtype=torch.int64, device=dev)
+    zeros = torch.zeros(bs, dtype=torch.int64, device=dev)
+    tokens = torch.randint(1, 32000, (bs, ctx), dtype=torch.int64, device=dev)
+    for start in range(0, ctx - 1, chunk):
+        e = min(chunk, ctx - 1 - start)
+        prefill = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + start, extend_lens=zeros + e,
+                              input_ids=tokens[:, start : start + e].reshape(-1),
+                              positions=torch.arange(start, start + e, device=dev).repeat(bs),
+                              out_cache_loc=r2t[1:, start : start + e].reshape(-1).to(torch.int64))
+        with mgr.forward(prefill):
+            pass
+        mgr.end_step()
+    decode = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + (ctx - 1), extend_lens=zeros + 1,
+                         input_ids=tokens[:, ctx - 1].contiguous(),
+                         positions=torch.full((bs,), ctx - 1, dtype=torch.int64, device=dev),
+                         out_cache_loc=r2t[1:, ctx - 1].to(torch.int64))
+    return mgr, decode
+
+
+def time_forwards(mgr: CanaryManager, batch: CanaryBatch, *, steps: int, warmup: int) -> tuple[float, float]:
+    """Median host seconds of prepare + head, and of tail, per decode forward (the same batch each time: the
+    records it rewrites are the same, and the host work does not depend on them)."""
+    dev = mgr.device
+    head: list[float] = []
+    tail: list[float] = []
+    for i in range(warmup + steps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        mgr.prepare(batch)
+        mgr.head(batch)
+        t1 = time.perf_counter()
+        mgr.tail()
+        t2 = time.perf_counter()
+        mgr.end_step()
+        if i >= warmup:
+            head.append(t1 - t0)
+            tail.append(t2 - t1)
+    _sync(dev)
+    return statistics.median(head), statistics.median(tail)
+
+
+def floors(batch: CanaryBatch, *, steps: int) -> tuple[float, float]:
+    """Host seconds of one staging ``torch.cat`` plus one replay of a one-kernel graph, and of the replay."""
+    dev = batch.input_ids.device
+    bs, n = batch.batch_size, batch.num_tokens
+    packed = torch.zeros(3 * bs + 3 * n + 8, dtype=torch.int64, device=dev)
+    pad = torch.zeros(1, dtype=torch.int64, device=dev)
+    buf = torch.zeros(1, device=dev)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        buf.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        buf.add_(1)
+    parts = [batch.req_pool_indices, pad[:0], batch.prefix_lens, pad[:0], batch.extend_lens, pad[:0],
+             batch.input_ids, pad[:0], batch.positions, pad[:0], batch.out_cache_loc, pad[:0]]
+    copy_replay: list[float] = []
+    replay: list[float] = []
+    for _ in range(steps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        torch.cat(parts, out=packed[: 3 * bs + 3 * n])
+        graph.replay()
+        t1 = time.perf_counter()
+        graph.replay()
+        t2 = time.perf_counter()
+        copy_replay.append(t1 - t0)
+        replay.append(t2 - t1)
+    _sync(dev)
+    return statistics.median(copy_replay), statistics.median(replay)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
+    p.add_argument("--bs", type=int)
+    p.add_argument("--ctx", type=int, help="tokens per request after the timed decode")
+    p.add_argument("--chunk", type=int, default=512, help="prefill chunk (tokens per request per forward)")
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--out", default=None, help="results JSON (benchmarks/report.py's schema)")
+    args = p.parse_args()
+    cuda = args.device.startswith("cuda")
+    args.bs = args.bs or (32 if cuda else 4)
+    args.ctx = args.ctx or (1664 if cuda else 64)
+    args.steps = args.steps or (200 if cuda else 20)
+    r = Report(BENCH, machine(args.device))
+    r.details.update(vars(args))
+    shape = f"bs={args.bs} ctx={args.ctx} PARTIAL K+V"
+    variants = [False, True] if cuda else [False]
+    for graphs in variants:
+        mgr, batch = build(args, graphs)
+        head, tail = time_forwards(mgr, batch, steps=args.steps, warmup=10)
+        label = "graphs" if graphs else "eager"
+        fh, ft = floors(batch, steps=args.steps) if cuda else (None, None)
+        r.add(f"host prepare + head per forward, {label} {shape}", head, fh, unit="us",
+              note="floor: one staging copy and one graph replay")
+        r.add(f"host tail per forward, {label} {shape}", tail, ft, unit="us", note="floor: one graph replay")
+        g = mgr.graphs[0]
+        r.details[f"{label}_graph_counts"] = None if g is None else {
+            "captures": g.captures, "replays": g.replays, "padded_eager": g.padded_eager}
+    r.write(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The manager's own CUDA graphs: each forward's HEAD and TAIL replayed per batch bucket.
+
+An engine that runs its forward eagerly still pays for every canary launch on the host (a plan, then a
+verify and a write per endpoint, each through its launcher). With ``CanaryConfig(graphs=...)`` on, the
+manager pads each forward to a *bucket* (rows and tokens, each rounded up to a power of two, at most the
+capacities), stages it into static buffers with one device copy, and replays the HEAD and TAIL launches from
+graphs captured for that bucket, so the host's share per phase is one copy and one replay.
+
+Padding is neutral, which keeps the results byte-identical to the unpadded eager launches: a padding row has
+``req_pool_indices == 0`` (the plan gives it no verify entry, no write token and no seed) and a padding token
+has ``out_cache_loc == -1`` (the write neither stores nor chains it, and no row points at it anyway). With a
+verification budget the stride of the forward's real batch size is part of the bucket's key, since it is a
+host value the captured filter keeps.
+
+First use of a bucket runs the padded launches eagerly (the forward's real launches, which also compile and
+load the kernels), then captures them into a graph without running them (on a side stream, without waiting
+for the device or emptying the allocator's cache); later forwards of the bucket replay it. A forward larger
+than the largest bucket, an empty one, or one issued while the engine itself captures a graph (the launches
+then go into the engine's graph) runs eagerly as before. With ``graphs=None`` a capture that fails (a backend
+that cannot run under capture, for instance) turns the graphs off with one warning; with ``graphs=True`` it
+raises.
+
+The watchdog's host count stays right: the manager counts a phase's launches once per forward, after it ran
+(eagerly or replayed), and not while the engine captures them; a capture of the manager's own runs nothing
+and counts nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
+
+logger = logging.getLogger("kvcanary.manager")
+
+MAX_GRAPHS_PER_PHASE = 64
+"""Buckets captured per forward slot and phase; forwards of further buckets run eagerly."""
+
+
+def bucket_ladder(capacity: int) -> tuple[int, ...]:
+    """The bucket sizes up to ``capacity``: the powers of two below it, then ``capacity`` itself."""
+    if capacity < 1:
+        raise ValueError(f"kv-canary: a bucket ladder needs a capacity >= 1, got {capacity}")
+    out: list[int] = []
+    b = 1
+    while b < capacity:
+        out.append(b)
+        b *= 2
+    out.append(capacity)
+    return tuple(out)
+
+
+def bucket_for(n: int, ladder: tuple[int, ...]) -> int | None:
+    """The smallest bucket that holds ``n`` (None when ``n`` is 0 or past the largest one)."""
+    if n <= 0:
+        return None
+    for b in ladder:
+        if b >= n:
+            return b
+    return None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """What one graph is captured for: padded rows and tokens, and the budget's stride (0: no budget)."""
+
+    rows: int
+    tokens: int
+    stride: int = 0
+
+
+def graphs_wanted(setting: bool | None, *, device: torch.device, compile: bool) -> bool:
+    """Whether a manager on ``device`` replays its own graphs: ``CanaryConfig.graphs``, None meaning a CUDA
+    pool without ``compile``. True on a device that is not CUDA is an error."""
+    if setting is None:
+        return device.type == "cuda" and not compile
+    if setting and device.type != "cuda":
+        raise ValueError(f"kv-canary: CanaryConfig.graphs=True needs a CUDA pool (CUDA graphs), but the pool is on "
+                         f"{device}; leave graphs at None (on for CUDA pools only) or set it to False")
+    return setting
+
+
+class ForwardGraphs:
+    """The HEAD and TAIL graphs of one forward slot, per :class:`Bucket`.
+
+    ``capture`` False runs the padded launches eagerly every time (what the graphs replay, without the
+    graphs: how a machine without a GPU tests the padding); ``strict`` (``graphs=True``) makes a failed
+    capture an error instead of a warning that turns the graphs off.
+    """
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int, capture: bool, strict: bool,
+                 pool: _POOL_HANDLE | None = None) -> None:
+        self.rows = bucket_ladder(rows_capacity)
+        self.tokens = bucket_ladder(tokens_capacity)
+        self.capture = capture
+        self.strict = strict
+        self.enabled = True
+        """False once a capture failed (``graphs=None``): every later forward runs unpadded and eagerly."""
+        self._pool = pool
+        self._stream: torch.cuda.Stream | None = None
+        self._graphs: dict[tuple[str, Bucket], torch.cuda.CUDAGraph] = {}
+        self.captures = 0
+        """Graphs captured so far."""
+        self.replays = 0
+        """Phases replayed from a graph so far."""
+        self.padded_eager = 0
+        """Phases run eagerly on a bucket's padded inputs (a bucket's first use, or ``capture`` False)."""
+
+    def bucket(self, batch_size: int, num_tokens: int, stride: int = 0) -> Bucket | None:
+        """The forward's bucket, or None when it runs unpadded and eagerly (graphs off, an empty forward, one
+        past the largest bucket, or a graph capture in progress on the current stream)."""
+        if not self.enabled:
+            return None
+        if self.capture and torch.cuda.is_current_stream_capturing():
+            return None  # the engine captures this forward: the launches belong in its graph
+        rows, tokens = bucket_for(batch_size, self.rows), bucket_for(num_tokens, self.tokens)
+        if rows is None or tokens is None:
+            return None
+        return Bucket(rows, tokens, stride)
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        """Replay ``phase``'s graph for ``bucket``; on the bucket's first use run ``launches`` (the real launches
+        of this forward), then capture them (not run) for the next forwards of the bucket."""
+        graph = self._graphs.get((phase, bucket))
+        if graph is not None:
+            graph.replay()
+            self.replays += 1
+            return
+        launches()
+        self.padded_eager += 1
+        if self.capture and self.enabled and sum(p == phase for p, _ in self._graphs) < MAX_GRAPHS_PER_PHASE:
+            self._capture(phase, bucket, launches)
+
+    def _capture(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        graph = torch.cuda.CUDAGraph()
+        try:
+            self._record(graph, launches)
+        except Exception as err:
+            if self.strict:
+                raise RuntimeError(f"kv-canary: CanaryConfig.graphs=True, but capturing the {phase} launches of "
+                                   f"bucket {bucket} failed: {type(err).__name__}: {err}") from err
+            logger.warning("kv-canary: capturing the %s launches failed (%s: %s); the manager's graphs are off, "
+                           "every forward runs eagerly", phase, type(err).__name__, err)
+            self.disable()
+            return
+        self._graphs[(phase, bucket)] = graph
+        self.captures += 1
+
+    def _record(self, graph: torch.cuda.CUDAGraph, launches: Callable[[], None]) -> None:
+        """Capture ``launches`` on a side stream that first waits for the current one (what the launches read
+        is ready when the graph's first replay comes, on the current stream). Unlike ``torch.cuda.graph``
+        this neither waits for the whole device nor empties the allocator's cache, which the engine's own
+        allocations would pay for again."""
+        current = torch.cuda.current_stream()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(current.device)  # type: ignore[no-untyped-call]
+        side = self._stream
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            try:
+                launches()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the launch's error is the one to report
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        current.wait_stream(side)
+
+    def disable(self) -> None:
+        """Drop every graph; every later forward runs unpadded and eagerly."""
+        self.enabled = False
+        self._graphs.clear()

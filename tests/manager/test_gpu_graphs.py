@@ -1,0 +1,117 @@
+"""On a GPU: the manager's HEAD and TAIL replayed from its own CUDA graphs (``CanaryConfig(graphs=True)``) leave
+every device buffer byte-identical to the eager launches (``graphs=False``), on the cuda and Triton backends
+(the ring's rows as a multiset: the kernels append them in no fixed order); the watchdog counts replayed
+launches; a backend that cannot run under capture turns the graphs off (``graphs=None``) or is refused
+(``graphs=True``); a forward the engine itself captures goes into the engine's graph."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.manager import CanaryConfig, VerifyBudget
+from kvcanary.registry import REGISTRY, BackendError, Op
+from tests.manager.graph_parity import device_buffers, differences, workload
+from tests.manager.world import Req, World, make_world
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+
+
+def _backend_or_skip(name: str) -> str:
+    try:
+        for op in (Op.PLAN, Op.VERIFY, Op.WRITE, Op.SCATTER):
+            REGISTRY.select(op, torch.device("cuda"), name)
+    except BackendError as err:
+        pytest.skip(f"{name} cannot serve on this machine: {err}")
+    return name
+
+
+def _config(backend: str, graphs: bool | None, **kw: object) -> CanaryConfig:
+    base: dict[str, object] = dict(real_kv_mode=RealKvHashMode.ALL, enable_v=True, enable_verify_token=True,
+                                   health_warmup_steps=3, health_every=1, backend=backend, graphs=graphs)
+    base.update(kw)
+    return CanaryConfig(**base)  # type: ignore[arg-type]
+
+
+def _run(cfg: CanaryConfig) -> World:
+    w = make_world(config=cfg, device="cuda")
+    workload(w, decodes=9)
+    w.manager.flush()
+    torch.cuda.synchronize()
+    return w
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("variant", ["full", "budget", "k_only_partial"])
+def test_graph_replay_equals_eager_byte_for_byte(backend: str, variant: str) -> None:
+    _backend_or_skip(backend)
+    variants: dict[str, dict[str, object]] = {
+        "full": {},
+        "budget": {"verify_budget": VerifyBudget(max_entries=12, newest_per_request=1)},
+        "k_only_partial": {"real_kv_mode": RealKvHashMode.PARTIAL, "enable_v": False, "enable_verify_token": False},
+    }
+    extra = variants[variant]
+    eager = _run(_config(backend, False, **extra))
+    graphed = _run(_config(backend, True, **extra))
+    graphs = [g for g in graphed.manager.graphs if g is not None]
+    assert graphs and sum(g.captures for g in graphs) > 0 and sum(g.replays for g in graphs) > 0
+    assert eager.manager.graphs == [None]
+    assert differences(device_buffers(graphed.manager), device_buffers(eager.manager), ring_as_multiset=True) == []
+    key = lambda e: (e.violation.tag_name, e.violation.slot_idx, e.violation.fail_reason_bits)  # noqa: E731
+    assert sorted(map(key, graphed.manager.events)) == sorted(map(key, eager.manager.events))
+    if variant == "full":
+        assert any(e.violation.fail_reason_bits & RKV for e in eager.manager.events), "the flip must show"
+    # the watchdog counted every replayed launch as issued (its checks ran every step and passed)
+    assert graphed.manager.health.issued == eager.manager.health.issued
+    assert graphed.manager.health.state == "ok" and graphed.manager.health.failure is None
+
+
+def test_the_default_is_on_for_a_cuda_pool() -> None:
+    _backend_or_skip("cuda")
+    w = _run(_config("cuda", None))
+    g = w.manager.graphs[0]
+    assert g is not None and g.enabled and g.replays > 0
+
+
+def test_a_backend_that_cannot_be_captured_turns_the_default_graphs_off(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="kvcanary.manager"):
+        graphed = _run(_config("torch_ref", None))
+    g = graphed.manager.graphs[0]
+    assert g is not None and not g.enabled and g.replays == 0
+    assert any("graphs are off" in r.getMessage() for r in caplog.records)
+    eager = _run(_config("torch_ref", False))
+    assert differences(device_buffers(graphed.manager), device_buffers(eager.manager)) == []
+
+
+def test_graphs_true_with_a_backend_that_cannot_be_captured_is_an_error() -> None:
+    w = make_world(config=_config("torch_ref", True), device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    with pytest.raises(RuntimeError, match=r"CanaryConfig\.graphs=True, but capturing the head launches"):
+        w.forward([(a, 0, 10)])
+
+
+def test_a_forward_the_engine_captures_goes_into_the_engine_graph() -> None:
+    _backend_or_skip("cuda")
+    w = make_world(config=_config("cuda", True), device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])  # a first forward, eager (compiles and loads the kernels)
+    a.slots.append(20)
+    batch = w.forward([(a, 10, 1)])
+    g = w.manager.graphs[0]
+    assert g is not None
+    before = (g.captures, g.replays, g.padded_eager, list(w.manager.health.issued))
+    engine_graph = torch.cuda.CUDAGraph()
+    w.manager.prepare(batch)
+    with torch.cuda.graph(engine_graph):
+        w.manager.head(batch)
+        w.manager.tail()
+    assert (g.captures, g.replays, g.padded_eager, list(w.manager.health.issued)) == before
+    counters = w.manager.state.kernel_run_counters.clone()
+    engine_graph.replay()
+    torch.cuda.synchronize()
+    assert bool((w.manager.state.kernel_run_counters > counters).any())
