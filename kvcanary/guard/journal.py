@@ -10,7 +10,7 @@ for a violation read back steps after the corrupting one, and what evidence bund
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -62,6 +62,10 @@ class JournalEvent:
     last_position: int | None = None
 
 
+JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
+"""Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
+
+
 class SlotJournal:
     """Ownership events per block, at most ``per_block`` kept per block (oldest dropped first) and at most
     ``max_blocks`` blocks tracked (the least recently changed forgotten first), so memory is bounded.
@@ -82,6 +86,11 @@ class SlotJournal:
         self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
+        self._observers: list[JournalObserver] = []
+
+    def add_observer(self, observer: JournalObserver) -> None:
+        """Call ``observer(step, kind, blocks, owner)`` after every :meth:`record` that names a block."""
+        self._observers.append(observer)
 
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
@@ -89,7 +98,8 @@ class SlotJournal:
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
         """Record ``kind`` for each of ``blocks`` at ``step``."""
-        for block in blocks:
+        named = [int(b) for b in blocks] if self._observers else blocks
+        for block in named:
             events = self._events.pop(block, None)
             if events is None:
                 events = deque(maxlen=self.per_block)
@@ -98,6 +108,9 @@ class SlotJournal:
             events.append(JournalEvent(step, kind, int(block), owner, first_position, last_position))
             self._events[block] = events  # re-inserted: dict order is least recently changed first
             self.recorded += 1
+        if self._observers and isinstance(named, list) and named:
+            for observe in self._observers:
+                observe(step, kind, named, owner)
 
     def finish(self, request_id: str, step: int) -> None:
         """``request_id`` finished (its output was returned) at ``step``."""
@@ -140,6 +153,18 @@ class SlotJournal:
                 held.clear()
         out.update(held)
         return list(out)
+
+    def holders(self, slot: int) -> list[Owner]:
+        """Who holds ``slot``'s block after every event kept for it (added and not released or freed since)."""
+        held: dict[Owner, None] = {}
+        for e in self._events.get(self.block_of(slot), ()):
+            if e.kind in _ADDS and e.owner is not None:
+                held[e.owner] = None
+            elif e.kind is JournalKind.RELEASED and e.owner is not None:
+                held.pop(e.owner, None)
+            elif e.kind is JournalKind.FREED:
+                held.clear()
+        return list(held)
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
