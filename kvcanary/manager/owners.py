@@ -13,8 +13,10 @@ the prefix cache keeps. Two rows writing one free slot in the same forward: the 
 other's write fires.
 
 Slots come back through the manager's journals, which the engine adapter feeds: FREED and REINSTATED make
-a slot free, CACHED and QUARANTINED read-only, and a RELEASED that leaves the slot without a holder in the
-journal frees it. Those host events are queued and copied to the device once, in the next
+a slot free, QUARANTINED read-only; a RELEASED that leaves the slot without a holder in the journal frees it,
+and one that leaves only the prefix cache holding it makes it read-only (a slot the cache takes while its
+writer still runs stays the writer's: a draft model writes its pool's copy of a prefix after the target's
+prefill was cached). Those host events are queued and copied to the device once, in the next
 :meth:`~kvcanary.manager.CanaryManager.prepare` (outside any graph); nothing is read back.
 """
 
@@ -25,7 +27,7 @@ from collections.abc import Iterable
 import torch
 
 from kvcanary.consts import REQ_POOL_IDX_PADDING, SLOT_OWNER_FREE, PoolKind
-from kvcanary.guard.journal import JournalKind, Owner, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.manager.buffers import CanaryBufferGroup
 
 SLOT_READ_ONLY: int = -2
@@ -34,9 +36,18 @@ SLOT_READ_ONLY: int = -2
 _SET_TO: dict[JournalKind, int] = {
     JournalKind.FREED: SLOT_OWNER_FREE,
     JournalKind.REINSTATED: SLOT_OWNER_FREE,
-    JournalKind.CACHED: SLOT_READ_ONLY,
     JournalKind.QUARANTINED: SLOT_READ_ONLY,
 }
+
+
+def _after_release(holders: list[Owner]) -> int | None:
+    """The map value after a release leaves ``holders``: free when nobody holds the slot, read-only when only
+    the prefix cache does, unchanged (None) while a request still holds it (its writer may write it again)."""
+    if not holders:
+        return SLOT_OWNER_FREE
+    if all(h.kind is OwnerKind.CACHE for h in holders):
+        return SLOT_READ_ONLY
+    return None
 
 
 class _GroupOwners:
@@ -107,10 +118,14 @@ class OwnerMap:
         g = self._groups[kind]
         bs = journal.block_size
         for b in blocks:
-            if value is None and journal.holders(b * bs):
-                continue  # released by one holder, still held by another
+            if value is None:
+                value_b = _after_release(journal.holders(b * bs))
+                if value_b is None:
+                    continue
+            else:
+                value_b = value
             for s in range(b * bs, min((b + 1) * bs, g.num_slots)):
-                g.pending[s] = SLOT_OWNER_FREE if value is None else value
+                g.pending[s] = value_b
 
     def set_slots(self, slots: Iterable[int], value: int, *, kind: PoolKind = PoolKind.FULL) -> None:
         """Queue ``value`` for ``slots`` of ``kind`` (an engine that feeds no journal, tests)."""
