@@ -95,8 +95,8 @@ class JournalFeed:
             swa_alloc = swa.allocator
             orig_swa_free = swa_alloc.free
 
-            def swa_free(slots: Iterable[int]) -> None:
-                freed = list(slots)
+            def swa_free(indices: Iterable[int]) -> None:
+                freed = list(indices)
                 orig_swa_free(freed)
                 rec(JournalKind.FREED, freed, None, swa=True)
 
