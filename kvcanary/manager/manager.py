@@ -347,9 +347,12 @@ class CanaryManager:
             logger.info(stats.line())
         return stats
 
-    def flush(self) -> list[ViolationEvent]:
-        """Synchronously read the device state now and report anything new (end of a run; tests)."""
-        snap = self._pump.drain(self.step - 1)
+    def flush(self, *, during_step: bool = False) -> list[ViolationEvent]:
+        """Synchronously read the device state now and report anything new (end of a run; tests; evidence
+        that must see the very step that recorded its rows). ``during_step``: called inside a step (after
+        its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
+        this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
+        snap = self._pump.drain(self.step if during_step else self.step - 1)
         self.last_snapshot = snap
         seen = len(self.reporter.events)
         try:
@@ -357,7 +360,7 @@ class CanaryManager:
         finally:
             if len(self.reporter.events) > seen:
                 self._guard(self.reporter.events[seen:], self.step)
-            if self.sinks:
+            if self.sinks and not during_step:
                 self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property
