@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class OwnerKind(str, Enum):
@@ -50,9 +51,9 @@ _ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalK
 """Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEvent:
-    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
+class JournalEvent(NamedTuple):
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named). A named
+    tuple: one is built per recorded block, on the engine's step, so it must be cheap to make."""
 
     step: int
     kind: JournalKind
@@ -61,6 +62,9 @@ class JournalEvent:
     first_position: int | None = None
     last_position: int | None = None
 
+
+_event = tuple.__new__
+"""Builds a :class:`JournalEvent` from its six fields without the named tuple's argument parsing."""
 
 JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
@@ -99,15 +103,18 @@ class SlotJournal:
                first_position: int | None = None, last_position: int | None = None) -> None:
         """Record ``kind`` for each of ``blocks`` at ``step``."""
         named = [int(b) for b in blocks] if self._observers else blocks
+        table = self._events
+        n = 0
         for block in named:
-            events = self._events.pop(block, None)
+            events = table.pop(block, None)
             if events is None:
                 events = deque(maxlen=self.per_block)
-                if len(self._events) >= self.max_blocks:
-                    del self._events[next(iter(self._events))]
-            events.append(JournalEvent(step, kind, int(block), owner, first_position, last_position))
-            self._events[block] = events  # re-inserted: dict order is least recently changed first
-            self.recorded += 1
+                if len(table) >= self.max_blocks:
+                    del table[next(iter(table))]
+            events.append(_event(JournalEvent, (step, kind, int(block), owner, first_position, last_position)))
+            table[block] = events  # re-inserted: dict order is least recently changed first
+            n += 1
+        self.recorded += n
         if self._observers and isinstance(named, list) and named:
             for observe in self._observers:
                 observe(step, kind, named, owner)
