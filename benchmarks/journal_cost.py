@@ -31,7 +31,9 @@ _OWNERS: dict[int, list[Owner]] = {}
 
 def decode_step_feed(journal: SlotJournal, step: int, bs: int, block_size: int) -> None:
     """One decode step of ``bs`` requests: request ``i`` writes position ``step`` in its block."""
-    owners = _OWNERS.setdefault(bs, _owners(bs))
+    owners = _OWNERS.get(bs)
+    if owners is None:  # built once per batch size: the engine's request ids exist already
+        owners = _OWNERS[bs] = _owners(bs)
     blocks_per_req = 1 << 12
     for i in range(bs):
         block = i * blocks_per_req + step // block_size
