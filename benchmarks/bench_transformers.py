@@ -155,12 +155,16 @@ def main() -> None:
             note=f"HEAD and TAIL from the manager's own CUDA graphs: {graphs['captures']} captured, "
                  f"{graphs['padded_eager']} first uses run eagerly")
     r.details["manager_graphs"] = graphs
-    canary_host = sum(best.host_seconds.values()) / steps
+    # the canary's own host phases: the model's forward (timed between head and tail) is not the canary's
+    canary_host = sum(t for phase, t in best.host_seconds.items() if phase != "forward") / steps
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
           note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
-    r.value(f"journal_share {shape}", jour / canary_host * 100, None, unit="%",
-            note="of the canary's own per-step host time (sum of the host phases); goal < 2")
+    sink_s = journal_cost.sink_step_seconds(best.managers[0]) if best.managers else 0.0
+    r.add(f"bundle sink per step, nothing fires {shape}", sink_s, None, unit="us")
+    r.value(f"journal_share {shape}", (jour + sink_s) / canary_host * 100, None, unit="%",
+            note="journal + sink of the canary's own per-step host time (its host phases, the forward "
+                 "excluded); goal < 2")
     r.details["host_seconds"] = best.host_seconds
     r.details["sweep_entry_seconds"] = best.sweep_entry_seconds
     r.details["swept_entries"] = best.swept_entries

@@ -76,15 +76,6 @@ CanaryConfigContract = settings_contract(
             fix="Set real_kv_mode to PARTIAL or ALL, or layer_rotation to 0.",
             breaks={"real_kv_mode": RealKvHashMode.NONE}),
         Relation(
-            name="no_owner_check_in_the_manager",
-            require="extensions is None or not extensions.write_slot_owner_mismatch", over=("extensions",),
-            message="CanaryConfig.extensions.write_slot_owner_mismatch is not supported by the engine manager yet: "
-                    "it keeps no slot owner map to pass",
-            why="The write-time owner check compares each written slot with a map of who holds every slot; the "
-                "manager keeps no such map on the device, so the check would have nothing to compare with.",
-            fix="Turn the flag off in CanaryConfig, or call launch_canary_write_kernel yourself with slot_owner.",
-            breaks={"extensions": Extensions(write_slot_owner_mismatch=True)}),
-        Relation(
             name="on_violation_agrees_with_raise_mode",
             require="on_violation is None or mode.name != 'RAISE' or on_violation.name == 'RAISE'",
             over=("on_violation", "mode"),

@@ -70,15 +70,17 @@ class _Job:
 class BundleSink:
     """A :class:`~kvcanary.guard.GuardSink` that writes one evidence bundle per violated slot into ``out_dir``.
 
-    ``journal`` and ``describer`` are optional: without them a bundle still holds the rows, records and KV
-    bytes (and replays), but names no owners. ``background=False`` writes in ``on_violations`` itself."""
+    ``journal`` is the manager's (:attr:`CanaryManager.journal`, which the engine adapter feeds) unless one is
+    given; ``describer`` is optional. Without a fed journal and a describer a bundle still holds the rows,
+    records and KV bytes (and replays), but names no owners. Attach it with :meth:`CanaryManager.add_sink`.
+    ``background=False`` writes in ``on_violations`` itself."""
 
     def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
                  describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
                  engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
         self.manager = manager
         self.out_dir = Path(out_dir)
-        self.journal = journal
+        self._journal = journal
         self.describer = describer
         self.limits = limits if limits is not None else BundleLimits()
         self.engine = engine
@@ -94,6 +96,11 @@ class BundleSink:
         self._pending: list[_Job] = []
         self.steps_seen = 0
 
+    @property
+    def journal(self) -> SlotJournal:
+        """The journal the bundles read: the one given, else the manager's current one."""
+        return self._journal if self._journal is not None else self.manager.journal
+
     # -- GuardSink ---------------------------------------------------------------------------------------
     def on_step(self, stats: StepStats) -> None:
         """End of a step: complete the bundles captured during it (their journal now holds the whole step)
@@ -105,7 +112,7 @@ class BundleSink:
     def _release(self) -> None:
         jobs, self._pending = self._pending, []
         for job in jobs:
-            if self.journal is not None and job.captured.kind is PoolKind.FULL:
+            if job.captured.kind is PoolKind.FULL:
                 job.captured = dataclasses.replace(job.captured, history=tuple(self.journal.history(job.captured.slot)))
             if self._background:
                 self._ensure_thread()
@@ -179,7 +186,7 @@ class BundleSink:
         readers: list[str] = []
         if describer is not None and kind is PoolKind.FULL:
             readers = describer.requests_holding(slot)
-        if self.journal is not None and kind is PoolKind.FULL:
+        if kind is PoolKind.FULL:
             history = self.journal.history(slot)
         if describer is not None:
             owners = set(readers)
@@ -193,7 +200,7 @@ class BundleSink:
         engine = describer.engine_version() if describer is not None else self.engine
         cap = Captured(kind=kind, slot=slot, rows=tuple(rows), history=tuple(history), views=views,
                        readers=tuple(readers), full_slots=full_slots, engine=engine,
-                       block_size=self.journal.block_size if self.journal is not None else 1,
+                       block_size=self.journal.block_size,
                        real_kv_mode=self.manager.config.real_kv_mode,
                        peers=tuple((e.violation.kernel_kind, e.violation.slot_idx, e.violation.stored_token,
                                     e.violation.position, e.violation.stored_chain_hash)

@@ -1,8 +1,10 @@
 """``kvcanary demo --bundles DIR``: one bundle per fault class, each the first violated slot of that fault's run.
 
-Each run is the demo's (the same engine pair, workload and canary settings as ``kvcanary demo``) with a
-journal fed from the engine, a describer, and a :class:`BundleSink` limited to one bundle; the bundle is
-written as ``DIR/<engine>-<fault>``. :data:`EXPECTED_CLASS` is the bug class each injected fault should be
+Each run is the demo's (the same engine pair, workload and canary settings as ``kvcanary demo``) with the
+engine feeding its managers' journals, a describer, and a :class:`BundleSink` limited to one bundle attached
+to the manager as a sink; the manager's ring is read synchronously after every step and right after each
+HEAD (so a bundle captures the very step that recorded its rows, and replays). The bundle is written as
+``DIR/<engine>-<fault>``. :data:`EXPECTED_CLASS` is the bug class each injected fault should be
 attributed to, which the tests assert bundle by bundle.
 """
 
@@ -48,9 +50,8 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
     from kvcanary.demo.engine.faults import EXTENSION_FAULTS
     from kvcanary.demo.run import DRAFT_TOKENS
     from kvcanary.evidence.capture import BundleLimits, BundleSink
-    from kvcanary.evidence.demo_engine import DemoDescriber, DemoJournalFeed, SinkFeed
+    from kvcanary.evidence.demo_engine import DemoDescriber
     from kvcanary.extensions import Extensions
-    from kvcanary.guard.journal import SlotJournal
     from kvcanary.manager import CanaryConfig
 
     ext = (Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if fault in EXTENSION_FAULTS
@@ -62,28 +63,29 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
     drafts = fault is Fault.DRAFT_PAST_ALLOCATION
     if drafts:
         cfg = dataclasses.replace(cfg, num_draft_tokens=DRAFT_TOKENS, swa_window=0)
-    engine = Engine(cfg, canary=canary, faults=FaultInjector(fault), name="decode")
+    engine = Engine(cfg, canary=canary, faults=FaultInjector(fault), name="decode", journal=True)
     peer = Engine(cfg, canary=canary, model=engine.model, name="prefill")
     if not drafts:
         engine.attach_prefill_peer(peer)
-    journal = SlotJournal(block_size=1)
-    DemoJournalFeed(engine, journal)
     peer.warmup()
     engine.warmup()
     manager = engine.draft_canary if drafts else engine.canary
     assert manager is not None
     with tempfile.TemporaryDirectory(prefix="kvcanary-bundle-") as tmp:
-        sink = BundleSink(manager, tmp, journal=journal, describer=DemoDescriber(engine),
+        sink = BundleSink(manager, tmp, describer=DemoDescriber(engine),
                           limits=BundleLimits(max_bundles=CANDIDATES), name=f"demo-{fault.value}")
-        feed = SinkFeed(manager, [sink], sync=True)
-        # also right after each HEAD verify + write, before later forwards of the step rewrite what it read
-        manager.add_head_observer(lambda _batch: feed.capture(mid_step=True))
+        manager.add_sink(sink)
+
+        def read_now(*, during_step: bool) -> None:
+            manager.flush(during_step=during_step)  # the manager hands new rows to its sinks
+
+        # read right after each HEAD verify + write too, before later forwards of the step rewrite what it read
+        manager.add_head_observer(lambda _batch: read_now(during_step=True))
         workload = shared_prefix_workload(seed=seed, vocab_size=cfg.model.vocab_size, steps=steps,
                                           remote_prefill=not drafts)
         with contextlib.suppress(Exception):  # a fault can break the engine itself: keep what was caught before
-            drive(engine, workload, steps, on_step=feed)
+            drive(engine, workload, steps, on_step=lambda _step: read_now(during_step=False))
         engine.flush_canaries()
-        feed()
         written = sink.close()
         if sink.errors:
             raise RuntimeError("; ".join(sink.errors))

@@ -1,12 +1,13 @@
 """``kvcanary demo --engine transformers --bundles DIR``: one bundle per transformers fault class.
 
 :class:`TfEvidenceHook` is a step hook of the transformers integration (run after the fault hook, before
-each forward). From the engine's block tables it feeds a :class:`SlotJournal` (a block appended to a
-request's table is ALLOCATED to it, or SHARED when it lies in the request's cached prefix; an entry
-rewritten in place is SHARED by the new holder; the blocks of a request that left are RELEASED; the blocks
-a step writes are WRITTEN at their positions), reads the previous step's violations synchronously and hands
-them to a :class:`BundleSink` limited to one bundle. The describer reports each request's positions and
-slots from its block table (transformers keeps no token list the hook can read: tokens are -1).
+each forward). From the engine's block tables it feeds the manager's own journal (:attr:`CanaryManager.journal`,
+sized to the cache's blocks: a block appended to a request's table is ALLOCATED to it, or SHARED when it lies
+in the request's cached prefix; an entry rewritten in place is SHARED by the new holder; the blocks of a
+request that left are RELEASED; the blocks a step writes are WRITTEN at their positions), and reads the
+previous step's violations synchronously (``manager.flush()``), which hands them to the manager's sinks: a
+:class:`BundleSink` limited to one bundle, attached with ``manager.add_sink``. The describer reports each
+request's positions and slots from its block table (transformers keeps no token list the hook can read: tokens are -1).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from kvcanary.evidence.describe import RequestView
 from kvcanary.evidence.pick import CANDIDATES, pick_replayable
 from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.integrations.transformers.fault_kinds import TfFault
-from kvcanary.manager.stats import StepStats
 
 EXPECTED_TF_CLASS: dict[TfFault, BugClass] = {
     TfFault.KV_FLIP_USED: BugClass.BYTE_CORRUPTION,
@@ -43,22 +43,29 @@ class TfEvidenceHook:
         self.canary = canary
         self.out_dir = out_dir
         self.name = name
-        self.journal: SlotJournal | None = None
         self.sink: BundleSink | None = None
         self._tables: dict[str, list[int]] = {}
         self._layout: Any = None
-        self._seen = 0
         self._step = 0
+
+    @property
+    def journal(self) -> SlotJournal | None:
+        """The manager's journal this hook feeds (None before the first step)."""
+        managers = self.canary.managers
+        return managers[0].journal if managers and self._layout is not None else None
 
     # -- the hook -------------------------------------------------------------------------------------------
     def __call__(self, view: Any) -> None:
         layout = view.layout
         self._layout = layout
         self._step = view.step
-        if self.journal is None:
-            self.journal = SlotJournal(block_size=int(layout.stride))
+        manager = self.canary.managers[0]
+        if manager.journal.block_size != int(layout.stride):  # the manager's journal, in the cache's blocks
+            sw = layout.sliding
+            manager.set_adapter(manager.adapter, block_size=int(layout.stride),
+                                swa_block_size=int(sw.stride) if sw is not None else None)
         self.pump()
-        j = self.journal
+        j = manager.journal
         table: dict[str, list[int]] = layout.block_table
         live = {r.request_id for r in view.requests}
         for rid in [r for r in self._tables if r not in table]:
@@ -88,17 +95,12 @@ class TfEvidenceHook:
             return
         manager = managers[0]
         if self.sink is None:
-            self.sink = BundleSink(manager, self.out_dir, journal=self.journal, describer=self,
+            self.sink = BundleSink(manager, self.out_dir, describer=self,
                                    limits=BundleLimits(max_bundles=CANDIDATES), name=self.name)
+            manager.add_sink(self.sink)
+        # hands the new rows to the sink, then the step's end: the journal holds every step up to the one
+        # whose rows were just read, so the captures complete
         manager.flush()
-        events = manager.events
-        if len(events) > self._seen:
-            new = events[self._seen :]
-            self._seen = len(events)
-            self.sink.on_violations(new)
-        # the journal holds every step up to the one whose rows were just read: complete the captures
-        self.sink.on_step(StepStats.from_snapshot(manager.last_snapshot, step=manager.step - 1,
-                                                  sweep_passes=manager.sweep_passes, tags=manager.active_tags))
 
     # -- RequestDescriber -------------------------------------------------------------------------------
     def describe_request(self, request_id: str) -> RequestView | None:

@@ -10,9 +10,10 @@ for a violation read back steps after the corrupting one, and what evidence bund
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class OwnerKind(str, Enum):
@@ -50,9 +51,9 @@ _ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalK
 """Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEvent:
-    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
+class JournalEvent(NamedTuple):
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named). A named
+    tuple: one is built per recorded block, on the engine's step, so it must be cheap to make."""
 
     step: int
     kind: JournalKind
@@ -60,6 +61,13 @@ class JournalEvent:
     owner: Owner | None = None
     first_position: int | None = None
     last_position: int | None = None
+
+
+_event = tuple.__new__
+"""Builds a :class:`JournalEvent` from its six fields without the named tuple's argument parsing."""
+
+JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
+"""Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
 
 
 class SlotJournal:
@@ -82,6 +90,11 @@ class SlotJournal:
         self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
+        self._observers: list[JournalObserver] = []
+
+    def add_observer(self, observer: JournalObserver) -> None:
+        """Call ``observer(step, kind, blocks, owner)`` after every :meth:`record` that names a block."""
+        self._observers.append(observer)
 
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
@@ -89,15 +102,22 @@ class SlotJournal:
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
         """Record ``kind`` for each of ``blocks`` at ``step``."""
-        for block in blocks:
-            events = self._events.pop(block, None)
+        named = [int(b) for b in blocks] if self._observers else blocks
+        table = self._events
+        n = 0
+        for block in named:
+            events = table.pop(block, None)
             if events is None:
                 events = deque(maxlen=self.per_block)
-                if len(self._events) >= self.max_blocks:
-                    del self._events[next(iter(self._events))]
-            events.append(JournalEvent(step, kind, int(block), owner, first_position, last_position))
-            self._events[block] = events  # re-inserted: dict order is least recently changed first
-            self.recorded += 1
+                if len(table) >= self.max_blocks:
+                    del table[next(iter(table))]
+            events.append(_event(JournalEvent, (step, kind, int(block), owner, first_position, last_position)))
+            table[block] = events  # re-inserted: dict order is least recently changed first
+            n += 1
+        self.recorded += n
+        if self._observers and isinstance(named, list) and named:
+            for observe in self._observers:
+                observe(step, kind, named, owner)
 
     def finish(self, request_id: str, step: int) -> None:
         """``request_id`` finished (its output was returned) at ``step``."""
@@ -140,6 +160,18 @@ class SlotJournal:
                 held.clear()
         out.update(held)
         return list(out)
+
+    def holders(self, slot: int) -> list[Owner]:
+        """Who holds ``slot``'s block after every event kept for it (added and not released or freed since)."""
+        held: dict[Owner, None] = {}
+        for e in self._events.get(self.block_of(slot), ()):
+            if e.kind in _ADDS and e.owner is not None:
+                held[e.owner] = None
+            elif e.kind is JournalKind.RELEASED and e.owner is not None:
+                held.pop(e.owner, None)
+            elif e.kind is JournalKind.FREED:
+                held.clear()
+        return list(held)
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""

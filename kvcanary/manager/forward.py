@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.consts import PoolKind
-from kvcanary.extensions import Extensions, write_slot_on
+from kvcanary.extensions import Extensions, write_owner_on, write_slot_on
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
@@ -25,6 +25,7 @@ from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
 from kvcanary.manager.graphs import Bucket, ForwardGraphs
+from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
@@ -50,7 +51,7 @@ class ForwardRunner:
                  check_token: bool, write_input_assert: bool, backend: str | None,
                  budget: VerifyBudget | None = None, extensions: Extensions | None = None,
                  rotations: list[LayerRotation | None] | None = None, compile: bool = False,
-                 graphs: ForwardGraphs | None = None) -> None:
+                 graphs: ForwardGraphs | None = None, owners: OwnerMap | None = None) -> None:
         dev = req_to_token.device
         swa = next((g for g in groups if g.kind is PoolKind.SWA), None)
         self.staging = StepStaging(capacities, dev, swa_lut=swa.swa_index_lut if swa else None,
@@ -79,6 +80,7 @@ class ForwardRunner:
         self._backend = backend
         self._ext = extensions
         self._rotations = rotations or [None] * len(groups)
+        self._owners = owners if write_owner_on(extensions) else None
         self._views: StepViews | None = None
         self.graphs = graphs
         """The HEAD and TAIL graphs per bucket (None: every forward runs unpadded and eagerly)."""
@@ -121,6 +123,9 @@ class ForwardRunner:
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         pool = self._state.expected_tokens_pool if self._check_token else None
+        if self._owners is not None:  # the write-time owner check: free slots go to their first writer
+            self._owners.claim(req_pool_indices=v.req_pool_indices, extend_lens=v.extend_lens,
+                               out_cache_loc=v.out_cache_loc, swa_out_cache_loc=v.swa_out_cache_loc)
         for gi, gp in enumerate(self.plans):
             g = gp.group
             launch_canary_plan_kernels(
@@ -167,6 +172,7 @@ class ForwardRunner:
         loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
         assert loc is not None
         slot_check = write_slot_on(self._ext)  # the write-slot check reads the batch's rows and the table
+        owners = self._owners.slot_owner(gp.group.kind) if self._owners is not None else None
         for ep in endpoints:
             launch_canary_verify_kernel(context=ep.context, plan=self._verify[gi],
                                         check_verify_expected_token=self._check_token, extensions=self._ext,
@@ -175,7 +181,7 @@ class ForwardRunner:
                 context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,
                 enable_write_input_assert=self._write_input_assert, expected_input_tokens=v.expected_input_tokens,
                 expected_input_positions=v.expected_input_positions,
-                req_pool_indices=v.req_pool_indices if slot_check else None,
+                req_pool_indices=v.req_pool_indices if slot_check or owners is not None else None,
                 req_to_token=self._r2t if slot_check else None,
-                full_to_swa_index_mapping=gp.group.swa_index_lut if slot_check else None,
+                full_to_swa_index_mapping=gp.group.swa_index_lut if slot_check else None, slot_owner=owners,
                 extensions=self._ext, backend=self._backend)

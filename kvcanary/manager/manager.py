@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvcanary.consts import CanaryLaunchTag, CanaryMode
+from kvcanary.consts import CanaryLaunchTag, CanaryMode, PoolKind
+from kvcanary.extensions import write_owner_on
 from kvcanary.guard.adapter import EngineAdapter
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.guard.journal import SlotJournal
@@ -36,6 +37,7 @@ from kvcanary.manager.forward import ForwardRunner
 from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
+from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
@@ -88,13 +90,17 @@ class CanaryManager:
         if config.layer_rotation and not any(self.rotations):
             raise ValueError("kv-canary: CanaryConfig.layer_rotation needs PoolGroupSpec.layers on some group")
         self._graph_pool = torch.cuda.graph_pool_handle() if use_graphs else None
+        self.owners: OwnerMap | None = (OwnerMap(self.groups, self.device) if write_owner_on(config.extensions)
+                                        else None)
+        """The device owner map of the write-time owner check (``extensions.write_slot_owner_mismatch``), fed
+        by the batches and by :attr:`journal` / :attr:`swa_journal`; None with the check off."""
         self._forwards = [
             ForwardRunner(groups=self.groups, endpoints=self.endpoints, state=self.state, capacities=capacities,
                           req_to_token=r2t, token_offset=pool.kv_token_id_vs_position_offset,
                           check_token=config.enable_verify_token,
                           write_input_assert=config.enable_write_input_assert, backend=config.backend,
                           budget=config.verify_budget, extensions=config.extensions, rotations=self.rotations,
-                          compile=config.compile, graphs=self._graphs(config, capacities))
+                          compile=config.compile, graphs=self._graphs(config, capacities), owners=self.owners)
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
@@ -111,6 +117,7 @@ class CanaryManager:
         self.swa_journal = SlotJournal(block_size=1)
         """The same for the sliding-window pool's slots (their own index space)."""
         self._isolation = Isolation(self.journal, self.swa_journal)
+        self._watch_journals()
         self.adapter: EngineAdapter | None = None
         self.sinks: list[GuardSink] = []
         """Who hears about violations, decisions and steps (:meth:`add_sink`)."""
@@ -166,7 +173,13 @@ class CanaryManager:
             self.journal = SlotJournal(block_size=block_size)
             self.swa_journal = SlotJournal(block_size=swa)
             self._isolation = Isolation(self.journal, self.swa_journal)
+            self._watch_journals()
         self.adapter = adapter
+
+    def _watch_journals(self) -> None:
+        if self.owners is not None:  # slots come back to the owner map through the journals' events
+            self.owners.watch(self.journal, PoolKind.FULL)
+            self.owners.watch(self.swa_journal, PoolKind.SWA)
 
     def _guard(self, new: list[ViolationEvent], step: int) -> None:
         """The rows read back at ``step``: to the sinks, then (``isolate``) one decision to the adapter
@@ -240,6 +253,8 @@ class CanaryManager:
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
         runner = self._runner(forward_index)
         batch.validate(self.device)
+        if self.owners is not None:
+            self.owners.apply_pending()
         caps = self.capacities
         if batch.batch_size > caps.write_req_capacity:
             raise RuntimeError(f"kv-canary: forward_batch.batch_size={batch.batch_size} exceeds pre-allocated "
@@ -348,9 +363,12 @@ class CanaryManager:
             logger.info(stats.line())
         return stats
 
-    def flush(self) -> list[ViolationEvent]:
-        """Synchronously read the device state now and report anything new (end of a run; tests)."""
-        snap = self._pump.drain(self.step - 1)
+    def flush(self, *, during_step: bool = False) -> list[ViolationEvent]:
+        """Synchronously read the device state now and report anything new (end of a run; tests; evidence
+        that must see the very step that recorded its rows). ``during_step``: called inside a step (after
+        its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
+        this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
+        snap = self._pump.drain(self.step if during_step else self.step - 1)
         self.last_snapshot = snap
         seen = len(self.reporter.events)
         try:
@@ -358,7 +376,7 @@ class CanaryManager:
         finally:
             if len(self.reporter.events) > seen:
                 self._guard(self.reporter.events[seen:], self.step)
-            if self.sinks:
+            if self.sinks and not during_step:
                 self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property

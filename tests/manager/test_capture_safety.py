@@ -90,12 +90,14 @@ def test_the_guard_itself_catches_a_host_read(monkeypatch: pytest.MonkeyPatch) -
 
 def test_extensions_and_layer_rotation_do_no_host_reads(recording_backend: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With every extension on and a layer rotation, head and tail still launch only (capturable)."""
+    """With every extension on (the owner map's claims included) and a layer rotation, head and tail still
+    launch only (capturable)."""
     w = layered_world(3, 2)
     w.manager = CanaryManager.attach(
         pool=w.manager.pool, capacities=w.manager.capacities,
         config=dataclasses.replace(w.manager.config, backend=recording_backend,
-                                   extensions=Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True)))
+                                   extensions=Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True,
+                                                         write_slot_owner_mismatch=True)))
     a = Req(1, list(range(100, 120)), list(range(1, 9)))
     batch = w.forward([(a, 0, 8)])
     w.manager.prepare(batch)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch._dynamo.utils import counters
 
-from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.consts import FailReason, PoolKind, RealKvHashMode
+from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryConfig, VerifyBudget
 from tests.manager.world import Req, World, make_world
 
@@ -30,14 +31,19 @@ def _workload(w: World) -> None:
         w.step()
 
 
-def _config(compile: bool, budget: VerifyBudget | None = None) -> CanaryConfig:
+def _config(compile: bool, budget: VerifyBudget | None = None, ext: Extensions | None = None) -> CanaryConfig:
     return CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_v=True, enable_verify_token=True,
-                        health_warmup_steps=3, health_every=1, compile=compile, verify_budget=budget)
+                        health_warmup_steps=3, health_every=1, compile=compile, verify_budget=budget,
+                        extensions=ext)
 
 
-def _run(compile: bool, budget: VerifyBudget | None = None) -> tuple[World, list[tuple[str, int, int]]]:
-    w = make_world(config=_config(compile, budget))
+def _run(compile: bool, budget: VerifyBudget | None = None,
+         ext: Extensions | None = None) -> tuple[World, list[tuple[str, int, int]]]:
+    w = make_world(config=_config(compile, budget, ext))
     _workload(w)
+    if ext is not None and ext.write_slot_owner_mismatch:  # a double allocation: slot 20 handed to row 4 too
+        w.forward([(Req(4, list(range(700, 710)), [45, 20]), 0, 2)], pad_rows=1)
+        w.step()
     return w, w.events()
 
 
@@ -72,3 +78,18 @@ def test_compiled_manager_with_a_verification_budget() -> None:
     _same_buffers(eager, compiled)
     assert sum(counters["graph_break"].values()) == 0
     assert int(counters["stats"]["unique_graphs"]) >= 2  # the plan-and-HEAD part and the TAIL part, compiled
+
+
+def test_compiled_manager_with_the_owner_check_claims_what_eager_claims() -> None:
+    """The owner map's claims run inside the compiled plan-and-HEAD graph, and report what eager does."""
+    torch._dynamo.reset()
+    counters.clear()
+    ext = Extensions(write_slot_owner_mismatch=True)
+    eager, want = _run(False, ext=ext)
+    compiled, got = _run(True, ext=ext)
+    assert sorted(got) == sorted(want)
+    assert [(slot, bits) for _, slot, bits in want if bits & int(FailReason.WRITE_SLOT_OWNER_MISMATCH)]
+    _same_buffers(eager, compiled)
+    assert eager.manager.owners is not None and compiled.manager.owners is not None
+    assert torch.equal(eager.manager.owners.slot_owner(PoolKind.FULL), compiled.manager.owners.slot_owner(PoolKind.FULL))
+    assert sum(counters["graph_break"].values()) == 0

@@ -53,10 +53,9 @@ def test_a_config_field_without_a_setting_is_refused() -> None:
         Extended()
 
 
-def test_config_refuses_the_owner_check_it_cannot_feed() -> None:
-    with pytest.raises(ValueError, match=r"CanaryConfig.extensions.write_slot_owner_mismatch is not supported"):
-        CanaryConfig(extensions=Extensions(write_slot_owner_mismatch=True))
-    assert CanaryConfig(extensions=Extensions(write_slot_mismatch=True)).extensions is not None
+def test_config_takes_the_owner_check_the_manager_feeds() -> None:
+    ext = CanaryConfig(extensions=Extensions(write_slot_owner_mismatch=True)).extensions
+    assert ext is not None and ext.write_slot_owner_mismatch
 
 
 def test_capacities() -> None:

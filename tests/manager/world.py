@@ -50,6 +50,15 @@ class World:
                 positions_override: dict[int, list[int]] | None = None, pad_rows: int = 0) -> CanaryBatch:
         """One forward: for each (req, prefix, extend) stamp positions [prefix, prefix+extend) at the
         slots already in ``req.slots`` (the caller allocates). Padding rows (row 0, slot 0) go last."""
+        batch = self.build(reqs, tokens_override=tokens_override, positions_override=positions_override,
+                           pad_rows=pad_rows)
+        with self.manager.forward(batch):
+            self.write_kv(batch.out_cache_loc.tolist())
+        return batch
+
+    def build(self, reqs: list[tuple[Req, int, int]], *, tokens_override: dict[int, list[int]] | None = None,
+              positions_override: dict[int, list[int]] | None = None, pad_rows: int = 0) -> CanaryBatch:
+        """The batch :meth:`forward` runs (``req_to_token`` filled for it), without running it."""
         rows, pre, ext, ids, pos, loc = [], [], [], [], [], []
         exp_rows: list[list[int]] = []
         for req, p, e in reqs:
@@ -78,8 +87,6 @@ class World:
                             extend_lens=t64(ext).to(dev), input_ids=t64(ids).to(dev), positions=t64(pos).to(dev),
                             out_cache_loc=t64(loc).to(dev),
                             expected_tokens=ExpectedTokens.from_lists(exp_rows))
-        with self.manager.forward(batch):
-            self.write_kv(loc)
         return batch
 
     def write_kv(self, loc: list[int]) -> None:

@@ -22,6 +22,7 @@ from kvcanary.demo.engine.config import EngineConfig
 from kvcanary.demo.engine.faults import Fault, FaultInjector
 from kvcanary.demo.engine.forward_batch import RowWork
 from kvcanary.demo.engine.guard import DemoGuard
+from kvcanary.demo.engine.journal_feed import JournalFeed
 from kvcanary.demo.engine.kv_access import PoolKv
 from kvcanary.demo.engine.memory import KvMemory
 from kvcanary.demo.engine.model import TinyTransformer
@@ -30,6 +31,7 @@ from kvcanary.demo.engine.runner import ForwardRunner, ModelPass
 from kvcanary.demo.engine.spec import DraftWorker, SpecDecoder
 from kvcanary.demo.engine.step_report import StepReport
 from kvcanary.demo.engine.transfer import RemotePrefill, RemotePuller
+from kvcanary.extensions import write_owner_on
 from kvcanary.guard import ViolationPolicy
 from kvcanary.manager import CanaryConfig, CanaryManager, ViolationEvent
 
@@ -46,7 +48,7 @@ class Engine:
 
     def __init__(self, cfg: EngineConfig, *, canary: CanaryConfig | None = None, faults: FaultInjector | None = None,
                  model: TinyTransformer | None = None, name: str = "engine",
-                 reinstate_after: int | None = None) -> None:
+                 reinstate_after: int | None = None, journal: bool = False) -> None:
         self.cfg = cfg
         self.name = name
         self.device = torch.device(cfg.device)
@@ -79,6 +81,11 @@ class Engine:
                                  requests=self.requests, memory=mem, faults=self.faults)
                      if self.draft is not None else None)
         self.step_index = 0
+        self.journal_feed: JournalFeed | None = None
+        """What feeds the managers' slot journals: on with ``journal=True`` (evidence bundles) and with the
+        write-time owner check, whose map frees and locks slots from the journals' events."""
+        if self.canary is not None and (journal or write_owner_on(canary.extensions if canary else None)):
+            self.journal_feed = JournalFeed(self)
         self._remote: RemotePuller | None = None
         self._controls: list[tuple[str, int]] = []
         self.pressure_retracts = 0

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
+from kvcanary.extensions import write_owner_on
 from kvcanary.guard.sink import GuardSink
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.integrations.transformers.guard import TfGuard
@@ -140,6 +141,10 @@ class TransformersCanary:
 
     def __init__(self, model: Any, *, config: CanaryConfig, max_requests: int | None,
                  max_context_len: int | None) -> None:
+        if write_owner_on(config.extensions):
+            raise ValueError("kv-canary: TransformersCanary: config.extensions.write_slot_owner_mismatch is not "
+                             "supported on transformers' paged cache yet (its journal hands the manager's owner map "
+                             "blocks two live requests hold, and a clean run reports their writes); turn it off")
         self.model = model
         self.config = config
         self.max_requests = max_requests
