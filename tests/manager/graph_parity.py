@@ -70,6 +70,9 @@ def device_buffers(mgr: CanaryManager) -> dict[str, torch.Tensor]:
             for si, s in enumerate(rot.sets):
                 out[f"rotation{gi}.set{si}.kernel_run_counter"] = s.context.kernel_run_counter
                 out[f"rotation{gi}.set{si}.slot_run_counter"] = s.context.slot_run_counter
+    if mgr.owners is not None:
+        for kind in (g.kind for g in mgr.groups):
+            out[f"owners.{kind.name.lower()}"] = mgr.owners.slot_owner(kind)
     for fi, runner in enumerate(mgr._forwards):
         for gi, flt in enumerate(runner.budgets):
             out[f"forward{fi}.budget{gi}.cursor"] = flt.cursor

@@ -131,7 +131,7 @@ def _config(**kw: object) -> CanaryConfig:
     return CanaryConfig(**base)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["full", "partial_k_only", "budget", "extensions", "swa_offset"])
+@pytest.mark.parametrize("name", ["full", "partial_k_only", "budget", "extensions", "owner_check", "swa_offset"])
 def test_padded_buckets_leave_every_buffer_byte_identical(name: str) -> None:
     configs = {
         "full": lambda: make_world(config=_config()),
@@ -140,6 +140,7 @@ def test_padded_buckets_leave_every_buffer_byte_identical(name: str) -> None:
         "budget": lambda: make_world(config=_config(verify_budget=VerifyBudget(max_entries=12, newest_per_request=1))),
         "extensions": lambda: make_world(config=_config(
             extensions=Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True))),
+        "owner_check": lambda: make_world(config=_config(extensions=Extensions(write_slot_owner_mismatch=True))),
         "swa_offset": lambda: make_world(swa_window=4, offset=1),
     }
     eager, padded = _pair(configs[name])
