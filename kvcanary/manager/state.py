@@ -39,8 +39,8 @@ class CanaryDeviceState:
     @classmethod
     def allocate(cls, *, ring_capacity: int, device: torch.device, expected_pool_shape: tuple[int, int] | None,
                  packed: bool = True) -> CanaryDeviceState:
-        """``packed=False``: separate buffers (torch.compile's functionalization mishandles launches that
-        mutate views of one buffer, so the compiled manager keeps them apart)."""
+        """``packed=False``: separate buffers, for the compiled manager (compiled, launches that mutate views
+        of one buffer left wrong counters behind)."""
         log = ViolationLog.allocate(ring_capacity=ring_capacity, device=device)  # checks the capacity
         n = NUM_LAUNCH_TAGS
         if not packed or sys.byteorder != "little":  # (big-endian: the write index's word is no int64)
@@ -49,16 +49,16 @@ class CanaryDeviceState:
                        enable_chain_position_assert=torch.zeros(1, dtype=torch.int32, device=device),
                        skipped_verifies=torch.zeros(1, dtype=torch.int64, device=device),
                        expected_tokens_pool=_expected_pool(expected_pool_shape, device))
-        packed = torch.zeros(2 + 2 * n + ring_capacity * VIOLATION_FIELDS, dtype=torch.int64, device=device)
-        ring = packed[2 + 2 * n :].view(ring_capacity, VIOLATION_FIELDS)
+        buf = torch.zeros(2 + 2 * n + ring_capacity * VIOLATION_FIELDS, dtype=torch.int64, device=device)
+        ring = buf[2 + 2 * n :].view(ring_capacity, VIOLATION_FIELDS)
         return cls(
-            log=ViolationLog(violation_ring=ring, violation_write_index=packed[0:1].view(torch.int32)[0:1]),
-            kernel_run_counters=packed[1 : 1 + n],
-            slot_run_counters=packed[1 + n : 1 + 2 * n],
+            log=ViolationLog(violation_ring=ring, violation_write_index=buf[0:1].view(torch.int32)[0:1]),
+            kernel_run_counters=buf[1 : 1 + n],
+            slot_run_counters=buf[1 + n : 1 + 2 * n],
             enable_chain_position_assert=torch.zeros(1, dtype=torch.int32, device=device),
-            skipped_verifies=packed[1 + 2 * n : 2 + 2 * n],
+            skipped_verifies=buf[1 + 2 * n : 2 + 2 * n],
             expected_tokens_pool=_expected_pool(expected_pool_shape, device),
-            packed=packed,
+            packed=buf,
         )
 
     def kernel_run_counter(self, tag: CanaryLaunchTag) -> torch.Tensor:
