@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Hashable
+
 import pytest
 import torch
 
@@ -61,8 +64,6 @@ def _walked(tree: RadixCache, *, unlocked_only: bool = False) -> list[tuple[int,
 
 
 def test_radix_sweep_entries_kept_from_its_events_match_a_full_walk() -> None:
-    import random
-
     rng = random.Random(36)
     tree = RadixCache(on_free=lambda _s: None)
     next_slot = iter(range(1, 10**6))
@@ -70,7 +71,7 @@ def test_radix_sweep_entries_kept_from_its_events_match_a_full_walk() -> None:
     rejoined = 0
     for step in range(400):
         op = rng.random()
-        keys = [rng.randrange(4) for _ in range(rng.randrange(1, 9))]
+        keys: list[Hashable] = [rng.randrange(4) for _ in range(rng.randrange(1, 9))]
         if op < 0.5:
             tree.insert(keys, [next(next_slot) for _ in keys])
         elif op < 0.7:
