@@ -103,10 +103,9 @@ class PoolState:
         rows = self.rows
         rows.release_finished()
         bs = len(reqs)
-        sync = rows.sync
         past = [r.past_length for r in reqs]
         query = [r.query_length for r in reqs]
-        meta = [sync(r.request_id, r.past_length + r.query_length) for r in reqs]
+        meta = rows.sync_many([r.request_id for r in reqs], [r.past_length + r.query_length for r in reqs])
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index

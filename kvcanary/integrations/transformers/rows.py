@@ -124,6 +124,22 @@ class RequestRows:
         self._complete[rid] = complete
         return row
 
+    def sync_many(self, rids: list[str], written: list[int]) -> list[int]:
+        """:meth:`sync` of each request, in order; returns the rows. A request whose block list and complete
+        blocks did not change since its last sync (most of a decode step's) costs a few lookups."""
+        table = self.layout.block_table
+        page, max_len = self.layout.page, self.max_len
+        row_of, held, complete = self.row_of, self._blocks, self._complete
+        out = []
+        for rid, w in zip(rids, written, strict=True):
+            row = row_of.get(rid)
+            old = held.get(rid)
+            if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
+                    or min(w // page, len(old)) != complete.get(rid, 0)):
+                row = self.sync(rid, w)
+            out.append(row)
+        return out
+
     def locs(self, rows: list[int], past: list[int], query: list[int]) -> torch.Tensor:
         """Physical indices of each request's new tokens ``[past, past + query)``, flat in request order
         (int32, gathered from the synced rows with tensor ops)."""

@@ -92,7 +92,11 @@ def test_incremental_sweep_entries_and_locs_match_the_full_rebuild() -> None:
         reqs = list(layout.block_table)
         past = [max(0, written[r] - rng.choice((1, 1, 2))) for r in reqs]
         query = [written[r] - p for r, p in zip(reqs, past, strict=True)]
-        row_ids = [rows.sync(r, written[r]) for r in reqs]
+        if step % 2:
+            row_ids = rows.sync_many(reqs, [written[r] for r in reqs])
+        else:
+            row_ids = [rows.sync(r, written[r]) for r in reqs]
+        assert row_ids == [rows.row_of[r] for r in reqs]
         want_locs = [s for r, p, q in zip(reqs, past, query, strict=True) for s in rows.slots(r, p, p + q)]
         assert rows.locs(row_ids, past, query).tolist() == want_locs
         if step % 7 == 0:  # the prefix cache keeps some blocks, forgets others
