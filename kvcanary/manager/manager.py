@@ -75,7 +75,8 @@ class CanaryManager:
                        for g in pool.groups]
         self.state = CanaryDeviceState.allocate(
             ring_capacity=config.ring_capacity, device=self.device,
-            expected_pool_shape=(int(r2t.shape[0]), int(r2t.shape[1])) if config.enable_verify_token else None)
+            expected_pool_shape=(int(r2t.shape[0]), int(r2t.shape[1])) if config.enable_verify_token else None,
+            packed=not config.compile)
         sweep_on = config.sweep_interval > 0
         self.endpoints: list[Endpoint] = []
         for g in self.groups:

@@ -1,11 +1,12 @@
 """The device→host pump: one asynchronous copy per step, read one step later.
 
 At the end of each step the write index, the ring, both per-tag counter arrays and the overflow counter
-are packed (device-to-device, in stream order, so the snapshot is consistent) into one of two device
-staging buffers; a side stream then copies that buffer into pinned host memory and records an event.
-The host reads the copy started at the previous step, long finished by then. The GPU never waits for the
-host; the compute stream only waits (on the device) for the side copy of two steps ago before reusing its
-staging buffer. :meth:`SnapshotPump.drain` is the one synchronous read (end of run, tests).
+are packed (device-to-device, in stream order, so the snapshot is consistent: one copy, since the manager's
+state is one buffer in this layout) into one of two device staging buffers; a side stream then copies that
+buffer into pinned host memory and records an event. The host reads the copy started at the previous step,
+long finished by then. The GPU never waits for the host; the compute stream only waits (on the device) for
+the side copy of two steps ago before reusing its staging buffer. :meth:`SnapshotPump.drain` is the one
+synchronous read (end of run, tests).
 """
 
 from __future__ import annotations
@@ -70,11 +71,14 @@ class SnapshotPump:
             done = self._done[k]
             if done is not None:  # the side copy of two steps ago must have left this staging buffer
                 torch.cuda.current_stream(stage.device).wait_event(done)
-        stage[0:1].copy_(st.log.violation_write_index)
-        stage[1 : 1 + _N].copy_(st.kernel_run_counters)
-        stage[1 + _N : 1 + 2 * _N].copy_(st.slot_run_counters)
-        stage[1 + 2 * _N : 2 + 2 * _N].copy_(st.skipped_verifies)
-        stage[2 + 2 * _N :].copy_(st.log.violation_ring.view(-1))
+        if st.packed is not None:  # the state is one buffer in this layout: one device copy
+            stage.copy_(st.packed)
+        else:
+            stage[0:1].copy_(st.log.violation_write_index)
+            stage[1 : 1 + _N].copy_(st.kernel_run_counters)
+            stage[1 + _N : 1 + 2 * _N].copy_(st.slot_run_counters)
+            stage[1 + 2 * _N : 2 + 2 * _N].copy_(st.skipped_verifies)
+            stage[2 + 2 * _N :].copy_(st.log.violation_ring.view(-1))
         if self._stream is not None:
             packed = torch.cuda.Event()  # type: ignore[no-untyped-call]
             packed.record(torch.cuda.current_stream(stage.device))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Hashable
+
 import pytest
 import torch
 
@@ -45,6 +48,54 @@ def test_radix_match_insert_split_and_dedup() -> None:
     got = sorted(zip(e.slots.tolist(), e.positions.tolist(), e.prev_slots.tolist(), strict=True))
     assert got == [(11, 0, -1), (12, 1, 11), (13, 2, 12), (14, 3, 13), (23, 2, 12)]
 
+
+
+def _walked(tree: RadixCache, *, unlocked_only: bool = False) -> list[tuple[int, int, int]]:
+    """The sweep's entries as a full walk of the tree builds them, in depth-first order."""
+    out = []
+    for node, depth in tree.nodes():
+        if unlocked_only and node.lock_ref > 0:
+            continue
+        prev = node.parent.value[-1] if node.parent is not None and node.parent.value else -1
+        for j, s in enumerate(node.value):
+            out.append((s, depth + j, prev))
+            prev = s
+    return out
+
+
+def test_radix_sweep_entries_kept_from_its_events_match_a_full_walk() -> None:
+    rng = random.Random(36)
+    tree = RadixCache(on_free=lambda _s: None)
+    next_slot = iter(range(1, 10**6))
+    locked = []
+    rejoined = 0
+    for step in range(400):
+        op = rng.random()
+        keys: list[Hashable] = [rng.randrange(4) for _ in range(rng.randrange(1, 9))]
+        if op < 0.5:
+            tree.insert(keys, [next(next_slot) for _ in keys])
+        elif op < 0.7:
+            _, node = tree.match_prefix(keys)  # may split a node: the entries stay as they were
+            if node is not tree.root and rng.random() < 0.3:
+                tree.inc_lock(node)
+                locked.append(node)
+        elif op < 0.85:
+            tree.evict(rng.randrange(1, 6))
+        elif op < 0.9 and locked:
+            tree.dec_lock(locked.pop(rng.randrange(len(locked))))
+        else:
+            held = [s for n, _ in tree.nodes() for s in n.value]
+            if held:
+                tree.drop_containing({rng.choice(held)})
+        before = tree._swept[1] if tree._swept is not None else None
+        e = tree.sweep_entries()
+        e.validate()
+        rejoined += e is not before
+        assert list(zip(e.slots.tolist(), e.positions.tolist(), e.prev_slots.tolist(), strict=True)) == _walked(tree)
+        u = tree.sweep_entries(unlocked_only=True)
+        assert list(zip(u.slots.tolist(), u.positions.tolist(), u.prev_slots.tolist(), strict=True)) == \
+            _walked(tree, unlocked_only=True), step
+    assert 0 < rejoined < 400 and tree.total_size() > 0
 
 def test_radix_eviction_is_lru_and_respects_locks() -> None:
     freed: list[int] = []

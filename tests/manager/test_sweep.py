@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.manager import CanaryCapacities, CanaryConfig, SweepEntries
@@ -80,6 +81,35 @@ def test_swa_sweep_translates_and_skips_evicted_slots() -> None:
     w.manager.run_sweep(chain_entries([a]))
     assert {(t, b) for t, _, b in w.events()} == {("SWEEP_K_SWA", RKV)}
 
+
+
+def test_the_same_entries_again_are_swept_from_the_device_without_a_copy() -> None:
+    """A source returning the previous sweep's object says "unchanged": no host-to-device copy, the same
+    findings (the SWA translation redone through the table as it is now)."""
+    w = make_world(sweep=1, swa_window=4)
+    a = Req(1, list(range(100, 120)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    assert w.lut is not None and w.swa_k is not None
+    entries = chain_entries([a])
+    runner = w.manager._sweep
+    copies: list[int] = []
+    original = runner._h2d.copy
+
+    def counted(dst: torch.Tensor, parts: list[torch.Tensor]) -> int:
+        copies.append(len(parts))
+        return original(dst, parts)
+
+    runner._h2d.copy = counted  # type: ignore[method-assign]
+    assert w.manager.run_sweep(entries) == 10 and w.events() == []
+    assert w.manager.run_sweep(entries) == 10 and w.events() == [] and len(copies) == 1
+    w.k[3] += 1.0
+    w.swa_k[int(w.lut[a.slots[2]])] += 1.0
+    w.lut[a.slots[2]] = 0  # ... then evicted from the SWA pool: no longer swept there
+    swa8 = int(w.lut[a.slots[8]])
+    w.swa_k[swa8] += 1.0
+    assert w.manager.run_sweep(entries) == 10 and len(copies) == 1
+    assert {(t, s) for t, s, _ in w.events()} == {("SWEEP_K_FULL", 3), ("SWEEP_K_SWA", swa8)}
+    assert w.manager.run_sweep(chain_entries([a])) == 10 and len(copies) == 2  # a new object: copied
 
 def test_sweep_errors() -> None:
     w = make_world(sweep=0)

@@ -3,6 +3,7 @@ model's input and the canary's engine-neutral :class:`~kvcanary.manager.CanaryBa
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,20 +44,16 @@ class GraphInputs:
     the padded tail is reset to padding values, so padding rows write the dummy slot 0."""
 
     def __init__(self, max_tokens: int, device: torch.device) -> None:
-        self.ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-        self.pos = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-        self.loc = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self._buf = torch.zeros(3, max_tokens, dtype=torch.int64, device=device)  # ids, positions, slots
+        self.ids, self.pos, self.loc = self._buf[0], self._buf[1], self._buf[2]
 
     def fill(self, ids: list[int], pos: list[int], locs: list[int], padded: int,
              faults: FaultInjector) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = len(ids)
-        dev = self.ids.device
-        self.ids[:n] = torch.tensor(ids, dtype=torch.int64, device=dev)
-        self.pos[:n] = torch.tensor(pos, dtype=torch.int64, device=dev)
-        self.loc[:n] = torch.tensor(locs, dtype=torch.int64, device=dev)
+        self._buf[:, :n].copy_(torch.tensor([ids, pos, locs], dtype=torch.int64))  # one host-to-device copy
         self.ids[n:padded] = 0
         self.pos[n:padded] = 0
-        stale = [int(x) for x in self.loc[n:padded].tolist()]
+        stale = [int(x) for x in self.loc[n:padded].tolist()] if faults.armed(Fault.PADDING_ROW_WRITE) else []
         if not (any(stale) and faults.fire(Fault.PADDING_ROW_WRITE, f"padding rows kept out_cache_loc {stale}")):
             self.loc[n:padded] = 0  # (skipped by the bug: padding rows keep the previous replay's slots)
         return self.ids[:padded], self.pos[:padded], self.loc[:padded]
@@ -80,22 +77,24 @@ def build_forward(rows: list[RowWork], *, device: torch.device, buckets: tuple[i
     ids = [t for r in rows for t in r.input_ids]
     pos = [p for r in rows for p in r.positions]
     locs = [s for r in rows for s in r.locs]
+    row_ids = [r.row for r in rows]
+    meta = [*row_ids, *(r.prefix for r in rows), *(r.extend for r in rows)]
+    bs = len(rows)
     if graph is not None and bucket is not None:
         ids_t, pos_t, loc_t = graph.fill(ids[:real_tokens], pos[:real_tokens], locs[:real_tokens], len(ids), faults)
-    else:
-        def t(x: list[int]) -> torch.Tensor:
-            return torch.tensor(x, dtype=torch.int64, device=device)
-
-        ids_t, pos_t, loc_t = t(ids), t(pos), t(locs)
+        dev = torch.tensor(meta, dtype=torch.int64).to(device)
+    else:  # the rows and the tokens in one host-to-device copy
+        dev = torch.tensor(meta + ids + pos + locs, dtype=torch.int64).to(device)
+        n = len(ids)
+        ids_t, pos_t, loc_t = (dev[3 * bs + i * n : 3 * bs + (i + 1) * n] for i in range(3))
     starts, metas, at = [], [], 0
     for r in rows:
         starts.append(at)
         metas.append(RowMeta(r.row, r.prefix, r.extend, at))
         at += r.extend
-    expected = ExpectedTokens.from_lists([list(r.req.tokens) if r.req is not None else [] for r in rows])
-    canary = CanaryBatch(
-        req_pool_indices=torch.tensor([r.row for r in rows], dtype=torch.int64, device=device),
-        prefix_lens=torch.tensor([r.prefix for r in rows], dtype=torch.int64, device=device),
-        extend_lens=torch.tensor([r.extend for r in rows], dtype=torch.int64, device=device),
-        input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, expected_tokens=expected)
+    toks = [r.req.tokens if r.req is not None else () for r in rows]
+    expected = ExpectedTokens(flat=torch.tensor(list(itertools.chain.from_iterable(toks)), dtype=torch.int64),
+                              lens=torch.tensor([len(t) for t in toks], dtype=torch.int64))
+    canary = CanaryBatch(req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs], extend_lens=dev[2 * bs : 3 * bs],
+                         input_ids=ids_t, positions=pos_t, out_cache_loc=loc_t, expected_tokens=expected)
     return Forward(rows, ModelInput(ids_t, pos_t, loc_t, tuple(metas)), canary, starts)

@@ -59,6 +59,7 @@ class DemoGuard:
         self._held_swa: dict[int, set[int]] = {}
         self._seen: dict[int, torch.Tensor] = {}  # per request: the live range its last forward read
         self._cached: set[int] = set()
+        self._tree_version = -1  # the radix tree's version when _cached was taken
         self.quarantines: list[Quarantine] = []
         self.failed: dict[int, str] = {}
         """Request id -> the error it was failed with."""
@@ -123,11 +124,12 @@ class DemoGuard:
         for rid in [r for r in self._held if self._left(r)]:
             self._leave(rid)
         tree = self.memory.tree
-        if tree is not None:
+        if tree is not None and tree.version != self._tree_version:  # (else the tree holds the same slots)
             now = {s for n, _ in tree.nodes() for s in n.value}
             self._record(JournalKind.CACHED, sorted(now - self._cached), CACHE_OWNER)
             self._record(JournalKind.RELEASED, sorted(self._cached - now), CACHE_OWNER)
             self._cached = now
+            self._tree_version = tree.version
         self._reinstate_due()
 
     def _left(self, rid: int) -> bool:

@@ -3,6 +3,10 @@
 Keys are one hashable per position: the token id, or for speculative decoding the bigram
 ``(token[p], token[p + 1])`` (the draft pool's slot ``p`` holds the KV of token ``p + 1``, so a reusable
 prefix must agree one token further; SGLang's EAGLE radix keys do the same).
+
+The sweep's entries are kept from the tree's own events: a node's entries (slot, position, predecessor)
+never change once it is inserted (a split divides them, in order), so each node builds its block once, and
+the sweep's list is only re-joined after an insert, an eviction or a drop changed the tree.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import heapq
 import itertools
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
+
+import torch
 
 from kvcanary.demo.engine.faults import Fault, FaultInjector
 from kvcanary.manager.sweep import SweepEntries
@@ -26,6 +32,8 @@ class TreeNode:
     children: dict[Key, TreeNode] = field(default_factory=dict)
     lock_ref: int = 0
     last_access: int = 0
+    entries: torch.Tensor | None = field(default=None, repr=False)
+    """int64 ``[3, len(value)]``: each slot, its position, its predecessor slot (-1 under the root)."""
 
     @property
     def is_leaf(self) -> bool:
@@ -43,6 +51,9 @@ class RadixCache:
         self._faults = faults if faults is not None else FaultInjector()
         self._clock = itertools.count(1)
         self.evicted_slots = 0
+        self.version = 0
+        """Bumped by every change of the cached entries (insert of a new node, eviction, drop)."""
+        self._swept: tuple[int, SweepEntries] | None = None  # (version, the entries joined at it)
 
     # -- lookup and insert --------------------------------------------------------------------------------
     def match_prefix(self, keys: list[Key]) -> tuple[list[int], TreeNode]:
@@ -71,8 +82,11 @@ class RadixCache:
         while i < len(keys):
             child = node.children.get(keys[i])
             if child is None:
-                new = TreeNode(key=list(keys[i:]), value=list(slots[i:]), parent=node, last_access=now)
+                value = list(slots[i:])
+                new = TreeNode(key=list(keys[i:]), value=value, parent=node, last_access=now,
+                               entries=_entries(value, depth=i, prev=node.value[-1] if node.value else -1))
                 node.children[keys[i]] = new
+                self.version += 1
                 return i
             n = _common(child.key, keys, i)
             if n < len(child.key):
@@ -85,10 +99,12 @@ class RadixCache:
         """Split ``child`` after ``n`` positions; return the new upper node."""
         parent = child.parent
         assert parent is not None
+        ent = child.entries
         upper = TreeNode(key=child.key[:n], value=child.value[:n], parent=parent, lock_ref=child.lock_ref,
-                         last_access=child.last_access)
+                         last_access=child.last_access, entries=ent[:, :n] if ent is not None else None)
         parent.children[child.key[0]] = upper
         child.key, child.value, child.parent = child.key[n:], child.value[n:], upper
+        child.entries = ent[:, n:] if ent is not None else None
         upper.children[child.key[0]] = child
         return upper
 
@@ -135,6 +151,7 @@ class RadixCache:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         if not freed:
             return 0
+        self.version += 1
         self._on_free(freed)
         if self._scrub is not None:
             target = freed
@@ -159,25 +176,35 @@ class RadixCache:
                 n = stack.pop()
                 removed.append(n)
                 stack.extend(n.children.values())
+        if removed:
+            self.version += 1
         return removed
 
     # -- the sweep's view -------------------------------------------------------------------------------------
     def sweep_entries(self, *, unlocked_only: bool = False) -> SweepEntries:
-        """One entry per cached slot: (slot, position = depth + j, predecessor slot or -1 under the root)."""
-        slots: list[int] = []
-        positions: list[int] = []
-        prevs: list[int] = []
-        for node, depth in self.nodes():
-            if unlocked_only and node.lock_ref > 0:
-                continue
-            parent = node.parent
-            prev = parent.value[-1] if parent is not None and parent.value else -1
-            for j, s in enumerate(node.value):
-                slots.append(s)
-                positions.append(depth + j)
-                prevs.append(prev)
-                prev = s
-        return SweepEntries.from_lists(slots, positions, prevs)
+        """One entry per cached slot: (slot, position = depth + j, predecessor slot or -1 under the root), in
+        depth-first order. Joined from the nodes' own entry blocks; the same object again while the tree's
+        entries did not change (``unlocked_only`` entries depend on the locks: joined every call)."""
+        if not unlocked_only and self._swept is not None and self._swept[0] == self.version:
+            return self._swept[1]
+        blocks = [n.entries for n, _ in self.nodes()
+                  if n.entries is not None and not (unlocked_only and n.lock_ref > 0)]
+        joined = torch.cat(blocks, dim=1) if blocks else torch.zeros(3, 0, dtype=torch.int64)
+        out = SweepEntries(joined[0], joined[1], joined[2])
+        if not unlocked_only:
+            self._swept = (self.version, out)
+        return out
+
+
+def _entries(value: list[int], *, depth: int, prev: int) -> torch.Tensor:
+    """A new node's entry block: its slots, positions ``depth + j``, and each slot's predecessor."""
+    n = len(value)
+    out = torch.empty(3, n, dtype=torch.int64)
+    out[0] = torch.tensor(value, dtype=torch.int64)
+    out[1] = torch.arange(depth, depth + n, dtype=torch.int64)
+    out[2, :1] = prev
+    out[2, 1:] = out[0, :-1]
+    return out
 
 
 def _common(a: list[Key], keys: list[Key], start: int) -> int:

@@ -90,42 +90,46 @@ class PoolState:
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
-        entries = self.rows.sweep_entries(set(self.layout.cached_blocks()) | self.rows.shared_blocks())
+        entries = self.rows.due_entries(self.layout.cached_blocks())
         self.sweep_entry_seconds += time.perf_counter() - t0
         self.swept += len(entries)
         return entries
 
     def batch(self, reqs: tuple[ScheduledRequest, ...], batch_data: dict[str, Any]) -> CanaryBatch:
-        """The step as a CanaryBatch: rows, prefix and extend lengths and write slots staged in one copy;
-        token ids and positions are the engine's own input tensors."""
-        self.rows.release_finished()
+        """The step as a CanaryBatch: rows, prefix and extend lengths (and the write slots, when the engine
+        passes no ``write_index`` of its own) staged in one copy; token ids and positions are the engine's own
+        input tensors. Per request only its row is looked up (re-mapped when its block list changed); the
+        write slots are gathered from the synced rows with tensor ops."""
+        rows = self.rows
+        rows.release_finished()
         bs = len(reqs)
-        ntok = sum(r.query_length for r in reqs)
-        host = self._staging
-        meta: list[int] = [0] * (3 * bs)
-        loc: list[int] = []
-        for i, r in enumerate(reqs):
-            meta[i] = self.rows.sync(r.request_id, r.past_length + r.query_length)
-            meta[bs + i] = r.past_length
-            meta[2 * bs + i] = r.query_length
-            loc += self.rows.slots(r.request_id, r.past_length, r.past_length + r.query_length)
+        past = [r.past_length for r in reqs]
+        query = [r.query_length for r in reqs]
+        meta = rows.sync_many([r.request_id for r in reqs], [r.past_length + r.query_length for r in reqs])
+        ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index
         engine_loc = write_index[idx][:ntok] if len(write_index) > idx and batch_data.get("block_table") is None \
             else None
         if engine_loc is None or engine_loc.shape[0] != ntok:
             engine_loc = None
-        host[: 3 * bs + ntok] = torch.tensor(meta + loc, dtype=torch.int64)
-        m = self._lut_updates(reqs, host[3 * bs + ntok :]) if self.lut is not None else 0
-        end = 3 * bs + ntok + 2 * m
+        host = self._staging
+        meta += past
+        meta += query
+        host[: 3 * bs] = torch.tensor(meta, dtype=torch.int64)
+        at = 3 * bs
+        if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
+            host[at : at + ntok] = rows.locs(meta[:bs], past, query)
+            at += ntok
+        m = self._lut_updates(reqs, host[at:]) if self.lut is not None else 0
+        end = at + 2 * m
         dev = self._device_in[:end]
         dev.copy_(host[:end], non_blocking=True)
         if self.lut is not None and m:
-            self.lut.index_copy_(0, dev[3 * bs + ntok : 3 * bs + ntok + m], dev[3 * bs + ntok + m : end])
+            self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
         return CanaryBatch(req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs], extend_lens=dev[2 * bs : 3 * bs],
                            input_ids=batch_data["input_ids"][0, :ntok], positions=batch_data["position_ids"][0, :ntok],
-                           out_cache_loc=engine_loc if engine_loc is not None else dev[3 * bs :])
-
+                           out_cache_loc=engine_loc if engine_loc is not None else dev[3 * bs : 3 * bs + ntok])
 
     def _lut_updates(self, reqs: tuple[ScheduledRequest, ...], out: torch.Tensor) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the

@@ -4,6 +4,11 @@ Each request the engine schedules gets a row (row 0 stays padding); its row hold
 each of its tokens, computed from the engine's own ``block_table[request id]``. A row is rewritten (one
 host-to-device copy) only when that request's block list changed: a new block, a prefix-shared block,
 a de-duplicated block, or a corrupted entry. Rows of requests the engine dropped are recycled.
+
+The sweep's view is kept up to date from the same changes, so a due sweep costs no walk over the block
+tables: how many live requests hold each block (a block held twice is shared), and, per complete block,
+its first position and the slot before it in dense per-block tables that only the blocks completed since
+the previous sweep touch.
 """
 
 from __future__ import annotations
@@ -35,18 +40,45 @@ class RequestRows:
         self._host = torch.zeros(num_rows, max_len, dtype=torch.int32)
         self._free = list(range(num_rows - 1, 0, -1))
         self.row_of: dict[str, int] = {}
-        self._blocks: dict[str, tuple[int, ...]] = {}
+        self._blocks: dict[str, list[int]] = {}
         self._complete: dict[str, int] = {}
         self.blocks_info: dict[int, BlockInfo] = {}
         page = layout.page
         self._offsets = torch.arange(page, dtype=torch.int32)
+        self._offsets64 = torch.arange(page, dtype=torch.int64)
+        self._holders: dict[int, int] = {}  # block -> how many live block lists hold it (duplicates counted)
+        self._shared: set[int] = set()  # blocks with two or more holders
+        self._info_dirty: dict[int, BlockInfo] = {}  # blocks_info written since the dense tables were
+        self._first = torch.zeros(0, dtype=torch.int64)  # block -> first position (dense, grown on demand)
+        self._prev = torch.zeros(0, dtype=torch.int64)  # block -> the slot before it
+        self._known = torch.zeros(0, dtype=torch.bool)  # block -> has an entry in blocks_info
+        self._version = 0  # bumped when the shared set or a block's entry changes
+        self._entries_key: tuple[int, list[int]] | None = None
+        self._entries: SweepEntries | None = None
+
+    # -- holders (the shared set) ------------------------------------------------------------------------
+    def _hold(self, blocks: list[int], delta: int) -> None:
+        holders, shared = self._holders, self._shared
+        for b in blocks:
+            n = holders.get(b, 0) + delta
+            if n:
+                holders[b] = n
+            else:
+                del holders[b]
+            if n >= 2:
+                if b not in shared:
+                    shared.add(b)
+                    self._version += 1
+            elif b in shared:
+                shared.discard(b)
+                self._version += 1
 
     def release_finished(self) -> None:
         """Recycle the rows of requests the engine no longer holds blocks for."""
         live = self.layout.block_table
         for rid in [r for r in self.row_of if r not in live]:
             self._free.append(self.row_of.pop(rid))
-            self._blocks.pop(rid, None)
+            self._hold(self._blocks.pop(rid, []), -1)
             self._complete.pop(rid, None)
 
     def sync(self, rid: str, written: int) -> int:
@@ -59,14 +91,19 @@ class RequestRows:
                                    "raise attach_canaries(max_requests=...)")
             row = self._free.pop()
             self.row_of[rid] = row
-        blocks = tuple(self.layout.block_table.get(rid, ()))
-        page = self.layout.page
         if written > self.max_len:
             raise RuntimeError(f"kv-canary: request {rid} reached {written} tokens, more than max_context_len="
                                f"{self.max_len}; raise attach_canaries(max_context_len=...)")
+        blocks = self.layout.block_table.get(rid) or []
+        page = self.layout.page
         start = self._complete.get(rid, 0)
-        if blocks != self._blocks.get(rid):
+        old = self._blocks.get(rid)
+        if old is None or blocks != old:
+            blocks = list(blocks)  # a copy: the engine appends to its own list in place
             self._blocks[rid] = blocks
+            if old is not None:
+                self._hold(old, -1)
+            self._hold(blocks, 1)
             start = 0
             n = min(len(blocks) * page, self.max_len)
             if blocks:
@@ -74,12 +111,43 @@ class RequestRows:
                 full = (b[:, None] + self._offsets[None, :]).reshape(-1)
                 self._host[row, :n] = full[:n]
             self.device_table[row, :n].copy_(self._host[row, :n], non_blocking=True)
+        else:
+            blocks = old
         complete = min(written // page, len(blocks))
-        stride = self.layout.stride
-        for k in range(start, complete):  # the latest holder's view wins (blocks get reused)
-            self.blocks_info[blocks[k]] = BlockInfo(k * page, blocks[k - 1] * stride + page - 1 if k else -1)
+        if complete > start:
+            stride = self.layout.stride
+            for k in range(start, complete):  # the latest holder's view wins (blocks get reused)
+                info = BlockInfo(k * page, blocks[k - 1] * stride + page - 1 if k else -1)
+                self.blocks_info[blocks[k]] = info
+                self._info_dirty[blocks[k]] = info
+            self._version += 1
         self._complete[rid] = complete
         return row
+
+    def sync_many(self, rids: list[str], written: list[int]) -> list[int]:
+        """:meth:`sync` of each request, in order; returns the rows. A request whose block list and complete
+        blocks did not change since its last sync (most of a decode step's) costs a few lookups."""
+        table = self.layout.block_table
+        page, max_len = self.layout.page, self.max_len
+        row_of, held, complete = self.row_of, self._blocks, self._complete
+        out = []
+        for rid, w in zip(rids, written, strict=True):
+            row = row_of.get(rid)
+            old = held.get(rid)
+            if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
+                    or min(w // page, len(old)) != complete.get(rid, 0)):
+                row = self.sync(rid, w)
+            out.append(row)
+        return out
+
+    def locs(self, rows: list[int], past: list[int], query: list[int]) -> torch.Tensor:
+        """Physical indices of each request's new tokens ``[past, past + query)``, flat in request order
+        (int32, gathered from the synced rows with tensor ops)."""
+        q = torch.tensor(query, dtype=torch.int64)
+        row_of_token = torch.tensor(rows, dtype=torch.int64).repeat_interleave(q)
+        shift = torch.tensor(past, dtype=torch.int64) - (torch.cumsum(q, 0) - q)
+        pos = torch.arange(int(row_of_token.shape[0]), dtype=torch.int64) + shift.repeat_interleave(q)
+        return self._host[row_of_token, pos]
 
     def row_tensor(self, rid: str) -> torch.Tensor:
         """``rid``'s synced row on the host (int32, physical indices by position)."""
@@ -94,12 +162,7 @@ class RequestRows:
 
     def shared_blocks(self) -> set[int]:
         """Blocks held by two or more live requests (prefix sharing)."""
-        seen: set[int] = set()
-        shared: set[int] = set()
-        for blocks in self._blocks.values():
-            for b in blocks:
-                (shared if b in seen else seen).add(b)
-        return shared
+        return set(self._shared)
 
     def owners(self, block: int) -> list[str]:
         """Live requests whose block list holds ``block``."""
@@ -109,12 +172,51 @@ class RequestRows:
         """One entry per token of each complete, known block of ``blocks``, each block's tokens in order
         (built with tensor ops: a sweep covers every cached block, tens of thousands of tokens)."""
         known = [(b, info) for b in sorted(blocks) if (info := self.blocks_info.get(b)) is not None]
-        page = self.layout.page
-        offsets = torch.arange(page, dtype=torch.int64)
         ids = torch.tensor([b for b, _ in known], dtype=torch.int64)
         firsts = torch.tensor([i.first_position for _, i in known], dtype=torch.int64)
         heads = torch.tensor([i.prev_slot for _, i in known], dtype=torch.int64)
+        return self._entries_of(ids, firsts, heads)
+
+    def _entries_of(self, ids: torch.Tensor, firsts: torch.Tensor, heads: torch.Tensor) -> SweepEntries:
+        offsets = self._offsets64
         slots = (ids * self.layout.stride)[:, None] + offsets  # CacheLayout.slot(block, offset)
         prevs = slots - 1
         prevs[:, 0] = heads
         return SweepEntries(slots.reshape(-1), (firsts[:, None] + offsets).reshape(-1), prevs.reshape(-1))
+
+    def due_entries(self, cached: list[int]) -> SweepEntries:
+        """What :meth:`sweep_entries` returns for ``set(cached) | shared_blocks()``, from the state kept up to
+        date by :meth:`sync`: the same entries in the same order, rebuilt only when the cached blocks, the
+        shared set or a block's entry changed since the previous call (else the previous entries, the same
+        object)."""
+        key = (self._version, cached)
+        if self._entries is not None and self._entries_key == key:
+            return self._entries
+        self._apply_dirty()
+        size = int(self._known.shape[0])
+        mask = torch.zeros(size, dtype=torch.bool)
+        for part in (cached, self._shared):
+            ids = torch.tensor([b for b in part if b < size] if size else [], dtype=torch.int64)
+            mask[ids] = True
+        ids = torch.nonzero(mask & self._known).reshape(-1)  # ascending: sorted(blocks)
+        self._entries = self._entries_of(ids, self._first[ids], self._prev[ids])
+        self._entries_key = key
+        return self._entries
+
+    def _apply_dirty(self) -> None:
+        """Write the block entries recorded since the previous sweep into the dense tables."""
+        dirty = self._info_dirty
+        if not dirty:
+            return
+        top = max(dirty) + 1
+        if top > self._known.shape[0]:
+            grow = max(top, 2 * int(self._known.shape[0]))
+            pad = grow - int(self._known.shape[0])
+            self._first = torch.cat([self._first, torch.zeros(pad, dtype=torch.int64)])
+            self._prev = torch.cat([self._prev, torch.zeros(pad, dtype=torch.int64)])
+            self._known = torch.cat([self._known, torch.zeros(pad, dtype=torch.bool)])
+        ids = torch.tensor(list(dirty), dtype=torch.int64)
+        self._first[ids] = torch.tensor([i.first_position for i in dirty.values()], dtype=torch.int64)
+        self._prev[ids] = torch.tensor([i.prev_slot for i in dirty.values()], dtype=torch.int64)
+        self._known[ids] = True
+        dirty.clear()

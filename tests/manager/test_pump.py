@@ -1,0 +1,61 @@
+"""The read-back: the device state is one buffer in the pump's layout, so a snapshot is one copy, and it reads
+what the separate buffers of the unpacked state (the compiled manager's) read."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS
+from kvcanary.manager.pump import SnapshotPump
+from kvcanary.manager.state import CanaryDeviceState
+
+
+def _state(packed: bool) -> CanaryDeviceState:
+    return CanaryDeviceState.allocate(ring_capacity=8, device=torch.device("cpu"), expected_pool_shape=None,
+                                      packed=packed)
+
+
+def _fill(st: CanaryDeviceState, rng: random.Random, rows: int) -> None:
+    """What the kernels do: bump the int32 write index, the counters, the overflow count, fill ring rows."""
+    st.log.violation_write_index.add_(rows)
+    for t in range(NUM_LAUNCH_TAGS):
+        st.kernel_run_counters[t : t + 1].add_(rng.randrange(0, 1000))
+        st.slot_run_counters[t : t + 1].add_(rng.randrange(0, 10**6))
+    st.skipped_verifies.add_(rng.randrange(0, 3))
+    done = int(st.log.violation_write_index[0]) - rows
+    for i in range(done, min(done + rows, 8)):
+        st.log.violation_ring[i] = torch.tensor([rng.randrange(-(2**62), 2**62) for _ in range(VIOLATION_FIELDS)])
+
+
+def test_packed_state_is_views_of_one_buffer() -> None:
+    st = _state(True)
+    assert st.packed is not None
+    base = st.packed.untyped_storage().data_ptr()
+    for t in (st.log.violation_ring, st.log.violation_write_index, st.kernel_run_counters, st.slot_run_counters,
+              st.skipped_verifies):
+        assert t.untyped_storage().data_ptr() == base and t.is_contiguous()
+    assert st.log.violation_write_index.dtype == torch.int32 and st.log.violation_ring.dtype == torch.int64
+    assert _state(False).packed is None
+
+
+def test_packed_and_separate_states_read_back_the_same_snapshots() -> None:
+    rng_a, rng_b = random.Random(7), random.Random(7)
+    a, b = _state(True), _state(False)
+    pa, pb = SnapshotPump(a), SnapshotPump(b)
+    seen = 0
+    for step in range(12):
+        n = rng_a.randrange(0, 3)
+        assert n == rng_b.randrange(0, 3)
+        _fill(a, rng_a, n)
+        _fill(b, rng_b, n)
+        sa, sb = pa.step(step), pb.step(step)
+        assert sa == sb
+        if sa is not None:
+            seen += len(sa.rows)
+            assert sa.write_index == int(b.log.violation_write_index[0]) - n  # the previous step's state
+    final_a, final_b = pa.drain(12), pb.drain(12)
+    assert final_a == final_b and final_a.write_index > 8 and len(final_a.rows) == 8 and seen
+    assert final_a.kernel_run_counters == tuple(b.kernel_run_counters.tolist())
+    assert final_a.skipped_verifies == int(b.skipped_verifies[0])
