@@ -84,6 +84,9 @@ class Compiled:
     source: str
     nodes: list[Node]
     symbols: dict[str, str]  # symbol -> "label.shape[i]" of its binder
+    whole: Checker | None = None
+    """The checker that runs every check on every call (``checker`` may skip the metadata checks of a call
+    like one that passed: see :meth:`ContractCompiler.assemble_fast`); None: ``checker`` is that one."""
 
 
 def _type_name(t: type | tuple[type, ...] | None) -> str:
@@ -797,7 +800,8 @@ class ContractCompiler:
         namespace: dict[str, Any] = env
         exec(code, namespace)
         checker = typing.cast(Checker, namespace["_check_fast" if fast else "_check"])
-        return Compiled(checker, checks, source, self.nodes, dict(self.symbols))
+        whole = typing.cast(Checker, namespace["_check"])
+        return Compiled(checker, checks, source, self.nodes, dict(self.symbols), whole)
 
     def assemble(self) -> str:
         params = ", ".join(f"{name}=None" if name in self.none_defaults else name for name, *_ in self.fields)
@@ -956,10 +960,13 @@ def _remember(cache: dict[tuple[Any, ...], list[Entry]],
     """Remember a call that passed every check: a guard over its tensors' metadata, under its key.
 
     Only keys of plain values (types, ints, floats, strings, enums, None) are kept: their ``==`` is the
-    value's, so a hit means the same scalars. A call whose tensors the guard cannot describe is not kept.
+    value's, so a hit means the same scalars. Only calls of plain ``torch.Tensor`` objects are kept.
     """
     for part in key:
         if not isinstance(part, (*_SAFE_SCALARS, type, enum.Enum)):
+            return
+    for t in tensors:  # plain tensors only: a subclass (a fake tensor under torch.compile, say) runs it all
+        if type(t) is not torch.Tensor:
             return
     try:
         guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],

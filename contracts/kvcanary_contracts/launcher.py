@@ -65,14 +65,14 @@ def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
     return (
         f"def {name}(*, {params}):\n"
         f"{traced}"
-        f"    _dev = _check({kwargs})\n"
+        "    _w = _eager()\n"
+        f"    _dev = (_check if _w is None else _check_all)({kwargs})\n"
         f"    _call = _new(_cls)\n"
         f"    _set(_call, '__dict__', {{{values}}})\n"
         f"    _set(_call, '__pydantic_fields_set__', _fields)\n"
         f"    _set(_call, '__pydantic_extra__', None)\n"
         f"    _set(_call, '__pydantic_private__', None)\n"
-        f"    {'(_dispatch if _eager() is None else _dispatch_off)' if flat is not None else '_dispatch'}"
-        f"(_call, _dev{extra_args})\n"
+        f"    (_dispatch if _w is None else _dispatch_off)(_call, _dev{extra_args})\n"
     )
 
 
@@ -102,10 +102,14 @@ def build_launcher(
     signature = OpSignature(contract) if operator else None
     flat = signature.flat_exprs() if signature else None
     source = launcher_source(fname, fields, extras, contract.none_defaults(), flat)
+    compiled = contract.compiled()
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {
-        "_check": contract.checker(),
+        # under torch.compile's frame evaluator (a frame it gave up on), the whole checker: the repeat-call path
+        # uses a guard object the compiler cannot trace
+        "_check": compiled.checker,
+        "_check_all": compiled.whole or compiled.checker,
         "_new": object.__new__,
         "_set": object.__setattr__,
         "_cls": contract,
