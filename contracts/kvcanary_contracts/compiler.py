@@ -12,6 +12,12 @@ must not be ``meta``; and no tensor the launch writes may overlap another tensor
 fine; read-only arguments may share memory with each other; meta tensors, which have no memory, are not
 compared).
 
+The checker a contract hands out (:attr:`Compiled.checker`) adds a repeat-call path in front of that function:
+a call whose argument types, scalars and tensor metadata equal those of a call that passed (compared by
+torch's C tensor guard) runs only the checks that read addresses, so an engine launching with the same buffers
+step after step pays for its metadata checks once (see :meth:`ContractCompiler.assemble_fast`).
+:attr:`Compiled.whole` is the function that runs every check on every call.
+
 A *traceable* checker (``ContractCompiler(..., traceable=True)``, :meth:`Contract.traceable_checker`) is the
 same function without the checks that need a tensor's memory address (alignment rules over ``data_ptr()``,
 the aliasing check): what is left reads only dtype, shape, strides, device and Python scalars, so
