@@ -12,6 +12,12 @@ must not be ``meta``; and no tensor the launch writes may overlap another tensor
 fine; read-only arguments may share memory with each other; meta tensors, which have no memory, are not
 compared).
 
+The checker a contract hands out (:attr:`Compiled.checker`) adds a repeat-call path in front of that function:
+a call whose argument types, scalars and tensor metadata equal those of a call that passed (compared by
+torch's C tensor guard) runs only the checks that read addresses, so an engine launching with the same buffers
+step after step pays for its metadata checks once (see :meth:`ContractCompiler.assemble_fast`).
+:attr:`Compiled.whole` is the function that runs every check on every call.
+
 A *traceable* checker (``ContractCompiler(..., traceable=True)``, :meth:`Contract.traceable_checker`) is the
 same function without the checks that need a tensor's memory address (alignment rules over ``data_ptr()``,
 the aliasing check): what is left reads only dtype, shape, strides, device and Python scalars, so
@@ -20,6 +26,7 @@ the aliasing check): what is left reads only dtype, shape, strides, device and P
 
 from __future__ import annotations
 
+import enum
 import itertools
 import linecache
 import operator
@@ -66,6 +73,7 @@ class Step:
     order: int
     loop: Node | None
     lines: list[str]
+    check: bool = False  # one ``if ...: _fail(...)`` line (else loads, symbol bindings, bookkeeping)
 
     @property
     def memory(self) -> bool:
@@ -82,6 +90,9 @@ class Compiled:
     source: str
     nodes: list[Node]
     symbols: dict[str, str]  # symbol -> "label.shape[i]" of its binder
+    whole: Checker | None = None
+    """The checker that runs every check on every call (``checker`` may skip the metadata checks of a call
+    like one that passed: see :meth:`ContractCompiler.assemble_fast`); None: ``checker`` is that one."""
 
 
 def _type_name(t: type | tuple[type, ...] | None) -> str:
@@ -164,7 +175,8 @@ class ContractCompiler:
         cond = fail_cond if not guard else f"({guard}) and {fail_cond}"
         if order is None:
             order = node.order if node else next(self.order)
-        self.steps.append(Step(phase, order, node.loop if node else None, [f"if {cond}: _fail({idx}, locals())"]))
+        self.steps.append(Step(phase, order, node.loop if node else None, [f"if {cond}: _fail({idx}, locals())"],
+                               check=True))
 
     def add_lines(self, phase: int, node: Node | None, lines: list[str], order: int | None = None) -> None:
         o = order if order is not None else (node.order if node else next(self.order))
@@ -752,6 +764,10 @@ class ContractCompiler:
             self.emit_device()
             self.emit_alias()
         source = self.assemble()
+        fast = self.field_checks and not self.traceable and _TensorGuards is not None
+        if fast:
+            source += "\n\n" + self.assemble_fast()
+            self.env.update(_fast_cache={}, _remember=_remember, _data_ptr=torch.Tensor.data_ptr)
         filename = f"<contract {self.name}{' traceable' if self.traceable else ''}>"
         register_source(filename, source)
         code = compile(source, filename, "exec")
@@ -789,8 +805,9 @@ class ContractCompiler:
         env["_fail"] = _fail
         namespace: dict[str, Any] = env
         exec(code, namespace)
-        checker = typing.cast(Checker, namespace["_check"])
-        return Compiled(checker, checks, source, self.nodes, dict(self.symbols))
+        checker = typing.cast(Checker, namespace["_check_fast" if fast else "_check"])
+        whole = typing.cast(Checker, namespace["_check"])
+        return Compiled(checker, checks, source, self.nodes, dict(self.symbols), whole)
 
     def assemble(self) -> str:
         params = ", ".join(f"{name}=None" if name in self.none_defaults else name for name, *_ in self.fields)
@@ -798,26 +815,177 @@ class ContractCompiler:
         for sym in self.symbols:
             lines.append(f"    s_{sym} = None")
         steps = sorted((s for s in self.steps if not (self.traceable and s.memory)), key=lambda s: (s.phase, s.order))
+        lines += self._body(steps, "    ")
+        lines.append("    return _dev" if self.device_key else "    return None")
+        return "\n".join(lines) + "\n"
+
+    def _body(self, steps: list[Step], ind: str) -> list[str]:
+        """The lines of ``steps`` (sorted), each collection's steps inside one loop over its items."""
+        lines: list[str] = []
         i = 0
         while i < len(steps):
             step = steps[i]
             if step.loop is None:
-                lines.extend("    " + ln for ln in step.lines)
+                lines.extend(ind + ln for ln in step.lines)
                 i += 1
                 continue
             owner = step.loop
             item = owner.children[0]
             seq = f"({owner.local} or ())" if owner.optional else owner.local
-            lines.append(f"    for {owner.loop_var}, {item.local} in enumerate({seq}):")
+            lines.append(f"{ind}for {owner.loop_var}, {item.local} in enumerate({seq}):")
             lines.extend(
-                f"        {c.local} = getattr({item.local}, {c.path.rsplit('.', 1)[1]!r}, None)"
+                f"{ind}    {c.local} = getattr({item.local}, {c.path.rsplit('.', 1)[1]!r}, None)"
                 for c in item.children
             )
             while i < len(steps) and steps[i].loop is owner:
-                lines.extend("        " + ln for ln in steps[i].lines)
+                lines.extend(f"{ind}    " + ln for ln in steps[i].lines)
                 i += 1
-        lines.append("    return _dev" if self.device_key else "    return None")
-        return "\n".join(lines) + "\n"
+        return lines
+
+    # -- the repeat-call path -----------------------------------------------------------------------
+    def assemble_fast(self) -> str:
+        """Two more functions beside ``_check``: ``_bind`` and the checker launchers call, ``_check_fast``.
+
+        Every check is a function of the argument types, the Python scalars, each tensor's metadata (type,
+        dtype, device, sizes, strides, dispatch keys) and the tensors' addresses; none reads a tensor's values.
+        ``_check_fast`` keys a cache by the types and scalars, and keeps, per key, the metadata of a few calls
+        that passed every check (a C guard compares them, ``TensorGuards``, the one torch.compile uses). A call
+        that matches one runs only the checks that read addresses (alignment rules, aliasing), in the order
+        ``_check`` runs them, with the symbols and device the passing call bound; any other call runs
+        ``_check`` itself, and is remembered once it passes (``_bind`` recomputes what it bound). The errors
+        are ``_check``'s: a matching call can fail only an address check, the first one ``_check`` would reach.
+        """
+        params = ", ".join(f"{name}=None" if name in self.none_defaults else name for name, *_ in self.fields)
+        kwargs = ", ".join(f"{name}={name}" for name, *_ in self.fields)
+        named = ", ".join(f"{name!r}: {name}" for name, *_ in self.fields)
+        syms = [f"s_{sym}" for sym in self.symbols]
+        state = ", ".join([*syms, "_dev", "_meta"])
+        ordered = sorted(self.steps, key=lambda s: (s.phase, s.order))
+        # _bind: the loads and bindings of _check, without its checks (run only after _check passed)
+        bind = [f"def _bind(*, {params}):", *(f"    {s} = None" for s in syms)]
+        bind += self._body([s for s in ordered if not s.check and s.phase != ph.ALIAS], "    ")
+        if not self.device_key:
+            bind += ["    _dev = None", "    _meta = False"]
+        bind.append(f"    return ({state},)")
+        # _check_fast: gather the key and the tensors, look up, run the address checks or fall back
+        loads: list[str] = []
+        key: list[str] = []
+        tensors: list[str] = []
+        loops: list[str] = []
+        for node in self.nodes:
+            if node.loop is None and "." not in node.path and not node.path.endswith("[]"):
+                self._gather(node, loads, key, tensors, loops)
+        fast = [f"def _check_fast(*, {params}):", "    try:"]
+        fast += ["        " + ln for ln in loads]
+        if loops:
+            fast += ["        _kx = []", "        _tx = []"] + ["        " + ln for ln in loops]
+            fast.append(f"        _key = ({''.join(k + ', ' for k in key)}*_kx)")
+            fast.append(f"        _tl = ({''.join(t + ', ' for t in tensors)}*_tx)")
+        else:
+            fast.append(f"        _key = ({''.join(k + ', ' for k in key)})")
+            fast.append(f"        _tl = ({''.join(t + ', ' for t in tensors)})")
+        fast += ["        _hit = _fast_cache.get(_key)",
+                 "    except Exception:  # a malformed call: _check reports it",
+                 "        _hit = _key = _tl = None",
+                 "    if _hit is not None:",
+                 "        for _entry in _hit:",
+                 "            if _entry[0](*_tl):",
+                 "                _ptrs = list(map(_data_ptr, _tl))",
+                 "                if _ptrs == _entry[2]:",
+                 "                    return _entry[1][-2]",
+                 f"                ({state},) = _entry[1]"]
+        fast += self._body([s for s in ordered if s.memory], "                ")
+        fast += ["                _entry[2] = _ptrs",
+                 "                return _dev",
+                 f"    _dev = _check({kwargs})",
+                 "    if _key is not None:",
+                 f"        _remember(_fast_cache, _key, _tl, _bind, {{{named}}})",
+                 "    return _dev"]
+        return "\n".join(bind) + "\n\n" + "\n".join(fast) + "\n"
+
+    def _gather(self, node: Node, loads: list[str], key: list[str], tensors: list[str], loops: list[str]) -> None:
+        """What ``_check_fast`` reads of ``node``: its type (and value, for a scalar) into the key, a tensor
+        into the tensors the guard compares (whether an optional one is given into the key)."""
+        spec, v = node.spec, node.local
+        maybe = node.optional or node.guard is not None
+        if isinstance(spec, TensorArg):
+            if maybe:
+                key.append(f"{v} is None")
+                tensors.append(f"*(() if {v} is None else ({v},))")
+            else:
+                tensors.append(v)
+        elif isinstance(spec, ScalarArg):
+            key += [f"type({v})", v]
+        elif isinstance(spec, StructArg):
+            key.append(f"type({v})")
+            for child in node.children:
+                attr = child.path.rsplit(".", 1)[1]
+                loads.append(f"{child.local} = {v}.{attr} if {v} is not None else None" if maybe
+                             else f"{child.local} = {v}.{attr}")
+                self._gather(child, loads, key, tensors, loops)
+        elif isinstance(spec, ItemsArg):
+            key += [f"type({v})", f"-1 if {v} is None else len({v})"]
+            item = node.children[0]
+            loops.append(f"for {item.local} in ({v} or ()):" if maybe else f"for {item.local} in {v}:")
+            loops.append(f"    _kx.append(type({item.local}))")
+            for child in item.children:
+                loops.append(f"    {child.local} = getattr({item.local}, {child.path.rsplit('.', 1)[1]!r}, None)")
+                if isinstance(child.spec, TensorArg):
+                    loops.append(f"    _tx.append({child.local})")
+                elif isinstance(child.spec, ScalarArg):
+                    loops.append(f"    _kx.append(type({child.local})); _kx.append({child.local})")
+                else:  # a struct or collection in an item: its own fields are not checked, its type is
+                    loops.append(f"    _kx.append(type({child.local}))")
+
+
+def _tensor_guards() -> Any:
+    """The C guard torch.compile checks tensors with (None where torch lacks it: every call runs the whole
+    checker then)."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:  # pragma: no cover - a torch without dynamo
+        return None
+    return TensorGuards
+
+
+_TensorGuards: Any = _tensor_guards()
+
+_FAST_KEYS_MAX = 64  # argument-type and scalar keys a checker remembers (cleared when full)
+_FAST_PER_KEY = 4  # tensor metadata sets remembered per key (the most recent first)
+_SAFE_SCALARS = (int, float, str, type(None))  # bool is an int; enums are checked apart
+
+
+Entry = list[Any]
+"""``[guard, (symbols..., device, meta), data pointers]`` of one remembered call (the pointers: the last set
+that passed the address checks with these tensors' metadata)."""
+
+
+def _remember(cache: dict[tuple[Any, ...], list[Entry]],
+              key: tuple[Any, ...], tensors: tuple[torch.Tensor, ...], bind: Callable[..., tuple[Any, ...]],
+              kwargs: dict[str, Any]) -> None:
+    """Remember a call that passed every check: a guard over its tensors' metadata, under its key.
+
+    Only keys of plain values (types, ints, floats, strings, enums, None) are kept: their ``==`` is the
+    value's, so a hit means the same scalars. Only calls of plain ``torch.Tensor`` objects are kept.
+    """
+    for part in key:
+        if not isinstance(part, (*_SAFE_SCALARS, type, enum.Enum)):
+            return
+    for t in tensors:  # plain tensors only: a subclass (a fake tensor under torch.compile, say) runs it all
+        if type(t) is not torch.Tensor:
+            return
+    try:
+        guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+        state = bind(**kwargs)
+        ptrs = [t.data_ptr() for t in tensors]
+    except Exception:  # a tensor-like the guard does not take: such calls always run the whole checker
+        return
+    entries = cache.get(key)
+    entries = [[guard, state, ptrs], *(entries or ())][:_FAST_PER_KEY]
+    if key not in cache and len(cache) >= _FAST_KEYS_MAX:
+        cache.clear()
+    cache[key] = entries
 
 
 def _builtin(error: type[Exception]) -> type[Exception]:

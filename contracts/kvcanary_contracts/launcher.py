@@ -23,6 +23,16 @@ from kvcanary_contracts.torch_op import OpSignature, register_contract_op
 Launcher = Callable[..., None]
 
 
+def _always_watched() -> object:
+    """Stand-in for a torch without the frame-callback query: assume torch.compile may be watching."""
+    return True
+
+
+_frame_callback: Callable[[], object] = (getattr(torch._C._dynamo.eval_frame, "get_eval_frame_callback", None)
+                                         or _always_watched)
+"""The frame evaluator torch.compile installed on this thread (None in plain eager code)."""
+
+
 @dataclass(frozen=True)
 class Extra:
     """A launcher parameter that is not a contract field (``backend=None``): its default, its type, and its
@@ -55,13 +65,14 @@ def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
     return (
         f"def {name}(*, {params}):\n"
         f"{traced}"
-        f"    _dev = _check({kwargs})\n"
+        "    _w = _eager()\n"
+        f"    _dev = (_check if _w is None else _check_all)({kwargs})\n"
         f"    _call = _new(_cls)\n"
         f"    _set(_call, '__dict__', {{{values}}})\n"
         f"    _set(_call, '__pydantic_fields_set__', _fields)\n"
         f"    _set(_call, '__pydantic_extra__', None)\n"
         f"    _set(_call, '__pydantic_private__', None)\n"
-        f"    _dispatch(_call, _dev{extra_args})\n"
+        f"    (_dispatch if _w is None else _dispatch_off)(_call, _dev{extra_args})\n"
     )
 
 
@@ -91,17 +102,24 @@ def build_launcher(
     signature = OpSignature(contract) if operator else None
     flat = signature.flat_exprs() if signature else None
     source = launcher_source(fname, fields, extras, contract.none_defaults(), flat)
+    compiled = contract.compiled()
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {
-        "_check": contract.checker(),
+        # under torch.compile's frame evaluator (a frame it gave up on), the whole checker: the repeat-call path
+        # uses a guard object the compiler cannot trace
+        "_check": compiled.checker,
+        "_check_all": compiled.whole or compiled.checker,
         "_new": object.__new__,
         "_set": object.__setattr__,
         "_cls": contract,
         "_fields": set(fields),  # shared: pydantic copies it before changing it
         # an operator's launcher may run natively while torch.compile watches (a frame it gave up on): its
-        # backends' launch code must never be traced, so dispatch runs with the compiler off (its cost: docs/compile.md)
-        "_dispatch": torch.compiler.disable(dispatch, recursive=True) if operator else dispatch,  # type: ignore[no-untyped-call]
+        # backends' launch code must never be traced, so dispatch then runs with the compiler off (its cost:
+        # docs/compile.md); with no frame evaluator installed (eager), nothing can trace it: a direct call
+        "_dispatch": dispatch,
+        "_dispatch_off": torch.compiler.disable(dispatch, recursive=True) if operator else dispatch,  # type: ignore[no-untyped-call]
+        "_eager": _frame_callback,
         "_compiling": torch.compiler.is_compiling,
         **{f"{k}_default": v.default for k, v in extras.items()},
     }
