@@ -75,6 +75,9 @@ class TfGuard:
         self._held: dict[str, set[int]] = {}
         self._held_swa: dict[str, set[int]] = {}
         self._cached: set[int] = set()
+        self._seen: dict[str, tuple[list[int], list[int] | None]] = {}
+        """Per request, its blocks and ring as last observed: an unchanged request costs a list compare."""
+        self._cached_list: list[int] = []
         self._pending_fail: dict[str, str] = {}
         self._pending_q: set[int] = set()
         self._pending_q_swa: set[int] = set()
@@ -107,22 +110,31 @@ class TfGuard:
         table = lay.block_table
         for rid in [r for r in self._held if r not in table]:
             self._leave(rid, finished=rid not in self.failed)
+        sw = lay.sliding
         for r in reqs:
             rid = r.request_id
             n = -(-(r.past_length + r.query_length) // lay.page)
-            now = set(table.get(rid, [])[:n])
+            blocks = table.get(rid, [])[:n]
+            ring_list = list(sw.block_table.get(rid, [])) if sw is not None else None
+            if self._seen.get(rid) == (blocks, ring_list):
+                continue  # nothing new since the last step: no set work (most requests of a decode step)
+            self._seen[rid] = (blocks, ring_list)
+            now = set(blocks)
             new = now - self._held.get(rid, set())
             if new:
                 m.journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
             self._held[rid] = self._held.get(rid, set()) | now
-            sw = lay.sliding
-            if sw is not None:
-                ring = set(sw.block_table.get(rid, []))
+            if ring_list is not None:
+                ring = set(ring_list)
                 new = ring - self._held_swa.get(rid, set())
                 if new:
                     m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
                 self._held_swa[rid] = self._held_swa.get(rid, set()) | ring
-        cached = set(lay.cached_blocks())
+        cached_list = lay.cached_blocks()
+        if cached_list == self._cached_list:
+            return
+        self._cached_list = list(cached_list)
+        cached = set(cached_list)
         if cached != self._cached:
             m.journal.record(step, JournalKind.CACHED, sorted(cached - self._cached), CACHE_OWNER)
             m.journal.record(step, JournalKind.RELEASED, sorted(self._cached - cached), CACHE_OWNER)
@@ -131,6 +143,7 @@ class TfGuard:
     def _leave(self, rid: str, *, finished: bool) -> None:
         m = self.manager
         owner = Owner(OwnerKind.REQUEST, rid)
+        self._seen.pop(rid, None)
         m.journal.record(m.step, JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
         m.swa_journal.record(m.step, JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner)
         if finished:
