@@ -22,6 +22,10 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.budget",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",
+    "kvcanary.constructors.expected_tokens",
+    "kvcanary.constructors.batch",
+    "kvcanary.constructors.batch_device",
+    "kvcanary.constructors.sweep_entries",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

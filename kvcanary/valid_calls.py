@@ -23,6 +23,7 @@ from kvcanary.consts import (
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.manager.batch import CanaryBatch, ExpectedTokens
 from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.plans import VerifyPlan, WritePlan
@@ -223,6 +224,20 @@ def _pool(swa: bool) -> Call:
     return {"groups": groups, "req_to_token": _i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
 
 
+def _forward(*, oracle: bool = False) -> Call:
+    """A forward of 3 requests writing 6 tokens, with the expected-token snapshot (3 empty rows)."""
+    call: Call = {"req_pool_indices": _i64(BS), "prefix_lens": _i64(BS), "extend_lens": _i64(BS),
+                  "input_ids": _i64(NUM_TOKENS), "positions": _i64(NUM_TOKENS), "out_cache_loc": _i64(NUM_TOKENS),
+                  "expected_tokens": ExpectedTokens(flat=_i64(0), lens=_i64(BS))}
+    if oracle:
+        call.update(expected_input_tokens=_i64(NUM_TOKENS), expected_input_positions=_i64(NUM_TOKENS))
+    return call
+
+
+def _forward_on_device() -> Call:
+    return {"self": CanaryBatch(**_forward()), "device": torch.device("cpu")}  # type: ignore[arg-type]
+
+
 _CPU = {"device": "cpu"}
 
 EXAMPLES: Mapping[str, ExampleSet] = {
@@ -250,6 +265,19 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         Variant("FULL and SWA groups", lambda: _pool(swa=True)),
         Variant("FULL group", lambda: _pool(swa=False)),
     )),
+    "CanaryConfig.from_strings": ExampleSet(
+        "CanaryConfig.from_strings", (Variant("SGLang's server strings", lambda: {"mode": "raise",
+                                                                                  "real_data": "partial"}),)),
+    "ExpectedTokens": ExampleSet("ExpectedTokens", (
+        Variant("3 rows", lambda: {"flat": _i64(5), "lens": torch.tensor([2, 0, 3])}, "two rows of tokens and an "
+                "empty padding row"),)),
+    "CanaryBatch": ExampleSet("CanaryBatch", (
+        Variant("3 requests", _forward),
+        Variant("write-time input assert", lambda: _forward(oracle=True), "with the oracle's tokens and positions"),
+    )),
+    "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),
+    "SweepEntries": ExampleSet("SweepEntries", (Variant("4 cached slots", lambda: {
+        "slots": _i64(4), "positions": _i64(4), "prev_slots": _i64(4)}),)),
     "launch_canary_plan_kernels": ExampleSet("launch_canary_plan_kernels", (
         Variant("FULL group", _plan),
         Variant("SWA group", lambda: _plan(swa=True), "swa_window_size > 0 with the full→SWA table"),

@@ -73,15 +73,8 @@ class CanaryConfig:
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:
-        """Build from server-style strings (``--kv-canary``, ``--kv-canary-real-data``), case-insensitive."""
-        mode_raw = mode.strip().lower()
-        try:
-            canary_mode = CanaryMode(mode_raw)
-        except ValueError:
-            raise ValueError(f"kv-canary: kv_canary must be one of none/log/raise, got {mode!r}") from None
-        try:
-            rkv = RealKvHashMode[real_data.strip().upper()]
-        except KeyError:
-            raise ValueError(
-                f"kv-canary: kv_canary_real_data must be one of none/partial/all, got {real_data!r}") from None
-        return cls(mode=canary_mode, real_kv_mode=rkv, **kwargs)  # type: ignore[arg-type]
+        """Build from server-style strings (``--kv-canary``, ``--kv-canary-real-data``), case-insensitive; an
+        unknown value gets SGLang's own ``ValueError`` text, with its code."""
+        config_contract.check_from_strings(mode=mode, real_data=real_data)  # the rules: KVC-C codes
+        return cls(mode=CanaryMode(mode.strip().lower()), real_kv_mode=RealKvHashMode[real_data.strip().upper()],
+                   **kwargs)  # type: ignore[arg-type]
