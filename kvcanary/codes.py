@@ -26,6 +26,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.batch",
     "kvcanary.constructors.batch_device",
     "kvcanary.constructors.sweep_entries",
+    "kvcanary.constructors.evidence",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

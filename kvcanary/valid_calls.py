@@ -240,6 +240,9 @@ def _forward_on_device() -> Call:
 
 _CPU = {"device": "cpu"}
 
+ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence"}
+"""Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
+
 EXAMPLES: Mapping[str, ExampleSet] = {
     "RealKvSource": ExampleSet("RealKvSource", (Variant("layer-0 K buffer", _source_call),)),
     "VerifyPlan.allocate": ExampleSet(
@@ -278,6 +281,11 @@ EXAMPLES: Mapping[str, ExampleSet] = {
     "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),
     "SweepEntries": ExampleSet("SweepEntries", (Variant("4 cached slots", lambda: {
         "slots": _i64(4), "positions": _i64(4), "prev_slots": _i64(4)}),)),
+    "BundleLimits": ExampleSet("BundleLimits", (Variant("the defaults", lambda: {
+        "max_bundles": 16, "max_rows": 64, "max_bytes": 1 << 20}),)),
+    "RequestView": ExampleSet("RequestView", (Variant("a 3-token request", lambda: {
+        "request_id": "req-7", "tokens": (11, 12, 13), "positions": (0, 1, 2), "slots": (40, 41, 42),
+        "block_size": 16, "live": True}),)),
     "launch_canary_plan_kernels": ExampleSet("launch_canary_plan_kernels", (
         Variant("FULL group", _plan),
         Variant("SWA group", lambda: _plan(swa=True), "swa_window_size > 0 with the full→SWA table"),

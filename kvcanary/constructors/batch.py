@@ -12,8 +12,15 @@ from pydantic import Field
 
 from kvcanary.errors import FAMILY
 from kvcanary.manager.expected import ExpectedTokens
-from kvcanary_contracts import Contract, ContractInfo, ContractRuntimeError, ContractTypeError, Relation, ScalarArg
-from kvcanary_contracts import TensorArg
+from kvcanary_contracts import (
+    Contract,
+    ContractInfo,
+    ContractRuntimeError,
+    ContractTypeError,
+    Relation,
+    ScalarArg,
+    TensorArg,
+)
 
 _INDEX = (torch.int32, torch.int64)
 _TYPE = {"type": ContractTypeError, "dtype": ContractTypeError}  # a wrong type or dtype is a TypeError
