@@ -224,11 +224,13 @@ def _pool(swa: bool) -> Call:
     return {"groups": groups, "req_to_token": _i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
 
 
-def _forward(*, oracle: bool = False) -> Call:
-    """A forward of 3 requests writing 6 tokens, with the expected-token snapshot (3 empty rows)."""
+def _forward(*, snapshot: bool = False, oracle: bool = False) -> Call:
+    """A forward of 3 requests writing 6 tokens; with the expected-token snapshot (3 empty rows), or the oracle's
+    tokens and positions."""
     call: Call = {"req_pool_indices": _i64(BS), "prefix_lens": _i64(BS), "extend_lens": _i64(BS),
-                  "input_ids": _i64(NUM_TOKENS), "positions": _i64(NUM_TOKENS), "out_cache_loc": _i64(NUM_TOKENS),
-                  "expected_tokens": ExpectedTokens(flat=_i64(0), lens=_i64(BS))}
+                  "input_ids": _i64(NUM_TOKENS), "positions": _i64(NUM_TOKENS), "out_cache_loc": _i64(NUM_TOKENS)}
+    if snapshot:
+        call["expected_tokens"] = ExpectedTokens(flat=_i64(0), lens=_i64(BS))
     if oracle:
         call.update(expected_input_tokens=_i64(NUM_TOKENS), expected_input_positions=_i64(NUM_TOKENS))
     return call
@@ -272,10 +274,10 @@ EXAMPLES: Mapping[str, ExampleSet] = {
         "CanaryConfig.from_strings", (Variant("SGLang's server strings", lambda: {"mode": "raise",
                                                                                   "real_data": "partial"}),)),
     "ExpectedTokens": ExampleSet("ExpectedTokens", (
-        Variant("3 rows", lambda: {"flat": _i64(5), "lens": torch.tensor([2, 0, 3])}, "two rows of tokens and an "
-                "empty padding row"),)),
+        Variant("3 empty rows", lambda: {"flat": _i64(0), "lens": _i64(BS)}, "three padding rows"),)),
     "CanaryBatch": ExampleSet("CanaryBatch", (
         Variant("3 requests", _forward),
+        Variant("VERIFY_TOKEN snapshot", lambda: _forward(snapshot=True), "with each row's expected tokens"),
         Variant("write-time input assert", lambda: _forward(oracle=True), "with the oracle's tokens and positions"),
     )),
     "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),

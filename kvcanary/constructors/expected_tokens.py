@@ -45,7 +45,7 @@ class ExpectedTokensContract(Contract):
                 message="ExpectedTokens.lens must be >= 0 (tokens per row), got {least}",
                 why="Each length counts a row's tokens; a negative count describes no snapshot.",
                 fix="Pass each row's token count (0 for a padding row).",
-                breaks={"lens": torch.tensor([-1, 3, 3])}),  # the example's 5 tokens, one row counted negative
+                breaks={"lens": torch.tensor([-1, 1, 0])}),  # still summing to the example's 0 tokens
             Relation(
                 name="lens_sum_to_flat", require="int(lens.sum()) == flat.numel()", over=("lens", "flat"),
                 error=ContractRuntimeError, values={"total": "int(lens.sum())", "numel": "flat.numel()"},
@@ -53,7 +53,7 @@ class ExpectedTokensContract(Contract):
                 why="flat holds the rows' ids back to back; lengths that do not add up to its size would read "
                     "another row's ids as this row's.",
                 fix="Build flat and lens from the same rows (`ExpectedTokens.from_lists`).",
-                breaks={"flat": "flat[:0]"}),
+                breaks={"flat": torch.zeros(2, dtype=torch.int64)}),
         ),
     )
 
