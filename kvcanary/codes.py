@@ -19,6 +19,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.real_kv_source",
     "kvcanary.constructors.allocation",
     "kvcanary.constructors.config",
+    "kvcanary.constructors.server_strings",
     "kvcanary.constructors.budget",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",

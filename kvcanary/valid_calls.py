@@ -273,6 +273,8 @@ EXAMPLES: Mapping[str, ExampleSet] = {
     "CanaryConfig.from_strings": ExampleSet(
         "CanaryConfig.from_strings", (Variant("SGLang's server strings", lambda: {"mode": "raise",
                                                                                   "real_data": "partial"}),)),
+    "ViolationPolicy.parse": ExampleSet(
+        "ViolationPolicy.parse", (Variant("a flag's value", lambda: {"value": "isolate", "name": "on_violation"}),)),
     "ExpectedTokens": ExampleSet("ExpectedTokens", (
         Variant("3 empty rows", lambda: {"flat": _i64(0), "lens": _i64(BS)}, "three padding rows"),)),
     "CanaryBatch": ExampleSet("CanaryBatch", (

@@ -97,34 +97,3 @@ CanaryConfigContract = settings_contract(
 )
 
 validate_canary_config = validator(CanaryConfigContract)
-
-SERVER_MODES = tuple(m.value for m in CanaryMode)
-"""The ``--kv-canary`` values (SGLang's server flag): none, log, raise."""
-SERVER_REAL_DATA = tuple(m.name.lower() for m in RealKvHashMode)
-"""The ``--kv-canary-real-data`` values: none, partial, all."""
-
-CanaryConfigFromStrings = settings_contract(
-    "CanaryConfig.from_strings", "C", "Read SGLang's server strings (--kv-canary, --kv-canary-real-data).", {
-        "mode": setting(str, "The --kv-canary value: none, log or raise (any case, surrounding spaces ignored)."),
-        "real_data": setting(str, "The --kv-canary-real-data value: none, partial or all (any case)."),
-    },
-    rules=(
-        Relation(
-            name="mode_known", require="mode.strip().lower() in SERVER_MODES",
-            message="kv_canary must be one of none/log/raise, got {mode!r}",
-            why="--kv-canary names what the host does with violations; SGLang's server knows these three values "
-                "and refuses any other with this very text.",
-            fix="Pass none (no canary), log (the default) or raise.",
-            breaks={"mode": "'loud'"}),
-        Relation(
-            name="real_data_known", require="real_data.strip().lower() in SERVER_REAL_DATA",
-            message="kv_canary_real_data must be one of none/partial/all, got {real_data!r}",
-            why="--kv-canary-real-data names how much of layer 0's K/V bytes each record fingerprints: none, the "
-                "first 16 bytes (partial) or the whole strip (all).",
-            fix="Pass none (the default), partial or all.",
-            breaks={"real_data": "'some'"}),
-    ),
-    constants={"SERVER_MODES": SERVER_MODES, "SERVER_REAL_DATA": SERVER_REAL_DATA},
-)
-
-check_from_strings = CanaryConfigFromStrings.checker()
