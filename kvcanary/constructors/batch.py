@@ -70,7 +70,8 @@ class CanaryBatchContract(Contract):
     out_cache_loc: Annotated[torch.Tensor, _index("out_cache_loc", "num_tokens", "input_ids")] = Field(
         description="Each token's full-pool KV slot (-1: not written).")
     expected_tokens: Annotated[ExpectedTokens | None, ScalarArg(
-        ExpectedTokens, optional=True, label="expected_tokens", errors={"type": ContractTypeError})] = Field(
+        ExpectedTokens, optional=True, label="expected_tokens", errors={"type": ContractTypeError},
+        messages={"type": "{name} must be an ExpectedTokens or None, got {type}"})] = Field(
         default=None, description="The host snapshot of each row's token ids, for VERIFY_TOKEN (None: none).")
     expected_input_tokens: Annotated[torch.Tensor | None, _index(
         "expected_input_tokens", "num_tokens", "input_ids", optional=True)] = Field(

@@ -33,8 +33,9 @@ RequestViewContract = settings_contract(
         Relation(
             name="one_length", require="len(tokens) == len(positions) and len(positions) == len(slots)",
             over=("tokens", "positions", "slots"),
-            values={"n_tokens": "len(tokens)", "n_positions": "len(positions)", "n_slots": "len(slots)"},
-            message="RequestView({request_id!r}): tokens, positions and slots must have one length, got "
+            values={"request": "request_id", "n_tokens": "len(tokens)", "n_positions": "len(positions)",
+                    "n_slots": "len(slots)"},
+            message="RequestView({request!r}): tokens, positions and slots must have one length, got "
                     "{n_tokens}, {n_positions}, {n_slots}",
             why="Entry i of each describes one token: its id, its position and the slot holding its KV.",
             fix="Build the three from the same positions (the block table expanded to slots).",

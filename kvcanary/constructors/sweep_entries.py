@@ -11,9 +11,9 @@ from pydantic import Field
 from kvcanary.errors import FAMILY
 from kvcanary_contracts import Contract, ContractInfo, TensorArg
 
-_ENTRY = "{name} must be 1-D int64 of length "
-_MESSAGES = {"dtype": _ENTRY + "n, got dtype {actual}", "rank": _ENTRY + "n, got shape {shape}",
-             "size": _ENTRY + "{expected} (SweepEntries.slots'), got length {actual}"}
+_ENTRY = "{name} must be 1-D int64"
+_MESSAGES = {"dtype": _ENTRY + ", got dtype {actual}", "rank": _ENTRY + ", got shape {shape}",
+             "size": _ENTRY + " of length {expected} (SweepEntries.slots'), got length {actual}"}
 
 
 def _entries(label: str) -> TensorArg:
