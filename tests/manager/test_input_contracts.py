@@ -90,9 +90,9 @@ def test_batch_rules_run_when_it_is_built() -> None:
         _batch(extend_lens=t64([1, 1, 1]))
     with pytest.raises(ValueError, match=r"expected_input_positions length must equal input_ids length 2, got 1"):
         _batch(expected_input_tokens=t64([5, 6]), expected_input_positions=t64([0]))
-    with pytest.raises(ValueError, match=r"positions must be on req_pool_indices' device cpu, got meta") as info:
+    with pytest.raises(ValueError, match=r"positions must be on req_pool_indices' device cpu, got meta") as moved:
         _batch(positions=t64([0, 0]).to("meta"))
-    _refused(info, "B")
+    _refused(moved, "B")
     with pytest.raises(TypeError, match=r"expected_tokens must be an ExpectedTokens or None, got list"):
         _batch(expected_tokens=[[5], [6]])
 
@@ -107,9 +107,9 @@ def test_the_snapshot_keeps_sglangs_runtime_errors() -> None:
         ExpectedTokens(flat=t64([1, 2]), lens=t64([1, 2]))
     assert _first_line(_refused(info, "B")) == ("kv-canary: cumsum(req_all_ids_lens)=3 != req_all_ids_flat.numel()=2; "
                                                 "snapshot inconsistent")
-    with pytest.raises(ValueError, match=r"ExpectedTokens.lens must be >= 0 \(tokens per row\), got -1") as info:
+    with pytest.raises(ValueError, match=r"ExpectedTokens.lens must be >= 0 \(tokens per row\), got -1") as negative:
         ExpectedTokens(flat=t64([1]), lens=t64([-1, 2]))
-    assert not isinstance(info.value, RuntimeError)
+    assert not isinstance(negative.value, RuntimeError)
     with pytest.raises(ValueError, match=r"ExpectedTokens.flat must be a 1-D int64 CPU tensor, got a tensor on meta"):
         ExpectedTokens(flat=t64([1]).to("meta"), lens=t64([1]))
     with pytest.raises(ValueError, match=r"ExpectedTokens.lens must be a 1-D int64 CPU tensor, got dtype torch.int32"):
