@@ -13,12 +13,19 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcanary.constructors.batch import check_canary_batch
 from kvcanary.manager.expected import ExpectedTokens
 from kvcanary_contracts import Checker
 
 __all__ = ["CanaryBatch", "ExpectedTokens"]
 
+
+
+@functools.cache
+def _batch_check() -> Checker:
+    """``CanaryBatch``'s checker, imported on first use: its contract's module imports this package."""
+    from kvcanary.constructors.batch import check_canary_batch
+
+    return check_canary_batch
 
 
 @functools.cache
@@ -46,11 +53,11 @@ class CanaryBatch:
     expected_input_positions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        check_canary_batch(req_pool_indices=self.req_pool_indices, prefix_lens=self.prefix_lens,
-                           extend_lens=self.extend_lens, input_ids=self.input_ids, positions=self.positions,
-                           out_cache_loc=self.out_cache_loc, expected_tokens=self.expected_tokens,
-                           expected_input_tokens=self.expected_input_tokens,
-                           expected_input_positions=self.expected_input_positions)  # kvcanary/constructors/batch.py
+        _batch_check()(req_pool_indices=self.req_pool_indices, prefix_lens=self.prefix_lens,
+                       extend_lens=self.extend_lens, input_ids=self.input_ids, positions=self.positions,
+                       out_cache_loc=self.out_cache_loc, expected_tokens=self.expected_tokens,
+                       expected_input_tokens=self.expected_input_tokens,
+                       expected_input_positions=self.expected_input_positions)  # kvcanary/constructors/batch.py
 
     @property
     def batch_size(self) -> int:
