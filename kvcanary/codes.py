@@ -19,9 +19,15 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.real_kv_source",
     "kvcanary.constructors.allocation",
     "kvcanary.constructors.config",
+    "kvcanary.constructors.server_strings",
     "kvcanary.constructors.budget",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",
+    "kvcanary.constructors.expected_tokens",
+    "kvcanary.constructors.batch",
+    "kvcanary.constructors.batch_device",
+    "kvcanary.constructors.sweep_entries",
+    "kvcanary.constructors.evidence",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

@@ -17,13 +17,16 @@ import torch
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
+from kvcanary.manager.batch import CanaryBatch, ExpectedTokens
 from kvcanary.manager.budget import VerifyBudget
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.operation import BUILTIN_PACKAGE, operations
 from kvcanary.ops._calls import (
+    BS,
     MAX_CONTEXT,
     MAX_REQS,
     NUM_SLOTS,
+    NUM_TOKENS,
     SWA_WINDOW,
     VERIFY_CAPACITY,
     WRITE_REQ_CAPACITY,
@@ -73,7 +76,26 @@ def _pool(swa: bool) -> Call:
     return {"groups": groups, "req_to_token": i32(MAX_REQS, MAX_CONTEXT), "kv_token_id_vs_position_offset": 0}
 
 
+def _forward(*, snapshot: bool = False, oracle: bool = False) -> Call:
+    """A forward of 3 requests writing 6 tokens; with the expected-token snapshot (3 empty rows), or the oracle's
+    tokens and positions."""
+    call: Call = {"req_pool_indices": i64(BS), "prefix_lens": i64(BS), "extend_lens": i64(BS),
+                  "input_ids": i64(NUM_TOKENS), "positions": i64(NUM_TOKENS), "out_cache_loc": i64(NUM_TOKENS)}
+    if snapshot:
+        call["expected_tokens"] = ExpectedTokens(flat=i64(0), lens=i64(BS))
+    if oracle:
+        call.update(expected_input_tokens=i64(NUM_TOKENS), expected_input_positions=i64(NUM_TOKENS))
+    return call
+
+
+def _forward_on_device() -> Call:
+    return {"self": CanaryBatch(**_forward()), "device": torch.device("cpu")}  # type: ignore[arg-type]
+
+
 _CPU = {"device": "cpu"}
+
+ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence"}
+"""Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "RealKvSource": ExampleSet("RealKvSource", (Variant("layer-0 K buffer", _source_call),)),
@@ -100,6 +122,26 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
         Variant("FULL and SWA groups", lambda: _pool(swa=True)),
         Variant("FULL group", lambda: _pool(swa=False)),
     )),
+    "CanaryConfig.from_strings": ExampleSet(
+        "CanaryConfig.from_strings", (Variant("SGLang's server strings", lambda: {"mode": "raise",
+                                                                                  "real_data": "partial"}),)),
+    "ViolationPolicy.parse": ExampleSet(
+        "ViolationPolicy.parse", (Variant("a flag's value", lambda: {"value": "isolate", "name": "on_violation"}),)),
+    "ExpectedTokens": ExampleSet("ExpectedTokens", (
+        Variant("3 empty rows", lambda: {"flat": i64(0), "lens": i64(BS)}, "three padding rows"),)),
+    "CanaryBatch": ExampleSet("CanaryBatch", (
+        Variant("3 requests", _forward),
+        Variant("VERIFY_TOKEN snapshot", lambda: _forward(snapshot=True), "with each row's expected tokens"),
+        Variant("write-time input assert", lambda: _forward(oracle=True), "with the oracle's tokens and positions"),
+    )),
+    "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),
+    "SweepEntries": ExampleSet("SweepEntries", (Variant("4 cached slots", lambda: {
+        "slots": i64(4), "positions": i64(4), "prev_slots": i64(4)}),)),
+    "BundleLimits": ExampleSet("BundleLimits", (Variant("the defaults", lambda: {
+        "max_bundles": 16, "max_rows": 64, "max_bytes": 1 << 20}),)),
+    "RequestView": ExampleSet("RequestView", (Variant("a 3-token request", lambda: {
+        "request_id": "req-7", "tokens": (11, 12, 13), "positions": (0, 1, 2), "slots": (40, 41, 42),
+        "block_size": 16, "live": True}),)),
 }
 """Contract name -> its valid calls, for the contracts that are not operations."""
 

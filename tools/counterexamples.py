@@ -723,14 +723,23 @@ def _index(rank: int, d: int, text: str) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+def _host_values(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a short, contiguous 1-D integer CPU tensor with a non-zero value (rendered by value)."""
+    return (t.dim() == 1 and t.device.type == "cpu" and not t.is_floating_point() and t.dtype is not torch.bool
+            and 0 < t.numel() <= 16 and t.is_contiguous() and int(t.storage_offset()) == 0 and bool(t.any()))
+
+
 def render_tensor(t: torch.Tensor) -> str:
-    """Python that makes a tensor of ``t``'s shape, dtype, device, strides and alignment (zeros)."""
+    """Python that makes a tensor of ``t``'s shape, dtype, device, strides and alignment (zeros, but for a
+    short host tensor of integers with a non-zero value, shown by value)."""
     shape = tuple(int(n) for n in t.shape)
     stride = tuple(int(n) for n in t.stride())
     offset = int(t.storage_offset())
     if t.dim() == 0:
         value = t.item() if t.device.type != "meta" else 0
         return f"torch.tensor({value!r})"
+    if _host_values(t):  # a small host tensor whose values a rule reads (lengths, say): shown as they are
+        return f"torch.tensor({t.tolist()!r}, dtype={_dtype(t.dtype)})"
     if offset == 0 and ((t.is_contiguous() and stride == _contiguous_strides(shape)) or t.numel() <= 1):
         return _zeros(shape, t.dtype, t.device)
     if t.is_contiguous() and stride == _contiguous_strides(shape):
@@ -782,6 +791,8 @@ class _Renderer:
             return repr(v)
         if isinstance(v, torch.dtype):
             return _dtype(v)
+        if isinstance(v, torch.device):
+            return f"torch.device({str(v)!r})"
         if isinstance(v, list):
             return _render_list(v)
         if isinstance(v, (tuple, set)):

@@ -9,7 +9,7 @@ from kvcanary_contracts.checks import Check
 from kvcanary_contracts.codebook import CodeBook
 from kvcanary_contracts.compiler import Checker, Compiled
 from kvcanary_contracts.contract import Contract, ContractInfo, all_contracts
-from kvcanary_contracts.errors import ContractDefinitionError, ContractError, ContractTypeError
+from kvcanary_contracts.errors import ContractDefinitionError, ContractError, ContractRuntimeError, ContractTypeError
 from kvcanary_contracts.expr import Expr
 from kvcanary_contracts.family import DEFAULT_KIND_DOCS, DEFAULT_MESSAGES, Family
 from kvcanary_contracts.rules import AllOrNone, ForbiddenUnless, Relation, RequiredIf, RequiredWhen, Rule
@@ -27,6 +27,7 @@ __all__ = [
     "ContractDefinitionError",
     "ContractError",
     "ContractInfo",
+    "ContractRuntimeError",
     "ContractTypeError",
     "Dim",
     "Expr",

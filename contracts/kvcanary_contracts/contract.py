@@ -142,7 +142,17 @@ class Contract(BaseModel):
 
     @classmethod
     def checker(cls) -> Checker:
-        """The generated function: ``checker(**launch_kwargs) -> device``; raises ContractError."""
+        """The generated function: ``checker(**launch_kwargs) -> device``; raises ContractError. It runs every
+        check on every call: a rule may read a host tensor's values (a configuration's lengths, say), which the
+        repeat-call path does not look at."""
+        c = cls.compiled()
+        return c.whole or c.checker
+
+    @classmethod
+    def repeat_checker(cls) -> Checker:
+        """The launchers' checker: :meth:`checker`, but a call whose types, scalars and tensor metadata match
+        one that passed reruns only the address checks. Only for contracts whose rules read no tensor values
+        (every launcher's: they never read a device value on the host)."""
         return cls.compiled().checker
 
     @classmethod

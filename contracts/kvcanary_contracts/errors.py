@@ -66,5 +66,10 @@ class ContractTypeError(ContractError, TypeError):
     """A ContractError that is also a ``TypeError``, for rules whose reference raises ``TypeError``."""
 
 
+class ContractRuntimeError(ContractError, RuntimeError):
+    """A ContractError that is also a ``RuntimeError``, for rules whose reference raises ``RuntimeError`` (an
+    engine's state that diverged from what it described, rather than a wrong argument)."""
+
+
 class ContractDefinitionError(TypeError):
     """A contract was declared wrongly (unknown name in an expression, a rule without explanation, ...)."""

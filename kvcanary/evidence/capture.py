@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kvcanary.constructors.evidence import validate_bundle_limits
 from kvcanary.consts import CanaryLaunchTag, FailReason, PoolKind, RealKvHashMode
 from kvcanary.evidence.assemble import Captured, RowCapture, SourceCapture, assemble
 from kvcanary.evidence.describe import RequestDescriber, RequestView
@@ -50,10 +51,7 @@ class BundleLimits:
     max_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
-        for name in ("max_bundles", "max_rows", "max_bytes"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"kv-canary: BundleLimits.{name} must be a positive int, got {v!r}")
+        validate_bundle_limits(self)  # the rules: kvcanary/constructors/evidence.py (KVC-X codes)
 
 
 def _kind_of(tag: CanaryLaunchTag) -> PoolKind:

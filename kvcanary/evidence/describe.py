@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from kvcanary.constructors.evidence import validate_request_view
+
 
 @dataclass(frozen=True)
 class RequestView:
@@ -24,11 +26,7 @@ class RequestView:
     live: bool = True
 
     def __post_init__(self) -> None:
-        if not (len(self.tokens) == len(self.positions) == len(self.slots)):
-            raise ValueError(f"kv-canary: RequestView({self.request_id!r}): tokens, positions and slots must have "
-                             f"one length, got {len(self.tokens)}, {len(self.positions)}, {len(self.slots)}")
-        if self.block_size <= 0:
-            raise ValueError(f"kv-canary: RequestView.block_size must be positive, got {self.block_size}")
+        validate_request_view(self)  # the rules: kvcanary/constructors/evidence.py (KVC-X codes)
 
     @property
     def block_table(self) -> list[int]:

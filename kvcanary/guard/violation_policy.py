@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
+import types
 from enum import Enum
 
 
@@ -15,12 +18,15 @@ class ViolationPolicy(str, Enum):
 
     @classmethod
     def parse(cls, value: object, *, name: str = "on_violation") -> ViolationPolicy:
-        """``value`` as a policy: a :class:`ViolationPolicy` or its name (case-insensitive)."""
+        """``value`` as a policy: a :class:`ViolationPolicy` or its name (case-insensitive); any other value is
+        refused with its code (KVC-F)."""
         if isinstance(value, ViolationPolicy):
             return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        raise ValueError(f"kv-canary: {name} must be one of log/raise/isolate, got {value!r}")
+        _rules().check_policy_name(value=value, name=name)  # kvcanary/constructors/server_strings.py
+        return cls(str(value).strip().lower())
+
+
+@functools.cache
+def _rules() -> types.ModuleType:
+    """The contract's module, imported on first use: it names this module's class (and the CLI stays light)."""
+    return importlib.import_module("kvcanary.constructors.server_strings")

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.real_kv_source import RealKvSourceContract
 from kvcanary.consts import CANARY_SLOT_BYTES, REAL_KV_CHUNK_BYTES, PoolKind, RealKvHashMode
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.sources import RealKvSource
+
+_check_row_bytes = RealKvSourceContract.rule_checker("num_bytes_per_token_multiple_of_16")
 
 
 def alloc_canary_buf(num_slots: int, device: torch.device) -> torch.Tensor:
@@ -25,8 +28,7 @@ def resolve_read_bytes(mode: RealKvHashMode, num_bytes_per_token: int) -> int:
     """Bytes of each slot's row the fingerprint covers: 0 (NONE), 16 (PARTIAL) or the whole row (ALL)."""
     if mode is RealKvHashMode.NONE:
         return 0
-    if num_bytes_per_token <= 0 or num_bytes_per_token % REAL_KV_CHUNK_BYTES:
-        raise ValueError(f"kv-canary: num_bytes_per_token must be a positive multiple of 16, got {num_bytes_per_token}")
+    _check_row_bytes(num_bytes_per_token=num_bytes_per_token)  # RealKvSource's rule, its code (KVC-R)
     return REAL_KV_CHUNK_BYTES if mode is RealKvHashMode.PARTIAL else num_bytes_per_token
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 # The module, not its names: the contract imports VerifyBudget from this package, so whichever of the two is
 # imported first, the other is complete when a CanaryConfig is built.
 from kvcanary.constructors import config as config_contract
+from kvcanary.constructors.server_strings import check_from_strings
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
@@ -77,15 +78,8 @@ class CanaryConfig:
 
     @classmethod
     def from_strings(cls, *, mode: str = "log", real_data: str = "none", **kwargs: object) -> CanaryConfig:
-        """Build from server-style strings (``--kv-canary``, ``--kv-canary-real-data``), case-insensitive."""
-        mode_raw = mode.strip().lower()
-        try:
-            canary_mode = CanaryMode(mode_raw)
-        except ValueError:
-            raise ValueError(f"kv-canary: kv_canary must be one of none/log/raise, got {mode!r}") from None
-        try:
-            rkv = RealKvHashMode[real_data.strip().upper()]
-        except KeyError:
-            raise ValueError(
-                f"kv-canary: kv_canary_real_data must be one of none/partial/all, got {real_data!r}") from None
-        return cls(mode=canary_mode, real_kv_mode=rkv, **kwargs)  # type: ignore[arg-type]
+        """Build from server-style strings (``--kv-canary``, ``--kv-canary-real-data``), case-insensitive; an
+        unknown value gets SGLang's own ``ValueError`` text, with its code."""
+        check_from_strings(mode=mode, real_data=real_data)  # the rules: kvcanary/constructors/server_strings.py
+        return cls(mode=CanaryMode(mode.strip().lower()), real_kv_mode=RealKvHashMode[real_data.strip().upper()],
+                   **kwargs)  # type: ignore[arg-type]

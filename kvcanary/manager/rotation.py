@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors import config as config_contract
 from kvcanary.consts import CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.extensions import Extensions
@@ -51,10 +52,12 @@ class LayerRotation:
 
     def __init__(self, *, layers: tuple[torch.Tensor, ...], per_step: int, mode: RealKvHashMode,
                  tag: CanaryLaunchTag, state: CanaryDeviceState, name: str) -> None:
-        if not 1 <= per_step <= 4:
-            raise ValueError(f"kv-canary: layer_rotation must fold 1 to 4 layer buffers per forward, got {per_step}")
-        if mode is RealKvHashMode.NONE:
-            raise ValueError("kv-canary: layer_rotation needs real_kv_mode PARTIAL or ALL (it fingerprints KV bytes)")
+        # CanaryConfig's own rules (KVC-C codes): at most MAX_REAL_KV_SOURCES buffers per forward, and a
+        # real-KV mode to fingerprint them with
+        rules = config_contract.CanaryConfigContract
+        rules.rule_checker("layer_rotation_at_most_sources")(layer_rotation=per_step)
+        rules.rule_checker("layer_rotation_needs_real_kv")(layer_rotation=per_step, real_kv_mode=mode)
+        assert per_step >= 1, "a rotation folds at least one buffer per forward (0 builds none)"
         sources: list[RealKvSource] = []
         for i, buf in enumerate(layers):
             sources += make_row_source(buf, mode, name=f"{name} layers[{i}]")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.sweep_entries import check_sweep_entries
 from kvcanary.consts import INVALID_SLOT, PoolKind
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager.buffers import CanaryBufferGroup
@@ -39,17 +40,16 @@ class SweepEntries:
 
         return cls(t(slots), t(positions), t(prev_slots))
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def __len__(self) -> int:
         return int(self.slots.shape[0])
 
     def validate(self) -> None:
-        """Three 1-D int64 tensors of one length."""
-        n = len(self)
-        for name in ("slots", "positions", "prev_slots"):
-            x = getattr(self, name)
-            if x.dtype != torch.int64 or x.ndim != 1 or x.shape[0] != n:
-                raise ValueError(f"kv-canary: SweepEntries.{name} must be 1-D int64 of length {n}, "
-                                 f"got {x.dtype} {tuple(x.shape)}")
+        """Three 1-D int64 tensors of one length (the rules: kvcanary/constructors/sweep_entries.py; they run at
+        construction too)."""
+        check_sweep_entries(slots=self.slots, positions=self.positions, prev_slots=self.prev_slots)
 
 
 SweepSource = Callable[[], SweepEntries]

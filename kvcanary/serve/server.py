@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.monitor.monitor import Monitor
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 HEALTH_ROUTE = "/kvcanary/health"
 METRICS_ROUTE = "/metrics"
-POLICIES = ("log", "raise", "isolate")
 _LOGGERS = ("uvicorn.access", "uvicorn.error", "transformers")
 
 
@@ -94,8 +94,7 @@ class CanaryServer:
                  backend: str | None = None, on_violation: str = "log", sweep_interval: int = 4,
                  registry: CollectorRegistry | None = None, cb: Any = None, quiet: bool = True) -> None:
         require_serving()
-        if on_violation not in POLICIES:
-            raise ValueError(f"kv-canary: on_violation must be one of {', '.join(POLICIES)}, got {on_violation!r}")
+        on_violation = ViolationPolicy.parse(on_violation).value  # its rule and code: KVC-F
         path = Path(model_dir)
         if not (path / "config.json").is_file():
             raise ValueError(f"kv-canary: model_dir must be a model directory with a config.json, got {str(path)!r}")

@@ -67,7 +67,7 @@ class RepeatToy(Contract):
     k: Annotated[int, ScalarArg(int)] = Field(description="an int")
 
 
-check = RepeatToy.checker()
+check = RepeatToy.repeat_checker()
 whole: Callable[..., Any] = check.__globals__["_check"]
 
 

@@ -189,11 +189,11 @@ def test_batch_errors_name_the_argument() -> None:
     with pytest.raises(ValueError, match=r"expected_tokens is required when enable_verify_token=True"):
         w.manager.prepare(CanaryBatch(req_pool_indices=t64([1]), prefix_lens=t64([0]), extend_lens=t64([1]),
                                       input_ids=t64([5]), positions=t64([0]), out_cache_loc=t64([1])))
-    bad = CanaryBatch(req_pool_indices=t64([1]), prefix_lens=t64([0]), extend_lens=t64([1]), input_ids=t64([5]),
-                      positions=t64([0]), out_cache_loc=t64([1]),
-                      expected_tokens=ExpectedTokens(flat=t64([1, 2]), lens=t64([3])))
     with pytest.raises(RuntimeError, match=r"cumsum\(req_all_ids_lens\)=3 != req_all_ids_flat.numel\(\)=2"):
-        w.manager.prepare(bad)
+        ExpectedTokens(flat=t64([1, 2]), lens=t64([3]))  # refused when built, before any forward
+    with pytest.raises(RuntimeError, match=r"req_all_ids_lens length 2 != batch_size 1; ForwardBatch snapshot diverged"):
+        CanaryBatch(req_pool_indices=t64([1]), prefix_lens=t64([0]), extend_lens=t64([1]), input_ids=t64([5]),
+                    positions=t64([0]), out_cache_loc=t64([1]), expected_tokens=ExpectedTokens.from_lists([[1], [2]]))
     with pytest.raises(ValueError, match=r"forward_index must be in \[0, 1\)"):
         w.manager.prepare(_batch(), forward_index=1)
 

@@ -174,9 +174,9 @@ def test_negative_expected_token_lengths_are_refused() -> None:
 
     w = make_world()
     t = torch.tensor
-    bad = CanaryBatch(req_pool_indices=t([1, 2]), prefix_lens=t([8, 8]), extend_lens=t([0, 0]),
-                      input_ids=t([], dtype=torch.int64), positions=t([], dtype=torch.int64),
-                      out_cache_loc=t([], dtype=torch.int64),
-                      expected_tokens=ExpectedTokens(flat=t(list(range(100, 112))), lens=t([-4, 16])))
     with pytest.raises(ValueError, match=r"ExpectedTokens.lens must be >= 0"):
-        w.manager.prepare(bad)
+        w.manager.prepare(CanaryBatch(
+            req_pool_indices=t([1, 2]), prefix_lens=t([8, 8]), extend_lens=t([0, 0]),
+            input_ids=t([], dtype=torch.int64), positions=t([], dtype=torch.int64),
+            out_cache_loc=t([], dtype=torch.int64),
+            expected_tokens=ExpectedTokens(flat=t(list(range(100, 112))), lens=t([-4, 16]))))

@@ -9,6 +9,7 @@ the corrected call), related errors and where the rule is declared. :func:`catal
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import inspect
 import types
@@ -23,7 +24,7 @@ import kvcanary
 from kvcanary import codes
 from kvcanary.errors import FAMILY
 from kvcanary.operation import operations
-from kvcanary.valid_calls import EXAMPLES
+from kvcanary.valid_calls import ELSEWHERE, EXAMPLES
 from kvcanary_contracts import Check, Contract, ContractTypeError
 from kvcanary_contracts.checks import PHASE_NAMES
 from kvcanary_contracts.compiler import Node
@@ -92,6 +93,7 @@ def namespace(*, validate_only: bool = False) -> dict[str, Any]:
     """
     ns: dict[str, Any] = {name: getattr(kvcanary, name) for name in kvcanary.__all__}
     ns.update({op.contract.contract.name: op.launcher for op in operations()})
+    ns.update({name: getattr(importlib.import_module(module), name) for name, module in ELSEWHERE.items()})
     ns.update(torch=torch, SimpleNamespace=types.SimpleNamespace, unchecked=unchecked)
     if validate_only:
         for c in codes.contracts():
@@ -114,6 +116,7 @@ def example_imports(*sources: str) -> str:
     public = sorted(n for n in names if n in kvcanary.__all__)
     elsewhere = {op.contract.contract.name: op.launcher.__module__ for op in operations()
                  if op.contract.contract.name in names and op.contract.contract.name not in kvcanary.__all__}
+    elsewhere.update({name: module for name, module in ELSEWHERE.items() if name in names})
     lines = ["import torch"] if "torch" in names else []
     if "SimpleNamespace" in names:
         lines.insert(0, "from types import SimpleNamespace")
