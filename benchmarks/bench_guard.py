@@ -3,8 +3,8 @@
 Cases:
 
 - ``manager_step``: one decode step of the canary (plan, HEAD and TAIL verify + write, ``end_step``) over a
-  paged pool whose records are all live, under ``log`` and under ``isolate`` with an adapter and a sink
-  attached. The policy only acts on rows read back, so the floor is the log policy's step (the faster of
+  paged pool whose records are all live, under ``log`` and under ``isolate`` (with an adapter), each with
+  the same do-nothing sink attached. The policy only acts on rows read back, so the floor is the log policy's step (the faster of
   the two log variants); the ratio is the overhead.
 - ``engine_step``: kvcanary's demo engine, decode steps under ``log`` and under ``isolate``; the isolate
   engine also feeds the slot journal (the slots each request row reads, the radix tree's changes), which is
@@ -107,12 +107,11 @@ def manager_worlds(*, bs: int, ctx: int, device: torch.device, backend: str | No
     for policy in VARIANTS:
         w = CanaryWorld(bs=bs, ctx=ctx, kv_heads=8, head_dim=128, device=device, mode=RealKvHashMode.PARTIAL,
                         backend=backend, chunk=min(ctx, 512))
+        m, quiet = w.manager, _Quiet()
+        m.add_sink(quiet)  # every variant hears the steps alike: the sink is not the policy
         if policy == "isolate":
-            m = w.manager
             m.config = dataclasses.replace(m.config, on_violation=ViolationPolicy.ISOLATE)
-            quiet = _Quiet()
             m.set_adapter(quiet)
-            m.add_sink(quiet)
         worlds[policy] = w
     return worlds
 
