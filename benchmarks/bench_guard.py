@@ -4,8 +4,8 @@ Cases:
 
 - ``manager_step``: one decode step of the canary (plan, HEAD and TAIL verify + write, ``end_step``) over a
   paged pool whose records are all live, under ``log`` and under ``isolate`` (with an adapter), each with
-  the same do-nothing sink attached. The policy only acts on rows read back, so the floor is the log policy's step (the faster of
-  the two log variants); the ratio is the overhead.
+  the same do-nothing sink attached. The policy only acts on rows read back, so the floor is the log
+  policy's step (the faster of the two log variants); the ratio is the overhead.
 - ``engine_step``: kvcanary's demo engine, decode steps under ``log`` and under ``isolate``; the isolate
   engine also feeds the slot journal (the slots each request row reads, the radix tree's changes), which is
   host work the engine's adapter does. Floor: the log policy's step.
