@@ -89,7 +89,7 @@ def _forward(*, snapshot: bool = False, oracle: bool = False) -> Call:
 
 
 def _forward_on_device() -> Call:
-    return {"self": CanaryBatch(**_forward()), "device": torch.device("cpu")}  # type: ignore[arg-type]
+    return {"self": CanaryBatch(**_forward()), "device": torch.device("cpu")}
 
 
 _CPU = {"device": "cpu"}
