@@ -28,6 +28,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.batch_device",
     "kvcanary.constructors.sweep_entries",
     "kvcanary.constructors.evidence",
+    "kvcanary.constructors.journal",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

@@ -94,7 +94,8 @@ def _forward_on_device() -> Call:
 
 _CPU = {"device": "cpu"}
 
-ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence"}
+ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
+                                "SlotJournal": "kvcanary.guard"}
 """Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
@@ -142,6 +143,8 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "RequestView": ExampleSet("RequestView", (Variant("a 3-token request", lambda: {
         "request_id": "req-7", "tokens": (11, 12, 13), "positions": (0, 1, 2), "slots": (40, 41, 42),
         "block_size": 16, "live": True}),)),
+    "SlotJournal": ExampleSet("SlotJournal", (Variant("pages of 16 slots", lambda: {
+        "block_size": 16, "per_block": 64, "max_blocks": 1 << 16, "max_finished": 1 << 14}),)),
 }
 """Contract name -> its valid calls, for the contracts that are not operations."""
 

@@ -80,8 +80,10 @@ class SlotJournal:
 
     def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 16,
                  max_finished: int = 1 << 14) -> None:
-        if block_size <= 0:
-            raise ValueError(f"kv-canary: SlotJournal.block_size must be positive, got {block_size!r}")
+        from kvcanary.constructors.journal import check_slot_journal  # the rules, with their codes (KVC-X)
+
+        check_slot_journal(block_size=block_size, per_block=per_block, max_blocks=max_blocks,
+                           max_finished=max_finished)
         self.block_size = block_size
         self.per_block = per_block
         self.max_blocks = max_blocks

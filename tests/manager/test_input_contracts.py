@@ -185,3 +185,18 @@ def test_a_value_rule_fires_on_a_call_shaped_like_one_that_passed() -> None:
         ExpectedTokens(flat=t64([1, 2, 3]), lens=t64([-1, 4]))
     with pytest.raises(RuntimeError, match=r"cumsum\(req_all_ids_lens\)=4 != req_all_ids_flat.numel\(\)=3"):
         ExpectedTokens(flat=t64([1, 2, 3]), lens=t64([2, 2]))
+
+
+def test_the_slot_journal_validates_through_its_contract() -> None:
+    """Each bound of the journal is one rule with its code (KVC-X); a bool is no count."""
+    from kvcanary.guard import SlotJournal
+
+    assert SlotJournal(block_size=16).block_size == 16
+    with pytest.raises(ValueError, match=r"SlotJournal.block_size must be a positive int, got 0") as info:
+        SlotJournal(block_size=0)
+    codes = {_refused(info, "X").code}
+    for bad in ({"per_block": 0}, {"max_blocks": -1}, {"max_finished": True}):
+        with pytest.raises(ValueError, match=rf"SlotJournal.{next(iter(bad))} must be a positive int") as info:
+            SlotJournal(block_size=4, **bad)
+        codes.add(_refused(info, "X").code)
+    assert len(codes) == 4  # one rule (and code) per setting
