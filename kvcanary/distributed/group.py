@@ -30,11 +30,20 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
+BACKENDS = ("gloo", "nccl")
+"""The process-group backends kvcanary's transfers and digests run over."""
+
+
+def check_backend(backend: str) -> None:
+    """Refuse a backend that is not one of :data:`BACKENDS`, naming the argument (the one copy of the rule)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"kv-canary: backend must be 'gloo' or 'nccl', got {backend!r}")
+
+
 def init_loopback_group(rank: int, world_size: int, port: int, *, backend: str = "gloo",
                         timeout_s: float = 60.0) -> None:
     """``init_process_group`` over ``tcp://127.0.0.1:port``; gloo is pinned to the loopback interface."""
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"kv-canary: backend must be 'gloo' or 'nccl', got {backend!r}")
+    check_backend(backend)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(backend, init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout_s))

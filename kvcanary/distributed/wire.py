@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from kvcanary.distributed.group import check_backend
 from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
 from kvcanary.distributed.slots import Entries, entries, slot_index
 from kvcanary.distributed.verify import TransferVerifier, check_start
@@ -102,8 +103,7 @@ class Wire:
     device the KV lives on; gloo with CUDA tensors stages through the host."""
 
     def __init__(self, *, backend: str, device: torch.device, group: dist.ProcessGroup | None = None) -> None:
-        if backend not in ("gloo", "nccl"):
-            raise ValueError(f"kv-canary: backend must be 'gloo' or 'nccl', got {backend!r}")
+        check_backend(backend)
         self.backend = backend
         self.device = torch.device(device)
         self.group = group
