@@ -91,7 +91,9 @@ print({{p: n for p, n in seen.items() if len(n) > 1}})
 def test_no_module_is_loaded_under_two_names() -> None:
     """From the repository root (where ``contracts/`` and ``backends/`` are folders on ``sys.path``), every
     module of the three packages is loaded once, under the name its path says."""
-    out = subprocess.run([sys.executable, "-c", _ONCE.format(root=str(ROOT))], capture_output=True, text=True, cwd=ROOT, check=True,
+    # the root with its separator: a sibling folder whose name merely starts alike (a venv beside the checkout)
+    # is not the repository
+    out = subprocess.run([sys.executable, "-c", _ONCE.format(root=str(ROOT) + os.sep)], capture_output=True, text=True, cwd=ROOT, check=True,
                          timeout=300).stdout.strip()
     assert out == "{}", out
 
