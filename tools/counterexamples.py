@@ -216,7 +216,7 @@ class _Engine:
         self.contract = contract
         self.examples = examples
         self.compiled: Compiled = contract.compiled()
-        self.checker = self.compiled.whole or self.compiled.checker  # every check, every call
+        self.checker = self.compiled.whole  # every check, every call
         self.constants = dict(contract.contract.constants)
         self.fields = list(contract.model_fields)
         self.by_path = {n.path: n for n in self.compiled.nodes}

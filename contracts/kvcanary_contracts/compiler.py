@@ -90,9 +90,9 @@ class Compiled:
     source: str
     nodes: list[Node]
     symbols: dict[str, str]  # symbol -> "label.shape[i]" of its binder
-    whole: Checker | None = None
+    whole: Checker
     """The checker that runs every check on every call (``checker`` may skip the metadata checks of a call
-    like one that passed: see :meth:`ContractCompiler.assemble_fast`); None: ``checker`` is that one."""
+    like one that passed: see :meth:`ContractCompiler.assemble_fast`; without that path it is ``checker``)."""
 
 
 def _type_name(t: type | tuple[type, ...] | None) -> str:

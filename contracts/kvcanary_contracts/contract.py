@@ -145,8 +145,7 @@ class Contract(BaseModel):
         """The generated function: ``checker(**launch_kwargs) -> device``; raises ContractError. It runs every
         check on every call: a rule may read a host tensor's values (a configuration's lengths, say), which the
         repeat-call path does not look at."""
-        c = cls.compiled()
-        return c.whole or c.checker
+        return cls.compiled().whole
 
     @classmethod
     def repeat_checker(cls) -> Checker:

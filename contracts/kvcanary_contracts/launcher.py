@@ -109,7 +109,7 @@ def build_launcher(
         # under torch.compile's frame evaluator (a frame it gave up on), the whole checker: the repeat-call path
         # uses a guard object the compiler cannot trace
         "_check": compiled.checker,
-        "_check_all": compiled.whole or compiled.checker,
+        "_check_all": compiled.whole,
         "_new": object.__new__,
         "_set": object.__setattr__,
         "_cls": contract,
