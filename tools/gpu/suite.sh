@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Every benchmark of issue 36's "nothing slower" list, run in the tree given as $1 (default: this one),
-# records into $OUT/<name>.json and logs into $OUT/<name>.log, each bounded in time; prints each one's
-# wall time and exit status. Used for the before tree (an archive of the commit before round 4) and after.
+# Issue 36's "nothing slower" list run before and after on one machine: for each benchmark named in $BENCHES
+# (default: all eight), the before tree (.gpucache/before.tgz, a git archive of the commit before round 4,
+# unpacked into /tmp/before with its own entry points) and then this tree, back to back, each bounded in time.
+# Records go to $OUT/{before,after}/<name>.json, logs beside them; prints each run's wall time and status.
 set -u
-TREE=${1:-$PWD}
-mkdir -p "$OUT"
-cd "$TREE" || exit 1
-run() {  # run NAME SECONDS ARGS...
-    local name=$1 secs=$2
-    shift 2
+AFTER=$PWD
+mkdir -p "$OUT/before" "$OUT/after" /tmp/before
+if [ ! -f /tmp/before/pyproject.toml ]; then
+    tar -xzf .gpucache/before.tgz -C /tmp/before || exit 1
+    (cd /tmp/before && PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation \
+        --no-compile --target /tmp/kvc-before . >/dev/null 2>&1) || echo "warning: before tree's entry points"
+fi
+declare -A SECS=([host_launch]=60 [bench_cuda]=120 [bench_backends]=120 [bench_decode_write]=90
+    [bench_triton]=180 [bench_engine]=120 [bench_transformers]=150 [bench_compile]=150)
+declare -A ARGS=([bench_cuda]="--quick" [bench_backends]="--quick" [bench_triton]="--quick"
+    [bench_transformers]="--device cuda --rounds 2")
+one() {  # one LABEL TREE PYTHONPATH NAME
     local t0=$SECONDS
-    timeout "$secs" python3 "benchmarks/$name.py" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1
-    echo "$name: rc=$? in $((SECONDS - t0)) s"
+    # shellcheck disable=SC2086
+    (cd "$2" && PYTHONPATH=$3 timeout "${SECS[$4]}" python3 "benchmarks/$4.py" --out "$OUT/$1/$4.json" ${ARGS[$4]:-} \
+        >"$OUT/$1/$4.log" 2>&1)
+    echo "$4 $1: rc=$? in $((SECONDS - t0)) s"
 }
-run host_launch 60
-run bench_cuda 120 --quick
-run bench_backends 120 --quick
-run bench_decode_write 90
-run bench_triton 180 --quick
-run bench_engine 120
-run bench_transformers 150 --device cuda --rounds 2
-run bench_compile 150
+for name in ${BENCHES:-host_launch bench_cuda bench_backends bench_decode_write bench_triton bench_engine bench_transformers bench_compile}; do
+    one before /tmp/before "/tmp/site:/tmp/before:/tmp/kvc-before" "$name"
+    one after "$AFTER" "$PYTHONPATH" "$name"
+done
