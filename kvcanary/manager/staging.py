@@ -124,15 +124,24 @@ class StepStaging:
             raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
                              f"rows and {tokens} tokens within the capacities ({self.rpi.numel()} rows, "
                              f"{self.ids.numel()} tokens)")
-        zr = self._pad(rows - bs)[0]
+        # a full bucket (bs == rows, n == tokens) copies no empty padding parts
+        if rows > bs:
+            zr = self._pad(rows - bs)[0]
+            parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr]
+        else:
+            parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens]
+        pad_tokens = tokens > n
         zt, mt = self._pad(tokens - n)
-        parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr,
-                 batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, mt]
+        if pad_tokens:
+            parts += [batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, mt]
+        else:
+            parts += [batch.input_ids, batch.positions, batch.out_cache_loc]
         if self.exp_tok is not None:
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
             assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
-            parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt]
+            parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt] if pad_tokens else \
+                [batch.expected_input_tokens, batch.expected_input_positions]
         views, packed = self._bucket(rows, tokens)
         torch.cat(parts, out=packed)
         return views
