@@ -7,8 +7,13 @@ on the host as an eagerly running engine calls it, ``prepare`` + ``head`` (the "
 the device drained between forwards (outside the clock) so a full launch queue never blocks the host.
 
 Floors: head, one ``torch.cat`` of the batch's six arrays and their padding into a static buffer (the
-staging copy) plus one ``CUDAGraph.replay`` of a one-kernel graph; tail, that replay alone. ``--device cpu``
-runs the eager rows only (no CUDA graphs there), shrunk.
+staging copy) plus one ``CUDAGraph.replay`` of a one-kernel graph; tail, that replay alone. Beside the times,
+the torch operators each phase dispatches on the host per forward (counted with a ``TorchDispatchMode``; a
+graph replay dispatches none): the floor of a replayed head is the one staging copy, of a replayed tail none.
+
+``--device cpu`` (shrunk) has no CUDA graphs: it runs the eager rows and a proxy of the replayed path, the
+bucketed forward whose replays are stubbed out (a bucket's first use runs its padded launches eagerly, later
+uses launch nothing), which is the host work a GPU pays around its replays, less the replay itself.
 """
 
 from __future__ import annotations
@@ -21,13 +26,52 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.report import Report, machine
 from kvcanary.consts import PoolKind, RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 
 BENCH = "bench_manager_graphs"
+
+
+class StubbedReplays(ForwardGraphs):
+    """The CPU proxy of the manager's graphs: a bucket's first use runs its padded launches eagerly, every later
+    use of the bucket launches nothing (where a GPU replays the captured graph)."""
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self._seen: set[tuple[str, Bucket]] = set()
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        if (phase, bucket) in self._seen:
+            self.replays += 1
+            return
+        launches()
+        self.padded_eager += 1
+        self._seen.add((phase, bucket))
+
+
+class OpCount(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Torch operators dispatched while active (views and copies included; a graph replay is none)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = str(func)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
 
 
 def _sync(dev: torch.device) -> None:
@@ -35,7 +79,7 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def build(args: argparse.Namespace, graphs: bool) -> tuple[CanaryManager, CanaryBatch]:
+def build(args: argparse.Namespace, graphs: bool | str) -> tuple[CanaryManager, CanaryBatch]:
     """A manager over a fresh pool whose ``bs`` requests hold ``ctx - 1`` tokens each, and the decode batch."""
     dev = torch.device(args.device)
     bs, ctx, chunk = args.bs, args.ctx, args.chunk
@@ -46,11 +90,16 @@ def build(args: argparse.Namespace, graphs: bool) -> tuple[CanaryManager, Canary
     r2t[1:] = torch.arange(1, slots, dtype=torch.int32, device=dev).view(bs, ctx)
     caps = CanaryCapacities(verify_capacity=bs * ctx, write_req_capacity=bs, write_token_capacity=bs * chunk,
                             sweep_capacity=bs * ctx + 1)
-    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=args.backend, graphs=graphs,
-                       stats_every=10**9)
+    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=args.backend,
+                       graphs=graphs if isinstance(graphs, bool) else False, stats_every=10**9,
+                       # stubbed replays run nothing: the watchdog would rightly fail them
+                       health_warmup_steps=10**9 if graphs == "stubbed" else 100)
     mgr = CanaryManager.attach(pool=KvPoolSpec(groups=(PoolGroupSpec(kind=PoolKind.FULL, k_layer0=k, v_layer0=v),),
                                                req_to_token=r2t), capacities=caps, config=cfg)
     mgr.mark_init_finished()
+    if graphs == "stubbed":
+        for runner in mgr._forwards:
+            runner.graphs = StubbedReplays(rows_capacity=bs, tokens_capacity=bs * chunk)
     rows = torch.arange(1, bs + 1, dtype=torch.int64, device=dev)
     zeros = torch.zeros(bs, dtype=torch.int64, device=dev)
     tokens = torch.randint(1, 32000, (bs, ctx), dtype=torch.int64, device=dev)
@@ -70,12 +119,15 @@ def build(args: argparse.Namespace, graphs: bool) -> tuple[CanaryManager, Canary
     return mgr, decode
 
 
-def time_forwards(mgr: CanaryManager, batch: CanaryBatch, *, steps: int, warmup: int) -> tuple[float, float]:
+def time_forwards(mgr: CanaryManager, batch: CanaryBatch, *, steps: int,
+                  warmup: int) -> tuple[float, float, float, float]:
     """Median host seconds of prepare + head, and of tail, per decode forward (the same batch each time: the
-    records it rewrites are the same, and the host work does not depend on them)."""
+    records it rewrites are the same, and the host work does not depend on them); then those of the first
+    decode forward (with graphs, the decode bucket's first use: its launches run eagerly, then are captured)."""
     dev = mgr.device
     head: list[float] = []
     tail: list[float] = []
+    first: tuple[float, float] = (0.0, 0.0)
     for i in range(warmup + steps):
         _sync(dev)
         t0 = time.perf_counter()
@@ -85,11 +137,26 @@ def time_forwards(mgr: CanaryManager, batch: CanaryBatch, *, steps: int, warmup:
         mgr.tail()
         t2 = time.perf_counter()
         mgr.end_step()
+        if i == 0:
+            first = (t1 - t0, t2 - t1)
         if i >= warmup:
             head.append(t1 - t0)
             tail.append(t2 - t1)
     _sync(dev)
-    return statistics.median(head), statistics.median(tail)
+    return statistics.median(head), statistics.median(tail), *first
+
+
+def count_ops(mgr: CanaryManager, batch: CanaryBatch) -> tuple[OpCount, OpCount]:
+    """The operators one more decode forward dispatches in prepare + head, and in tail."""
+    head, tail = OpCount(), OpCount()
+    with head:
+        mgr.prepare(batch)
+        mgr.head(batch)
+    with tail:
+        mgr.tail()
+    mgr.end_step()
+    _sync(mgr.device)
+    return head, tail
 
 
 def floors(batch: CanaryBatch, *, steps: int) -> tuple[float, float]:
@@ -143,15 +210,27 @@ def main() -> None:
     r = Report(BENCH, machine(args.device))
     r.details.update(vars(args))
     shape = f"bs={args.bs} ctx={args.ctx} PARTIAL K+V"
-    variants = [False, True] if cuda else [False]
+    variants: list[bool | str] = [False, True] if cuda else [False, "stubbed"]
     for graphs in variants:
         mgr, batch = build(args, graphs)
-        head, tail = time_forwards(mgr, batch, steps=args.steps, warmup=10)
-        label = "graphs" if graphs else "eager"
+        head, tail, first_head, first_tail = time_forwards(mgr, batch, steps=args.steps, warmup=10)
+        ops_head, ops_tail = count_ops(mgr, batch)
+        label = {False: "eager", True: "graphs", "stubbed": "graphs, replays stubbed (CPU proxy)"}[graphs]
         fh, ft = floors(batch, steps=args.steps) if cuda else (None, None)
         r.add(f"host prepare + head per forward, {label} {shape}", head, fh, unit="us",
               note="floor: one staging copy and one graph replay")
         r.add(f"host tail per forward, {label} {shape}", tail, ft, unit="us", note="floor: one graph replay")
+        if graphs is True:
+            r.add(f"host prepare + head, the bucket's first use (eager run, then capture) {shape}", first_head,
+                  head, unit="us", note="floor: the same forward replayed")
+            r.add(f"host tail, the bucket's first use (eager run, then capture) {shape}", first_tail, tail, unit="us",
+                  note="floor: the same forward replayed")
+        replayed = graphs is not False
+        r.value(f"torch ops per forward, prepare + head, {label} {shape}", ops_head.total, 1 if replayed else None,
+                unit="ops", note="floor: the staging copy" if replayed else "")
+        r.value(f"torch ops per forward, tail, {label} {shape}", ops_tail.total, None, unit="ops",
+                note="floor: none (the replay)" if replayed else "")
+        r.details[f"{label}_ops"] = {"head": ops_head.ops, "tail": ops_tail.ops}
         g = mgr.graphs[0]
         r.details[f"{label}_graph_counts"] = None if g is None else {
             "captures": g.captures, "replays": g.replays, "padded_eager": g.padded_eager}

@@ -10,6 +10,7 @@ CUDA graph captured for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,9 @@ class ForwardRunner:
         self.graphs = graphs
         """The HEAD and TAIL graphs per bucket (None: every forward runs unpadded and eagerly)."""
         self._bucket: Bucket | None = None
+        self._bucket_runs: dict[tuple[Phase, Bucket], Callable[[], None]] = {}
+        """Per phase and bucket: its launches on the bucket's views (what a first use runs and captures; made
+        once, not per forward)."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:
@@ -110,8 +114,15 @@ class ForwardRunner:
         self.graphs_run(Phase.HEAD, bucket, v)
 
     def graphs_run(self, phase: Phase, bucket: Bucket, v: StepViews) -> None:
-        """``phase``'s launches on the padded views ``v`` of ``bucket``, through :attr:`graphs`."""
+        """``phase``'s launches on the padded views ``v`` of ``bucket`` (the bucket's own, fixed views),
+        through :attr:`graphs`."""
         assert self.graphs is not None
+        launches = self._bucket_runs.get((phase, bucket))
+        if launches is None:
+            launches = self._bucket_runs[(phase, bucket)] = self._bucket_launches(phase, bucket, v)
+        self.graphs.run(phase.value, bucket, launches)
+
+    def _bucket_launches(self, phase: Phase, bucket: Bucket, v: StepViews) -> Callable[[], None]:
         if phase is Phase.HEAD:
             def launches() -> None:
                 self.staging.translate(v)
@@ -119,7 +130,7 @@ class ForwardRunner:
         else:
             def launches() -> None:
                 self._tail(v)
-        self.graphs.run(phase.value, bucket, launches)
+        return launches
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         pool = self._state.expected_tokens_pool if self._check_token else None

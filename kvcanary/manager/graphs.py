@@ -67,6 +67,15 @@ def bucket_for(n: int, ladder: tuple[int, ...]) -> int | None:
     return None
 
 
+def _rung(n: int, capacity: int) -> int | None:
+    """``bucket_for(n, bucket_ladder(capacity))`` without walking the ladder: the power of two at or above
+    ``n``, or the capacity where that is not below it."""
+    if n <= 0 or n > capacity:
+        return None
+    b = 1 << (n - 1).bit_length()
+    return b if b < capacity else capacity
+
+
 @dataclass(frozen=True)
 class Bucket:
     """What one graph is captured for: padded rows and tokens, and the budget's stride (0: no budget)."""
@@ -120,7 +129,7 @@ class ForwardGraphs:
             return None
         if self.capture and torch.cuda.is_current_stream_capturing():
             return None  # the engine captures this forward: the launches belong in its graph
-        rows, tokens = bucket_for(batch_size, self.rows), bucket_for(num_tokens, self.tokens)
+        rows, tokens = _rung(batch_size, self.rows[-1]), _rung(num_tokens, self.tokens[-1])
         if rows is None or tokens is None:
             return None
         return Bucket(rows, tokens, stride)

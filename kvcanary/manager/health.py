@@ -36,8 +36,14 @@ class HealthChecker:
         """Count one launch of each of ``tags`` (not while the current stream is capturing a graph)."""
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return
-        for t in tags:
-            self.issued[int(t)] += 1
+        self.count(tuple(int(t) for t in tags))
+
+    def count(self, tag_ids: tuple[int, ...]) -> None:
+        """Count one launch of each tag of ``tag_ids`` (``int(tag)``); the caller has checked that no graph is
+        being captured (the per-forward path, which knows its device and its tags once)."""
+        issued = self.issued
+        for i in tag_ids:
+            issued[i] += 1
 
     def mark(self, step: int) -> None:
         """The issued counts as of the snapshot the pump starts for ``step`` (the device copy is enqueued after

@@ -131,6 +131,8 @@ class CanaryManager:
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
         self._phase_tags = {p: tuple(sorted({e.tag for e in self.endpoints if e.phase is p})) for p in Phase}
         """The tags each phase launches (what the watchdog counts as issued)."""
+        self._phase_ids = {p: tuple(int(t) for t in tags) for p, tags in self._phase_tags.items()}
+        self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
         self.step = 0
         self.init_finished = False
         self.last_snapshot: HostSnapshot | None = None
@@ -297,7 +299,7 @@ class CanaryManager:
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
         runner.head(batch)
-        self.health.launched(self._phase_tags[Phase.HEAD], self.device)
+        self._count(Phase.HEAD)
         for observe in self._head_observers:
             observe(batch)
 
@@ -309,7 +311,14 @@ class CanaryManager:
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
         self._runner(forward_index).tail()
-        self.health.launched(self._phase_tags[Phase.TAIL], self.device)
+        self._count(Phase.TAIL)
+
+    def _count(self, phase: Phase) -> None:
+        """The watchdog's host count of ``phase``'s launches, unless a graph is being captured (then they run
+        only when it is replayed)."""
+        if self._on_cuda and torch.cuda.is_current_stream_capturing():
+            return
+        self.health.count(self._phase_ids[phase])
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:

@@ -78,6 +78,11 @@ class StepStaging:
         positions, write slots, and the expected tokens and positions with the input assert)."""
         self._zeros = i64(max(r, t))
         self._minus_one = torch.full((t,), -1, dtype=torch.int64, device=device)
+        self._pads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        """Per padding length: the views of the zeros and the -1s that pad it (made once, not per forward)."""
+        self._buckets: dict[tuple[int, int], tuple[StepViews, torch.Tensor]] = {}
+        """Per bucket (rows, tokens): its views of :attr:`packed` and the part of it they cover (made once, not
+        per forward)."""
 
     def load(self, batch: CanaryBatch) -> StepViews:
         """Copy ``batch`` in (device-to-device, dtype cast included) and return views sized to it.
@@ -119,20 +124,49 @@ class StepStaging:
             raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
                              f"rows and {tokens} tokens within the capacities ({self.rpi.numel()} rows, "
                              f"{self.ids.numel()} tokens)")
-        zr, zt = self._zeros[: rows - bs], self._zeros[: tokens - n]
-        parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr,
-                 batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, self._minus_one[: tokens - n]]
+        # a full bucket (bs == rows, n == tokens) copies no empty padding parts
+        if rows > bs:
+            zr = self._pad(rows - bs)[0]
+            parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr]
+        else:
+            parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens]
+        pad_tokens = tokens > n
+        zt, mt = self._pad(tokens - n)
+        if pad_tokens:
+            parts += [batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, mt]
+        else:
+            parts += [batch.input_ids, batch.positions, batch.out_cache_loc]
         if self.exp_tok is not None:
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
             assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
-            parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt]
-        torch.cat(parts, out=self.packed[: 3 * rows + self._token_arrays * tokens])
-        return self.padded_views(rows, tokens)
+            parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt] if pad_tokens else \
+                [batch.expected_input_tokens, batch.expected_input_positions]
+        views, packed = self._bucket(rows, tokens)
+        torch.cat(parts, out=packed)
+        return views
+
+    def _pad(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` zeros and ``n`` -1s (views of fixed buffers, made on the length's first use)."""
+        pad = self._pads.get(n)
+        if pad is None:
+            pad = self._pads[n] = (self._zeros[:n], self._minus_one[:n])
+        return pad
 
     def padded_views(self, rows: int, tokens: int) -> StepViews:
         """The views of :attr:`packed` a bucket of ``rows`` and ``tokens`` reads (what :meth:`load_padded`
-        fills)."""
+        fills): the same objects at every forward of the bucket."""
+        return self._bucket(rows, tokens)[0]
+
+    def _bucket(self, rows: int, tokens: int) -> tuple[StepViews, torch.Tensor]:
+        """The bucket's views and the part of :attr:`packed` they cover (made on the bucket's first use)."""
+        b = self._buckets.get((rows, tokens))
+        if b is None:
+            b = self._buckets[(rows, tokens)] = (self._views_of(rows, tokens),
+                                                 self.packed[: 3 * rows + self._token_arrays * tokens])
+        return b
+
+    def _views_of(self, rows: int, tokens: int) -> StepViews:
         p, r, t = self.packed, rows, tokens
         at = 3 * r
 

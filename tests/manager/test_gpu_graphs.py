@@ -11,6 +11,7 @@ import logging
 import pytest
 import torch
 
+from benchmarks.bench_manager_graphs import OpCount
 from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.manager import CanaryConfig, VerifyBudget
 from kvcanary.registry import REGISTRY, BackendError, Op
@@ -115,3 +116,28 @@ def test_a_forward_the_engine_captures_goes_into_the_engine_graph() -> None:
     engine_graph.replay()
     torch.cuda.synchronize()
     assert bool((w.manager.state.kernel_run_counters > counters).any())
+
+
+def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
+    """With real graphs: once a bucket is captured, a forward of it dispatches one torch operator on the host (the
+    padded staging copy) in prepare + head, and none in tail: everything else is the two replays."""
+    _backend_or_skip("cuda")
+    w = make_world(config=_config("cuda", True, real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False),
+                   device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    a.slots += [20, 21]
+    w.forward([(a, 10, 1)])  # the decode bucket's first use: eager, then captured
+    batch = w.build([(a, 11, 1)])
+    g = w.manager.graphs[0]
+    assert g is not None
+    replays = g.replays
+    head, tail = OpCount(), OpCount()
+    with head:
+        w.manager.prepare(batch)
+        w.manager.head(batch)
+    with tail:
+        w.manager.tail()
+    torch.cuda.synchronize()
+    assert g.replays == replays + 2
+    assert head.ops == {"aten.cat.out": 1} and tail.ops == {}

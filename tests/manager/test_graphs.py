@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.bench_manager_graphs import OpCount, StubbedReplays
 from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryBatch, CanaryConfig, VerifyBudget
@@ -17,7 +18,7 @@ from kvcanary.manager.staging import StepStaging
 from kvcanary_contracts import ContractError, ContractTypeError
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly, workload
 from tests.manager.test_rotation import layered_world
-from tests.manager.world import World, make_world
+from tests.manager.world import Req, World, make_world
 
 RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
 
@@ -159,3 +160,32 @@ def test_layer_rotation_with_a_budget_is_identical_when_padded() -> None:
 def test_forwards_past_the_largest_bucket_fall_back_to_the_unpadded_launches() -> None:
     eager, padded = _pair(lambda: make_world(config=_config()), rows_capacity=2, tokens_capacity=4)
     _assert_identical(eager, padded)
+
+
+def test_around_its_replays_a_forward_dispatches_only_the_staging_copy() -> None:
+    """The host work of a replayed forward: HEAD stages the batch with one operator (the padded copy into the
+    bucket's fixed buffer), TAIL none; the bucket's views, padding and launches are made at its first use only.
+    Replays are stubbed (no CUDA graphs here): what the graph runs is not dispatched on the host anyway."""
+    w = make_world(config=_config(real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False,
+                                  health_warmup_steps=10**9))
+    caps = w.manager.capacities
+    graphs = StubbedReplays(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+    w.manager._forwards[0].graphs = graphs
+    a, b, c = Req(1, list(range(100, 130)), [1, 2, 3]), Req(2, list(range(200, 230)), [4, 5]), Req(3, [7] * 30, [6])
+    batches = [w.build([(a, 2, 1), (b, 1, 1), (c, 0, 1)]), w.build([(a, 2, 1), (b, 1, 1)], pad_rows=1),
+               w.build([(a, 2, 1)], pad_rows=2)]  # three forwards of one bucket (4 rows, 4 tokens)
+    for batch in batches:
+        w.manager.prepare(batch)
+        w.manager.head(batch)
+        w.manager.tail()
+    assert graphs.padded_eager == 2 and graphs.replays == 4
+    for batch in batches:
+        head, tail = OpCount(), OpCount()
+        with head:
+            w.manager.prepare(batch)
+            w.manager.head(batch)
+        with tail:
+            w.manager.tail()
+        assert head.ops == {"aten.cat.out": 1} and tail.ops == {}
+    views = w.manager._forwards[0].staging.padded_views(4, 4)
+    assert views is w.manager._forwards[0].staging.padded_views(4, 4)
