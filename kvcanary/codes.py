@@ -20,6 +20,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.allocation",
     "kvcanary.constructors.config",
     "kvcanary.constructors.server_strings",
+    "kvcanary.constructors.attach",
     "kvcanary.constructors.budget",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",
@@ -29,6 +30,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.sweep_entries",
     "kvcanary.constructors.evidence",
     "kvcanary.constructors.journal",
+    "kvcanary.constructors.manager",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 
