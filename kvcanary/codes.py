@@ -31,6 +31,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.evidence",
     "kvcanary.constructors.journal",
     "kvcanary.constructors.manager",
+    "kvcanary.constructors.transfer",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

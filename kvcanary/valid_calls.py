@@ -117,7 +117,9 @@ def _forward_on_device() -> Call:
 _CPU = {"device": "cpu"}
 
 ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
-                                "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers"}
+                                "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers",
+                                "Wire": "kvcanary.distributed", "TransferStart": "kvcanary.distributed.verify",
+                                "entries": "kvcanary.distributed.slots"}
 """Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
@@ -164,6 +166,16 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "CanaryCapacities.check_batch": ExampleSet("CanaryCapacities.check_batch", (
         Variant("3 requests", lambda: _fits(snapshot=False)),
         Variant("VERIFY_TOKEN snapshot", lambda: _fits(snapshot=True), "with one expected token per row"),
+    )),
+    "Wire": ExampleSet("Wire", (
+        Variant("gloo on the CPU", lambda: {"backend": "gloo", "device": torch.device("cpu")}),)),
+    "TransferStart": ExampleSet("TransferStart", (
+        Variant("a whole request", lambda: {"first_position": 0, "prev_slot": -1}, "a run from position 0"),)),
+    "entries": ExampleSet("entries", (
+        Variant("3 slots", lambda: {"values": [5, 6, 7], "name": "slots", "device": torch.device("cpu"),
+                                    "num_slots": NUM_SLOTS}, "a host list of the receiver's slots"),
+        Variant("3 slots as a tensor", lambda: {"values": torch.tensor([5, 6, 7]), "name": "slots",
+                                                "device": torch.device("cpu"), "num_slots": NUM_SLOTS}),
     )),
     "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),
     "SweepEntries": ExampleSet("SweepEntries", (Variant("4 cached slots", lambda: {
