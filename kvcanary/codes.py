@@ -22,6 +22,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.server_strings",
     "kvcanary.constructors.attach",
     "kvcanary.constructors.budget",
+    "kvcanary.constructors.budget_methods",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",
     "kvcanary.constructors.expected_tokens",

@@ -133,6 +133,9 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "CanaryConfig": ExampleSet("CanaryConfig", (Variant("every setting", _config),)),
     "VerifyBudget": ExampleSet(
         "VerifyBudget", (Variant("64 entries", lambda: {"max_entries": 64, "newest_per_request": 2}),)),
+    "VerifyBudget.period": ExampleSet("VerifyBudget.period", (Variant("4 requests of a 16-token window", lambda: {
+        "self": VerifyBudget(max_entries=64, newest_per_request=2), "batch_size": 4, "max_verify_len": 30,
+        "slide": 1}),)),
     "CanaryCapacities": ExampleSet("CanaryCapacities", (Variant("a 64-slot pool", lambda: {
         "verify_capacity": 3 * NUM_SLOTS, "write_req_capacity": MAX_REQS, "write_token_capacity": 64,
         "sweep_capacity": NUM_SLOTS, "expected_token_capacity": MAX_REQS * MAX_CONTEXT}),)),

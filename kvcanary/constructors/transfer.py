@@ -168,7 +168,7 @@ class EntriesContract(Contract):
     )
 
     values: Annotated[object, ScalarArg(Run, label="values", errors=_TYPE, messages={
-        "type": "{name} must be a sequence of integers or a 1-D integer tensor, got {type}"})] = Field(
+        "type": "slots or tokens must be a sequence of integers or a 1-D integer tensor, got {type}"})] = Field(
         description="The run: a host sequence of integers, or a 1-D integer tensor on any device.")
     name: Annotated[str, ScalarArg(str, label="name", errors=_TYPE)] = Field(
         description="The argument's name, for the messages (slots, tokens).")

@@ -155,3 +155,32 @@ def test_prepare_refuses_exactly_what_the_contract_refuses() -> None:
                 with pytest.raises(ContractError) as info:
                     w.manager.prepare(batch)
                 assert info.value.code == expected.code and str(info.value) == str(expected)
+
+
+# -- VerifyBudget.period, and stride's batch rule ----------------------------------------------------------------
+def test_the_budget_arithmetic_refuses_with_its_codes() -> None:
+    from kvcanary.manager import VerifyBudget
+
+    b = VerifyBudget(max_entries=8, newest_per_request=2)
+    assert b.period(batch_size=2, max_verify_len=10, slide=1) == 9  # stride 2 less 1 dropped: 8 older, 1 a step
+    cases: list[tuple[dict[str, int], str, str]] = [
+        ({"batch_size": 0}, "batch_size_positive", "kv-canary: batch_size must be positive, got 0"),
+        ({"max_verify_len": -1}, "max_verify_len_non_negative", "kv-canary: max_verify_len must be non-negative, "
+                                                                "got -1"),
+        ({"slide": -1}, "slide_non_negative", "kv-canary: slide must be non-negative, got -1"),
+        ({"slide": 2}, "stride_keeps_up", "kv-canary: a stride of 2 cannot keep up with windows sliding 2 entries "
+                                          "per step; raise max_entries"),
+    ]
+    codes = set()
+    for change, slug, text in cases:
+        with pytest.raises(ValueError) as info:
+            b.period(**{"batch_size": 2, "max_verify_len": 10, "slide": 0, **change})
+        err = info.value
+        assert isinstance(err, ContractError) and err.check.slug == slug and _first_line(err) == text
+        assert re.fullmatch(r"KVC-C\d{3}", err.code) and f"[{err.code}]" in str(err).splitlines()[1]
+        codes.add(err.code)
+    assert len(codes) == len(cases)
+    with pytest.raises(ValueError, match=r"^kv-canary: batch_size must be positive, got -3") as info:
+        b.stride(-3)  # the same rule, with the same code
+    assert isinstance(info.value, ContractError) and info.value.check.slug == "batch_size_positive"
+    assert b.stride(1) == 6 and b.stride(100) == 1
