@@ -32,6 +32,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.evidence",
     "kvcanary.constructors.journal",
     "kvcanary.constructors.manager",
+    "kvcanary.constructors.row_source",
     "kvcanary.constructors.transfer",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""

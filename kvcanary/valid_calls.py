@@ -119,7 +119,7 @@ _CPU = {"device": "cpu"}
 ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
                                 "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers",
                                 "Wire": "kvcanary.distributed", "TransferStart": "kvcanary.distributed.verify",
-                                "entries": "kvcanary.distributed.slots"}
+                                "entries": "kvcanary.distributed.slots", "make_row_source": "kvcanary.manager"}
 """Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
@@ -165,6 +165,8 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
         Variant("VERIFY_TOKEN snapshot", lambda: _forward(snapshot=True), "with each row's expected tokens"),
         Variant("write-time input assert", lambda: _forward(oracle=True), "with the oracle's tokens and positions"),
     )),
+    "make_row_source": ExampleSet("make_row_source", (Variant("layer 0's K buffer", lambda: {
+        "layer_buffer": _kv(), "mode": RealKvHashMode.PARTIAL, "name": "FULL k_layer0"}),)),
     "CanaryManager": ExampleSet("CanaryManager", (Variant("a FULL pool on the CPU", _manager),)),
     "CanaryCapacities.check_batch": ExampleSet("CanaryCapacities.check_batch", (
         Variant("3 requests", lambda: _fits(snapshot=False)),

@@ -184,3 +184,23 @@ def test_the_budget_arithmetic_refuses_with_its_codes() -> None:
         b.stride(-3)  # the same rule, with the same code
     assert isinstance(info.value, ContractError) and info.value.check.slug == "batch_size_positive"
     assert b.stride(1) == 6 and b.stride(100) == 1
+
+
+# -- make_row_source: the real-KV source over a layer buffer --------------------------------------------------------
+def test_a_strided_pool_buffer_is_refused_at_attach_with_its_code() -> None:
+    from kvcanary.manager import make_row_source
+
+    assert len(make_row_source(torch.zeros(16, 2, 8), RealKvHashMode.PARTIAL, name="FULL k_layer0")) == 1
+    assert make_row_source(torch.zeros(16, 2, 8), RealKvHashMode.NONE, name="FULL k_layer0") == ()
+    strided = torch.zeros(16, 8, 2).transpose(1, 2)
+    group = PoolGroupSpec(kind=PoolKind.FULL, k_layer0=strided, v_layer0=torch.zeros(16, 2, 8))
+    pool = KvPoolSpec(groups=(group,), req_to_token=torch.zeros(4, 8, dtype=torch.int32))
+    with pytest.raises(ValueError) as info:
+        CanaryManager(pool=pool, capacities=_CAPS, config=_CONFIG)
+    err = _refused(info, "layer_buffer_contiguous")
+    assert err.contract == "make_row_source"
+    assert _first_line(err) == ("kv-canary: FULL k_layer0 must be contiguous (the fingerprint reads the live buffer "
+                                "through a view)")
+    with pytest.raises(TypeError, match=r"^kv-canary: mode must be a RealKvHashMode, got str") as again:
+        make_row_source(torch.zeros(16, 2, 8), "partial", name="FULL k_layer0")  # type: ignore[arg-type]
+    assert isinstance(_refused(again, "mode:type"), ContractTypeError)
