@@ -78,10 +78,10 @@ def test_good_chain_starts_pass() -> None:
 
 # -- runs of slots and tokens ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("values", "name", "num_slots", "slug", "text"), [
-    ("12", "slots", 8, "values:type", "kv-canary: values must be a sequence of integers or a 1-D integer tensor, "
-                                      "got str"),
-    ({1, 2}, "tokens", None, "values:type", "kv-canary: values must be a sequence of integers or a 1-D integer "
-                                            "tensor, got set"),
+    ("12", "slots", 8, "values:type", "kv-canary: slots or tokens must be a sequence of integers or a 1-D "
+                                      "integer tensor, got str"),
+    ({1, 2}, "tokens", None, "values:type", "kv-canary: slots or tokens must be a sequence of integers or a 1-D "
+                                            "integer tensor, got set"),
     (torch.tensor([[1, 2]]), "slots", None, "tensor_is_1d_integer",
      "kv-canary: slots must be a 1-D integer tensor, got torch.int64 of shape (1, 2)"),
     (torch.tensor([True]), "tokens", None, "tensor_is_1d_integer",
