@@ -20,7 +20,9 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.allocation",
     "kvcanary.constructors.config",
     "kvcanary.constructors.server_strings",
+    "kvcanary.constructors.attach",
     "kvcanary.constructors.budget",
+    "kvcanary.constructors.budget_methods",
     "kvcanary.constructors.capacities",
     "kvcanary.constructors.pool",
     "kvcanary.constructors.expected_tokens",
@@ -29,6 +31,9 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.sweep_entries",
     "kvcanary.constructors.evidence",
     "kvcanary.constructors.journal",
+    "kvcanary.constructors.manager",
+    "kvcanary.constructors.row_source",
+    "kvcanary.constructors.transfer",
 )
 """The modules of contracts that are not operations (constructors' arguments); listed first in the catalog."""
 

@@ -19,7 +19,9 @@ from kvcanary.extensions import Extensions
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.batch import CanaryBatch, ExpectedTokens
 from kvcanary.manager.budget import VerifyBudget
-from kvcanary.manager.pool import PoolGroupSpec
+from kvcanary.manager.capacities import CanaryCapacities
+from kvcanary.manager.config import CanaryConfig
+from kvcanary.manager.pool import KvPoolSpec, PoolGroupSpec
 from kvcanary.operation import BUILTIN_PACKAGE, operations
 from kvcanary.ops._calls import (
     BS,
@@ -88,6 +90,26 @@ def _forward(*, snapshot: bool = False, oracle: bool = False) -> Call:
     return call
 
 
+def _capacities() -> CanaryCapacities:
+    """A 64-slot pool's capacities, the snapshot sized for 3 requests of the full context."""
+    return CanaryCapacities(verify_capacity=3 * NUM_SLOTS, write_req_capacity=MAX_REQS, write_token_capacity=64,
+                            sweep_capacity=NUM_SLOTS, expected_token_capacity=MAX_REQS * MAX_CONTEXT)
+
+
+def _manager() -> Call:
+    """A FULL pool on the CPU, logging, with layer 0's K/V fingerprinted."""
+    return {"pool": KvPoolSpec(**_pool(swa=False)), "capacities": _capacities(),
+            "config": CanaryConfig(mode=CanaryMode.LOG, real_kv_mode=RealKvHashMode.PARTIAL)}
+
+
+def _fits(*, snapshot: bool) -> Call:
+    """A forward of 3 requests against the capacities; with the expected-token snapshot (one token per row)
+    and the token check on."""
+    one_each = ExpectedTokens(flat=i64(BS), lens=torch.ones(BS, dtype=torch.int64))
+    batch = CanaryBatch(**_forward(), expected_tokens=one_each if snapshot else None)
+    return {"self": _capacities(), "batch": batch, "enable_verify_token": snapshot}
+
+
 def _forward_on_device() -> Call:
     return {"self": CanaryBatch(**_forward()), "device": torch.device("cpu")}
 
@@ -95,7 +117,9 @@ def _forward_on_device() -> Call:
 _CPU = {"device": "cpu"}
 
 ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
-                                "SlotJournal": "kvcanary.guard"}
+                                "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers",
+                                "Wire": "kvcanary.distributed", "TransferStart": "kvcanary.distributed.verify",
+                                "entries": "kvcanary.distributed.slots", "make_row_source": "kvcanary.manager"}
 """Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
@@ -109,6 +133,9 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "CanaryConfig": ExampleSet("CanaryConfig", (Variant("every setting", _config),)),
     "VerifyBudget": ExampleSet(
         "VerifyBudget", (Variant("64 entries", lambda: {"max_entries": 64, "newest_per_request": 2}),)),
+    "VerifyBudget.period": ExampleSet("VerifyBudget.period", (Variant("4 requests of a 16-token window", lambda: {
+        "self": VerifyBudget(max_entries=64, newest_per_request=2), "batch_size": 4, "max_verify_len": 30,
+        "slide": 1}),)),
     "CanaryCapacities": ExampleSet("CanaryCapacities", (Variant("a 64-slot pool", lambda: {
         "verify_capacity": 3 * NUM_SLOTS, "write_req_capacity": MAX_REQS, "write_token_capacity": 64,
         "sweep_capacity": NUM_SLOTS, "expected_token_capacity": MAX_REQS * MAX_CONTEXT}),)),
@@ -126,6 +153,9 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "CanaryConfig.from_strings": ExampleSet(
         "CanaryConfig.from_strings", (Variant("SGLang's server strings", lambda: {"mode": "raise",
                                                                                   "real_data": "partial"}),)),
+    "attach_config": ExampleSet(
+        "attach_config", (Variant("the isolate policy", lambda: {"mode": "log", "real_kv": "partial",
+                                                                 "on_violation": ViolationPolicy.ISOLATE}),)),
     "ViolationPolicy.parse": ExampleSet(
         "ViolationPolicy.parse", (Variant("a flag's value", lambda: {"value": "isolate", "name": "on_violation"}),)),
     "ExpectedTokens": ExampleSet("ExpectedTokens", (
@@ -134,6 +164,23 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
         Variant("3 requests", _forward),
         Variant("VERIFY_TOKEN snapshot", lambda: _forward(snapshot=True), "with each row's expected tokens"),
         Variant("write-time input assert", lambda: _forward(oracle=True), "with the oracle's tokens and positions"),
+    )),
+    "make_row_source": ExampleSet("make_row_source", (Variant("layer 0's K buffer", lambda: {
+        "layer_buffer": _kv(), "mode": RealKvHashMode.PARTIAL, "name": "FULL k_layer0"}),)),
+    "CanaryManager": ExampleSet("CanaryManager", (Variant("a FULL pool on the CPU", _manager),)),
+    "CanaryCapacities.check_batch": ExampleSet("CanaryCapacities.check_batch", (
+        Variant("3 requests", lambda: _fits(snapshot=False)),
+        Variant("VERIFY_TOKEN snapshot", lambda: _fits(snapshot=True), "with one expected token per row"),
+    )),
+    "Wire": ExampleSet("Wire", (
+        Variant("gloo on the CPU", lambda: {"backend": "gloo", "device": torch.device("cpu")}),)),
+    "TransferStart": ExampleSet("TransferStart", (
+        Variant("a whole request", lambda: {"first_position": 0, "prev_slot": -1}, "a run from position 0"),)),
+    "entries": ExampleSet("entries", (
+        Variant("3 slots", lambda: {"values": [5, 6, 7], "name": "slots", "device": torch.device("cpu"),
+                                    "num_slots": NUM_SLOTS}, "a host list of the receiver's slots"),
+        Variant("3 slots as a tensor", lambda: {"values": torch.tensor([5, 6, 7]), "name": "slots",
+                                                "device": torch.device("cpu"), "num_slots": NUM_SLOTS}),
     )),
     "CanaryBatch.validate": ExampleSet("CanaryBatch.validate", (Variant("on the CPU", _forward_on_device),)),
     "SweepEntries": ExampleSet("SweepEntries", (Variant("4 cached slots", lambda: {

@@ -20,6 +20,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import start_processes
 
+from kvcanary.constructors.transfer import BACKENDS, check_wire
+
+__all__ = ["BACKENDS", "check_backend", "free_loopback_port", "init_loopback_group", "spawn_group"]
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -30,14 +34,10 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
-BACKENDS = ("gloo", "nccl")
-"""The process-group backends kvcanary's transfers and digests run over."""
-
-
 def check_backend(backend: str) -> None:
-    """Refuse a backend that is not one of :data:`BACKENDS`, naming the argument (the one copy of the rule)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"kv-canary: backend must be 'gloo' or 'nccl', got {backend!r}")
+    """Refuse a backend that is not one of :data:`BACKENDS`, naming the argument: the wire's rule, with its
+    code (kvcanary/constructors/transfer.py), for the group that the wire runs over."""
+    check_wire(backend=backend, device=torch.device("cpu"))
 
 
 def init_loopback_group(rank: int, world_size: int, port: int, *, backend: str = "gloo",

@@ -15,38 +15,23 @@ from collections.abc import Sequence
 
 import torch
 
+from kvcanary.constructors.transfer import check_entries
+
 Entries = Sequence[int] | torch.Tensor
 """Slots or tokens of a transferred run: a host sequence of integers, or a 1-D integer tensor on any device."""
 
 
-def entries(values: Entries, name: str, device: torch.device) -> torch.Tensor:
-    """``values`` as a 1-D int64 tensor on ``device``; a tensor is moved without a host read. Floats, bools
-    and anything else that is not an integer raise ValueError naming ``name``."""
+def entries(values: Entries, name: str, device: torch.device, num_slots: int | None = None) -> torch.Tensor:
+    """``values`` as a 1-D int64 tensor on ``device``; a tensor is moved without a host read unless
+    ``num_slots`` is given (then every slot must lie in ``[1, num_slots)``: one read-back of its bounds).
+    Floats, bools and anything else that is not an integer raise the contract's ContractError naming ``name``
+    (the rules: kvcanary/constructors/transfer.py)."""
+    check_entries(values=values, name=name, device=device, num_slots=num_slots)
     if isinstance(values, torch.Tensor):
-        if values.ndim != 1 or values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
-            raise ValueError(f"kv-canary: {name} must be a 1-D integer tensor, got {values.dtype} of shape "
-                             f"{tuple(values.shape)}")
         return values.to(device=device, dtype=torch.int64)
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise ValueError(f"kv-canary: {name} must be a sequence of integers or a 1-D integer tensor, got "
-                         f"{type(values).__name__}")
-    out: list[int] = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool):
-            raise ValueError(f"kv-canary: {name}[{i}] must be an integer, got bool")
-        try:
-            out.append(operator.index(v))
-        except TypeError:
-            raise ValueError(f"kv-canary: {name}[{i}] must be an integer, got {type(v).__name__}") from None
-    return torch.tensor(out, dtype=torch.int64, device=device)
+    return torch.tensor([operator.index(v) for v in values], dtype=torch.int64, device=device)
 
 
 def slot_index(values: Entries, name: str, num_slots: int, device: torch.device) -> torch.Tensor:
-    """:func:`entries`, and every slot in ``[1, num_slots)`` (ValueError naming ``name`` and the range)."""
-    idx = entries(values, name, device)
-    if idx.numel():
-        lo, hi = torch.stack(torch.aminmax(idx)).tolist()
-        if lo < 1 or hi >= num_slots:
-            raise ValueError(f"kv-canary: {name} must hold slots in [1, {num_slots}) (slot 0 is the padding slot), "
-                             f"got values in [{lo}, {hi}]")
-    return idx
+    """:func:`entries` of a run of slots: every slot in ``[1, num_slots)``."""
+    return entries(values, name, device, num_slots)

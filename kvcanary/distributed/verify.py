@@ -11,9 +11,11 @@ a device value on the host. Eager only (a transfer is a host event, never inside
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
+from kvcanary.constructors.transfer import validate_transfer_start
 from kvcanary.consts import PoolKind
 from kvcanary.distributed.slots import Entries, entries
 from kvcanary.launch.verify import launch_canary_verify_kernel
@@ -21,21 +23,24 @@ from kvcanary.manager import CanaryManager, Phase
 from kvcanary.plans import VerifyPlan
 
 
-def check_start(first_position: int, prev_slot: int) -> None:
-    if first_position < 0:
-        raise ValueError(f"kv-canary: first_position must be >= 0, got {first_position}")
-    if first_position == 0 and prev_slot != -1:
-        raise ValueError("kv-canary: prev_slot must be -1 when first_position is 0 (a chain head)")
-    if first_position > 0 and prev_slot <= 0:
-        raise ValueError(f"kv-canary: prev_slot must name the slot of position {first_position - 1}, "
-                         f"got {prev_slot}")
+@dataclass(frozen=True)
+class TransferStart:
+    """Where a transferred run starts in its request's chain: its first position, and the receiver's slot of
+    the position before it (-1: the run starts at position 0, a chain head). Checked when built (the rules:
+    kvcanary/constructors/transfer.py)."""
+
+    first_position: int = 0
+    prev_slot: int = -1
+
+    def __post_init__(self) -> None:
+        validate_transfer_start(self)
 
 
 def transfer_entries(slots: Sequence[int], first_position: int,
                      prev_slot: int = -1) -> tuple[list[int], list[int], list[int]]:
     """(slots, positions, predecessor slots) of a contiguous run of positions from ``first_position``:
     the predecessor of the first is ``prev_slot`` (-1: ``first_position`` is a chain head)."""
-    check_start(first_position, prev_slot)
+    TransferStart(first_position=first_position, prev_slot=prev_slot)
     s = [int(x) for x in slots]
     return s, list(range(first_position, first_position + len(s))), [prev_slot, *s[:-1]]
 
@@ -44,11 +49,10 @@ class TransferVerifier:
     """Owns one verify plan of ``capacity`` entries (allocated once); longer transfers verify in chunks."""
 
     def __init__(self, manager: CanaryManager, capacity: int) -> None:
-        if capacity <= 0:
-            raise ValueError(f"kv-canary: capacity must be positive, got {capacity}")
+        # capacity is the plan's verify_capacity: VerifyPlan.allocate's contract refuses one below 1 (KVC-A)
+        self.plan = VerifyPlan.allocate(verify_capacity=capacity, device=manager.device)
         self.manager = manager
         self.capacity = capacity
-        self.plan = VerifyPlan.allocate(verify_capacity=capacity, device=manager.device)
         self.endpoints = [e for e in manager.endpoints
                           if e.kind is PoolKind.FULL and e.phase in (Phase.HEAD, Phase.TAIL)]
         self.verified = 0
@@ -58,7 +62,7 @@ class TransferVerifier:
         """Launch the verifies of the transferred run ``slots`` (receiver's slots, positions from
         ``first_position``); ``tokens`` (same length) turns the token check on. Slots and tokens already
         on the device are used there: positions and predecessors are built on the device, never read back."""
-        check_start(first_position, prev_slot)
+        TransferStart(first_position=first_position, prev_slot=prev_slot)
         dev = self.manager.device
         idx = entries(slots, "slots", dev)
         tok = None if tokens is None else entries(tokens, "tokens", dev)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from kvcanary.distributed.group import check_backend
+from kvcanary.constructors.transfer import check_wire
 from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
 from kvcanary.distributed.slots import Entries, entries, slot_index
-from kvcanary.distributed.verify import TransferVerifier, check_start
+from kvcanary.distributed.verify import TransferStart, TransferVerifier
 from kvcanary.manager import CanaryManager
 
 MAGIC = 0x4B5643414E415259  # "KVCANARY"
@@ -103,9 +103,9 @@ class Wire:
     device the KV lives on; gloo with CUDA tensors stages through the host."""
 
     def __init__(self, *, backend: str, device: torch.device, group: dist.ProcessGroup | None = None) -> None:
-        check_backend(backend)
+        check_wire(backend=backend, device=device)  # the rules: kvcanary/constructors/transfer.py
         self.backend = backend
-        self.device = torch.device(device)
+        self.device = device
         self.group = group
         self.wire_device = torch.device("cpu") if backend == "gloo" else self.device
 
@@ -175,7 +175,7 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
                              f"{packed_shape(manager, n)}")
     tok = None
     if verifier is not None and want:
-        check_start(first_position, prev_slot)
+        TransferStart(first_position=first_position, prev_slot=prev_slot)
         tok = None if tokens is None else entries(tokens, "tokens", verifier.manager.device)
         if tok is not None and int(tok.shape[0]) != want:
             raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {want}")

@@ -20,7 +20,10 @@ declared, so no request is ever cut off. With layer rotation over ``G`` sets, th
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
+import types
 from dataclasses import dataclass
 
 import torch
@@ -41,8 +44,8 @@ class VerifyBudget:
 
     def stride(self, batch_size: int) -> int:
         """Older entries verified per request per step at ``batch_size`` requests (at least 1)."""
-        if batch_size <= 0:
-            raise ValueError(f"kv-canary: batch_size must be positive, got {batch_size}")
+        if batch_size <= 0:  # refused: period's batch_size_positive rule raises, with its code
+            _checks().check_period(self=self, batch_size=batch_size, max_verify_len=0, slide=0)
         return max(self.max_entries // batch_size - self.newest_per_request, 1)
 
     def entries_bound(self, batch_size: int) -> int:
@@ -53,10 +56,8 @@ class VerifyBudget:
     def period(self, *, batch_size: int, max_verify_len: int, slide: int = 0) -> int:
         """Steps within which every live entry is verified at least once: requests of at most
         ``max_verify_len`` verify entries, whose entries shift by ``slide`` per step (sliding windows)."""
+        _checks().check_period(self=self, batch_size=batch_size, max_verify_len=max_verify_len, slide=slide)
         step = self.stride(batch_size) - slide
-        if step <= 0:
-            raise ValueError(f"kv-canary: a stride of {self.stride(batch_size)} cannot keep up with windows "
-                             f"sliding {slide} entries per step; raise max_entries")
         older = max(max_verify_len - self.newest_per_request, 0)
         return math.ceil(older / step) + 1
 
@@ -129,3 +130,10 @@ class BudgetFilter:
         step = stride if advance is None else advance * stride
         self.cursor.index_copy_(0, rows, torch.remainder(cur + step, older))
         return self.plan
+
+
+@functools.cache
+def _checks() -> types.ModuleType:
+    """The contract of :meth:`VerifyBudget.period` (whose batch rule :meth:`VerifyBudget.stride` shares),
+    imported on first use: it names this module's class."""
+    return importlib.import_module("kvcanary.constructors.budget_methods")

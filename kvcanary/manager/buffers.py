@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.constructors.real_kv_source import RealKvSourceContract
+from kvcanary.constructors.row_source import check_row_source
 from kvcanary.consts import CANARY_SLOT_BYTES, REAL_KV_CHUNK_BYTES, PoolKind, RealKvHashMode
 from kvcanary.manager.pool import PoolGroupSpec
 from kvcanary.sources import RealKvSource
@@ -37,8 +38,7 @@ def make_row_source(layer_buffer: torch.Tensor, mode: RealKvHashMode, *, name: s
 
     The buffer must be contiguous: the source is a *view* of it (a copy would fingerprint a stale snapshot).
     """
-    if not layer_buffer.is_contiguous():
-        raise ValueError(f"kv-canary: {name} must be contiguous (the fingerprint reads the live buffer through a view)")
+    check_row_source(layer_buffer=layer_buffer, mode=mode, name=name)  # the rules: constructors/row_source.py
     num_slots = int(layer_buffer.shape[0])
     u8 = layer_buffer.view(torch.uint8).reshape(num_slots, -1)
     nbpt = int(u8.shape[1])

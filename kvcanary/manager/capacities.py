@@ -6,9 +6,15 @@ host (before anything is launched) with a message saying which engine setting to
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvcanary.constructors.capacities import check_from_engine, validate_capacities
+from kvcanary_contracts import Checker
+
+if TYPE_CHECKING:
+    from kvcanary.manager.batch import CanaryBatch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +32,11 @@ class CanaryCapacities:
 
     def __post_init__(self) -> None:
         validate_capacities(self)  # the rules: kvcanary/constructors/capacities.py
+
+    def check_batch(self, batch: CanaryBatch, *, enable_verify_token: bool) -> None:
+        """That ``batch`` fits these capacities (rows, tokens, and with ``enable_verify_token`` its
+        expected-token snapshot, which it must then carry); SGLang's RuntimeError texts, with their codes."""
+        _fits_check()(self=self, batch=batch, enable_verify_token=enable_verify_token)  # constructors/manager.py
 
     @classmethod
     def from_engine(
@@ -52,3 +63,11 @@ class CanaryCapacities:
             sweep_capacity=pool_slot_count,
             expected_token_capacity=write_reqs * max_context_len,
         )
+
+
+@functools.cache
+def _fits_check() -> Checker:
+    """``CanaryCapacities.check_batch``'s checker, imported on first use: its contract names this class."""
+    from kvcanary.constructors.manager import check_batch_fits
+
+    return check_batch_fits

@@ -87,12 +87,10 @@ class Bucket:
 
 def graphs_wanted(setting: bool | None, *, device: torch.device, compile: bool) -> bool:
     """Whether a manager on ``device`` replays its own graphs: ``CanaryConfig.graphs``, None meaning a CUDA
-    pool without ``compile``. True on a device that is not CUDA is an error."""
+    pool without ``compile``. (True on a device that is not CUDA is refused by the manager's contract,
+    ``graphs_need_cuda_pool``, before this is asked.)"""
     if setting is None:
         return device.type == "cuda" and not compile
-    if setting and device.type != "cuda":
-        raise ValueError(f"kv-canary: CanaryConfig.graphs=True needs a CUDA pool (CUDA graphs), but the pool is on "
-                         f"{device}; leave graphs at None (on for CUDA pools only) or set it to False")
     return setting
 
 

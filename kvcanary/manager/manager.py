@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvcanary.consts import CanaryLaunchTag, CanaryMode, PoolKind
+from kvcanary.constructors.manager import check_manager
+from kvcanary.consts import CanaryLaunchTag, PoolKind
 from kvcanary.extensions import write_owner_on
 from kvcanary.guard.adapter import EngineAdapter
 from kvcanary.guard.decision import GuardDecision
@@ -57,14 +58,7 @@ class CanaryManager:
 
     def __init__(self, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,
                  adapter: EngineAdapter | None = None, sinks: tuple[GuardSink, ...] = ()) -> None:
-        if not isinstance(pool, KvPoolSpec):
-            raise TypeError(f"kv-canary: pool must be a KvPoolSpec, got {type(pool).__name__}")
-        if not isinstance(capacities, CanaryCapacities):
-            raise TypeError(f"kv-canary: capacities must be a CanaryCapacities, got {type(capacities).__name__}")
-        if not isinstance(config, CanaryConfig):
-            raise TypeError(f"kv-canary: config must be a CanaryConfig, got {type(config).__name__}")
-        if config.mode is CanaryMode.NONE:
-            raise ValueError("kv-canary: config.mode is NONE (canary disabled); do not attach a CanaryManager")
+        check_manager(pool=pool, capacities=capacities, config=config)  # the rules: constructors/manager.py
         self.pool = pool
         self.capacities = capacities
         self.config = config
@@ -88,8 +82,6 @@ class CanaryManager:
             if config.layer_rotation and spec.layers else None
             for spec in pool.groups]
         """Per group, its layer rotation (``config.layer_rotation`` and ``PoolGroupSpec.layers``), or None."""
-        if config.layer_rotation and not any(self.rotations):
-            raise ValueError("kv-canary: CanaryConfig.layer_rotation needs PoolGroupSpec.layers on some group")
         self._graph_pool = torch.cuda.graph_pool_handle() if use_graphs else None
         self.owners: OwnerMap | None = (OwnerMap(self.groups, self.device) if write_owner_on(config.extensions)
                                         else None)
@@ -258,28 +250,18 @@ class CanaryManager:
         batch.validate(self.device)
         if self.owners is not None:
             self.owners.apply_pending()
-        caps = self.capacities
-        if batch.batch_size > caps.write_req_capacity:
-            raise RuntimeError(f"kv-canary: forward_batch.batch_size={batch.batch_size} exceeds pre-allocated "
-                               f"write_req_capacity={caps.write_req_capacity}; raise the engine's max batch size "
-                               "or check CanaryCapacities")
-        if batch.num_tokens > caps.write_token_capacity:
-            raise RuntimeError(f"kv-canary: forward_batch token count={batch.num_tokens} exceeds pre-allocated "
-                               f"write_entry_capacity={caps.write_token_capacity}; raise the chunked-prefill size "
-                               "or check CanaryCapacities")
-        if self.config.enable_verify_token:
-            exp = batch.expected_tokens
-            if exp is None:
-                raise ValueError("kv-canary: CanaryBatch.expected_tokens is required when enable_verify_token=True")
+        caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
+        if (batch.batch_size > caps.write_req_capacity or batch.num_tokens > caps.write_token_capacity or (
+                check_token and (exp is None or exp.flat.numel() > caps.expected_token_capacity))):
+            caps.check_batch(batch, enable_verify_token=check_token)  # raises the rule's error, with its code
+        if check_token:
+            assert exp is not None
             self._scatter_expected(runner, batch, exp.flat, exp.lens)
         self._prepared[forward_index] = True
 
     def _scatter_expected(self, runner: ForwardRunner, batch: CanaryBatch, flat: torch.Tensor,
                           lens: torch.Tensor) -> None:
-        n, bs = int(flat.numel()), batch.batch_size
-        if n > self.capacities.expected_token_capacity:
-            raise RuntimeError(f"kv-canary: expected-token snapshot of {n} tokens exceeds pre-allocated "
-                               f"expected_token_capacity={self.capacities.expected_token_capacity}")
+        n, bs = int(flat.numel()), batch.batch_size  # it fits expected_token_capacity: prepare checked it
         pool = self.state.expected_tokens_pool
         assert pool is not None
         offsets = torch.zeros(bs + 1, dtype=torch.int64)

@@ -18,10 +18,11 @@ if TYPE_CHECKING:
         TransformersCanary,
         attach_canaries,
     )
+    from kvcanary.integrations.transformers.settings import attach_config
     from kvcanary.integrations.transformers.version import SUPPORTED_RANGE
 
 __all__ = ["SUPPORTED_RANGE", "CanaryReport", "ScheduledRequest", "StepHook", "StepView", "TransformersCanary",
-           "attach_canaries"]
+           "attach_canaries", "attach_config"]
 
 if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise accept any attribute
     from kvcanary._lazy import attach

@@ -29,6 +29,7 @@ from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
 from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
 from kvcanary.integrations.transformers.rows import RequestRows
+from kvcanary.integrations.transformers.settings import attach_config
 from kvcanary.manager import (
     CanaryConfig,
     CanaryManager,
@@ -382,15 +383,8 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     from kvcanary.integrations.transformers.version import check_version
 
     check_version(transformers.__version__)
-    if real_kv.strip().lower() not in ("partial", "all"):
-        raise ValueError(f"kv-canary: real_kv must be 'partial' or 'all', got {real_kv!r}")
-    if mode.strip().lower() not in ("log", "raise"):
-        raise ValueError(f"kv-canary: mode must be 'log' or 'raise', got {mode!r}")
     policy = ViolationPolicy.parse(on_violation) if on_violation is not None else None
-    if policy is not None and policy is not ViolationPolicy.RAISE and mode.strip().lower() == "raise":
-        raise ValueError(f"kv-canary: on_violation={policy.value!r} conflicts with mode='raise'; pass one of them")
-    config = CanaryConfig.from_strings(mode="log" if policy is not None else mode, real_data=real_kv,
-                                       sweep_interval=sweep_interval, enable_v=enable_v, backend=backend,
-                                       stats_every=10**9, on_violation=policy)
+    config = attach_config(mode=mode, real_kv=real_kv, on_violation=policy, sweep_interval=sweep_interval,
+                           enable_v=enable_v, backend=backend, stats_every=10**9)
     assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
     return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)
