@@ -174,9 +174,10 @@ class BundleSink:
                     base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
                     sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
             owner = None
-            owners = self.manager.owners
-            if owners is not None and kind in self._luts and v.fail_reason_bits & FailReason.WRITE_SLOT_OWNER_MISMATCH:
-                table = owners.slot_owner(kind)
+            owner_map = self.manager.owners
+            if (owner_map is not None and kind in self._luts
+                    and v.fail_reason_bits & FailReason.WRITE_SLOT_OWNER_MISMATCH):
+                table = owner_map.slot_owner(kind)
                 if 0 <= slot < int(table.shape[0]):
                     owner = table[slot].clone()
             rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None, owner))
