@@ -27,7 +27,8 @@ from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.violations import Violation
 
 _WRITE_BITS = int(FailReason.WRITE_POSITION_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
-                  | FailReason.WRITE_SLOT_MISMATCH)
+                  | FailReason.WRITE_SLOT_MISMATCH | FailReason.WRITE_SLOT_OWNER_MISMATCH)
+_OWNER = int(FailReason.WRITE_SLOT_OWNER_MISMATCH)
 _CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
 _POS = int(FailReason.VERIFY_POSITION_MISMATCH)
 
@@ -49,6 +50,9 @@ class RowCapture:
     link_found: torch.Tensor | None
     sources: tuple[SourceCapture, ...]
     error: str | None
+    slot_owner: torch.Tensor | None = None
+    """The owner map's entry for the slot when the row was read back (a device copy; owner-check rows of a
+    manager that keeps the map, else None)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
     writes: dict[tuple[Any, ...], dict[str, Any]] = {}
     unreplayable: list[str] = []
     bufs = _Buffers()
-    uses_zero = uses_wslot = False
+    uses_zero = uses_wslot = uses_owner = False
     for i, rc in enumerate(cap.rows):
         v = rc.event.violation
         fields = row_fields(v)
@@ -197,7 +201,8 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
             prev = 0  # no chain check needed to reproduce the row: its predecessor's record is not known
         else:
             prev = None
-        expected: dict[str, Any] = {"token": v.expected_token if v.expected_token != -1 else None,
+        token_known = v.expected_token != -1 and not bits & _OWNER  # an owner row's expected_token is the writer
+        expected: dict[str, Any] = {"token": v.expected_token if token_known else None,
                                     "prev_hash": _hex(fields[6]) if not is_write else None}
         neighbour = ({"slot": link_slot, "record": _record_json(link)} if link_slot is not None else
                      ({"slot": -1, "record": None, "anchor": True} if prev == -1 else None))
@@ -225,11 +230,17 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
                 key = (tag, v.slot_idx, v.position, v.stored_token, fields[5], prev)
                 w = writes.setdefault(key, {"tag": tag, "seed_slot": prev, "slot": v.slot_idx,
                                             "token": v.stored_token, "position": v.position,
-                                            "chain_assert": False, "want_slot": None, "rows": []})
+                                            "chain_assert": False, "want_slot": None, "owner": None, "rows": []})
                 w["rows"].append(i)
                 w["chain_assert"] = w["chain_assert"] or chain_row
                 if want is not None:
                     w["want_slot"] = want
+                if bits & _OWNER:  # what the owner check read: the writer's row and the map's entry for the slot
+                    uses_owner = True
+                    w["owner"] = {"writer": v.expected_token, "slot_owner": fields[6]}
+                    now = int(rc.slot_owner.cpu()) if rc.slot_owner is not None else None
+                    expected["owner"] = {"writer": v.expected_token, "holder": fields[6],
+                                         "slot_owner_at_capture": now}
                 if cap.kind is PoolKind.SWA and want is not None:
                     unreplayable.append(f"row {i}: a sliding-window write-slot row needs the translation table")
                 bufs.add(tag, v.slot_idx, record)
@@ -299,7 +310,8 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
         "replay": {
             "backend": "torch_ref",
             "real_kv_mode": cap.real_kv_mode.name,
-            "extensions": {"zero_slot_in_live_range": uses_zero, "write_slot_mismatch": uses_wslot},
+            "extensions": {"zero_slot_in_live_range": uses_zero, "write_slot_mismatch": uses_wslot,
+                           "write_slot_owner_mismatch": uses_owner},
             "verify": verify,
             "write": list(writes.values()),
             "buffers": buf_meta,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from kvcanary.manager.manager import CanaryManager
 
 _WRITE_BITS = int(FailReason.WRITE_POSITION_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
-                  | FailReason.WRITE_SLOT_MISMATCH)
+                  | FailReason.WRITE_SLOT_MISMATCH | FailReason.WRITE_SLOT_OWNER_MISMATCH)
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,14 @@ class BundleSink:
                         continue
                     base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
                     sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
-            rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None))
+            owner = None
+            owner_map = self.manager.owners
+            if (owner_map is not None and kind in self._luts
+                    and v.fail_reason_bits & FailReason.WRITE_SLOT_OWNER_MISMATCH):
+                table = owner_map.slot_owner(kind)
+                if 0 <= slot < int(table.shape[0]):
+                    owner = table[slot].clone()
+            rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None, owner))
         history = []
         full_slots: list[int] | torch.Tensor = [slot]
         lut = self._luts.get(kind)

@@ -42,9 +42,10 @@ bytes), a recycled row and the zero-slot faults as a wrong slot mapping with cle
 
 
 def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int = 0, device: str = "cpu",
-                     backend: str | None = None) -> Path | None:
+                     backend: str | None = None, owner_check: bool = False) -> Path | None:
     """Run the demo workload with ``fault`` armed and write its first bundle as ``out_dir/demo-<fault>``;
-    the path, or None when nothing fired."""
+    the path, or None when nothing fired. ``owner_check`` turns the write-time owner check on too (the
+    engine feeds the owner map from its journal), so an ownership fault's first rows are the owner rows."""
     from kvcanary.consts import RealKvHashMode
     from kvcanary.demo.engine import Engine, FaultInjector, demo_engine_config, drive, shared_prefix_workload
     from kvcanary.demo.engine.faults import EXTENSION_FAULTS
@@ -54,8 +55,9 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
     from kvcanary.extensions import Extensions
     from kvcanary.manager import CanaryConfig
 
-    ext = (Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if fault in EXTENSION_FAULTS
-           else None)
+    on = fault in EXTENSION_FAULTS
+    ext = (Extensions(zero_slot_in_live_range=on, write_slot_mismatch=on, write_slot_owner_mismatch=owner_check)
+           if on or owner_check else None)
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
                           sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
                           backend=backend, extensions=ext)

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 BUNDLE_FORMAT = "kvcanary-evidence-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
+"""2: write entries carry what the owner check read (``owner``), ``extensions.write_slot_owner_mismatch``."""
 META_FILE = "bundle.json"
 TENSORS_FILE = "tensors.safetensors"
 

@@ -8,6 +8,7 @@ computes what it computed in the engine; the rows' slot fields are mapped back b
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,7 @@ def replay(bundle: Bundle) -> ReplayResult:
     ext = Extensions(zero_slot_in_live_range=bool(ext_meta.get("zero_slot_in_live_range")),
                      write_slot_mismatch=bool(ext_meta.get("write_slot_mismatch")))
     extensions = ext if (ext.zero_slot_in_live_range or ext.write_slot_mismatch) else None
+    owner_on = bool(ext_meta.get("write_slot_owner_mismatch"))
     ring = 4 * (len(rows_meta) + 4)
     worlds: dict[str, _TagWorld] = {}
 
@@ -144,20 +146,27 @@ def replay(bundle: Bundle) -> ReplayResult:
         want = wr.get("want_slot")
         loc = w.map_in(int(wr["slot"]))
         pos = int(wr["position"])
-        r2t = rpi = None
-        write_ext = None
-        if extensions is not None and ext.write_slot_mismatch:
-            r2t = torch.zeros((2, pos + 1), dtype=torch.int32)
-            r2t[1, pos] = loc if want is None else _want_local(w, int(want))
-            rpi = _i64([1])
-            write_ext = extensions
+        r2t = rpi = slot_owner = None
+        write_ext = extensions if extensions is not None and ext.write_slot_mismatch else None
+        owner = wr.get("owner") if owner_on else None
+        writer = int(owner["writer"]) if owner is not None else 1  # the writer's req_to_token row
+        if write_ext is not None:
+            r2t = torch.zeros((writer + 1, pos + 1), dtype=torch.int32)
+            r2t[writer, pos] = loc if want is None else _want_local(w, int(want))
+            rpi = _i64([writer])
+        if owner is not None:  # the map's entry the write read; every other slot is the writer's
+            slot_owner = torch.full((int(w.buf.shape[0]),), writer, dtype=torch.int64)
+            slot_owner[loc] = int(owner["slot_owner"])
+            rpi = _i64([writer])
+            write_ext = dataclasses.replace(write_ext if write_ext is not None else Extensions(),
+                                            write_slot_owner_mismatch=True)
         wplan = WritePlan(write_offsets=_i64([0, 1]), write_seed_slot_indices=_i64([w.map_in(int(wr["seed_slot"]))]),
                           write_num_valid_reqs=_one(1, torch.int32))
         launch_canary_write_kernel(
             context=w.ctx, plan=wplan, input_ids=_i64([int(wr["token"])]), positions=_i64([pos]),
             out_cache_loc=_i64([loc]), enable_write_input_assert=False, expected_input_tokens=None,
             expected_input_positions=None, req_pool_indices=rpi, req_to_token=r2t, full_to_swa_index_mapping=None,
-            extensions=write_ext, backend="torch_ref")
+            slot_owner=slot_owner, extensions=write_ext, backend="torch_ref")
     for w in worlds.values():
         for r in w.rows():
             out = list(r)

@@ -23,7 +23,17 @@ def _diff_rows(rec: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
         fs = "-" if f is None else str(f)
         out.append((name, es, fs, e is not None and f is not None and str(e) != str(f)))
     out.append(("real_kv_hash", "(recomputed by replay)", str(stored.get("real_kv_hash", "-")), False))
+    owner = exp.get("owner")
+    if owner:  # the write-time owner check: the writer's row against the owner map's entry for the slot
+        out.append(("owner", f"req_pool_idx={owner['writer']}", f"held by {_holder(int(owner['holder']))}", True))
     return out
+
+
+def _holder(value: int) -> str:
+    """An owner-map entry as the violation log prints it."""
+    if value >= 0:
+        return f"req_pool_idx={value}"
+    return "free" if value == -1 else f"read-only ({value})"
 
 
 def _unique_records(meta: dict[str, Any]) -> list[tuple[list[str], dict[str, Any]]]:

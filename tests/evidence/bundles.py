@@ -23,3 +23,11 @@ def bundle_path(fault: Fault) -> Path:
 
 def bundle(fault: Fault) -> Bundle:
     return read_bundle(bundle_path(fault))
+
+
+@functools.cache
+def owner_bundle_path(fault: Fault) -> Path:
+    """The bundle of ``fault``'s run with the write-time owner check on as well (its own folder)."""
+    path = run_fault_bundle(fault, _DIR / "owner-check", owner_check=True)
+    assert path is not None, f"{fault.value}: the run with the owner check wrote no bundle (nothing fired)"
+    return path

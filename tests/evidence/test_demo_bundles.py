@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvcanary.demo.engine.faults import Fault
-from kvcanary.evidence import replay
+from kvcanary.evidence import BUNDLE_VERSION, replay
 from kvcanary.evidence.demo_bundles import EXPECTED_CLASS
 from tests.evidence.bundles import bundle
 
@@ -54,7 +54,7 @@ def test_a_misdirected_write_names_the_writer_the_holder_and_both_slots() -> Non
 
 def test_a_bundle_holds_the_evidence_fields() -> None:
     m = bundle(Fault.RADIX_UAF).meta
-    assert m["format"] == "kvcanary-evidence-bundle" and m["version"] == 1
+    assert m["format"] == "kvcanary-evidence-bundle" and m["version"] == BUNDLE_VERSION
     assert m["kvcanary_version"] and "demo engine" in m["engine"]
     row = m["rows"][0]
     assert row["fail_reasons"] and row["codes"] and len(row["fields"]) == 8

@@ -38,7 +38,7 @@ def test_reading_refuses_what_is_not_a_bundle(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="format must be 'kvcanary-evidence-bundle'"):
         read_bundle(tmp_path / "x")
     (tmp_path / "x" / META_FILE).write_text(json.dumps({"format": "kvcanary-evidence-bundle", "version": 99}))
-    with pytest.raises(BundleError, match=re.escape("version must be 1..1")):
+    with pytest.raises(BundleError, match=re.escape(f"version must be 1..{BUNDLE_VERSION}")):
         read_bundle(tmp_path / "x")
 
 

@@ -59,11 +59,15 @@ def _flip(hook: FaultHook, view: StepView) -> bool:
 
 
 def _hand_twice(hook: FaultHook, view: StepView) -> bool:
+    """Fires when another decoding request needs a fresh block at the next step and ``r`` does not, so the
+    block goes to a second request (handed back to its own holder, it would be one request's bug only)."""
+    page = view.layout.page
+    grows = [r for r in view.requests if r.query_length == 1 and (r.past_length + 1) % page == 0]
     for r in view.requests:
         blocks = _complete_blocks(view, r)
         shared = view.rows.shared_blocks()
         own = [b for b in blocks if b not in shared and b not in view.layout.cached_blocks()]
-        if own and r.query_length == 1:
+        if own and r.query_length == 1 and r not in grows and grows:
             hand_out_next(view.layout, own[-1])
             hook.detail = {"request": r.request_id, "block": own[-1],
                            "slots": [view.layout.slot(own[-1], o) for o in range(view.layout.page)]}

@@ -103,42 +103,69 @@ class TfGuard:
 
     # -- the journal ------------------------------------------------------------------------------------
     def observe(self, reqs: tuple[Any, ...]) -> None:
-        """Before the step's forward: what each scheduled request holds, who left, what the cache keeps."""
+        """Before the step's forward: what each scheduled request holds, who left, what the cache keeps.
+
+        The events go in the order the owner map needs (it follows the journal): blocks the cache took first,
+        so a leaving request's complete blocks stay read-only; then the blocks requests gave back, whole
+        (finished) or one at a time (transformers de-duplicates a block completed by the last forward: the
+        request adopts an identical cached block and frees its own copy, which the next allocation may hand
+        to another request); then the blocks requests joined without writing them (prefix hits, adopted
+        duplicates), before the cache lets go of them; last the fresh blocks requests write."""
         m = self.manager
         step = m.step
         lay = self.layout
         table = lay.block_table
+        cached_list = lay.cached_blocks()
+        cache_changed = cached_list != self._cached_list
+        cached: set[int] = self._cached
+        if cache_changed:
+            self._cached_list = list(cached_list)
+            cached = set(cached_list)
+            m.journal.record(step, JournalKind.CACHED, sorted(cached - self._cached), CACHE_OWNER)
         for rid in [r for r in self._held if r not in table]:
             self._leave(rid, finished=rid not in self.failed)
         sw = lay.sliding
+        page = lay.page
+        joined: list[tuple[Owner, list[int], list[int]]] = []  # owner, blocks shared, blocks allocated
         for r in reqs:
             rid = r.request_id
-            n = -(-(r.past_length + r.query_length) // lay.page)
-            blocks = table.get(rid, [])[:n]
+            full = table.get(rid, [])
+            n = -(-(r.past_length + r.query_length) // page)
+            blocks = full[:n]
             ring_list = list(sw.block_table.get(rid, [])) if sw is not None else None
             if self._seen.get(rid) == (blocks, ring_list):
                 continue  # nothing new since the last step: no set work (most requests of a decode step)
             self._seen[rid] = (blocks, ring_list)
-            now = set(blocks)
-            new = now - self._held.get(rid, set())
+            owner = Owner(OwnerKind.REQUEST, rid)
+            old = self._held.get(rid, set())
+            gone = old - set(full)
+            if gone:
+                m.journal.record(step, JournalKind.RELEASED, sorted(gone), owner)
+            new = set(blocks) - old
+            self._held[rid] = (old - gone) | set(blocks)
             if new:
-                m.journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
-            self._held[rid] = self._held.get(rid, set()) | now
+                done = r.past_length // page  # blocks complete before this step: this step writes none of them
+                shared = sorted({b for b in blocks[:done] if b in new})
+                joined.append((owner, shared, sorted(new.difference(shared))))
             if ring_list is not None:
                 ring = set(ring_list)
-                new = ring - self._held_swa.get(rid, set())
+                held_swa = self._held_swa.get(rid, set())
+                gone = held_swa - ring
+                if gone:
+                    m.swa_journal.record(step, JournalKind.RELEASED, sorted(gone), owner)
+                new = ring - held_swa
                 if new:
-                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
-                self._held_swa[rid] = self._held_swa.get(rid, set()) | ring
-        cached_list = lay.cached_blocks()
-        if cached_list == self._cached_list:
-            return
-        self._cached_list = list(cached_list)
-        cached = set(cached_list)
-        if cached != self._cached:
-            m.journal.record(step, JournalKind.CACHED, sorted(cached - self._cached), CACHE_OWNER)
+                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), owner)
+                self._held_swa[rid] = ring
+        for owner, shared, _ in joined:
+            if shared:
+                m.journal.record(step, JournalKind.SHARED, shared, owner)
+        if cache_changed:
             m.journal.record(step, JournalKind.RELEASED, sorted(self._cached - cached), CACHE_OWNER)
             self._cached = cached
+        for owner, _, fresh in joined:
+            if fresh:
+                m.journal.record(step, JournalKind.ALLOCATED, fresh, owner)
 
     def _leave(self, rid: str, *, finished: bool) -> None:
         m = self.manager

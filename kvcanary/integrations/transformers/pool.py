@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kvcanary.consts import PoolKind
+from kvcanary.extensions import write_owner_on
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import read_layout
@@ -80,8 +81,9 @@ class PoolState:
             self.manager.set_sweep_source(self._sweep_entries)
         self.manager.mark_init_finished()  # no warmup batches: graphs and compile are refused
         self.guard: TfGuard | None = None
-        """The isolate policy's journal feeder and adapter (``config.policy`` ISOLATE only)."""
-        if config.policy is ViolationPolicy.ISOLATE:
+        """The journal feeder and the isolate policy's adapter: with ``config.policy`` ISOLATE, and with the
+        write-time owner check on (the manager's owner map gets slots back through the journal)."""
+        if config.policy is ViolationPolicy.ISOLATE or write_owner_on(config.extensions):
             self.guard = TfGuard(self.manager, lay)
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,

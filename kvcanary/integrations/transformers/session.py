@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
-from kvcanary.extensions import write_owner_on
+from kvcanary.extensions import Extensions
 from kvcanary.guard.sink import GuardSink
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.integrations.transformers.guard import TfGuard
@@ -142,10 +142,6 @@ class TransformersCanary:
 
     def __init__(self, model: Any, *, config: CanaryConfig, max_requests: int | None,
                  max_context_len: int | None) -> None:
-        if write_owner_on(config.extensions):
-            raise ValueError("kv-canary: TransformersCanary: config.extensions.write_slot_owner_mismatch is not "
-                             "supported on transformers' paged cache yet (its journal hands the manager's owner map "
-                             "blocks two live requests hold, and a clean run reports their writes); turn it off")
         self.model = model
         self.config = config
         self.max_requests = max_requests
@@ -232,7 +228,8 @@ class TransformersCanary:
 
     @property
     def guards(self) -> list[TfGuard]:
-        """The isolate policy's guard of every cache seen (earlier runs' first), empty under log and raise."""
+        """The guard of every cache seen (earlier runs' first): under the isolate policy, and as the journal
+        feeder of the write-time owner check; empty under log and raise otherwise."""
         return self._guards_retired + [p.guard for p in self._pools.values() if p.guard is not None]
 
     @property
@@ -366,7 +363,8 @@ class TransformersCanary:
 
 def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,
                     enable_v: bool = True, backend: str | None = None, max_requests: int | None = None,
-                    max_context_len: int | None = None, on_violation: str | None = None) -> TransformersCanary:
+                    max_context_len: int | None = None, on_violation: str | None = None,
+                    owner_check: bool = False) -> TransformersCanary:
     """Canaries on ``model``'s continuous-batching runs (``generate_batch``, the manager, ``serve``).
 
     ``with attach_canaries(model) as canary: model.generate_batch(...)``; ``canary.reports`` lists what
@@ -377,14 +375,20 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     ``on_violation`` (None: ``mode``): ``log``, ``raise`` or ``isolate``: the requests that read corrupt KV end
     in transformers' failed state with kvcanary's error text, the run goes on, the poisoned blocks leave the
     prefix cache and the free lists (``canary.failed``, ``canary.guards``; docs/policies.md).
+    ``owner_check``: the write-time owner check (``Extensions(write_slot_owner_mismatch=True)``): a write into
+    a block another live request wrote, or one only the prefix cache keeps, is reported at the write, naming
+    both request rows (docs/extensions/write-slot-owner-mismatch.md).
     """
     import transformers
 
     from kvcanary.integrations.transformers.version import check_version
 
     check_version(transformers.__version__)
+    if not isinstance(owner_check, bool):
+        raise TypeError(f"kv-canary: owner_check must be a bool, got {type(owner_check).__name__}")
     policy = ViolationPolicy.parse(on_violation) if on_violation is not None else None
     config = attach_config(mode=mode, real_kv=real_kv, on_violation=policy, sweep_interval=sweep_interval,
-                           enable_v=enable_v, backend=backend, stats_every=10**9)
+                           enable_v=enable_v, backend=backend, stats_every=10**9,
+                           extensions=Extensions(write_slot_owner_mismatch=True) if owner_check else None)
     assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
     return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)
