@@ -69,10 +69,13 @@ class Reason:
 
 Impl = Callable[[Any], None]  # takes the operation's call object (an instance of its contract model)
 Limits = Callable[[Any], Sequence[Reason]]
-Prepare = Callable[[Any], Callable[[], None]]
+Launch = Callable[[], "bool | None"]
+Prepare = Callable[[Any], "Launch | None"]
 """A kernel's launch, split: ``prepare(call)`` does everything that depends only on the call's argument types,
 scalars, tensor metadata and addresses (choosing the compiled kernel, packing its arguments) and returns the
-launch itself, ``() -> None``, which reads only what may change between identical calls (the current stream)."""
+launch itself, ``() -> None``, which reads only what may change between identical calls (the current stream);
+the launch returns False, having launched nothing, when what it was prepared from no longer holds. ``prepare``
+returns None when it cannot prepare this call yet (it is then run as ``impl(call)``)."""
 
 
 @dataclass(frozen=True)
@@ -377,9 +380,7 @@ class Registry:
             choice = select(op, dev, backend, call)
             support = choice.support
             fast = support.limits is None and (support.capture_safe or dev.type != "cuda")
-            launch = support.prepare(call) if fast and support.prepare is not None else None
-
-            if launch is None:
+            if not fast or support.prepare is None:
                 def skip() -> bool:  # a marker: such calls dispatch, without preparing again while it holds
                     if self.generation != generation or _forced_ctx.get() != scoped:
                         memo.pop(key, None)
@@ -388,17 +389,22 @@ class Registry:
                 memo[key] = skip
                 choice.impl(call)
                 return True
+            launch = support.prepare(call)
+            if launch is None:  # nothing to prepare yet (a kernel's first launch compiles it): the next call tries
+                choice.impl(call)
+                return True
             run = launch
 
             def replay() -> bool:
-                if self.generation == generation and _forced_ctx.get() == scoped:
-                    run()
+                if self.generation == generation and _forced_ctx.get() == scoped and run() is not False:
                     return True
                 memo.pop(key, None)  # void: the next call prepares again
                 return False
 
             memo[key] = replay
-            run()
+            if run() is False:
+                memo.pop(key, None)
+                choice.impl(call)
             return True
 
         return prepare
