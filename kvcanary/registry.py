@@ -380,6 +380,9 @@ class Registry:
             choice = select(op, dev, backend, call)
             support = choice.support
             fast = support.limits is None and (support.capture_safe or dev.type != "cuda")
+            if self.generation != generation:  # selecting loaded kernels (which invalidates): prepare next time
+                choice.impl(call)
+                return True
             if not fast or support.prepare is None:
                 def skip() -> bool:  # a marker: such calls dispatch, without preparing again while it holds
                     if self.generation != generation or _forced_ctx.get() != scoped:
