@@ -63,7 +63,7 @@ def test_a_repeated_call_replays_without_packing_again(backend: kc.Backend) -> N
     kw = calls.verify()
     for _ in range(4):
         launch(kw)
-    assert PREPARED == [addresses(VerifyLaunch.model_construct(**kw))]
+    assert [addresses(VerifyLaunch.model_construct(**kw))] == PREPARED
     assert LAUNCHED == PREPARED * 4
     assert PLAIN == []
 
@@ -77,8 +77,8 @@ def test_new_addresses_are_packed_again(backend: kc.Backend) -> None:
     launch(other)
     launch(kw)  # back to the first ones: their addresses differ from the remembered ones again
     want = [addresses(VerifyLaunch.model_construct(**k)) for k in (kw, other, kw)]
-    assert PREPARED == want
-    assert LAUNCHED == [want[0], want[0], want[1], want[1], want[2]]
+    assert want == PREPARED
+    assert [want[0], want[0], want[1], want[1], want[2]] == LAUNCHED
 
 
 @pytest.mark.parametrize("change", [
