@@ -58,5 +58,7 @@ def test_prepare_binds_what_the_kernel_launches(op: Op, launched: list[tuple[Any
     want = [] if shape is None else [(key, shape, args)] * 2
     assert want == launched
     assert op.kernels["cuda"].prepare is mod.prepare
-    op.kernels["cuda"].impl(call)  # the kernel is the prepared launch, run once
+    impl = op.kernels["cuda"].impl
+    assert callable(impl)
+    impl(call)  # the kernel is the prepared launch, run once
     assert (want + want[:1]) == launched
