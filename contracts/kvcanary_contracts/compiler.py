@@ -95,10 +95,10 @@ class Compiled:
     """The checker that runs every check on every call (``checker`` may skip the metadata checks of a call
     like one that passed: see :meth:`ContractCompiler.assemble_fast`; without that path it is ``checker``)."""
     memo: MemoChecker | None = None
-    """``checker``, returning ``(device, memo)``: ``memo`` is a dict kept with the remembered call this call
-    repeats (same types, scalars, tensor metadata and addresses), emptied when that call's addresses change;
-    None when the call is not remembered (or the contract has no repeat-call path). A launcher caches there
-    what it derives from the call (a backend's packed kernel arguments)."""
+    """``checker``, returning ``(device, memo)``: ``memo`` is a dict kept for the call's types, scalars, tensor
+    metadata and addresses together (a call that repeats all of them gets the same dict; other addresses get
+    another); None when the call is not remembered (or the contract has no repeat-call path). A launcher
+    caches there what it derives from the call (a backend's packed kernel arguments)."""
 
 
 def _type_name(t: type | tuple[type, ...] | None) -> str:
@@ -773,7 +773,7 @@ class ContractCompiler:
         fast = self.field_checks and not self.traceable and _TensorGuards is not None
         if fast:
             source += "\n\n" + self.assemble_fast()
-            self.env.update(_fast_cache={}, _remember=_remember, _data_ptr=torch.Tensor.data_ptr)
+            self.env.update(_fast_cache={}, _remember=_remember, _passed=_passed, _data_ptr=torch.Tensor.data_ptr)
         filename = f"<contract {self.name}{' traceable' if self.traceable else ''}>"
         register_source(filename, source)
         code = compile(source, filename, "exec")
@@ -893,12 +893,12 @@ class ContractCompiler:
         gather += ["        _hit = _fast_cache.get(_key)",
                    "    except Exception:  # a malformed call: _check reports it",
                    "        _hit = _key = _tl = None"]
-        address = self._body([s for s in ordered if s.memory], "                ")
+        address = self._body([s for s in ordered if s.memory], "                    ")
 
         def variant(fname: str, memo: bool) -> list[str]:
-            # the memo variant also returns the remembered call's memo (a dict kept while its addresses hold)
+            # the memo variant also returns the memo of the call's addresses (see Compiled.memo)
             same = "_entry[1][-2], _entry[3]" if memo else "_entry[1][-2]"
-            moved = "_dev, _memo" if memo else "_dev"
+            moved = "_entry[1][-2], _memo" if memo else "_entry[1][-2]"
             out = [f"def {fname}(*, {params}):", *gather,
                    "    if _hit is not None:",
                    "        for _entry in _hit:",
@@ -906,16 +906,19 @@ class ContractCompiler:
                    "                _ptrs = list(map(_data_ptr, _tl))",
                    "                if _ptrs == _entry[2]:",
                    f"                    return {same}",
-                   f"                ({state},) = _entry[1]",
+                   "                _memo = _entry[4].get(_t := tuple(_ptrs))",
+                   "                if _memo is None:  # addresses not seen with this metadata: check them",
+                   f"                    ({state},) = _entry[1]",
                    *address,
+                   "                    _memo = _passed(_entry[4], _t)",
                    "                _entry[2] = _ptrs",
-                   "                _entry[3] = _memo = {}  # what was memoised for the old addresses is void",
+                   "                _entry[3] = _memo",
                    f"                return {moved}",
                    f"    _dev = _check({kwargs})",
                    "    _memo = None",
                    "    if _key is not None:",
                    f"        _memo = _remember(_fast_cache, _key, _tl, _bind, {{{named}}})",
-                   f"    return {moved}"]
+                   "    return _dev, _memo" if memo else "    return _dev"]
             return out
 
         fast = [*variant("_check_fast", False), "", "", *variant("_check_memo", True)]
@@ -974,9 +977,22 @@ _SAFE_SCALARS = (int, float, str, type(None))  # bool is an int; enums are check
 
 
 Entry = list[Any]
-"""``[guard, (symbols..., device, meta), data pointers, memo]`` of one remembered call (the pointers: the last
-set that passed the address checks with these tensors' metadata; the memo: a dict a launcher fills, valid for
-those pointers and replaced by an empty one when they change)."""
+"""``[guard, (symbols..., device, meta), data pointers, memo, memos]`` of one remembered call: the pointers of the
+latest call with these tensors' metadata, the memo of those pointers, and ``memos``, the memo of every set of
+pointers that passed the address checks with this metadata (at most :data:`_ADDRESSES_PER_ENTRY`). The checks
+are functions of the metadata and the pointers alone, so a set seen to pass passes again; the memo of a set is
+what a launcher derived from a call with those pointers (several call sites with the same metadata, a K and a V
+buffer launched in turn, keep theirs)."""
+_ADDRESSES_PER_ENTRY = 64
+
+
+def _passed(memos: dict[tuple[int, ...], dict[Any, Any]], ptrs: tuple[int, ...]) -> dict[Any, Any]:
+    """Record pointers that passed the address checks; returns their new, empty memo."""
+    if len(memos) >= _ADDRESSES_PER_ENTRY:
+        memos.clear()
+    memo: dict[Any, Any] = {}
+    memos[ptrs] = memo
+    return memo
 
 
 def _remember(cache: dict[tuple[Any, ...], list[Entry]],
@@ -1003,7 +1019,7 @@ def _remember(cache: dict[tuple[Any, ...], list[Entry]],
         return None
     memo: dict[Any, Any] = {}
     entries = cache.get(key)
-    entries = [[guard, state, ptrs, memo], *(entries or ())][:_FAST_PER_KEY]
+    entries = [[guard, state, ptrs, memo, {tuple(ptrs): memo}], *(entries or ())][:_FAST_PER_KEY]
     if key not in cache and len(cache) >= _FAST_KEYS_MAX:
         cache.clear()
     cache[key] = entries
