@@ -6,6 +6,9 @@ public launcher, back to back with no synchronisation, the variants interleaved 
 fastest round of each kept (``benchmarks/timing.py`` ``wall_interleaved``): the registry's default, and every
 GPU backend forced by name. The floor beside the default is the same launch forced to the
 backend the default picks, so the ratio is what automatic selection costs; the goal is at most 1 µs over it.
+The floor beside each forced backend is a bare launch of an empty CUDA kernel (cuda.core, the cuda backend's
+launch path, timed in the same run): the goal is at most 2x. Every call repeats the one before it exactly, so
+after the first the launcher replays the launch its backend prepared (docs/extending/backend.md).
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ def host_s(case: Case, backends: list[str]) -> dict[str | None, float]:
     return {(None if k == "default" else k): v for k, v in best.items()}
 
 
+def _bare_launch() -> float | None:
+    """Host seconds of a bare launch of an empty kernel through the cuda backend's launch path (None: the cuda
+    backend is not available here)."""
+    cuda = REGISTRY.backends().get("cuda")
+    if cuda is None or cuda.availability():
+        return None
+    from benchmarks.floors_cuda import empty_launch_cuda
+
+    return empty_launch_cuda()["host"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
@@ -47,6 +61,7 @@ def main() -> None:
         print("host_launch: needs a CUDA device", file=sys.stderr)
         return
     r = Report("host_launch", machine(DEV))
+    bare = _bare_launch()
     world = workloads.RandomPrevRecords(1 << 22, DEV)
     kv = workloads.byte_sources(world.num_slots, 128, 2, DEV)
     n = 1 << 20
@@ -64,7 +79,8 @@ def main() -> None:
                  if (b := REGISTRY.backends().get(n)) is not None and not b.static_reasons(case.op, DEV)]
         times = host_s(case, names)
         for name in names:
-            r.add(f"{case.name} [{name} forced]", times[name], None, note="host time per eager launch")
+            r.add(f"{case.name} [{name} forced]", times[name], bare, target=None if bare is None else 2.0,
+                  note="host time per eager launch; floor: a bare cuda.core launch of an empty kernel")
         default = times[None]
         floor = times.get(chosen)
         r.add(f"{case.name} [registry default: {chosen}]", default, floor,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     import torch
 
-    from kvcanary.registry import Limits, OpSupport
+    from kvcanary.registry import Limits, OpSupport, Prepare
     from kvcanary_contracts import Contract
     from kvcanary_contracts.examples import ExampleSet
     from kvcanary_contracts.launcher import Extra
@@ -158,7 +158,8 @@ class Operation(metaclass=_OperationType):
         self.extras: dict[str, Extra] = dict(extras) if extras is not None else {
             "backend": Extra(None, "str | None", "str?", "Force this backend by name (None: the registry picks).")}
         self.launcher = build_launcher(contract, dispatch=REGISTRY.runner(self), extras=self.extras, doc=self.doc,
-                                       module=module, operator=self.qualname)
+                                       module=module, operator=self.qualname,
+                                       prepare=REGISTRY.preparer(self) if list(self.extras) == ["backend"] else None)
         operator: ContractOp = self.launcher.__kvc_operator__  # type: ignore[attr-defined]
         self.operator = operator
         _DECLARED[name] = self
@@ -197,24 +198,27 @@ class Operation(metaclass=_OperationType):
 
     # -- kernels ------------------------------------------------------------------------------------
     def kernel(self, backend: str, *, devices: Mapping[str, int] | None = None, capture_safe: bool = True,
-               host_sync: bool = False, limits: Limits | None = None, notes: str = "") -> Callable[[F], F]:
+               host_sync: bool = False, limits: Limits | None = None, notes: str = "",
+               prepare: Prepare | None = None) -> Callable[[F], F]:
         """Decorator: attach the decorated function as ``backend``'s kernel of this operation.
 
         The kernel receives the call object (an unvalidated instance of the contract: the checks have run).
         ``devices`` maps device types to priorities (``"*"``: any); by default the backend's row of the
-        priority table. A kernel that syncs with the host (``host_sync``) is not capture-safe.
+        priority table. A kernel that syncs with the host (``host_sync``) is not capture-safe. ``prepare``
+        (optional) is the same kernel split for repeated calls: ``prepare(call)`` returns the launch, and
+        ``prepare(call)()`` must do what the kernel does (:attr:`kvcanary.registry.OpSupport.prepare`).
         """
 
         def attach(fn: F) -> F:
             self.register_kernel(backend, fn, devices=devices, capture_safe=capture_safe and not host_sync,
-                                 host_sync=host_sync, limits=limits, notes=notes)
+                                 host_sync=host_sync, limits=limits, notes=notes, prepare=prepare)
             return fn
 
         return attach
 
     def register_kernel(self, backend: str, impl: Callable[[Any], None], *, devices: Mapping[str, int] | None = None,
                         capture_safe: bool = True, host_sync: bool = False, limits: Limits | None = None,
-                        notes: str = "") -> None:
+                        notes: str = "", prepare: Prepare | None = None) -> None:
         """Attach ``impl`` as ``backend``'s kernel (see :meth:`kernel`); replaces an earlier one."""
         from kvcanary.registry import REGISTRY, OpSupport
 
@@ -223,7 +227,7 @@ class Operation(metaclass=_OperationType):
 
             devices = table_devices(backend, self)
         self.kernels[backend] = OpSupport(impl, dict(devices), capture_safe=capture_safe, host_sync=host_sync,
-                                          limits=limits, notes=notes)
+                                          limits=limits, notes=notes, prepare=prepare)
         REGISTRY.invalidate()
 
     # -- lifetime -----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from kvcanary.operation import Op, Operation, declared
 
 __all__ = [
     "ENTRY_POINT_GROUP", "ENV_BACKEND", "REGISTRY", "Backend", "BackendError", "Choice", "Impl", "Limits", "Op",
-    "OpSupport", "Operation", "Reason", "ReasonKind", "Registry", "register_backend", "registered_backends",
+    "OpSupport", "Operation", "Prepare", "Reason", "ReasonKind", "Registry", "register_backend", "registered_backends",
     "use_backend",
 ]
 
@@ -69,6 +69,13 @@ class Reason:
 
 Impl = Callable[[Any], None]  # takes the operation's call object (an instance of its contract model)
 Limits = Callable[[Any], Sequence[Reason]]
+Launch = Callable[[], "bool | None"]
+Prepare = Callable[[Any], "Launch | None"]
+"""A kernel's launch, split: ``prepare(call)`` does everything that depends only on the call's argument types,
+scalars, tensor metadata and addresses (choosing the compiled kernel, packing its arguments) and returns the
+launch itself, ``() -> None``, which reads only what may change between identical calls (the current stream);
+the launch returns False, having launched nothing, when what it was prepared from no longer holds. ``prepare``
+returns None when it cannot prepare this call yet (it is then run as ``impl(call)``)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,10 @@ class OpSupport:
     host_sync: bool = False
     limits: Limits | None = None
     notes: str = ""
+    prepare: Prepare | None = None
+    """The kernel split for repeated calls (optional): calling ``prepare(call)()`` must do exactly what
+    ``impl(call)`` does. A launcher replays the prepared launch for a call that repeats a remembered one
+    exactly (:meth:`Registry.preparer`)."""
 
     def priority(self, device_type: str) -> int | None:
         if device_type in self.devices:
@@ -229,6 +240,8 @@ class Registry:
         self._cache: dict[tuple[Op, torch.device, str | None], tuple[list[Choice], dict[str, list[Reason]]]] = {}
         self._env_read = False
         self._env_forced: str | None = None
+        self.generation = 0
+        """Bumped by :meth:`invalidate`: a prepared launch made under an older generation is void."""
 
     def env_backend(self) -> str | None:
         """The backend ``KVCANARY_BACKEND`` forces (None: unset or empty), as read at the first launch."""
@@ -349,6 +362,56 @@ class Registry:
 
         return run
 
+    def preparer(self, op: Op) -> Callable[..., bool]:
+        """A launcher's repeat-call path for ``op`` (``prepare`` of
+        :func:`~kvcanary_contracts.launcher.build_launcher`): select a backend as :meth:`runner` does, run the
+        call, and leave in the memo a replay of the launch when the chosen kernel declares ``prepare`` and the
+        choice does not depend on the call's values (no limits; capture-safe, or not on a CUDA device). The
+        replay is void once the registry changes (:meth:`invalidate`: a backend registered, a kernel attached,
+        the environment re-read) or :func:`use_backend` forces another backend; a chosen kernel without
+        ``prepare`` leaves a marker that runs nothing, so such calls dispatch without preparing again."""
+        select = self.select
+
+        def prepare(memo: dict[Any, Any], key: Any, call: Any, device: torch.device | None,
+                    backend: str | None) -> bool:
+            dev = device if device is not None else _CPU
+            scoped = _forced_ctx.get()
+            generation = self.generation
+            choice = select(op, dev, backend, call)
+            support = choice.support
+            fast = support.limits is None and (support.capture_safe or dev.type != "cuda")
+            if self.generation != generation:  # selecting loaded kernels (which invalidates): prepare next time
+                choice.impl(call)
+                return True
+            if not fast or support.prepare is None:
+                def skip() -> bool:  # a marker: such calls dispatch, without preparing again while it holds
+                    if self.generation != generation or _forced_ctx.get() != scoped:
+                        memo.pop(key, None)
+                    return False
+
+                memo[key] = skip
+                choice.impl(call)
+                return True
+            launch = support.prepare(call)
+            if launch is None:  # nothing to prepare yet (a kernel's first launch compiles it): the next call tries
+                choice.impl(call)
+                return True
+            run = launch
+
+            def replay() -> bool:
+                if self.generation == generation and _forced_ctx.get() == scoped and run() is not False:
+                    return True
+                memo.pop(key, None)  # void: the next call prepares again
+                return False
+
+            memo[key] = replay
+            if run() is False:
+                memo.pop(key, None)
+                choice.impl(call)
+            return True
+
+        return prepare
+
     def explain(self, op: Op, device: torch.device) -> dict[str, list[Reason]]:
         """Every backend's reasons for ``op`` on ``device`` (empty list: it can serve)."""
         self._ensure_loaded()
@@ -361,6 +424,7 @@ class Registry:
         """Forget every cached answer and re-read ``KVCANARY_BACKEND`` at the next launch."""
         self._cache.clear()
         self._env_read = False
+        self.generation += 1
 
 
 REGISTRY = Registry()

@@ -47,6 +47,7 @@ from kvcanary_contracts.rules import Relation as RelationRule
 from kvcanary_contracts.specs import Dim, ItemsArg, ScalarArg, Spec, StructArg, TensorArg
 
 Checker = Callable[..., "torch.device | None"]
+MemoChecker = Callable[..., "tuple[torch.device | None, dict[Any, Any] | None]"]
 
 
 @dataclass(eq=False)
@@ -93,6 +94,11 @@ class Compiled:
     whole: Checker
     """The checker that runs every check on every call (``checker`` may skip the metadata checks of a call
     like one that passed: see :meth:`ContractCompiler.assemble_fast`; without that path it is ``checker``)."""
+    memo: MemoChecker | None = None
+    """``checker``, returning ``(device, memo)``: ``memo`` is a dict kept for the call's types, scalars, tensor
+    metadata and addresses together (a call that repeats all of them gets the same dict; other addresses get
+    another); None when the call is not remembered (or the contract has no repeat-call path). A launcher
+    caches there what it derives from the call (a backend's packed kernel arguments)."""
 
 
 def _type_name(t: type | tuple[type, ...] | None) -> str:
@@ -767,7 +773,7 @@ class ContractCompiler:
         fast = self.field_checks and not self.traceable and _TensorGuards is not None
         if fast:
             source += "\n\n" + self.assemble_fast()
-            self.env.update(_fast_cache={}, _remember=_remember, _data_ptr=torch.Tensor.data_ptr)
+            self.env.update(_fast_cache={}, _remember=_remember, _passed=_passed, _data_ptr=torch.Tensor.data_ptr)
         filename = f"<contract {self.name}{' traceable' if self.traceable else ''}>"
         register_source(filename, source)
         code = compile(source, filename, "exec")
@@ -807,7 +813,8 @@ class ContractCompiler:
         exec(code, namespace)
         checker = typing.cast(Checker, namespace["_check_fast" if fast else "_check"])
         whole = typing.cast(Checker, namespace["_check"])
-        return Compiled(checker, checks, source, self.nodes, dict(self.symbols), whole)
+        memo = typing.cast(MemoChecker, namespace["_check_memo"]) if fast else None
+        return Compiled(checker, checks, source, self.nodes, dict(self.symbols), whole, memo)
 
     def assemble(self) -> str:
         params = ", ".join(f"{name}=None" if name in self.none_defaults else name for name, *_ in self.fields)
@@ -875,32 +882,46 @@ class ContractCompiler:
         for node in self.nodes:
             if node.loop is None and "." not in node.path and not node.path.endswith("[]"):
                 self._gather(node, loads, key, tensors, loops)
-        fast = [f"def _check_fast(*, {params}):", "    try:"]
-        fast += ["        " + ln for ln in loads]
+        gather = ["    try:", *("        " + ln for ln in loads)]
         if loops:
-            fast += ["        _kx = []", "        _tx = []"] + ["        " + ln for ln in loops]
-            fast.append(f"        _key = ({''.join(k + ', ' for k in key)}*_kx)")
-            fast.append(f"        _tl = ({''.join(t + ', ' for t in tensors)}*_tx)")
+            gather += ["        _kx = []", "        _tx = []"] + ["        " + ln for ln in loops]
+            gather.append(f"        _key = ({''.join(k + ', ' for k in key)}*_kx)")
+            gather.append(f"        _tl = ({''.join(t + ', ' for t in tensors)}*_tx)")
         else:
-            fast.append(f"        _key = ({''.join(k + ', ' for k in key)})")
-            fast.append(f"        _tl = ({''.join(t + ', ' for t in tensors)})")
-        fast += ["        _hit = _fast_cache.get(_key)",
-                 "    except Exception:  # a malformed call: _check reports it",
-                 "        _hit = _key = _tl = None",
-                 "    if _hit is not None:",
-                 "        for _entry in _hit:",
-                 "            if _entry[0](*_tl):",
-                 "                _ptrs = list(map(_data_ptr, _tl))",
-                 "                if _ptrs == _entry[2]:",
-                 "                    return _entry[1][-2]",
-                 f"                ({state},) = _entry[1]"]
-        fast += self._body([s for s in ordered if s.memory], "                ")
-        fast += ["                _entry[2] = _ptrs",
-                 "                return _dev",
-                 f"    _dev = _check({kwargs})",
-                 "    if _key is not None:",
-                 f"        _remember(_fast_cache, _key, _tl, _bind, {{{named}}})",
-                 "    return _dev"]
+            gather.append(f"        _key = ({''.join(k + ', ' for k in key)})")
+            gather.append(f"        _tl = ({''.join(t + ', ' for t in tensors)})")
+        gather += ["        _hit = _fast_cache.get(_key)",
+                   "    except Exception:  # a malformed call: _check reports it",
+                   "        _hit = _key = _tl = None"]
+        address = self._body([s for s in ordered if s.memory], "                    ")
+
+        def variant(fname: str, memo: bool) -> list[str]:
+            # the memo variant also returns the memo of the call's addresses (see Compiled.memo)
+            same = "_entry[1][-2], _entry[3]" if memo else "_entry[1][-2]"
+            moved = "_entry[1][-2], _memo" if memo else "_entry[1][-2]"
+            out = [f"def {fname}(*, {params}):", *gather,
+                   "    if _hit is not None:",
+                   "        for _entry in _hit:",
+                   "            if _entry[0](*_tl):",
+                   "                _ptrs = list(map(_data_ptr, _tl))",
+                   "                if _ptrs == _entry[2]:",
+                   f"                    return {same}",
+                   "                _memo = _entry[4].get(_t := tuple(_ptrs))",
+                   "                if _memo is None:  # addresses not seen with this metadata: check them",
+                   f"                    ({state},) = _entry[1]",
+                   *address,
+                   "                    _memo = _passed(_entry[4], _t)",
+                   "                _entry[2] = _ptrs",
+                   "                _entry[3] = _memo",
+                   f"                return {moved}",
+                   f"    _dev = _check({kwargs})",
+                   "    _memo = None",
+                   "    if _key is not None:",
+                   f"        _memo = _remember(_fast_cache, _key, _tl, _bind, {{{named}}})",
+                   "    return _dev, _memo" if memo else "    return _dev"]
+            return out
+
+        fast = [*variant("_check_fast", False), "", "", *variant("_check_memo", True)]
         return "\n".join(bind) + "\n\n" + "\n".join(fast) + "\n"
 
     def _gather(self, node: Node, loads: list[str], key: list[str], tensors: list[str], loops: list[str]) -> None:
@@ -956,36 +977,53 @@ _SAFE_SCALARS = (int, float, str, type(None))  # bool is an int; enums are check
 
 
 Entry = list[Any]
-"""``[guard, (symbols..., device, meta), data pointers]`` of one remembered call (the pointers: the last set
-that passed the address checks with these tensors' metadata)."""
+"""``[guard, (symbols..., device, meta), data pointers, memo, memos]`` of one remembered call: the pointers of the
+latest call with these tensors' metadata, the memo of those pointers, and ``memos``, the memo of every set of
+pointers that passed the address checks with this metadata (at most :data:`_ADDRESSES_PER_ENTRY`). The checks
+are functions of the metadata and the pointers alone, so a set seen to pass passes again; the memo of a set is
+what a launcher derived from a call with those pointers (several call sites with the same metadata, a K and a V
+buffer launched in turn, keep theirs)."""
+_ADDRESSES_PER_ENTRY = 64
+
+
+def _passed(memos: dict[tuple[int, ...], dict[Any, Any]], ptrs: tuple[int, ...]) -> dict[Any, Any]:
+    """Record pointers that passed the address checks; returns their new, empty memo."""
+    if len(memos) >= _ADDRESSES_PER_ENTRY:
+        memos.clear()
+    memo: dict[Any, Any] = {}
+    memos[ptrs] = memo
+    return memo
 
 
 def _remember(cache: dict[tuple[Any, ...], list[Entry]],
               key: tuple[Any, ...], tensors: tuple[torch.Tensor, ...], bind: Callable[..., tuple[Any, ...]],
-              kwargs: dict[str, Any]) -> None:
-    """Remember a call that passed every check: a guard over its tensors' metadata, under its key.
+              kwargs: dict[str, Any]) -> dict[Any, Any] | None:
+    """Remember a call that passed every check: a guard over its tensors' metadata, under its key; returns the
+    new entry's (empty) memo, None when the call is not remembered.
 
     Only keys of plain values (types, ints, floats, strings, enums, None) are kept: their ``==`` is the
     value's, so a hit means the same scalars. Only calls of plain ``torch.Tensor`` objects are kept.
     """
     for part in key:
         if not isinstance(part, (*_SAFE_SCALARS, type, enum.Enum)):
-            return
+            return None
     for t in tensors:  # plain tensors only: a subclass (a fake tensor under torch.compile, say) runs it all
         if type(t) is not torch.Tensor:
-            return
+            return None
     try:
         guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
                               dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
         state = bind(**kwargs)
         ptrs = [t.data_ptr() for t in tensors]
     except Exception:  # a tensor-like the guard does not take: such calls always run the whole checker
-        return
+        return None
+    memo: dict[Any, Any] = {}
     entries = cache.get(key)
-    entries = [[guard, state, ptrs], *(entries or ())][:_FAST_PER_KEY]
+    entries = [[guard, state, ptrs, memo, {tuple(ptrs): memo}], *(entries or ())][:_FAST_PER_KEY]
     if key not in cache and len(cache) >= _FAST_KEYS_MAX:
         cache.clear()
     cache[key] = entries
+    return memo
 
 
 def _builtin(error: type[Exception]) -> type[Exception]:

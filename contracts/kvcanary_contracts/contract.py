@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from kvcanary_contracts.checks import Check
-from kvcanary_contracts.compiler import Checker, Compiled, ContractCompiler
+from kvcanary_contracts.compiler import Checker, Compiled, ContractCompiler, MemoChecker
 from kvcanary_contracts.errors import ContractDefinitionError
 from kvcanary_contracts.family import Family
 from kvcanary_contracts.origin import caller_origin
@@ -153,6 +153,13 @@ class Contract(BaseModel):
         one that passed reruns only the address checks. Only for contracts whose rules read no tensor values
         (every launcher's: they never read a device value on the host)."""
         return cls.compiled().checker
+
+    @classmethod
+    def memo_checker(cls) -> MemoChecker | None:
+        """:meth:`repeat_checker` returning ``(device, memo)``: the memo is a dict kept with the remembered call
+        this one repeats exactly (types, scalars, tensor metadata and addresses), None for a call not
+        remembered; None for a contract without the repeat-call path (see :attr:`Compiled.memo`)."""
+        return cls.compiled().memo
 
     @classmethod
     def traceable_checker(cls) -> Checker:

@@ -21,6 +21,8 @@ from kvcanary_contracts.contract import Contract
 from kvcanary_contracts.torch_op import OpSignature, register_contract_op
 
 Launcher = Callable[..., None]
+Prepare = Callable[..., bool]
+"""``prepare(memo, key, call, device, *extras) -> bool``: see :func:`build_launcher`."""
 
 
 def _always_watched() -> object:
@@ -45,11 +47,14 @@ class Extra:
 
 
 def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
-                    none_defaults: frozenset[str] = frozenset(), flat: list[str] | None = None) -> str:
+                    none_defaults: frozenset[str] = frozenset(), flat: list[str] | None = None,
+                    memo: bool = False) -> str:
     """The launcher's source: check, pack the call object, dispatch (fields in ``none_defaults`` default to None).
 
     With ``flat`` (the operator's arguments as expressions over the fields), a launch that ``torch.compile``
-    traces runs the traceable checks and calls the operator instead.
+    traces runs the traceable checks and calls the operator instead. With ``memo``, an eager call that
+    repeats a remembered one exactly replays what ``_prepare`` left in the checker's memo (see
+    :func:`build_launcher`).
     """
     params = ", ".join([*(f"{f}=None" if f in none_defaults else f for f in fields),
                         *(f"{k}={k}_default" for k in extras)])
@@ -62,17 +67,42 @@ def launcher_source(name: str, fields: list[str], extras: Mapping[str, Extra],
         f"        _op({', '.join(flat)}{extra_args})\n"
         "        return\n"
     )
+    lines = ["_call = _new(_cls)", f"_set(_call, '__dict__', {{{values}}})",
+             "_set(_call, '__pydantic_fields_set__', _fields)", "_set(_call, '__pydantic_extra__', None)",
+             "_set(_call, '__pydantic_private__', None)"]
+    build = "".join(f"    {ln}\n" for ln in lines)
+    nested = "".join(f"        {ln}\n" for ln in lines)
+    if not memo:
+        return (
+            f"def {name}(*, {params}):\n"
+            f"{traced}"
+            "    _w = _eager()\n"
+            f"    _dev = (_check if _w is None else _check_all)({kwargs})\n"
+            f"{build}"
+            f"    (_dispatch if _w is None else _dispatch_off)(_call, _dev{extra_args})\n"
+        )
+    key = f"(_site{extra_args})"
     return (
         f"def {name}(*, {params}):\n"
         f"{traced}"
-        "    _w = _eager()\n"
-        f"    _dev = (_check if _w is None else _check_all)({kwargs})\n"
-        f"    _call = _new(_cls)\n"
-        f"    _set(_call, '__dict__', {{{values}}})\n"
-        f"    _set(_call, '__pydantic_fields_set__', _fields)\n"
-        f"    _set(_call, '__pydantic_extra__', None)\n"
-        f"    _set(_call, '__pydantic_private__', None)\n"
-        f"    (_dispatch if _w is None else _dispatch_off)(_call, _dev{extra_args})\n"
+        "    if _eager() is None:\n"
+        f"        _dev, _memo = _check_memo({kwargs})\n"
+        "        if _memo is not None:\n"
+        f"            _k = {key}\n"
+        "            _r = _memo.get(_k)\n"
+        "            if _r is not None:\n"
+        "                if _r():\n"
+        "                    return\n"
+        "                if _k in _memo:  # a marker that holds: dispatch (a void replay removed itself)\n"
+        "                    _memo = None\n"
+        f"{nested}"
+        f"        if _memo is not None and _prepare(_memo, _k, _call, _dev{extra_args}):\n"
+        "            return\n"
+        f"        _dispatch(_call, _dev{extra_args})\n"
+        "        return\n"
+        f"    _dev = _check_all({kwargs})\n"
+        f"{build}"
+        f"    _dispatch_off(_call, _dev{extra_args})\n"
     )
 
 
@@ -85,6 +115,7 @@ def build_launcher(
     doc: str = "",
     module: str | None = None,
     operator: str | None = None,
+    prepare: Prepare | None = None,
 ) -> Launcher:
     """Generate the launcher of ``contract`` (named after the contract unless ``name`` is given).
 
@@ -92,6 +123,13 @@ def build_launcher(
     object and the device, in order. The call object skips pydantic validation: the checker has already run.
     ``operator`` (``"namespace::name"``) also registers the launch as a ``torch.library`` operator
     (:mod:`~kvcanary_contracts.torch_op`), which the launcher calls while ``torch.compile`` traces it.
+
+    ``prepare(memo, key, call, device, *extras) -> bool`` (optional) is the repeat-call path of the dispatch:
+    for an eager call the contract's repeat-call checker remembers, it runs the call (True) and may leave in
+    ``memo[key]`` a replay, ``() -> bool``, that a later call repeating this one exactly (same types, scalars,
+    tensor metadata and addresses: :attr:`Compiled.memo`) runs instead of building the call object and
+    dispatching; a replay returns False (and removes itself) when what it was derived from changed, and the
+    call then dispatches. False from ``prepare``: it ran nothing, dispatch runs the call.
     """
     extras = dict(extras or {})
     fields = list(contract.model_fields)
@@ -101,8 +139,9 @@ def build_launcher(
     fname = name or contract.contract.name
     signature = OpSignature(contract) if operator else None
     flat = signature.flat_exprs() if signature else None
-    source = launcher_source(fname, fields, extras, contract.none_defaults(), flat)
     compiled = contract.compiled()
+    memo = prepare is not None and compiled.memo is not None
+    source = launcher_source(fname, fields, extras, contract.none_defaults(), flat, memo)
     filename = f"<launcher {fname}>"
     register_source(filename, source)
     env: dict[str, Any] = {
@@ -110,6 +149,9 @@ def build_launcher(
         # uses a guard object the compiler cannot trace
         "_check": compiled.checker,
         "_check_all": compiled.whole,
+        "_check_memo": compiled.memo,
+        "_prepare": prepare,
+        "_site": object(),  # this launcher's part of a memo (a contract's checker may serve several launchers)
         "_new": object.__new__,
         "_set": object.__setattr__,
         "_cls": contract,

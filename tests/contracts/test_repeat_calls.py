@@ -202,3 +202,65 @@ def test_address_failures_are_found_on_the_repeat_path(full_runs: list[int]) -> 
     with pytest.raises(ContractError, match="misaligned by 8"):
         check(**call(x=x))
     assert len(full_runs) == 1  # the second call never ran the whole checker
+
+
+# -- the memo a launcher keeps with a remembered call ----------------------------------------------------------
+memo_check = RepeatToy.memo_checker()
+
+
+def test_the_memo_is_kept_while_a_call_repeats_exactly() -> None:
+    assert memo_check is not None
+    kw = call()
+    dev, memo = memo_check(**kw)
+    assert dev == torch.device("cpu") and memo == {}
+    memo["packed"] = 1
+    for _ in range(2):
+        assert memo_check(**kw) == (dev, {"packed": 1})
+        assert memo_check(**kw)[1] is memo
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda kw: kw["out"].count.set_(torch.zeros(1, dtype=torch.int32)), id="storage swapped"),
+    pytest.param(lambda kw: kw.update(y=None, x=aligned(3)), id="new tensor"),
+])
+def test_new_addresses_void_the_memo(change: Callable[[dict[str, Any]], Any]) -> None:
+    assert memo_check is not None
+    kw = call()
+    memo = memo_check(**kw)[1]
+    assert memo is not None
+    memo["packed"] = 1
+    change(kw)
+    fresh = memo_check(**kw)[1]
+    assert fresh == {} and fresh is not memo
+    assert memo_check(**kw)[1] is fresh
+
+
+def test_the_plain_checker_also_voids_the_memo_when_addresses_change() -> None:
+    assert memo_check is not None
+    kw = call()
+    memo = memo_check(**kw)[1]
+    assert memo is not None
+    memo["packed"] = 1
+    kw["x"] = aligned(3)
+    check(**kw)  # the repeat path records the new addresses
+    assert memo_check(**kw)[1] == {}
+
+
+def test_a_call_not_remembered_has_no_memo() -> None:
+    assert memo_check is not None
+
+    class Sub(torch.Tensor):
+        pass
+
+    x = aligned(3).as_subclass(Sub)
+    assert memo_check(**call(x=x)) == (torch.device("cpu"), None)
+
+
+def test_memo_failures_are_the_whole_checkers() -> None:
+    assert memo_check is not None
+    memo_check(**call())
+    with pytest.raises(ContractError) as fast:
+        memo_check(**call(k=9))
+    with pytest.raises(ContractError) as full:
+        whole(**call(k=9))
+    assert fast.value.code == full.value.code

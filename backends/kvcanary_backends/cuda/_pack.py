@@ -14,7 +14,7 @@ import torch
 
 from kvcanary.consts import MAX_REAL_KV_SOURCES, REAL_KV_CHUNK_BYTES, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary_backends.cuda._toolchain import Compiled, Spec, load
+from kvcanary_backends.cuda._toolchain import Compiled, Spec, load, prepared
 
 if TYPE_CHECKING:
     from kvcanary.operation import Operation
@@ -29,6 +29,27 @@ SOURCES: tuple[tuple[int, bool], ...] = (
     (0, True), *((n, p) for n in range(1, MAX_REAL_KV_SOURCES + 1) for p in BOOLS))
 """(number of sources, PARTIAL) pairs a specialization can have: with no source the mode does not matter."""
 F = TypeVar("F", bound=Callable[..., None])
+K = TypeVar("K", bound=tuple[Any, ...])
+S = TypeVar("S")
+Launch = Callable[[], None]
+"""A prepared launch (``OpSupport.prepare``): everything but the current stream read once."""
+
+
+def _nothing() -> None:
+    """The prepared launch of a call that launches nothing (no entry capacity, say)."""
+
+
+def prepare_launch(cache: KernelCache, device_index: int, key: K, sizes: S,
+                   args: Args, shape: Callable[[K, S, int], Shape | None]) -> Launch:
+    """The launch of one packed call: its compiled kernel (compiled and loaded on first use) with the grid
+    ``shape(key, sizes, resident blocks)`` gives; a call ``shape`` sizes to nothing launches nothing (and
+    compiles nothing)."""
+    if shape(key, sizes, 1) is None:
+        return _nothing
+    kernel = cache.get(device_index, key)
+    grid = shape(key, sizes, kernel.max_blocks)
+    assert grid is not None
+    return prepared(kernel, device_index, grid, args)
 
 
 def fold(ctx: VerifyOrWriteContext) -> tuple[int, bool, Args]:

@@ -390,5 +390,36 @@ def launch(compiled: Compiled, device_index: int, shape: tuple[int, int, int, in
     fn(stream, cfg, compiled.kernel, *args)
 
 
+def prepared(compiled: Compiled, device_index: int, shape: tuple[int, int, int, int],
+             args: Iterable[int]) -> Callable[[], None]:
+    """``launch(compiled, device_index, shape, args)`` as a function of nothing: the LaunchConfig, the kernel
+    handle and the argument tuple are looked up once; each call reads torch's current device and stream (a
+    launch replayed under another stream, or captured in a CUDA graph, goes there)."""
+    cfg = _configs.get(shape)
+    if cfg is None:
+        cfg = _config(*shape)
+    kernel = compiled.kernel
+    params = tuple(args)
+    streams = _streams
+    raw = _raw_stream
+    current = _current_device
+    fn = _lazy.get("launch")
+    if fn is None:
+        fn = _lazy["launch"] = core().launch
+
+    def run() -> None:
+        done: set[int] | None = getattr(_ready, "devices", None)
+        if current() != device_index or done is None or device_index not in done:
+            launch(compiled, device_index, shape, params)  # another device is current, or a new thread
+            return
+        handle = int(raw(device_index)) if raw is not None else current_stream(device_index)
+        stream = streams.get(handle)
+        if stream is None:
+            stream = _stream(handle)
+        fn(stream, cfg, kernel, *params)
+
+    return run
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -15,8 +15,7 @@ from __future__ import annotations
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.plan import PLAN, PlanLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, Shape, ptr
-from kvcanary_backends.cuda._toolchain import launch
+from kvcanary_backends.cuda._pack import Args, Launch, Shape, prepare_launch, ptr
 from kvcanary_backends.cuda.plan_entries import THREADS, Key, max_tiles, plan_kernels, shared_bytes
 
 KERNELS = plan_kernels("plan.cu", "kvc_plan")
@@ -50,9 +49,12 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return 1 + max(1, min(max_tiles(bs, cap), max_blocks - 1)), 1, THREADS, shared_bytes(bs)
 
 
-@KERNELS.kernel(PLAN, notes=notes("one launch for both stages"))
-def plan(call: PlanLaunch) -> None:
+def prepare(call: PlanLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, sizes, args = pack(call)
-    dev = call.verify_plan_out.verify_slot_indices.get_device()
-    kernel = KERNELS.get(dev, key)
-    launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)
+    return prepare_launch(KERNELS, call.verify_plan_out.verify_slot_indices.get_device(), key, sizes, args, shape)
+
+
+@KERNELS.kernel(PLAN, notes=notes("one launch for both stages"), prepare=prepare)
+def plan(call: PlanLaunch) -> None:
+    prepare(call)()

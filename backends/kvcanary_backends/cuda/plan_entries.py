@@ -10,8 +10,8 @@ from __future__ import annotations
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Shape, ptr
-from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Launch, Shape, prepare_launch, ptr
+from kvcanary_backends.cuda._toolchain import Spec, cdiv
 
 THREADS = 256
 ENTRIES_PER_THREAD = 4  # KVC_PLAN_EPT (kEntriesPerThread) in kernels/plan_common.cuh
@@ -73,13 +73,12 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape | None:
     return max(1, min(max_tiles(bs, cap), max_blocks)), 1, THREADS, shared_bytes(bs)
 
 
-@KERNELS.kernel(PLAN_ENTRIES, notes=notes())
-def plan_entries(call: PlanEntriesLaunch) -> None:
+def prepare(call: PlanEntriesLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, sizes, args = pack(call)
-    if shape(key, sizes, 1) is None:
-        return
-    dev = call.verify_offsets_scratch.get_device()
-    kernel = KERNELS.get(dev, key)
-    s = shape(key, sizes, kernel.max_blocks)
-    assert s is not None
-    launch(kernel, dev, s, args)
+    return prepare_launch(KERNELS, call.verify_offsets_scratch.get_device(), key, sizes, args, shape)
+
+
+@KERNELS.kernel(PLAN_ENTRIES, notes=notes(), prepare=prepare)
+def plan_entries(call: PlanEntriesLaunch) -> None:
+    prepare(call)()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Shape, ptr
-from kvcanary_backends.cuda._toolchain import Spec, launch
+from kvcanary_backends.cuda._pack import BOOLS, Args, KernelCache, Launch, Shape, prepare_launch, ptr
+from kvcanary_backends.cuda._toolchain import Spec
 
 THREADS = 512
 
@@ -39,9 +39,12 @@ def shape(key: Key, bs: int, max_blocks: int) -> Shape:
     return 1, 1, THREADS, 0
 
 
-@KERNELS.kernel(PLAN_OFFSETS, notes=notes())
-def plan_offsets(call: PlanOffsetsLaunch) -> None:
+def prepare(call: PlanOffsetsLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, bs, args = pack(call)
-    dev = call.out_verify_offsets_scratch.get_device()
-    kernel = KERNELS.get(dev, key)
-    launch(kernel, dev, shape(key, bs, kernel.max_blocks), args)
+    return prepare_launch(KERNELS, call.out_verify_offsets_scratch.get_device(), key, bs, args, shape)
+
+
+@KERNELS.kernel(PLAN_OFFSETS, notes=notes(), prepare=prepare)
+def plan_offsets(call: PlanOffsetsLaunch) -> None:
+    prepare(call)()

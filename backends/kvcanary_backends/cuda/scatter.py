@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from kvcanary.ops.scatter import SCATTER, ScatterLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Shape
-from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary_backends.cuda._pack import Args, KernelCache, Launch, Shape, prepare_launch
+from kvcanary_backends.cuda._toolchain import Spec, cdiv
 
 THREADS = 256
 COLUMNS_PER_BLOCK = 1024  # 4 per thread: one round of 4 loads in flight
@@ -49,11 +49,12 @@ def shape(key: Key, sizes: Sizes, max_blocks: int) -> Shape | None:
     return bs, split(bs, cols, ntok), THREADS, 0
 
 
-@KERNELS.kernel(SCATTER, notes=notes())
-def scatter_req_token_ids(call: ScatterLaunch) -> None:
+def prepare(call: ScatterLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, sizes, args = pack(call)
-    s = shape(key, sizes, 0)
-    if s is None:
-        return
-    dev = call.pool_out.get_device()
-    launch(KERNELS.get(dev, key), dev, s, args)
+    return prepare_launch(KERNELS, call.pool_out.get_device(), key, sizes, args, shape)
+
+
+@KERNELS.kernel(SCATTER, notes=notes(), prepare=prepare)
+def scatter_req_token_ids(call: ScatterLaunch) -> None:
+    prepare(call)()

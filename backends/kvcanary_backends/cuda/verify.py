@@ -9,7 +9,17 @@ from __future__ import annotations
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.verify import VERIFY, VerifyLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import BOOLS, SOURCES, Args, KernelCache, Shape, fold, vec16
+from kvcanary_backends.cuda._pack import (
+    BOOLS,
+    SOURCES,
+    Args,
+    KernelCache,
+    Launch,
+    Shape,
+    fold,
+    prepare_launch,
+    vec16,
+)
 from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
 
 THREADS = 256
@@ -60,12 +70,15 @@ def shape(key: Key, cap: int, max_blocks: int) -> Shape:
     return max(1, min(cdiv(cap, threads), max_blocks)), 1, threads, 0
 
 
-@KERNELS.kernel(VERIFY, notes=notes())
-def verify(call: VerifyLaunch) -> None:
+def prepare(call: VerifyLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, cap, args = pack(call)
-    dev = call.context.canary_buf.get_device()
-    kernel = KERNELS.get(dev, key)
-    launch(kernel, dev, shape(key, cap, kernel.max_blocks), args)
+    return prepare_launch(KERNELS, call.context.canary_buf.get_device(), key, cap, args, shape)
+
+
+@KERNELS.kernel(VERIFY, notes=notes(), prepare=prepare)
+def verify(call: VerifyLaunch) -> None:
+    prepare(call)()
 
 
 def verify_variant(call: VerifyLaunch, *, grid: int | None, threads: int, vec: bool) -> None:

@@ -14,8 +14,19 @@ from __future__ import annotations
 from kvcanary.extensions import write_owner_on, write_slot_on
 from kvcanary.ops.write import WRITE, WriteLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import BOOLS, SOURCES, Args, KernelCache, Shape, fold, ptr, vec16
-from kvcanary_backends.cuda._toolchain import Spec, cdiv, launch
+from kvcanary_backends.cuda._pack import (
+    BOOLS,
+    SOURCES,
+    Args,
+    KernelCache,
+    Launch,
+    Shape,
+    fold,
+    prepare_launch,
+    ptr,
+    vec16,
+)
+from kvcanary_backends.cuda._toolchain import Spec, cdiv
 
 Key = tuple[int, bool, bool, bool, bool, bool, bool]
 """sources, partial, input assert, 16-byte records, slot check, its LUT, owner check."""
@@ -93,9 +104,12 @@ def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
     return max(cdiv(cap, WARPS), 1), 1 + fold_rows(key[0], ntok), THREADS, 0
 
 
-@KERNELS.kernel(WRITE, notes=notes())
-def write(call: WriteLaunch) -> None:
+def prepare(call: WriteLaunch) -> Launch:
+    """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, sizes, args = pack(call)
-    dev = call.context.canary_buf.get_device()
-    kernel = KERNELS.get(dev, key)
-    launch(kernel, dev, shape(key, sizes, kernel.max_blocks), args)
+    return prepare_launch(KERNELS, call.context.canary_buf.get_device(), key, sizes, args, shape)
+
+
+@KERNELS.kernel(WRITE, notes=notes(), prepare=prepare)
+def write(call: WriteLaunch) -> None:
+    prepare(call)()

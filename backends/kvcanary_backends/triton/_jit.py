@@ -28,9 +28,54 @@ import triton
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 """True when the kernels below were decorated under Triton's interpreter (CPU tensors only)."""
 
+class Tuning(dict[str, int]):
+    """The launch shapes: a dict that counts its changes (``version``), so that a prepared launch, which read
+    them once, knows when it is out of date."""
+
+    version: int = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: int) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: int) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def __ior__(self, other: Any) -> Tuning:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def setdefault(self, key: str, default: int) -> int:
+        out = super().setdefault(key, default)
+        self._changed()
+        return out
+
+    def pop(self, key: str, *default: Any) -> Any:
+        out = super().pop(key, *default)
+        self._changed()
+        return out
+
+    def popitem(self) -> tuple[str, int]:
+        out = super().popitem()
+        self._changed()
+        return out
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+
 #: Launch shapes. Module-level so that a benchmark can try alternatives on a GPU without touching the kernels
 #: (each key is read at launch time; changing one recompiles once): ``bench_decode_write.py --fold-tiles``.
-TUNING: dict[str, int] = {
+TUNING: Tuning = Tuning({
     "verify_block": 512,  # entries per program iteration
     "verify_warps": 8,
     "verify_waves": 8,  # persistent programs per SM
@@ -54,7 +99,7 @@ TUNING: dict[str, int] = {
     "digest_block": 256,  # slots per digest fold iteration
     "digest_warps": 4,
     "digest_waves": 4,  # persistent digest programs per SM (one launch; a decode batch needs one program)
-}
+})
 
 _INTERPRETER_TUNING: dict[str, int] = {
     "verify_block": 16,
@@ -167,6 +212,17 @@ def intern_key(key: Hashable) -> int:
     return _INTERNED.setdefault(key, len(_INTERNED))
 
 
+LaunchArgs = tuple[tuple[int, ...], Hashable, Sequence[Any], tuple[Any, ...], int]
+"""What :class:`Launcher` takes: grid, variant key, arguments, constexprs, warps."""
+PreparedLaunch = Callable[[], "bool | None"]
+"""A launch with its arguments bound (:meth:`Launcher.prepare`); False: it launched nothing."""
+
+
+
+def nothing() -> None:
+    """The prepared launch of a call that launches nothing (an empty batch)."""
+
+
 _RUNNER_CAP = 256  # launch shapes remembered per kernel (grids change with batch shapes)
 
 
@@ -220,6 +276,42 @@ class Launcher:
                 self._runners[rk] = compiled[g3]
                 return
         self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), num_warps=num_warps)
+
+
+    def prepare(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
+                num_warps: int) -> Callable[[], bool | None] | None:
+        """This launch for a call repeated exactly (``OpSupport.prepare``): the compiled kernel's launcher with
+        every argument bound, each tensor as its address (an int: Triton's launcher then neither calls
+        ``data_ptr`` nor asks the driver about the pointer). Each call reads the current stream; it returns
+        False, launching nothing, where the current device is another, the launch shapes (:data:`TUNING`)
+        changed or the fast path was switched off (the caller then launches through :meth:`__call__`).
+        None where there is nothing to bind yet (the variant's first launch goes through Triton, which
+        compiles it) or no fast path (the interpreter)."""
+        if not (Launcher.fast and self._ordered):
+            return None
+        drv = _driver().active
+        dev = drv.get_current_device()
+        runner = self._runners.get((dev, key, consts, num_warps, grid))
+        if runner is None:
+            return None
+        params = (*(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args), *consts)
+        current, stream = drv.get_current_device, drv.get_current_stream
+        tuning, version = TUNING, TUNING.version
+
+        def run() -> bool | None:
+            if not Launcher.fast or tuning.version != version:
+                return False
+            d = current()
+            if d != dev:
+                return False
+            try:
+                runner(*params, stream=stream(d))
+            except (TypeError, ValueError, SystemError):  # pragma: no cover - a launcher refusing the call: it
+                Launcher.fast = False  # parses its arguments before launching; Triton's own path takes over
+                return False
+            return None
+
+        return run
 
 
 class ObjectCache:

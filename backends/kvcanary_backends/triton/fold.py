@@ -17,7 +17,16 @@ import triton.language as tl
 from kvcanary.consts import CANARY_FIELD_POSITION, CANARY_FIELD_PREV_HASH, CANARY_FIELD_TOKEN
 from kvcanary.ops.fold import FOLD, FoldLaunch
 from kvcanary_backends.triton._hash import as_i64, as_u64, splitmix64
-from kvcanary_backends.triton._jit import TUNING, Launcher, cdiv, fits32, kernel, persistent_grid
+from kvcanary_backends.triton._jit import (
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    PreparedLaunch,
+    cdiv,
+    fits32,
+    kernel,
+    persistent_grid,
+)
 
 SLOT_SALT = tl.constexpr(0x9E3779B97F4A7C15)
 """XOR-ed into a slot number before its first splitmix64 round (as uint64)."""
@@ -61,9 +70,8 @@ def _fold_kernel(
 _LAUNCH = Launcher(_fold_kernel)
 
 
-@FOLD.kernel("triton", notes="persistent grid over the slots; one int64 atomic per word and program")
-def fold(call: FoldLaunch) -> None:
-    """Add the fold of ``canary_buf``'s records at ``slots`` to ``acc`` (the contract has checked all three)."""
+def _launch_args(call: FoldLaunch) -> LaunchArgs:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``."""
     acc, canary_buf, slots = call.acc, call.canary_buf, call.slots
     n = int(slots.shape[0])
     num_slots = int(canary_buf.shape[0])
@@ -73,5 +81,16 @@ def fold(call: FoldLaunch) -> None:
     grid = (persistent_grid(slots.device, cdiv(n, block), TUNING["digest_waves"]),)
     key = (canary_buf.dtype, slots.dtype, acc.dtype,
            fits32(stride_words), fits32(num_slots), fits32(slot_stride), fits32(n))
-    _LAUNCH(grid, key, (canary_buf, stride_words, num_slots, slots, slot_stride, n, acc), (block,),
+    return (grid, key, (canary_buf, stride_words, num_slots, slots, slot_stride, n, acc), (block,),
             TUNING["digest_warps"])
+
+
+def prepare(call: FoldLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    return _LAUNCH.prepare(*_launch_args(call))
+
+
+@FOLD.kernel("triton", notes="persistent grid over the slots; one int64 atomic per word and program", prepare=prepare)
+def fold(call: FoldLaunch) -> None:
+    """Add the fold of ``canary_buf``'s records at ``slots`` to ``acc`` (the contract has checked all three)."""
+    _LAUNCH(*_launch_args(call))

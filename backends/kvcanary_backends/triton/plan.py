@@ -19,7 +19,17 @@ import triton.language as tl
 
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.plan import PLAN, PlanLaunch
-from kvcanary_backends.triton._jit import INTERPRETER_PROGRAMS, TUNING, Launcher, cdiv, kernel, num_sms, type_key
+from kvcanary_backends.triton._jit import (
+    INTERPRETER_PROGRAMS,
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    PreparedLaunch,
+    cdiv,
+    kernel,
+    num_sms,
+    type_key,
+)
 from kvcanary_backends.triton._plan_common import (
     chunk_rows,
     expected_token,
@@ -130,9 +140,8 @@ def limb_sums(capacity: int, chunk: int) -> bool:
     return (chunk + 1) * (capacity + 1) > I64_MAX
 
 
-@PLAN.kernel("triton", notes="one fused launch; each program derives the offsets it needs")
-def plan(call: PlanLaunch) -> None:
-    """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
+def _launch_args(call: PlanLaunch) -> LaunchArgs:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``."""
     vp, wp = call.verify_plan_out, call.write_plan_out
     bs = call.req_pool_indices.shape[0]
     capacity = vp.verify_slot_indices.shape[0]
@@ -149,7 +158,18 @@ def plan(call: PlanLaunch) -> None:
             int(call.kv_token_id_vs_position_offset), capacity, vp.verify_slot_indices, vp.verify_expected_tokens,
             vp.verify_expected_positions, vp.verify_prev_slot_indices, vp.verify_num_valid, vp.enable, scratch,
             wp.write_offsets, wp.write_offsets.shape[0], wp.write_seed_slot_indices, wp.write_num_valid_reqs, g)
-    _LAUNCH((g + 1, ny), type_key(args), args,
+    return ((g + 1, ny), type_key(args), args,
             (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"],
              zero_slot_on(call.extensions), limb_sums(capacity, TUNING["plan_chunk"])),
             TUNING["plan_warps"])
+
+
+def prepare(call: PlanLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    return _LAUNCH.prepare(*_launch_args(call))
+
+
+@PLAN.kernel("triton", notes="one fused launch; each program derives the offsets it needs", prepare=prepare)
+def plan(call: PlanLaunch) -> None:
+    """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
+    _LAUNCH(*_launch_args(call))

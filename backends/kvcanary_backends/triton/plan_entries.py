@@ -13,7 +13,17 @@ import triton.language as tl
 from kvcanary.consts import PLAN_BS_BLOCK_SIZE
 from kvcanary.extensions import zero_slot_on
 from kvcanary.ops.plan_entries import PLAN_ENTRIES, PlanEntriesLaunch
-from kvcanary_backends.triton._jit import TUNING, Launcher, cdiv, kernel, persistent_grid, type_key
+from kvcanary_backends.triton._jit import (
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    PreparedLaunch,
+    cdiv,
+    kernel,
+    nothing,
+    persistent_grid,
+    type_key,
+)
 from kvcanary_backends.triton._plan_common import expected_token, mark_zero, read_slot, window_start
 
 _SEARCH_STEPS = PLAN_BS_BLOCK_SIZE.bit_length()  # halvings that empty any range of <= 4096 rows: 13
@@ -69,13 +79,12 @@ def _entries_kernel(
 _LAUNCH = Launcher(_entries_kernel)
 
 
-@PLAN_ENTRIES.kernel("triton", notes="persistent grid, per-entry binary search")
-def plan_entries(call: PlanEntriesLaunch) -> None:
-    """Launch stage 2 (persistent grid; capture-safe). Nothing runs for an empty batch or plan (shapes)."""
+def _launch_args(call: PlanEntriesLaunch) -> LaunchArgs | None:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``; None: nothing to launch."""
     bs = int(call.req_pool_indices.shape[0])
     capacity = int(call.out_verify_slot_indices.shape[0])
     if bs == 0 or capacity == 0:
-        return
+        return None
     lut = call.full_to_swa_index_mapping
     pool = call.req_to_verify_expected_tokens
     valid = call.req_to_verify_expected_tokens_valid_lens
@@ -88,7 +97,19 @@ def plan_entries(call: PlanEntriesLaunch) -> None:
             int(call.kv_token_id_vs_position_offset), call.verify_offsets_scratch, call.verify_enable, capacity,
             call.out_verify_slot_indices, call.out_verify_expected_tokens, call.out_verify_expected_positions,
             call.out_verify_prev_slot_indices)
-    _LAUNCH(
-        grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block,
-                                     zero_slot_on(call.extensions)), TUNING["entries_warps"]
-    )
+    return (grid, type_key(args), args, (lut is not None, pool is not None, _SEARCH_STEPS, block,
+                                         zero_slot_on(call.extensions)), TUNING["entries_warps"])
+
+
+def prepare(call: PlanEntriesLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    a = _launch_args(call)
+    return nothing if a is None else _LAUNCH.prepare(*a)
+
+
+@PLAN_ENTRIES.kernel("triton", notes="persistent grid, per-entry binary search", prepare=prepare)
+def plan_entries(call: PlanEntriesLaunch) -> None:
+    """Launch stage 2 (persistent grid; capture-safe). Nothing runs for an empty batch or plan (shapes)."""
+    a = _launch_args(call)
+    if a is not None:
+        _LAUNCH(*a)

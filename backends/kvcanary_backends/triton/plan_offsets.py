@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.ops.plan_offsets import PLAN_OFFSETS, PlanOffsetsLaunch
-from kvcanary_backends.triton._jit import TUNING, Launcher, kernel, type_key
+from kvcanary_backends.triton._jit import TUNING, LaunchArgs, Launcher, PreparedLaunch, kernel, type_key
 from kvcanary_backends.triton._plan_common import offsets_stage
 
 
@@ -30,13 +30,23 @@ def _offsets_kernel(
 _LAUNCH = Launcher(_offsets_kernel)
 
 
-@PLAN_OFFSETS.kernel("triton", notes="one program over up to PLAN_BS_BLOCK_SIZE rows")
-def plan_offsets(call: PlanOffsetsLaunch) -> None:
-    """Launch stage 1 (one program; capture-safe)."""
+def _launch_args(call: PlanOffsetsLaunch) -> LaunchArgs:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``."""
     lut = call.full_to_swa_index_mapping
     args = (call.req_pool_indices, call.prefix_lens, call.extend_seq_lens, call.req_pool_indices.shape[0],
             int(call.swa_window_size), call.req_to_token, call.req_to_token.shape[0], call.req_to_token.shape[1], lut,
             0 if lut is None else lut.shape[0], int(call.verify_capacity), call.out_verify_offsets_scratch,
             call.out_write_offsets, call.out_write_offsets.shape[0], call.out_write_seed_slot_indices,
             call.out_verify_num_valid, call.out_verify_enable, call.out_write_num_valid_reqs)
-    _LAUNCH((1,), type_key(args), args, (lut is not None, TUNING["plan_chunk"]), TUNING["plan_warps"])
+    return (1,), type_key(args), args, (lut is not None, TUNING["plan_chunk"]), TUNING["plan_warps"]
+
+
+def prepare(call: PlanOffsetsLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    return _LAUNCH.prepare(*_launch_args(call))
+
+
+@PLAN_OFFSETS.kernel("triton", notes="one program over up to PLAN_BS_BLOCK_SIZE rows", prepare=prepare)
+def plan_offsets(call: PlanOffsetsLaunch) -> None:
+    """Launch stage 1 (one program; capture-safe)."""
+    _LAUNCH(*_launch_args(call))

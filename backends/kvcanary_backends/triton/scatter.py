@@ -13,7 +13,17 @@ from __future__ import annotations
 import triton.language as tl
 
 from kvcanary.ops.scatter import SCATTER, ScatterLaunch
-from kvcanary_backends.triton._jit import TUNING, Launcher, cdiv, device_fn, kernel, type_key
+from kvcanary_backends.triton._jit import (
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    PreparedLaunch,
+    cdiv,
+    device_fn,
+    kernel,
+    nothing,
+    type_key,
+)
 
 
 @device_fn
@@ -59,15 +69,28 @@ def _scatter_kernel(
 _LAUNCH = Launcher(_scatter_kernel)
 
 
-@SCATTER.kernel("triton", notes="one program row per request; last writer wins")
-def scatter_req_token_ids(call: ScatterLaunch) -> None:
-    """Launch the scatter (capture-safe; nothing runs for an empty batch or an empty ``flat_in``: shapes)."""
+def _launch_args(call: ScatterLaunch) -> LaunchArgs | None:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``; None: nothing to launch."""
     bs = int(call.req_pool_indices.shape[0])
     num_tokens = int(call.flat_in.shape[0])
     rows, cols = int(call.pool_out.shape[0]), int(call.pool_out.shape[1])
     if bs == 0 or num_tokens == 0 or rows == 0 or cols == 0:
-        return
+        return None
     block = TUNING["scatter_block"]
     grid = (bs, max(1, min(cdiv(cols, block), TUNING["scatter_max_tiles"])))
     args = (call.flat_in, call.offsets, call.req_pool_indices, call.pool_out, bs, num_tokens, rows, cols)
-    _LAUNCH(grid, type_key(args), args, (block, TUNING["scatter_row_block"]), 4)
+    return grid, type_key(args), args, (block, TUNING["scatter_row_block"]), 4
+
+
+def prepare(call: ScatterLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    a = _launch_args(call)
+    return nothing if a is None else _LAUNCH.prepare(*a)
+
+
+@SCATTER.kernel("triton", notes="one program row per request; last writer wins", prepare=prepare)
+def scatter_req_token_ids(call: ScatterLaunch) -> None:
+    """Launch the scatter (capture-safe; nothing runs for an empty batch or an empty ``flat_in``: shapes)."""
+    a = _launch_args(call)
+    if a is not None:
+        _LAUNCH(*a)

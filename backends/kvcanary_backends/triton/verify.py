@@ -32,7 +32,17 @@ from kvcanary_backends.triton._hash import (
     as_i64,
     record_link,
 )
-from kvcanary_backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, fits32, kernel, persistent_grid
+from kvcanary_backends.triton._jit import (
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    ObjectCache,
+    PreparedLaunch,
+    cdiv,
+    fits32,
+    kernel,
+    persistent_grid,
+)
 from kvcanary_backends.triton._records import ContextArgs, append_rows, context_args, fold_sources
 
 
@@ -124,9 +134,8 @@ def _context_part(ctx: VerifyOrWriteContext) -> ContextArgs:
     return context_args(ctx, with_chain_assert=False)
 
 
-@VERIFY.kernel("triton", notes="persistent grid over the plan's entries")
-def verify(call: VerifyLaunch) -> None:
-    """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
+def _launch_args(call: VerifyLaunch) -> LaunchArgs:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``."""
     c: ContextArgs = _CONTEXTS.get(call.context, _context_part)
     slots = call.plan.verify_slot_indices
     capacity = slots.shape[0]
@@ -138,5 +147,16 @@ def verify(call: VerifyLaunch) -> None:
            fits32(capacity))
     block = TUNING["verify_block"]
     grid = (persistent_grid(slots.device, cdiv(capacity, block), TUNING["verify_waves"]),)
-    _LAUNCH(grid, key, (*c.head, slots, tokens, pos, prevs, nv, en, capacity, *c.sources),
+    return (grid, key, (*c.head, slots, tokens, pos, prevs, nv, en, capacity, *c.sources),
             (check, c.num_sources, c.partial, block, zero_slot_on(call.extensions)), TUNING["verify_warps"])
+
+
+def prepare(call: VerifyLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    return _LAUNCH.prepare(*_launch_args(call))
+
+
+@VERIFY.kernel("triton", notes="persistent grid over the plan's entries", prepare=prepare)
+def verify(call: VerifyLaunch) -> None:
+    """Launch the verify kernel (capture-safe: fixed grid, counts read on the device, no allocation)."""
+    _LAUNCH(*_launch_args(call))

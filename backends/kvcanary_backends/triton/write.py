@@ -51,7 +51,17 @@ from kvcanary_backends.triton._hash import (
     mix3,
     record_link,
 )
-from kvcanary_backends.triton._jit import TUNING, Launcher, ObjectCache, cdiv, device_fn, fits32, kernel
+from kvcanary_backends.triton._jit import (
+    TUNING,
+    LaunchArgs,
+    Launcher,
+    ObjectCache,
+    PreparedLaunch,
+    cdiv,
+    device_fn,
+    fits32,
+    kernel,
+)
 from kvcanary_backends.triton._plan_common import read_slot
 from kvcanary_backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
 
@@ -294,12 +304,9 @@ def _slot_args(call: WriteLaunch) -> tuple[tuple[object, ...], Hashable, bool, b
     return (rpi, rpi.shape[0], r2t, rows, cols, lut, lut_len, owner), key, lut is not None, own
 
 
-@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs")
-def write(call: WriteLaunch) -> None:
-    """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation).
-
-    The context's arguments (and their part of the launch key) are derived once per context object.
-    """
+def _launch_args(call: WriteLaunch) -> LaunchArgs:
+    """(grid, variant key, arguments, constexprs, warps) of the launch of ``call``; the context's arguments (and
+    their part of the key) are derived once per context object."""
     c: ContextArgs = _CONTEXTS.get(call.context, _context_part)
     offsets, seeds, nvr = call.plan.write_offsets, call.plan.write_seed_slot_indices, call.plan.write_num_valid_reqs
     capacity = seeds.shape[0]
@@ -319,7 +326,7 @@ def write(call: WriteLaunch) -> None:
     slot_args, slot_key, slot_lut, owner_check = _slot_args(call)
     tile = fold_tile(c.num_sources, num_tokens, capacity)
     grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
-    _LAUNCH(
+    return (
         grid,
         (*key, slot_key),
         (*c.head, offsets, seeds, nvr, capacity, call.input_ids, call.positions, call.out_cache_loc, etok, epos,
@@ -329,3 +336,14 @@ def write(call: WriteLaunch) -> None:
          tile < TUNING["write_fold_tile"]),
         TUNING["write_warps"],
     )
+
+
+def prepare(call: WriteLaunch) -> PreparedLaunch | None:
+    """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
+    return _LAUNCH.prepare(*_launch_args(call))
+
+
+@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs", prepare=prepare)
+def write(call: WriteLaunch) -> None:
+    """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation)."""
+    _LAUNCH(*_launch_args(call))

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -103,13 +104,23 @@ def call_of(mod: ModuleType, kwargs: dict[str, Any]) -> Any:
     return contract.model_construct(**kwargs)
 
 
-def run(mod: ModuleType, call: Any) -> None:
-    """What ``backends.cuda.<mod>``'s operation does with ``call``, with the kernel run on the host."""
+def _nothing() -> None:
+    """The prepared launch of a call that launches nothing."""
+
+
+def prepared(mod: ModuleType, call: Any) -> Callable[[], None]:
+    """What ``backends.cuda.<mod>``'s ``prepare`` does with ``call``, with the kernel to run on the host."""
     key, sizes, args = mod.pack(call)
     shape = mod.shape(key, sizes, MAX_BLOCKS)
     if shape is None:
-        return
-    build(mod.KERNELS.spec(*key)).launch(shape, args)
+        return _nothing
+    kernel = build(mod.KERNELS.spec(*key))
+    return lambda: kernel.launch(shape, args)
+
+
+def run(mod: ModuleType, call: Any) -> None:
+    """What ``backends.cuda.<mod>``'s operation does with ``call``, with the kernel run on the host."""
+    prepared(mod, call)()
 
 
 _MODULES = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
@@ -122,9 +133,14 @@ def emu(call: Any) -> None:
     run(_BY_CONTRACT[type(call)], call)
 
 
+def prepare(call: Any) -> Callable[[], None]:
+    """The emulated launch of ``call``, packed once (the launchers replay it for a repeated call)."""
+    return prepared(_BY_CONTRACT[type(call)], call)
+
+
 _CPU = {"cpu": 0}
 BACKEND = Backend(
     name="cuda_emu",
     description="The cuda backend's kernels, emulated on the CPU (tests only).",
-    ops={op: OpSupport(f"{__name__}:emu", _CPU, capture_safe=True) for op in _MODULES},
+    ops={op: OpSupport(f"{__name__}:emu", _CPU, capture_safe=True, prepare=prepare) for op in _MODULES},
 )

@@ -124,3 +124,76 @@ def test_every_kernel_qualifies_for_the_fast_path() -> None:
         params = getattr(fn, "params", None)
         if params is not None:  # compiled-mode JITFunction (the interpreter's has no specialisation)
             assert all(p.do_not_specialize for p in params if not p.is_constexpr), mod.__name__
+
+
+CURRENT = [0]
+
+
+class _MovingDrv:
+    class active:
+        @staticmethod
+        def get_current_device() -> int:
+            return CURRENT[0]
+
+        @staticmethod
+        def get_current_stream(dev: int) -> int:
+            return 77
+
+
+def _first_launch(monkeypatch: pytest.MonkeyPatch) -> tuple[_FakeJit, jit.Launcher, torch.Tensor]:
+    monkeypatch.setattr(jit.Launcher, "fast", True)
+    monkeypatch.setattr(jit, "_driver", lambda: _MovingDrv)
+    CURRENT[0] = 0
+    fake = _FakeJit()
+    launch = jit.Launcher(fake)
+    t = torch.zeros(2)
+    assert launch.prepare((4,), "k", (t, 5, None), (True, 8), 2) is None  # nothing compiled yet
+    launch((4,), "k", (t, 5, None), (True, 8), 2)
+    return fake, launch, t
+
+
+def test_a_prepared_launch_binds_every_argument_tensors_as_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, launch, t = _first_launch(monkeypatch)
+    run = launch.prepare((4,), "k", (t, 6, None), (True, 8), 2)
+    assert run is not None
+    for _ in range(2):
+        assert run() is None
+        assert fake.log[-1] == ("fast", (4, 1, 1), (t.data_ptr(), 6, None, True, 8), 77)
+    assert launch.prepare((5,), "k", (t, 6, None), (True, 8), 2) is None  # another grid: not compiled yet
+
+
+def test_a_prepared_launch_declines_once_its_inputs_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, launch, t = _first_launch(monkeypatch)
+    run = launch.prepare((4,), "k", (t, 6, None), (True, 8), 2)
+    assert run is not None
+    monkeypatch.setitem(jit.TUNING, "verify_block", jit.TUNING["verify_block"])  # a launch shape set: void
+    n = len(fake.log)
+    assert run() is False and len(fake.log) == n
+    run = launch.prepare((4,), "k", (t, 6, None), (True, 8), 2)
+    assert run is not None and run() is None
+    CURRENT[0] = 1
+    assert run() is False  # another device is current
+    CURRENT[0] = 0
+    assert run() is None
+    monkeypatch.setattr(jit.Launcher, "fast", False)
+    assert run() is False
+    assert launch.prepare((4,), "k", (t, 6, None), (True, 8), 2) is None  # no fast path: nothing to prepare
+
+
+def test_tuning_counts_its_changes() -> None:
+    tuning = jit.Tuning({"a": 1})
+    seen = [tuning.version]
+    for change in (lambda: tuning.__setitem__("a", 2), lambda: tuning.update(b=3), lambda: tuning.pop("b"),
+                   lambda: tuning.setdefault("c", 4), lambda: tuning.__delitem__("c")):
+        change()
+        assert tuning.version > seen[-1]
+        seen.append(tuning.version)
+    assert dict(tuning) == {"a": 2}
+
+
+def test_every_kernel_is_prepared_for_repeated_calls() -> None:
+    from kvcanary_backends.triton import fold, plan, plan_entries, plan_offsets, scatter, verify, write
+
+    for mod in (fold, plan, plan_entries, plan_offsets, scatter, verify, write):
+        op_kernels = [k for op in __import__("kvcanary").Op for k in [op.kernels.get("triton")] if k is not None]
+        assert any(k.prepare is mod.prepare for k in op_kernels), mod.__name__
