@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Wave 3, session 3, the GPU checks after every merge (under 7 minutes): the GPU tests of what changed (the
+# manager's graphs and its replayed forward, the owner map, extensions, cuda and Triton parity, graphs and
+# golden vectors, hostile input on the GPU, the external operation, selection, the fold), transformers with the
+# isolate policy and the owner check, the served canary on cuda, memcheck and racecheck over the kernels, then
+# the figures of what changed: kernels old and new (bench_i36k), the manager's HEAD/TAIL around its replays
+# (bench_manager_graphs), the isolate policy's overhead (bench_guard). One verdict line per step.
+set -u
+mkdir -p "$OUT"
+rc=0
+step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
+    local name=$1 secs=$2; shift 2
+    local t0=$SECONDS
+    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
+    local r=$?; rc=$((rc | r))
+    echo "$name: rc=$r in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tail -1)"
+}
+python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
+step tests 200 python3 -m pytest tests/manager/test_gpu_graphs.py tests/gpu/test_owner_map_gpu.py \
+    tests/gpu/test_extensions_gpu.py tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
+    tests/backends/triton/test_plan_scan.py tests/backends/triton/test_write_fold_tile.py \
+    tests/backends/triton/test_gpu.py tests/backends/triton/test_golden.py tests/backends/triton/test_backend.py \
+    tests/backends/test_hostile_gpu.py tests/backends/test_replay_gpu.py ${EXTRA_TESTS:-} \
+    tests/kvcanary/test_external_operation.py tests/kvcanary/test_registry.py tests/kvcanary/test_priority.py \
+    tests/distributed/test_digest.py -o addopts="" -q -rfE -p no:cacheprovider --durations=5
+step transformers 60 python3 -m pytest tests/integrations/transformers/test_gpu.py -o addopts="" -q -rfE -p no:cacheprovider
+KVCANARY_BACKEND=cuda step serve 40 python3 -m pytest tests/integrations/transformers/test_serve.py -o addopts="" \
+    -q -rfE -p no:cacheprovider
+step memcheck_cuda 45 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+    python3 tests/gpu/sanitize.py --backend cuda --quick --ops scatter_req_token_ids,plan,write
+step racecheck_cuda 45 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 tests/gpu/sanitize.py --backend cuda --quick --count 2 --ops scatter_req_token_ids,plan,write
+step bench_i36k 85 python3 benchmarks/bench_i36k.py --rounds 3 --out "$OUT/bench_i36k.json"
+sed -n '/^== /,$p' "$OUT/bench_i36k.log" | grep -E "MISS|PASS|/ cuda" | cut -c1-150 | head -30
+step bench_manager_graphs 60 python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json"
+sed -n '/^== bench_manager_graphs/,$p' "$OUT/bench_manager_graphs.log" | cut -c1-150 | head -30
+step bench_guard 40 python3 benchmarks/bench_guard.py --device cuda --out "$OUT/bench_guard_cuda.json"
+tail -10 "$OUT/bench_guard.log" | cut -c1-150
+exit $rc
