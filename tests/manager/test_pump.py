@@ -59,3 +59,36 @@ def test_packed_and_separate_states_read_back_the_same_snapshots() -> None:
     assert final_a == final_b and final_a.write_index > 8 and len(final_a.rows) == 8 and seen
     assert final_a.kernel_run_counters == tuple(b.kernel_run_counters.tolist())
     assert final_a.skipped_verifies == int(b.skipped_verifies[0])
+
+
+def _ring_rows(st: CanaryDeviceState) -> tuple[tuple[int, ...], ...]:
+    n = min(int(st.log.violation_write_index[0]), st.log.ring_capacity)
+    return tuple(tuple(r) for r in st.log.violation_ring[:n].tolist())
+
+
+def test_rows_follow_the_copy_when_a_kept_row_changes() -> None:
+    """The pump reuses the rows it decoded before only while their copied bytes are the same: a row rewritten in
+    place, or a ring that shrank (a fresh log), is decoded again from the copy."""
+    st = _state(True)
+    pump = SnapshotPump(st)
+    rng = random.Random(3)
+    _fill(st, rng, 3)
+    pump.drain(0)
+    first = pump.drain(1)
+    assert first.rows == _ring_rows(st) and len(first.rows) == 3
+    st.log.violation_ring[1, 4] += 1  # same count, one field changed
+    assert pump.drain(2).rows == _ring_rows(st) != first.rows
+    _fill(st, rng, 2)  # two more rows after the kept ones
+    grown = pump.drain(3)
+    assert grown.rows == _ring_rows(st) and len(grown.rows) == 5
+    st.log.violation_ring[0, 0] -= 7  # an old row changed while new ones arrive
+    _fill(st, rng, 1)
+    assert pump.drain(4).rows == _ring_rows(st)
+    st.log.violation_ring.zero_()
+    st.log.violation_write_index.zero_()
+    assert pump.drain(5).rows == ()
+    for step in range(6, 9):  # the lagged path: each snapshot is the state as the previous step left it
+        before = _ring_rows(st)
+        _fill(st, rng, 1)
+        snap = pump.step(step)
+        assert snap is None or snap.rows == before
