@@ -102,9 +102,10 @@ class SweepRunner:
 
         More entries than the capacity (a cache bigger than the pool: itself a sign of a corrupted tree)
         are swept in several passes over the same plan, never dropped."""
-        entries.validate()
-        n = len(entries)
         reuse = entries is self._loaded
+        if not reuse:  # the entries the plans hold were checked when they were loaded
+            entries.validate()
+        n = len(entries)
         for start in range(0, max(n, 1), self.capacity):
             self._run_chunk(entries, start, min(n, start + self.capacity), reuse=reuse)
         self._loaded = entries if n <= self.capacity else None
