@@ -40,6 +40,23 @@ class ScheduledRequest:
     query_length: int
 
 
+@dataclass(frozen=True)
+class _Views:
+    """The staging slices of one step shape, made once (a slice is a dispatched op each time it is made)."""
+
+    host: torch.Tensor
+    device: torch.Tensor
+    rows: torch.Tensor
+    prefix: torch.Tensor
+    extend: torch.Tensor
+    locs: torch.Tensor
+
+
+def _flat(t: torch.Tensor, ntok: int) -> torch.Tensor:
+    """The engine's ``(1, tokens)`` input as the flat first ``ntok`` (no slice when it is exactly that long)."""
+    row = t[0]
+    return row if row.shape[0] == ntok else row[:ntok]
+
 
 class PoolState:
     """The manager and the row mirror of one paged cache (one generate_batch run or persistent manager)."""
@@ -86,7 +103,9 @@ class PoolState:
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,
                                     pin_memory=dev.type == "cuda")
+        self._staging_np = self._staging.numpy()  # the same memory: the step's lists are written with numpy
         self._device_in = torch.zeros_like(self._staging, device=dev)
+        self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
@@ -109,27 +128,36 @@ class PoolState:
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index
-        engine_loc = write_index[idx][:ntok] if len(write_index) > idx and batch_data.get("block_table") is None \
-            else None
-        if engine_loc is None or engine_loc.shape[0] != ntok:
-            engine_loc = None
-        host = self._staging
+        engine_loc = write_index[idx] if len(write_index) > idx and batch_data.get("block_table") is None else None
+        if engine_loc is not None and engine_loc.shape[0] != ntok:
+            engine_loc = engine_loc[:ntok] if engine_loc.shape[0] > ntok else None
         meta += past
         meta += query
-        host[: 3 * bs] = torch.tensor(meta, dtype=torch.int64)
+        self._staging_np[: 3 * bs] = meta
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
-            host[at : at + ntok] = rows.locs(meta[:bs], past, query)
+            self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
             at += ntok
-        m = self._lut_updates(reqs, host[at:]) if self.lut is not None else 0
+        m = self._lut_updates(reqs, self._staging[at:]) if self.lut is not None else 0
         end = at + 2 * m
-        dev = self._device_in[:end]
-        dev.copy_(host[:end], non_blocking=True)
+        v = self._views.get((bs, ntok, end))
+        if v is None:
+            if len(self._views) >= 256:  # many prefill shapes: start over rather than grow without end
+                self._views.clear()
+            v = self._views[(bs, ntok, end)] = self._slices(bs, ntok, end)
+        v.device.copy_(v.host, non_blocking=True)
         if self.lut is not None and m:
+            dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        return CanaryBatch(req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs], extend_lens=dev[2 * bs : 3 * bs],
-                           input_ids=batch_data["input_ids"][0, :ntok], positions=batch_data["position_ids"][0, :ntok],
-                           out_cache_loc=engine_loc if engine_loc is not None else dev[3 * bs : 3 * bs + ntok])
+        return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend,
+                           input_ids=_flat(batch_data["input_ids"], ntok),
+                           positions=_flat(batch_data["position_ids"], ntok),
+                           out_cache_loc=engine_loc if engine_loc is not None else v.locs)
+
+    def _slices(self, bs: int, ntok: int, end: int) -> _Views:
+        dev = self._device_in
+        return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
+                      dev[3 * bs : 3 * bs + ntok])
 
     def _lut_updates(self, reqs: tuple[ScheduledRequest, ...], out: torch.Tensor) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kvcanary.integrations.transformers.layout import CacheLayout
@@ -44,7 +45,10 @@ class RequestRows:
         self._complete: dict[str, int] = {}
         self.blocks_info: dict[int, BlockInfo] = {}
         page = layout.page
-        self._offsets = torch.arange(page, dtype=torch.int32)
+        self._host_np = self._host.numpy()  # the same memory: the rows are written with numpy
+        self._host_flat = self._host.view(-1)  # one slice per copied part of a row, not two
+        self._device_flat = self.device_table.view(-1)
+        self._offsets_np = np.arange(page, dtype=np.int32)
         self._offsets64 = torch.arange(page, dtype=torch.int64)
         self._holders: dict[int, int] = {}  # block -> how many live block lists hold it (duplicates counted)
         self._shared: set[int] = set()  # blocks with two or more holders
@@ -76,6 +80,8 @@ class RequestRows:
     def release_finished(self) -> None:
         """Recycle the rows of requests the engine no longer holds blocks for."""
         live = self.layout.block_table
+        if self.row_of.keys() <= live.keys():  # the usual step: nobody left (one set test, no Python loop)
+            return
         for rid in [r for r in self.row_of if r not in live]:
             self._free.append(self.row_of.pop(rid))
             self._hold(self._blocks.pop(rid, []), -1)
@@ -101,16 +107,17 @@ class RequestRows:
         if old is None or blocks != old:
             blocks = list(blocks)  # a copy: the engine appends to its own list in place
             self._blocks[rid] = blocks
+            kept = len(old) if old is not None and len(blocks) > len(old) and blocks[: len(old)] == old else 0
             if old is not None:
-                self._hold(old, -1)
-            self._hold(blocks, 1)
+                self._hold(old[kept:], -1)  # appended blocks: the old ones stay held
+            self._hold(blocks[kept:], 1)
             start = 0
-            n = min(len(blocks) * page, self.max_len)
-            if blocks:
-                b = torch.tensor(blocks, dtype=torch.int32) * self.layout.stride
-                full = (b[:, None] + self._offsets[None, :]).reshape(-1)
-                self._host[row, :n] = full[:n]
-            self.device_table[row, :n].copy_(self._host[row, :n], non_blocking=True)
+            lo, n = min(kept * page, self.max_len), min(len(blocks) * page, self.max_len)
+            if n > lo:  # the row's part past the blocks it kept (all of it when the list changed otherwise)
+                b = np.asarray(blocks[kept:], dtype=np.int32) * np.int32(self.layout.stride)
+                self._host_np[row, lo:n] = (b[:, None] + self._offsets_np[None, :]).reshape(-1)[: n - lo]
+                at = row * self.max_len
+                self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
         else:
             blocks = old
         complete = min(written // page, len(blocks))
