@@ -48,6 +48,7 @@ class SnapshotPump:
         self._cap = state.log.ring_capacity
         size = _BASE + self._cap * VIOLATION_FIELDS
         self._cuda = dev.type == "cuda"
+        self._dev = dev
         self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=self._cuda) for _ in range(2)]
         self._np = [h.numpy() for h in self._host]
         st = state
@@ -85,8 +86,8 @@ class SnapshotPump:
         else:  # the unpacked state (the compiled manager's): one copy per buffer, in stream order
             for dst, src in self._parts[k]:
                 dst.copy_(src, non_blocking=self._cuda)
-        if self._done is not None:
-            self._done[k].record()
+        if self._done is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
+            self._done[k].record(torch.cuda.current_stream(self._dev))
         return k
 
     def _read(self, step: int, k: int) -> HostSnapshot:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from kvcanary.manager.pump import SnapshotPump
 from kvcanary.manager.state import CanaryDeviceState
 
+_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-def _state(packed: bool) -> CanaryDeviceState:
-    return CanaryDeviceState.allocate(ring_capacity=8, device=torch.device("cpu"), expected_pool_shape=None,
+
+def _state(packed: bool, device: str = "cpu") -> CanaryDeviceState:
+    return CanaryDeviceState.allocate(ring_capacity=8, device=torch.device(device), expected_pool_shape=None,
                                       packed=packed)
 
 
@@ -40,9 +44,11 @@ def test_packed_state_is_views_of_one_buffer() -> None:
     assert _state(False).packed is None
 
 
-def test_packed_and_separate_states_read_back_the_same_snapshots() -> None:
+@pytest.mark.parametrize("device", _DEVICES)
+def test_packed_and_separate_states_read_back_the_same_snapshots(device: str) -> None:
+    """On a GPU too: there the copy is asynchronous, into pinned memory, read a step later."""
     rng_a, rng_b = random.Random(7), random.Random(7)
-    a, b = _state(True), _state(False)
+    a, b = _state(True, device), _state(False, device)
     pa, pb = SnapshotPump(a), SnapshotPump(b)
     seen = 0
     for step in range(12):
@@ -66,10 +72,11 @@ def _ring_rows(st: CanaryDeviceState) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(r) for r in st.log.violation_ring[:n].tolist())
 
 
-def test_rows_follow_the_copy_when_a_kept_row_changes() -> None:
+@pytest.mark.parametrize("device", _DEVICES)
+def test_rows_follow_the_copy_when_a_kept_row_changes(device: str) -> None:
     """The pump reuses the rows it decoded before only while their copied bytes are the same: a row rewritten in
     place, or a ring that shrank (a fresh log), is decoded again from the copy."""
-    st = _state(True)
+    st = _state(True, device)
     pump = SnapshotPump(st)
     rng = random.Random(3)
     _fill(st, rng, 3)
