@@ -14,12 +14,15 @@ the previous sweep touch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from kvcanary.integrations.transformers.layout import CacheLayout
 from kvcanary.manager import SweepEntries
+
+_I64 = np.ndarray[Any, np.dtype[np.int64]]
 
 
 @dataclass(frozen=True)
@@ -49,13 +52,13 @@ class RequestRows:
         self._host_flat = self._host.view(-1)  # one slice per copied part of a row, not two
         self._device_flat = self.device_table.view(-1)
         self._offsets_np = np.arange(page, dtype=np.int32)
-        self._offsets64 = torch.arange(page, dtype=torch.int64)
+        self._offsets64: _I64 = np.arange(page, dtype=np.int64)
         self._holders: dict[int, int] = {}  # block -> how many live block lists hold it (duplicates counted)
         self._shared: set[int] = set()  # blocks with two or more holders
         self._info_dirty: dict[int, BlockInfo] = {}  # blocks_info written since the dense tables were
-        self._first = torch.zeros(0, dtype=torch.int64)  # block -> first position (dense, grown on demand)
-        self._prev = torch.zeros(0, dtype=torch.int64)  # block -> the slot before it
-        self._known = torch.zeros(0, dtype=torch.bool)  # block -> has an entry in blocks_info
+        self._first: _I64 = np.zeros(0, dtype=np.int64)  # block -> first position (dense, grown on demand)
+        self._prev: _I64 = np.zeros(0, dtype=np.int64)  # block -> the slot before it
+        self._known: np.ndarray[Any, np.dtype[np.bool_]] = np.zeros(0, dtype=np.bool_)  # block -> in blocks_info
         self._version = 0  # bumped when the shared set or a block's entry changes
         self._entries_key: tuple[int, list[int]] | None = None
         self._entries: SweepEntries | None = None
@@ -177,19 +180,22 @@ class RequestRows:
 
     def sweep_entries(self, blocks: set[int]) -> SweepEntries:
         """One entry per token of each complete, known block of ``blocks``, each block's tokens in order
-        (built with tensor ops: a sweep covers every cached block, tens of thousands of tokens)."""
+        (built with array ops: a sweep covers every cached block, tens of thousands of tokens)."""
         known = [(b, info) for b in sorted(blocks) if (info := self.blocks_info.get(b)) is not None]
-        ids = torch.tensor([b for b, _ in known], dtype=torch.int64)
-        firsts = torch.tensor([i.first_position for _, i in known], dtype=torch.int64)
-        heads = torch.tensor([i.prev_slot for _, i in known], dtype=torch.int64)
+        ids = np.array([b for b, _ in known], dtype=np.int64)
+        firsts = np.array([i.first_position for _, i in known], dtype=np.int64)
+        heads = np.array([i.prev_slot for _, i in known], dtype=np.int64)
         return self._entries_of(ids, firsts, heads)
 
-    def _entries_of(self, ids: torch.Tensor, firsts: torch.Tensor, heads: torch.Tensor) -> SweepEntries:
+    def _entries_of(self, ids: _I64, firsts: _I64, heads: _I64) -> SweepEntries:
+        """The entries of blocks ``ids`` (with numpy on the host: no torch op until the sweep's one copy)."""
         offsets = self._offsets64
         slots = (ids * self.layout.stride)[:, None] + offsets  # CacheLayout.slot(block, offset)
         prevs = slots - 1
         prevs[:, 0] = heads
-        return SweepEntries(slots.reshape(-1), (firsts[:, None] + offsets).reshape(-1), prevs.reshape(-1))
+        positions = (firsts[:, None] + offsets).reshape(-1)
+        return SweepEntries(torch.from_numpy(slots.reshape(-1)), torch.from_numpy(positions),
+                            torch.from_numpy(prevs.reshape(-1)))
 
     def due_entries(self, cached: list[int]) -> SweepEntries:
         """What :meth:`sweep_entries` returns for ``set(cached) | shared_blocks()``, from the state kept up to
@@ -201,11 +207,10 @@ class RequestRows:
             return self._entries
         self._apply_dirty()
         size = int(self._known.shape[0])
-        mask = torch.zeros(size, dtype=torch.bool)
+        mask = np.zeros(size, dtype=np.bool_)
         for part in (cached, self._shared):
-            ids = torch.tensor([b for b in part if b < size] if size else [], dtype=torch.int64)
-            mask[ids] = True
-        ids = torch.nonzero(mask & self._known).reshape(-1)  # ascending: sorted(blocks)
+            mask[np.array([b for b in part if b < size] if size else [], dtype=np.int64)] = True
+        ids = np.flatnonzero(mask & self._known)  # ascending: sorted(blocks)
         self._entries = self._entries_of(ids, self._first[ids], self._prev[ids])
         self._entries_key = key
         return self._entries
@@ -219,11 +224,11 @@ class RequestRows:
         if top > self._known.shape[0]:
             grow = max(top, 2 * int(self._known.shape[0]))
             pad = grow - int(self._known.shape[0])
-            self._first = torch.cat([self._first, torch.zeros(pad, dtype=torch.int64)])
-            self._prev = torch.cat([self._prev, torch.zeros(pad, dtype=torch.int64)])
-            self._known = torch.cat([self._known, torch.zeros(pad, dtype=torch.bool)])
-        ids = torch.tensor(list(dirty), dtype=torch.int64)
-        self._first[ids] = torch.tensor([i.first_position for i in dirty.values()], dtype=torch.int64)
-        self._prev[ids] = torch.tensor([i.prev_slot for i in dirty.values()], dtype=torch.int64)
+            self._first = np.concatenate([self._first, np.zeros(pad, dtype=np.int64)])
+            self._prev = np.concatenate([self._prev, np.zeros(pad, dtype=np.int64)])
+            self._known = np.concatenate([self._known, np.zeros(pad, dtype=np.bool_)])
+        ids = np.array(list(dirty), dtype=np.int64)
+        self._first[ids] = [i.first_position for i in dirty.values()]
+        self._prev[ids] = [i.prev_slot for i in dirty.values()]
         self._known[ids] = True
         dirty.clear()
