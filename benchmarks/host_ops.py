@@ -13,7 +13,8 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
 - ``host_reads``: ``aten::_local_scalar_dense`` (``.item()``, ``int(t)``) and ``Tensor.tolist`` calls on
   tensors of any device (on a GPU, a read of a device tensor is a sync);
 - ``py_calls``: Python function calls (cProfile's call count, C calls included);
-- ``us``: host microseconds per step of an uninstrumented run (``TransformersCanary.host_seconds``).
+- ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
+  ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most).
 
 The floor of ``ops`` is 1 for ``end_step`` (one read-back copy) and 1 for ``map`` (one staging copy).
 
@@ -30,7 +31,9 @@ import cProfile
 import dataclasses
 import json
 import random
+import statistics
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +175,45 @@ class _Probe:
         return sum(int(v[1]) for v in prof.stats.values())
 
 
+class _Clock:
+    """Each phase's host seconds per step (the phase's entry points timed; a step's parts summed)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {p: [] for p in PHASES}
+        self._open: dict[str, float] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool) -> None:
+        fn = getattr(owner, attr)
+        acc = self._open
+        out = self.seconds[name]
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] = (0.0 if first else acc.get(name, 0.0)) + time.perf_counter() - t0
+                if last:
+                    out.append(acc.pop(name))
+
+        self._saved.append((owner, attr, fn))
+        setattr(owner, attr, timed)
+
+    def install(self) -> None:
+        self._wrap(PoolState, "batch", "map", first=True, last=True)
+        self._wrap(CanaryManager, "prepare", "head", first=True, last=False)
+        self._wrap(CanaryManager, "head", "head", first=False, last=True)
+        self._wrap(CanaryManager, "tail", "tail", first=True, last=True)
+        self._wrap(CanaryManager, "end_step", "end_step", first=True, last=False)
+        self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True)
+
+    def uninstall(self) -> None:
+        for owner, attr, fn in reversed(self._saved):
+            setattr(owner, attr, fn)
+        self._saved.clear()
+
+
 def _run(model: Any, prompts: list[list[int]], args: argparse.Namespace,
 ) -> TransformersCanary:
     import transformers
@@ -197,6 +239,7 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=24)
     p.add_argument("--page", type=int, default=16)
     p.add_argument("--batch-tokens", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=5, help="uninstrumented runs timed")
     p.add_argument("--names", action="store_true", help="also print the ops of each phase by name")
     p.add_argument("--out", default=None, help="write the figures as JSON")
     args = p.parse_args()
@@ -205,8 +248,13 @@ def main() -> None:
     rng = random.Random(0)
     prompts = [[rng.randrange(1, 64) for _ in range(args.prompt_len)] for _ in range(args.bs)]
     _run(model, prompts, args)  # warm-up
-    timed = min((_run(model, prompts, args) for _ in range(3)),
-                key=lambda s: sum(s.host_seconds[ph] for ph in PHASES))
+    clock = _Clock()
+    clock.install()
+    try:
+        for _ in range(args.rounds):
+            _run(model, prompts, args)
+    finally:
+        clock.uninstall()
     counter = _Counter()
     probe = _Probe(counter)
     probe.install()
@@ -217,14 +265,14 @@ def main() -> None:
     steps = max(1, counted.steps)
     rows: dict[str, dict[str, float]] = {}
     print(f"host_ops bs={args.bs} ctx={args.prompt_len}+{args.new_tokens} page={args.page} steps={steps} "
-          f"(per step; us from the best of 3 uninstrumented runs of {timed.steps} steps)")
+          f"(per step; us: the median step of {args.rounds} uninstrumented runs)")
     print(f"{'phase':10} {'ops':>8} {'floor':>6} {'ratio':>6} {'launches':>8} {'allocs':>8} {'reads':>7} "
           f"{'py_calls':>9} {'us':>9}")
     for ph in PHASES:
         row = {"ops": counter.ops[ph] / steps, "launches": counter.launches[ph] / steps,
                "allocs": counter.allocs[ph] / steps,
                "host_reads": counter.reads[ph] / steps, "py_calls": probe.calls(ph) / steps,
-               "us": timed.host_seconds[ph] / max(1, timed.steps) * 1e6}
+               "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0}
         rows[ph] = row
         floor = FLOORS[ph]
         ratio = f"{row['ops'] / floor:6.1f}" if floor else f"{'-':>6}"
