@@ -52,10 +52,6 @@ class _Views:
     locs: torch.Tensor
 
 
-def _flat(t: torch.Tensor, ntok: int) -> torch.Tensor:
-    """The engine's ``(1, tokens)`` input as the flat first ``ntok`` (no slice when it is exactly that long)."""
-    row = t[0]
-    return row if row.shape[0] == ntok else row[:ntok]
 
 
 class PoolState:
@@ -106,6 +102,7 @@ class PoolState:
         self._staging_np = self._staging.numpy()  # the same memory: the step's lists are written with numpy
         self._device_in = torch.zeros_like(self._staging, device=dev)
         self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
+        self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
@@ -150,9 +147,22 @@ class PoolState:
             dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
         return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend,
-                           input_ids=_flat(batch_data["input_ids"], ntok),
-                           positions=_flat(batch_data["position_ids"], ntok),
+                           input_ids=self._flat(batch_data["input_ids"], ntok),
+                           positions=self._flat(batch_data["position_ids"], ntok),
                            out_cache_loc=engine_loc if engine_loc is not None else v.locs)
+
+    def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
+        """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
+        static buffer each step: the flat view made for the same memory, shape and strides is reused (it holds
+        that memory, so the same address is the same buffer), else one is made (one or two ops)."""
+        key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, ntok)
+        flat = self._flats.get(key)
+        if flat is None:
+            if len(self._flats) >= 64:
+                self._flats.clear()
+            row = t[0]
+            flat = self._flats[key] = row if row.shape[0] == ntok else row[:ntok]
+        return flat
 
     def _slices(self, bs: int, ntok: int, end: int) -> _Views:
         dev = self._device_in
