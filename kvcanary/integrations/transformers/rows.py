@@ -2,8 +2,9 @@
 
 Each request the engine schedules gets a row (row 0 stays padding); its row holds the physical index of
 each of its tokens, computed from the engine's own ``block_table[request id]``. A row is rewritten (one
-host-to-device copy) only when that request's block list changed: a new block, a prefix-shared block,
-a de-duplicated block, or a corrupted entry. Rows of requests the engine dropped are recycled.
+host-to-device copy) only when that request's block list changed: a new block (then only the new blocks'
+part), a prefix-shared block, a de-duplicated block, or a corrupted entry. Rows of requests the engine
+dropped are recycled.
 
 The sweep's view is kept up to date from the same changes, so a due sweep costs no walk over the block
 tables: how many live requests hold each block (a block held twice is shared), and, per complete block,
