@@ -4,7 +4,8 @@ On a GPU each dispatched torch op costs the host a few microseconds whatever the
 device-to-host read stalls; on this machine's CPU neither shows in a timing as it would there. So this runs
 ``bench_transformers``' workload shape (bs 32, decode-heavy, real-KV PARTIAL over K and V, sweep every 4 steps)
 with tiny tensors, so kernels cost next to nothing, and counts per step for each phase of the wrapped step
-(``map``, ``head`` = prepare + head, ``tail``, ``end_step``):
+(``map`` = reading the engine's request states, where the session has a method for it, + ``PoolState.batch``;
+``head`` = prepare + head; ``tail``; ``end_step``):
 
 - ``ops``: aten ops dispatched outside kernels (a ``TorchDispatchMode`` counter: what a CUDA host would
   launch or set up);
@@ -121,6 +122,8 @@ class _Probe:
         setattr(owner, attr, wrapped)
 
     def install(self) -> None:
+        if hasattr(TransformersCanary, "_requests"):
+            self.wrap(TransformersCanary, "_requests", "map")
         for key, (choices, declined) in list(REGISTRY._cache.items()):  # every backend chosen by the warm-up
             REGISTRY._cache[key] = ([dataclasses.replace(c, impl=self._kernel(c.impl)) for c in choices], declined)
         self.wrap(PoolState, "batch", "map")
@@ -201,7 +204,9 @@ class _Clock:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
-        self._wrap(PoolState, "batch", "map", first=True, last=True)
+        if hasattr(TransformersCanary, "_requests"):  # the engine's request states read (a step's map starts)
+            self._wrap(TransformersCanary, "_requests", "map", first=True, last=False)
+        self._wrap(PoolState, "batch", "map", first=not hasattr(TransformersCanary, "_requests"), last=True)
         self._wrap(CanaryManager, "prepare", "head", first=True, last=False)
         self._wrap(CanaryManager, "head", "head", first=False, last=True)
         self._wrap(CanaryManager, "tail", "tail", first=True, last=True)

@@ -111,17 +111,15 @@ class PoolState:
         self.swept += len(entries)
         return entries
 
-    def batch(self, reqs: tuple[ScheduledRequest, ...], batch_data: dict[str, Any]) -> CanaryBatch:
+    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any]) -> CanaryBatch:
         """The step as a CanaryBatch: rows, prefix and extend lengths (and the write slots, when the engine
         passes no ``write_index`` of its own) staged in one copy; token ids and positions are the engine's own
         input tensors. Per request only its row is looked up (re-mapped when its block list changed); the
         write slots are gathered from the synced rows with tensor ops."""
         rows = self.rows
         rows.release_finished()
-        bs = len(reqs)
-        past = [r.past_length for r in reqs]
-        query = [r.query_length for r in reqs]
-        meta = rows.sync_many([r.request_id for r in reqs], [r.past_length + r.query_length for r in reqs])
+        bs = len(rids)
+        meta = rows.sync_many(rids, [p + q for p, q in zip(past, query, strict=True)])
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index
@@ -135,7 +133,7 @@ class PoolState:
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
             self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
             at += ntok
-        m = self._lut_updates(reqs, self._staging[at:]) if self.lut is not None else 0
+        m = self._lut_updates(rids, past, query, self._staging[at:]) if self.lut is not None else 0
         end = at + 2 * m
         v = self._views.get((bs, ntok, end))
         if v is None:
@@ -169,7 +167,7 @@ class PoolState:
         return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
                       dev[3 * bs : 3 * bs + ntok])
 
-    def _lut_updates(self, reqs: tuple[ScheduledRequest, ...], out: torch.Tensor) -> int:
+    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: torch.Tensor) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the
         engine's sliding block table as it is now; return the number of entries (indices, then values).
 
@@ -182,18 +180,17 @@ class PoolState:
         keys: list[torch.Tensor] = []
         vals: list[torch.Tensor] = []
         w = sw.window
-        for r in reqs:
-            past, q = r.past_length, r.query_length
+        for rid, past, q in zip(rids, pasts, queries, strict=True):
             lo = max(0, past - (w - 1))
             p = torch.arange(lo, past + q, dtype=torch.int64)
-            blocks = torch.tensor(sw.block_table.get(r.request_id, []), dtype=torch.int64)
+            blocks = torch.tensor(sw.block_table.get(rid, []), dtype=torch.int64)
             if blocks.numel() == 0:
                 continue
             ring = p % w
             slot = blocks[(ring // sw.page).clamp(max=blocks.numel() - 1)] * sw.stride + ring % sw.page
             slot = torch.where((p < past) & (p < past - w + q), 0, slot)
             slot = torch.where((p >= past) & (p < past + q - w), -1, slot)
-            keys.append(self.rows.row_tensor(r.request_id)[lo : past + q].to(torch.int64))
+            keys.append(self.rows.row_tensor(rid)[lo : past + q].to(torch.int64))
             vals.append(slot)
         if not keys:
             return 0
