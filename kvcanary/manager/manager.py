@@ -121,6 +121,7 @@ class CanaryManager:
         if adapter is not None:
             self.set_adapter(adapter)
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
+        self._tags = tuple(self.active_tags)  # the stats' tags (the endpoints are fixed from here on)
         self._phase_tags = {p: tuple(sorted({e.tag for e in self.endpoints if e.phase is p})) for p in Phase}
         """The tags each phase launches (what the watchdog counts as issued)."""
         self._phase_ids = {p: tuple(int(t) for t in tags) for p, tags in self._phase_tags.items()}
@@ -232,8 +233,8 @@ class CanaryManager:
                 logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
 
     def _stats(self, step: int) -> StepStats:
-        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self.sweep_passes,
-                                       tags=self.active_tags, ring_capacity=self.config.ring_capacity,
+        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self._sweep.passes,
+                                       tags=self._tags, ring_capacity=self.config.ring_capacity,
                                        watchdog=self.health.state, watchdog_error=self.health.failure)
 
     # -- per forward ------------------------------------------------------------------------------------

@@ -1,18 +1,21 @@
 """The device→host pump: one asynchronous copy per step, read one step later.
 
-At the end of each step the write index, the ring, both per-tag counter arrays and the overflow counter
-are packed (device-to-device, in stream order, so the snapshot is consistent: one copy, since the manager's
-state is one buffer in this layout) into one of two device staging buffers; a side stream then copies that
-buffer into pinned host memory and records an event. The host reads the copy started at the previous step,
-long finished by then. The GPU never waits for the host; the compute stream only waits (on the device) for
-the side copy of two steps ago before reusing its staging buffer. :meth:`SnapshotPump.drain` is the one
-synchronous read (end of run, tests).
+At the end of each step the write index, both per-tag counter arrays, the overflow counter and the ring
+(one int64 buffer in the manager's packed layout) are copied, in stream order after the step's launches, into
+one of two pinned host buffers, and an event (made once per buffer) is recorded behind the copy. The host reads
+the copy started at the previous step, long finished by then, and decodes it with numpy on the host copy: the
+header in one list, and only the ring rows that the previous read did not already hold (rows once written
+stay; they are compared, not trusted). The GPU never waits for the host; a step's host work is one copy and
+one event record (the unpacked state of the compiled manager: one copy per buffer, five).
+:meth:`SnapshotPump.drain` is the one synchronous read (end of run, tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS
@@ -32,6 +35,7 @@ class HostSnapshot:
 
 
 _N = NUM_LAUNCH_TAGS
+_BASE = 2 + 2 * _N
 
 
 class SnapshotPump:
@@ -42,15 +46,22 @@ class SnapshotPump:
         self._state = state
         dev = state.log.violation_ring.device
         self._cap = state.log.ring_capacity
-        size = 2 + 2 * _N + self._cap * VIOLATION_FIELDS
+        size = _BASE + self._cap * VIOLATION_FIELDS
         self._cuda = dev.type == "cuda"
-        self._stage = [torch.zeros(size, dtype=torch.int64, device=dev) for _ in range(2)]
-        self._host = ([torch.zeros(size, dtype=torch.int64, pin_memory=True) for _ in range(2)]
-                      if self._cuda else self._stage)
-        self._stream = torch.cuda.Stream(dev) if self._cuda else None  # type: ignore[no-untyped-call]
-        self._done: list[torch.cuda.Event | None] = [None, None]
+        self._dev = dev
+        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=self._cuda) for _ in range(2)]
+        self._np = [h.numpy() for h in self._host]
+        st = state
+        self._parts = None if st.packed is not None else [
+            [(h[0:1], st.log.violation_write_index), (h[1 : 1 + _N], st.kernel_run_counters),
+             (h[1 + _N : 1 + 2 * _N], st.slot_run_counters), (h[1 + 2 * _N : _BASE], st.skipped_verifies),
+             (h[_BASE:], st.log.violation_ring.view(-1))] for h in self._host]
+        self._done = ([torch.cuda.Event() for _ in range(2)]  # type: ignore[no-untyped-call]
+                      if self._cuda else None)
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._next = 0
+        self._rows: tuple[tuple[int, ...], ...] = ()  # the rows the last read decoded
+        self._rows_raw = np.zeros((0, VIOLATION_FIELDS), dtype=np.int64)  # the same rows, as copied
 
     def step(self, step: int) -> HostSnapshot | None:
         """Start the copy for ``step``; return the snapshot started by the previous call (None at first)."""
@@ -59,46 +70,47 @@ class SnapshotPump:
         return self._read(*prev) if prev is not None else None
 
     def drain(self, step: int) -> HostSnapshot:
-        """Copy now and wait for it: the current state as of ``step``, no lag (discards the pending one)."""
+        """Copy now and wait for it: the current state as of ``step``, no lag (discards the pending one, once
+        its copy is done: the next step writes its buffer again)."""
+        if self._pending is not None and self._done is not None:
+            self._done[self._pending[1]].synchronize()
         self._pending = None
         return self._read(step, self._start())
 
     def _start(self) -> int:
         k = self._next
         self._next ^= 1
-        st, stage = self._state, self._stage[k]
-        if self._stream is not None:
-            done = self._done[k]
-            if done is not None:  # the side copy of two steps ago must have left this staging buffer
-                torch.cuda.current_stream(stage.device).wait_event(done)
-        if st.packed is not None:  # the state is one buffer in this layout: one device copy
-            stage.copy_(st.packed)
-        else:
-            stage[0:1].copy_(st.log.violation_write_index)
-            stage[1 : 1 + _N].copy_(st.kernel_run_counters)
-            stage[1 + _N : 1 + 2 * _N].copy_(st.slot_run_counters)
-            stage[1 + 2 * _N : 2 + 2 * _N].copy_(st.skipped_verifies)
-            stage[2 + 2 * _N :].copy_(st.log.violation_ring.view(-1))
-        if self._stream is not None:
-            packed = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            packed.record(torch.cuda.current_stream(stage.device))
-            with torch.cuda.stream(self._stream):
-                self._stream.wait_event(packed)
-                self._host[k].copy_(stage, non_blocking=True)
-                done = torch.cuda.Event()  # type: ignore[no-untyped-call]
-                done.record(self._stream)
-            self._done[k] = done
+        # the buffer's previous copy was read by the host a step ago (or waited for by drain): free to write
+        if self._parts is None:
+            self._host[k].copy_(self._state.packed, non_blocking=self._cuda)  # type: ignore[arg-type]
+        else:  # the unpacked state (the compiled manager's): one copy per buffer, in stream order
+            for dst, src in self._parts[k]:
+                dst.copy_(src, non_blocking=self._cuda)
+        if self._done is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
+            self._done[k].record(torch.cuda.current_stream(self._dev))
         return k
 
     def _read(self, step: int, k: int) -> HostSnapshot:
-        done = self._done[k]
-        if done is not None:
-            done.synchronize()
-        host = self._host[k]
-        base = 2 + 2 * _N
-        v = host[:base].tolist()
-        total = int(v[0])
+        if self._done is not None:
+            self._done[k].synchronize()
+        host = self._np[k]
+        v = host[:_BASE].tolist()
+        total = v[0]
         nrows = min(total, self._cap)
-        flat = host[base : base + nrows * VIOLATION_FIELDS].view(nrows, VIOLATION_FIELDS).tolist()
-        rows = tuple(tuple(r) for r in flat)
-        return HostSnapshot(step, total, rows, tuple(v[1 : 1 + _N]), tuple(v[1 + _N : 1 + 2 * _N]), int(v[1 + 2 * _N]))
+        raw = host[_BASE : _BASE + nrows * VIOLATION_FIELDS].reshape(nrows, VIOLATION_FIELDS)
+        return HostSnapshot(step, total, self._decode(raw), tuple(v[1 : 1 + _N]), tuple(v[1 + _N : 1 + 2 * _N]),
+                            v[1 + 2 * _N])
+
+    def _decode(self, raw: np.ndarray[Any, np.dtype[np.int64]]) -> tuple[tuple[int, ...], ...]:
+        """``raw`` as tuples of ints: the rows the previous read decoded are reused while their copied bytes are
+        unchanged (the usual case: a ring row is written once); only the new ones are converted."""
+        have, prev = len(self._rows), self._rows_raw
+        n = int(raw.shape[0])
+        if n == have and (n == 0 or np.array_equal(raw, prev)):
+            return self._rows
+        if n > have and (have == 0 or np.array_equal(raw[:have], prev)):
+            rows = self._rows + tuple(map(tuple, raw[have:].tolist()))
+        else:
+            rows = tuple(map(tuple, raw.tolist()))
+        self._rows, self._rows_raw = rows, raw.copy()
+        return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvcanary.consts import CanaryLaunchTag
@@ -48,14 +49,15 @@ class StepStats:
 
     @classmethod
     def from_snapshot(cls, snap: HostSnapshot | None, *, step: int, sweep_passes: int,
-                      tags: list[CanaryLaunchTag], ring_capacity: int = 0, watchdog: str = "warmup",
+                      tags: Sequence[CanaryLaunchTag], ring_capacity: int = 0, watchdog: str = "warmup",
                       watchdog_error: str | None = None) -> StepStats:
         """The figures of ``snap`` (all zero before the first snapshot) for the manager's active ``tags``."""
-        tags_t = tuple(tags)
+        tags_t = tags if isinstance(tags, tuple) else tuple(tags)
         if snap is None:
             return cls(step, 0, sweep_passes, 0, 0, len(tags), 0, ring_capacity=ring_capacity, tags=tags_t,
                        watchdog=watchdog, watchdog_error=watchdog_error)
-        active = sum(1 for t in tags if snap.kernel_run_counters[int(t)] > 0)
+        counters = snap.kernel_run_counters
+        active = sum([counters[t] > 0 for t in tags_t])
         return cls(step, sum(snap.slot_run_counters), sweep_passes, snap.write_index, active, len(tags),
                    snap.skipped_verifies, snap.step, ring_capacity, snap.kernel_run_counters,
                    snap.slot_run_counters, tags_t, watchdog, watchdog_error)

@@ -88,6 +88,7 @@ class SweepRunner:
         self._mask = torch.zeros(capacity, dtype=torch.bool, device=dev)
         self._invalid = torch.full((1,), INVALID_SLOT, dtype=torch.int64, device=dev)
         self._loaded: SweepEntries | None = None  # the entries the plans hold (one chunk), to sweep again as is
+        self._cut: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # n, slots, positions, prevs
 
     @property
     def enabled(self) -> bool:
@@ -102,9 +103,10 @@ class SweepRunner:
 
         More entries than the capacity (a cache bigger than the pool: itself a sign of a corrupted tree)
         are swept in several passes over the same plan, never dropped."""
-        entries.validate()
-        n = len(entries)
         reuse = entries is self._loaded
+        if not reuse:  # the entries the plans hold were checked when they were loaded
+            entries.validate()
+        n = len(entries)
         for start in range(0, max(n, 1), self.capacity):
             self._run_chunk(entries, start, min(n, start + self.capacity), reuse=reuse)
         self._loaded = entries if n <= self.capacity else None
@@ -117,9 +119,12 @@ class SweepRunner:
         whose table moves with the engine's window, is redone)."""
         n = end - start
         if not reuse:
-            self._h2d.copy(self._dev, [entries.slots[start:end], entries.positions[start:end],
-                                       entries.prev_slots[start:end]])
-        slots, positions, prevs = self._dev[:n], self._dev[n : 2 * n], self._dev[2 * n : 3 * n]
+            parts = [entries.slots, entries.positions, entries.prev_slots]
+            self._h2d.copy(self._dev, parts if n == len(entries) else [t[start:end] for t in parts])
+        cut = self._cut
+        if cut is None or cut[0] != n:  # the same length as the previous chunk (a reused sweep): its slices
+            cut = self._cut = (n, self._dev[:n], self._dev[n : 2 * n], self._dev[2 * n : 3 * n])
+        _, slots, positions, prevs = cut
         for gs in self._groups:
             p = gs.plan
             swa = gs.group.kind is PoolKind.SWA and gs.group.swa_index_lut is not None

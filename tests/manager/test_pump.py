@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from kvcanary.manager.pump import SnapshotPump
 from kvcanary.manager.state import CanaryDeviceState
 
+_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-def _state(packed: bool) -> CanaryDeviceState:
-    return CanaryDeviceState.allocate(ring_capacity=8, device=torch.device("cpu"), expected_pool_shape=None,
+
+def _state(packed: bool, device: str = "cpu") -> CanaryDeviceState:
+    return CanaryDeviceState.allocate(ring_capacity=8, device=torch.device(device), expected_pool_shape=None,
                                       packed=packed)
 
 
@@ -40,9 +44,11 @@ def test_packed_state_is_views_of_one_buffer() -> None:
     assert _state(False).packed is None
 
 
-def test_packed_and_separate_states_read_back_the_same_snapshots() -> None:
+@pytest.mark.parametrize("device", _DEVICES)
+def test_packed_and_separate_states_read_back_the_same_snapshots(device: str) -> None:
+    """On a GPU too: there the copy is asynchronous, into pinned memory, read a step later."""
     rng_a, rng_b = random.Random(7), random.Random(7)
-    a, b = _state(True), _state(False)
+    a, b = _state(True, device), _state(False, device)
     pa, pb = SnapshotPump(a), SnapshotPump(b)
     seen = 0
     for step in range(12):
@@ -59,3 +65,37 @@ def test_packed_and_separate_states_read_back_the_same_snapshots() -> None:
     assert final_a == final_b and final_a.write_index > 8 and len(final_a.rows) == 8 and seen
     assert final_a.kernel_run_counters == tuple(b.kernel_run_counters.tolist())
     assert final_a.skipped_verifies == int(b.skipped_verifies[0])
+
+
+def _ring_rows(st: CanaryDeviceState) -> tuple[tuple[int, ...], ...]:
+    n = min(int(st.log.violation_write_index[0]), st.log.ring_capacity)
+    return tuple(tuple(r) for r in st.log.violation_ring[:n].tolist())
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+def test_rows_follow_the_copy_when_a_kept_row_changes(device: str) -> None:
+    """The pump reuses the rows it decoded before only while their copied bytes are the same: a row rewritten in
+    place, or a ring that shrank (a fresh log), is decoded again from the copy."""
+    st = _state(True, device)
+    pump = SnapshotPump(st)
+    rng = random.Random(3)
+    _fill(st, rng, 3)
+    pump.drain(0)
+    first = pump.drain(1)
+    assert first.rows == _ring_rows(st) and len(first.rows) == 3
+    st.log.violation_ring[1, 4] += 1  # same count, one field changed
+    assert pump.drain(2).rows == _ring_rows(st) != first.rows
+    _fill(st, rng, 2)  # two more rows after the kept ones
+    grown = pump.drain(3)
+    assert grown.rows == _ring_rows(st) and len(grown.rows) == 5
+    st.log.violation_ring[0, 0] -= 7  # an old row changed while new ones arrive
+    _fill(st, rng, 1)
+    assert pump.drain(4).rows == _ring_rows(st)
+    st.log.violation_ring.zero_()
+    st.log.violation_write_index.zero_()
+    assert pump.drain(5).rows == ()
+    for step in range(6, 9):  # the lagged path: each snapshot is the state as the previous step left it
+        before = _ring_rows(st)
+        _fill(st, rng, 1)
+        snap = pump.step(step)
+        assert snap is None or snap.rows == before

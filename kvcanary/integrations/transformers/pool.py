@@ -41,6 +41,19 @@ class ScheduledRequest:
     query_length: int
 
 
+@dataclass(frozen=True)
+class _Views:
+    """The staging slices of one step shape, made once (a slice is a dispatched op each time it is made)."""
+
+    host: torch.Tensor
+    device: torch.Tensor
+    rows: torch.Tensor
+    prefix: torch.Tensor
+    extend: torch.Tensor
+    locs: torch.Tensor
+
+
+
 
 class PoolState:
     """The manager and the row mirror of one paged cache (one generate_batch run or persistent manager)."""
@@ -88,7 +101,10 @@ class PoolState:
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,
                                     pin_memory=dev.type == "cuda")
+        self._staging_np = self._staging.numpy()  # the same memory: the step's lists are written with numpy
         self._device_in = torch.zeros_like(self._staging, device=dev)
+        self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
+        self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
@@ -97,43 +113,63 @@ class PoolState:
         self.swept += len(entries)
         return entries
 
-    def batch(self, reqs: tuple[ScheduledRequest, ...], batch_data: dict[str, Any]) -> CanaryBatch:
+    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any]) -> CanaryBatch:
         """The step as a CanaryBatch: rows, prefix and extend lengths (and the write slots, when the engine
         passes no ``write_index`` of its own) staged in one copy; token ids and positions are the engine's own
         input tensors. Per request only its row is looked up (re-mapped when its block list changed); the
         write slots are gathered from the synced rows with tensor ops."""
         rows = self.rows
         rows.release_finished()
-        bs = len(reqs)
-        past = [r.past_length for r in reqs]
-        query = [r.query_length for r in reqs]
-        meta = rows.sync_many([r.request_id for r in reqs], [r.past_length + r.query_length for r in reqs])
+        bs = len(rids)
+        meta = rows.sync_many(rids, [p + q for p, q in zip(past, query, strict=True)])
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index
-        engine_loc = write_index[idx][:ntok] if len(write_index) > idx and batch_data.get("block_table") is None \
-            else None
-        if engine_loc is None or engine_loc.shape[0] != ntok:
-            engine_loc = None
-        host = self._staging
+        engine_loc = write_index[idx] if len(write_index) > idx and batch_data.get("block_table") is None else None
+        if engine_loc is not None and engine_loc.shape[0] != ntok:
+            engine_loc = engine_loc[:ntok] if engine_loc.shape[0] > ntok else None
         meta += past
         meta += query
-        host[: 3 * bs] = torch.tensor(meta, dtype=torch.int64)
+        self._staging_np[: 3 * bs] = meta
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
-            host[at : at + ntok] = rows.locs(meta[:bs], past, query)
+            self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
             at += ntok
-        m = self._lut_updates(reqs, host[at:]) if self.lut is not None else 0
+        m = self._lut_updates(rids, past, query, self._staging[at:]) if self.lut is not None else 0
         end = at + 2 * m
-        dev = self._device_in[:end]
-        dev.copy_(host[:end], non_blocking=True)
+        v = self._views.get((bs, ntok, end))
+        if v is None:
+            if len(self._views) >= 256:  # many prefill shapes: start over rather than grow without end
+                self._views.clear()
+            v = self._views[(bs, ntok, end)] = self._slices(bs, ntok, end)
+        v.device.copy_(v.host, non_blocking=True)
         if self.lut is not None and m:
+            dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        return CanaryBatch(req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs], extend_lens=dev[2 * bs : 3 * bs],
-                           input_ids=batch_data["input_ids"][0, :ntok], positions=batch_data["position_ids"][0, :ntok],
-                           out_cache_loc=engine_loc if engine_loc is not None else dev[3 * bs : 3 * bs + ntok])
+        return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend,
+                           input_ids=self._flat(batch_data["input_ids"], ntok),
+                           positions=self._flat(batch_data["position_ids"], ntok),
+                           out_cache_loc=engine_loc if engine_loc is not None else v.locs)
 
-    def _lut_updates(self, reqs: tuple[ScheduledRequest, ...], out: torch.Tensor) -> int:
+    def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
+        """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
+        static buffer each step: the flat view made for the same memory, shape and strides is reused (it holds
+        that memory, so the same address is the same buffer), else one is made (one or two ops)."""
+        key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, ntok)
+        flat = self._flats.get(key)
+        if flat is None:
+            if len(self._flats) >= 64:
+                self._flats.clear()
+            row = t[0]
+            flat = self._flats[key] = row if row.shape[0] == ntok else row[:ntok]
+        return flat
+
+    def _slices(self, bs: int, ntok: int, end: int) -> _Views:
+        dev = self._device_in
+        return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
+                      dev[3 * bs : 3 * bs + ntok])
+
+    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: torch.Tensor) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the
         engine's sliding block table as it is now; return the number of entries (indices, then values).
 
@@ -146,18 +182,17 @@ class PoolState:
         keys: list[torch.Tensor] = []
         vals: list[torch.Tensor] = []
         w = sw.window
-        for r in reqs:
-            past, q = r.past_length, r.query_length
+        for rid, past, q in zip(rids, pasts, queries, strict=True):
             lo = max(0, past - (w - 1))
             p = torch.arange(lo, past + q, dtype=torch.int64)
-            blocks = torch.tensor(sw.block_table.get(r.request_id, []), dtype=torch.int64)
+            blocks = torch.tensor(sw.block_table.get(rid, []), dtype=torch.int64)
             if blocks.numel() == 0:
                 continue
             ring = p % w
             slot = blocks[(ring // sw.page).clamp(max=blocks.numel() - 1)] * sw.stride + ring % sw.page
             slot = torch.where((p < past) & (p < past - w + q), 0, slot)
             slot = torch.where((p >= past) & (p < past + q - w), -1, slot)
-            keys.append(self.rows.row_tensor(r.request_id)[lo : past + q].to(torch.int64))
+            keys.append(self.rows.row_tensor(rid)[lo : past + q].to(torch.int64))
             vals.append(slot)
         if not keys:
             return 0

@@ -2,8 +2,9 @@
 
 Each request the engine schedules gets a row (row 0 stays padding); its row holds the physical index of
 each of its tokens, computed from the engine's own ``block_table[request id]``. A row is rewritten (one
-host-to-device copy) only when that request's block list changed: a new block, a prefix-shared block,
-a de-duplicated block, or a corrupted entry. Rows of requests the engine dropped are recycled.
+host-to-device copy) only when that request's block list changed: a new block (then only the new blocks'
+part), a prefix-shared block, a de-duplicated block, or a corrupted entry. Rows of requests the engine
+dropped are recycled.
 
 The sweep's view is kept up to date from the same changes, so a due sweep costs no walk over the block
 tables: how many live requests hold each block (a block held twice is shared), and, per complete block,
@@ -14,11 +15,15 @@ the previous sweep touch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from kvcanary.integrations.transformers.layout import CacheLayout
 from kvcanary.manager import SweepEntries
+
+_I64 = np.ndarray[Any, np.dtype[np.int64]]
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,17 @@ class RequestRows:
         self._complete: dict[str, int] = {}
         self.blocks_info: dict[int, BlockInfo] = {}
         page = layout.page
-        self._offsets = torch.arange(page, dtype=torch.int32)
-        self._offsets64 = torch.arange(page, dtype=torch.int64)
+        self._host_np = self._host.numpy()  # the same memory: the rows are written with numpy
+        self._host_flat = self._host.view(-1)  # one slice per copied part of a row, not two
+        self._device_flat = self.device_table.view(-1)
+        self._offsets_np = np.arange(page, dtype=np.int32)
+        self._offsets64: _I64 = np.arange(page, dtype=np.int64)
         self._holders: dict[int, int] = {}  # block -> how many live block lists hold it (duplicates counted)
         self._shared: set[int] = set()  # blocks with two or more holders
         self._info_dirty: dict[int, BlockInfo] = {}  # blocks_info written since the dense tables were
-        self._first = torch.zeros(0, dtype=torch.int64)  # block -> first position (dense, grown on demand)
-        self._prev = torch.zeros(0, dtype=torch.int64)  # block -> the slot before it
-        self._known = torch.zeros(0, dtype=torch.bool)  # block -> has an entry in blocks_info
+        self._first: _I64 = np.zeros(0, dtype=np.int64)  # block -> first position (dense, grown on demand)
+        self._prev: _I64 = np.zeros(0, dtype=np.int64)  # block -> the slot before it
+        self._known: np.ndarray[Any, np.dtype[np.bool_]] = np.zeros(0, dtype=np.bool_)  # block -> in blocks_info
         self._version = 0  # bumped when the shared set or a block's entry changes
         self._entries_key: tuple[int, list[int]] | None = None
         self._entries: SweepEntries | None = None
@@ -76,6 +84,8 @@ class RequestRows:
     def release_finished(self) -> None:
         """Recycle the rows of requests the engine no longer holds blocks for."""
         live = self.layout.block_table
+        if self.row_of.keys() <= live.keys():  # the usual step: nobody left (one set test, no Python loop)
+            return
         for rid in [r for r in self.row_of if r not in live]:
             self._free.append(self.row_of.pop(rid))
             self._hold(self._blocks.pop(rid, []), -1)
@@ -101,16 +111,17 @@ class RequestRows:
         if old is None or blocks != old:
             blocks = list(blocks)  # a copy: the engine appends to its own list in place
             self._blocks[rid] = blocks
+            kept = len(old) if old is not None and len(blocks) > len(old) and blocks[: len(old)] == old else 0
             if old is not None:
-                self._hold(old, -1)
-            self._hold(blocks, 1)
+                self._hold(old[kept:], -1)  # appended blocks: the old ones stay held
+            self._hold(blocks[kept:], 1)
             start = 0
-            n = min(len(blocks) * page, self.max_len)
-            if blocks:
-                b = torch.tensor(blocks, dtype=torch.int32) * self.layout.stride
-                full = (b[:, None] + self._offsets[None, :]).reshape(-1)
-                self._host[row, :n] = full[:n]
-            self.device_table[row, :n].copy_(self._host[row, :n], non_blocking=True)
+            lo, n = min(kept * page, self.max_len), min(len(blocks) * page, self.max_len)
+            if n > lo:  # the row's part past the blocks it kept (all of it when the list changed otherwise)
+                b = np.asarray(blocks[kept:], dtype=np.int32) * np.int32(self.layout.stride)
+                self._host_np[row, lo:n] = (b[:, None] + self._offsets_np[None, :]).reshape(-1)[: n - lo]
+                at = row * self.max_len
+                self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
         else:
             blocks = old
         complete = min(written // page, len(blocks))
@@ -170,19 +181,22 @@ class RequestRows:
 
     def sweep_entries(self, blocks: set[int]) -> SweepEntries:
         """One entry per token of each complete, known block of ``blocks``, each block's tokens in order
-        (built with tensor ops: a sweep covers every cached block, tens of thousands of tokens)."""
+        (built with array ops: a sweep covers every cached block, tens of thousands of tokens)."""
         known = [(b, info) for b in sorted(blocks) if (info := self.blocks_info.get(b)) is not None]
-        ids = torch.tensor([b for b, _ in known], dtype=torch.int64)
-        firsts = torch.tensor([i.first_position for _, i in known], dtype=torch.int64)
-        heads = torch.tensor([i.prev_slot for _, i in known], dtype=torch.int64)
+        ids = np.array([b for b, _ in known], dtype=np.int64)
+        firsts = np.array([i.first_position for _, i in known], dtype=np.int64)
+        heads = np.array([i.prev_slot for _, i in known], dtype=np.int64)
         return self._entries_of(ids, firsts, heads)
 
-    def _entries_of(self, ids: torch.Tensor, firsts: torch.Tensor, heads: torch.Tensor) -> SweepEntries:
+    def _entries_of(self, ids: _I64, firsts: _I64, heads: _I64) -> SweepEntries:
+        """The entries of blocks ``ids`` (with numpy on the host: no torch op until the sweep's one copy)."""
         offsets = self._offsets64
         slots = (ids * self.layout.stride)[:, None] + offsets  # CacheLayout.slot(block, offset)
         prevs = slots - 1
         prevs[:, 0] = heads
-        return SweepEntries(slots.reshape(-1), (firsts[:, None] + offsets).reshape(-1), prevs.reshape(-1))
+        positions = (firsts[:, None] + offsets).reshape(-1)
+        return SweepEntries(torch.from_numpy(slots.reshape(-1)), torch.from_numpy(positions),
+                            torch.from_numpy(prevs.reshape(-1)))
 
     def due_entries(self, cached: list[int]) -> SweepEntries:
         """What :meth:`sweep_entries` returns for ``set(cached) | shared_blocks()``, from the state kept up to
@@ -194,11 +208,10 @@ class RequestRows:
             return self._entries
         self._apply_dirty()
         size = int(self._known.shape[0])
-        mask = torch.zeros(size, dtype=torch.bool)
+        mask = np.zeros(size, dtype=np.bool_)
         for part in (cached, self._shared):
-            ids = torch.tensor([b for b in part if b < size] if size else [], dtype=torch.int64)
-            mask[ids] = True
-        ids = torch.nonzero(mask & self._known).reshape(-1)  # ascending: sorted(blocks)
+            mask[np.array([b for b in part if b < size] if size else [], dtype=np.int64)] = True
+        ids = np.flatnonzero(mask & self._known)  # ascending: sorted(blocks)
         self._entries = self._entries_of(ids, self._first[ids], self._prev[ids])
         self._entries_key = key
         return self._entries
@@ -212,11 +225,11 @@ class RequestRows:
         if top > self._known.shape[0]:
             grow = max(top, 2 * int(self._known.shape[0]))
             pad = grow - int(self._known.shape[0])
-            self._first = torch.cat([self._first, torch.zeros(pad, dtype=torch.int64)])
-            self._prev = torch.cat([self._prev, torch.zeros(pad, dtype=torch.int64)])
-            self._known = torch.cat([self._known, torch.zeros(pad, dtype=torch.bool)])
-        ids = torch.tensor(list(dirty), dtype=torch.int64)
-        self._first[ids] = torch.tensor([i.first_position for i in dirty.values()], dtype=torch.int64)
-        self._prev[ids] = torch.tensor([i.prev_slot for i in dirty.values()], dtype=torch.int64)
+            self._first = np.concatenate([self._first, np.zeros(pad, dtype=np.int64)])
+            self._prev = np.concatenate([self._prev, np.zeros(pad, dtype=np.int64)])
+            self._known = np.concatenate([self._known, np.zeros(pad, dtype=np.bool_)])
+        ids = np.array(list(dirty), dtype=np.int64)
+        self._first[ids] = [i.first_position for i in dirty.values()]
+        self._prev[ids] = [i.prev_slot for i in dirty.values()]
         self._known[ids] = True
         dirty.clear()

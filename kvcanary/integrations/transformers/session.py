@@ -301,11 +301,11 @@ class TransformersCanary:
         return new
 
     # -- the step ------------------------------------------------------------------------------------
-    def _pool(self, runner: Any, reqs: tuple[ScheduledRequest, ...]) -> PoolState:
+    def _pool(self, runner: Any, requests: Callable[[], tuple[ScheduledRequest, ...]]) -> PoolState:
         check_runner(runner)
         pool = self._pools.get(id(runner.cache))
         if pool is None or pool.cache is not runner.cache:
-            check_fresh(read_layout(runner.cache), reqs)
+            check_fresh(read_layout(runner.cache), requests())
             self._retire_pools()
             pool = PoolState(runner, config=self.config, max_requests=self.max_requests,
                              max_context_len=self.max_context_len)
@@ -314,30 +314,50 @@ class TransformersCanary:
             self._pools[id(runner.cache)] = pool
         return pool
 
+    def _requests(self, runner: Any) -> tuple[list[str], list[int], list[int]]:
+        """The step's scheduled requests in token order: ids, tokens already cached, tokens this step."""
+        states = runner.inputs_and_outputs.requests_in_batch
+        rids = [fs.state.request_id for fs in states]
+        query = [fs.query_length for fs in states]
+        return rids, [fs.state.position_offset - q for fs, q in zip(states, query, strict=True)], query
+
     def _step(self, runner: Any, model: Any, batch_data: dict[str, Any], original: Any) -> None:
-        reqs = tuple(ScheduledRequest(fs.state.request_id, fs.state.position_offset - fs.query_length,
-                                      fs.query_length) for fs in runner.inputs_and_outputs.requests_in_batch)
-        pool = self._pool(runner, reqs)
-        for r in reqs:
-            if r.request_id not in self._seen:
-                if FORK_MARK in r.request_id:
-                    raise RuntimeError(
-                        f"kv-canary: request {r.request_id} is a fork (parallel sampling, num_return_sequences > 1): "
-                        "transformers copies its blocks without the canary records; generate one sequence per "
-                        "request with canaries attached")
-                self._seen.add(r.request_id)
-                self.prefix_hits += r.past_length > 0
+        t_read = time.perf_counter()
+        rids, past, query = self._requests(runner)
+        t_read = time.perf_counter() - t_read  # part of the map (as is the seen-request check below)
+        made: list[tuple[ScheduledRequest, ...]] = []
+
+        def requests() -> tuple[ScheduledRequest, ...]:
+            """The step's requests as ScheduledRequest (made only for a hook, the guard or a new cache)."""
+            if not made:
+                made.append(tuple(map(ScheduledRequest, rids, past, query)))
+            return made[0]
+
+        pool = self._pool(runner, requests)
+        t_seen = time.perf_counter()
+        known = self._seen
+        if not known.issuperset(rids):  # the usual step: every request was seen before (one set test)
+            for rid, p in zip(rids, past, strict=True):
+                if rid not in known:
+                    if FORK_MARK in rid:
+                        raise RuntimeError(
+                            f"kv-canary: request {rid} is a fork (parallel sampling, num_return_sequences > 1): "
+                            "transformers copies its blocks without the canary records; generate one sequence per "
+                            "request with canaries attached")
+                    known.add(rid)
+                    self.prefix_hits += p > 0
+        t_read += time.perf_counter() - t_seen
         for hook in self.hooks:
-            hook(StepView(self.steps, batch_data, reqs, pool.layout, pool.rows))
+            hook(StepView(self.steps, batch_data, requests(), pool.layout, pool.rows))
         if pool.guard is not None:
-            pool.guard.observe(reqs)
+            pool.guard.observe(requests())
         stream = runner.inputs_and_outputs.compute_stream
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         manager = pool.manager
         clock = self.host_seconds
         with ctx:
             t0 = time.perf_counter()
-            batch = pool.batch(reqs, batch_data)
+            batch = pool.batch(rids, past, query, batch_data)
             t1 = time.perf_counter()
             manager.prepare(batch)
             manager.head(batch)
@@ -355,7 +375,7 @@ class TransformersCanary:
                 raise RuntimeError(f"{err}\nkv-canary: requests affected: {', '.join(owners) or 'none'}") from None
             self._collect(pool, manager.events[seen:])
             t5 = time.perf_counter()
-        for name, dt in (("map", t1 - t0), ("head", t2 - t1), ("forward", t3 - t2), ("tail", t4 - t3),
+        for name, dt in (("map", t1 - t0 + t_read), ("head", t2 - t1), ("forward", t3 - t2), ("tail", t4 - t3),
                          ("end_step", t5 - t4)):
             clock[name] += dt
         self.steps += 1

@@ -97,6 +97,11 @@ def test_incremental_sweep_entries_and_locs_match_the_full_rebuild() -> None:
         else:
             row_ids = [rows.sync(r, written[r]) for r in reqs]
         assert row_ids == [rows.row_of[r] for r in reqs]
+        for r, row in zip(reqs, row_ids, strict=True):  # each row maps its tokens as the engine's table does
+            n = min(len(layout.block_table[r]) * layout.page, rows.max_len)
+            want_row = [b * layout.stride + o for b in layout.block_table[r] for o in range(layout.page)][:n]
+            assert rows.device_table[row, :n].tolist() == want_row, (step, r)
+        assert torch.equal(rows.device_table, rows._host)  # the device table is the host mirror, every row
         want_locs = [s for r, p, q in zip(reqs, past, query, strict=True) for s in rows.slots(r, p, p + q)]
         assert rows.locs(row_ids, past, query).tolist() == want_locs
         if step % 7 == 0:  # the prefix cache keeps some blocks, forgets others
