@@ -20,7 +20,7 @@ step tests 200 python3 -m pytest tests/manager/test_gpu_graphs.py tests/gpu/test
     tests/gpu/test_extensions_gpu.py tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \
     tests/backends/triton/test_plan_scan.py tests/backends/triton/test_write_fold_tile.py \
     tests/backends/triton/test_gpu.py tests/backends/triton/test_golden.py tests/backends/triton/test_backend.py \
-    tests/backends/test_hostile_gpu.py tests/backends/test_replay_gpu.py ${EXTRA_TESTS:-} \
+    tests/backends/test_hostile_gpu.py tests/backends/test_replay_gpu.py tests/manager/test_pump.py ${EXTRA_TESTS:-} \
     tests/kvcanary/test_external_operation.py tests/kvcanary/test_registry.py tests/kvcanary/test_priority.py \
     tests/distributed/test_digest.py -o addopts="" -q -rfE -p no:cacheprovider --durations=5
 step transformers 60 python3 -m pytest tests/integrations/transformers/test_gpu.py -o addopts="" -q -rfE -p no:cacheprovider
