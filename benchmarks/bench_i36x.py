@@ -138,6 +138,8 @@ def plan_variants() -> dict[str, Maker]:
         "cuda ept8": v((("KVC_PLAN_EPT", 8),), plan_grid(8)),
         "cuda stcs ept8": v((("KVC_PLAN_STCS", 1), ("KVC_PLAN_EPT", 8)), plan_grid(8)),
         "cuda ept16": v((("KVC_PLAN_EPT", 16),), plan_grid(16)),
+        "cuda prefetch": v((("KVC_PLAN_PREFETCH", 1),), plan_grid(4)),
+        "cuda stcs prefetch": v((("KVC_PLAN_STCS", 1), ("KVC_PLAN_PREFETCH", 1)), plan_grid(4)),
         "cuda grid full": v((), plan_grid(4, full=True)),
         "cuda stcs grid full": v((("KVC_PLAN_STCS", 1),), plan_grid(4, full=True)),
     }
