@@ -172,8 +172,6 @@ def write_variants() -> dict[str, Maker]:
         "triton warps 4": backend(w, "triton", partial(tuned, write_warps=4)),
         "triton fold tile 16": backend(w, "triton", partial(tuned, write_fold_tile_decode=16)),
         "triton fold tile 64": backend(w, "triton", partial(tuned, write_fold_tile_decode=64)),
-        "triton warps 2, fold tile 64": backend(w, "triton", partial(tuned, write_warps=2,
-                                                                      write_fold_tile_decode=64)),
     }
 
 

@@ -11,7 +11,7 @@ set -u
 mkdir -p "$OUT"
 rc=0
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-for spec in scatter:55 write:100 plan:75; do
+for spec in scatter:45 write:125 plan:70; do
     section=${spec%%:*}
     timeout "${spec##*:}" python3 benchmarks/bench_i36x.py --only $section --out "$OUT/bench_i36x_$section.json" \
         >"$OUT/bench_i36x_$section.log" 2>&1
