@@ -232,16 +232,13 @@ __device__ __forceinline__ i64 row_of(const u64* offs, i64 bs, i64 e) {
 #endif
 constexpr int kEntriesPerThread = KVC_PLAN_EPT;
 
-#ifndef KVC_PLAN_STCS
-#define KVC_PLAN_STCS 0  // 1: the tile path's stores streaming (evict-first: the entries are read by a later launch)
-#endif
-#ifndef KVC_PLAN_PREFETCH
-#define KVC_PLAN_PREFETCH 0  // 1: on the fast path, the warp's req_to_token span of the next tile (same row) to L2
-#endif
-#if KVC_PLAN_STCS && !defined(KVC_HOST_EMULATION)
+// The fast path's stores: streaming (st.global.cs, evict-first). The plan's entries are read by a later launch
+// (the verify), not by this one, so they need not stay in L2 ahead of the req_to_token lines still to be read
+// (the measurements: docs/tuning.md, "cuda backend: fused plan").
+#ifndef KVC_HOST_EMULATION
 #define KVC_PLAN_ST(p, v) __stcs((p), (i64)(v))
 #else
-#define KVC_PLAN_ST(p, v) (*(p) = (v))
+#define KVC_PLAN_ST(p, v) (*(p) = (i64)(v))
 #endif
 
 // Stage 2 for the entries e0, e0 + step, ... (kEntriesPerThread of them, those below n), given the rows'
@@ -409,14 +406,6 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
     if (fast) {
       const i64 p0 = p_lo + lane;  // no wrap: inside the span just checked
       const int* src = in.req_to_token + rp * in.rtt_cols + p0;
-#if KVC_PLAN_PREFETCH && !defined(KVC_HOST_EMULATION)
-      // the next tile's span of this warp, when it lies in the same row and inside req_to_token: U + 1 lines
-      // of 128 bytes cover its 128 * U bytes at any alignment (the last clamped into the span)
-      if (t + 1 < t_end && t + 1 < next_row_tile && lane <= U && span_in(wadd(p_lo, kTile), kSeg, in.rtt_cols)) {
-        const int* nxt = in.req_to_token + rp * in.rtt_cols + (p_lo + kTile) + imin((i64)lane * 32, kSeg - 1);
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(nxt));
-      }
-#endif
 #pragma unroll
       for (int u = 0; u < U; ++u) slot[u] = translate<kHasLut>(in, (i64)src[32 * u]);
       if (lane == 0 && p0 > 0) prev0 = translate<kHasLut>(in, (i64)src[-1]);  // p0 - 1 is in range too

@@ -8,19 +8,11 @@
 // shares, and issues its first round of loads (coalesced 8-byte loads, 4 per thread) before it finds the widest
 // later request naming the same row (a block-wide max over requests r+1..bs-1), so that search runs while the
 // loads are in flight; it then stores the columns of its share at or past that width (columns below it belong
-// to a later request): 4-byte stores, no two blocks write one cell. Host-side sizes only (capturable).
+// to a later request): 4-byte streaming stores (evict-first: the pool is read by a later launch, not this one),
+// no two blocks write one cell. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
 #define KVC_SCATTER_THREADS 256
-#ifndef KVC_SCATTER_U
-#define KVC_SCATTER_U 4  // loads per thread per round (of single columns, or of column pairs with KVC_SCATTER_VEC)
-#endif
-#ifndef KVC_SCATTER_VEC
-#define KVC_SCATTER_VEC 0  // 1: column pairs, one 16-byte load and one 8-byte store each where aligned
-#endif
-#ifndef KVC_SCATTER_CS
-#define KVC_SCATTER_CS 0  // 1: streaming (evict-first) stores
-#endif
 
 using namespace kvc;
 
@@ -50,48 +42,14 @@ __device__ __forceinline__ void load_round(const long long* __restrict__ flat_in
   }
 }
 
+// A pool cell: a streaming store (st.global.cs), plain on the host emulation.
 __device__ __forceinline__ void put(int* p, int v) {
-#if KVC_SCATTER_CS && !defined(KVC_HOST_EMULATION)
+#ifndef KVC_HOST_EMULATION
   __stcs(p, v);
 #else
   *p = v;
 #endif
 }
-
-#if KVC_SCATTER_VEC
-// Two columns at once (8-byte aligned): `pair` holds the first column's int32 in its low half.
-__device__ __forceinline__ void put2(int* p, u64 pair) {
-#if KVC_SCATTER_CS && !defined(KVC_HOST_EMULATION)
-  asm volatile("st.global.cs.u64 [%0], %1;" ::"l"(p), "l"(pair) : "memory");
-#else
-  st_u64(p, pair);
-#endif
-}
-
-// Pair round: pairs k = p, p + 256, ... (U of them) cover columns 2k, 2k + 1 of [c0, c1) (c0 even); where the
-// whole pair is inside and `vec` (start even, row and pointers aligned) one 16-byte load, else two 8-byte ones.
-template <int U>
-__device__ __forceinline__ void load_pairs(const long long* __restrict__ flat_in, i64 num_tokens, i64 start, i64 c,
-                                           i64 c1, bool vec, u64 (&v)[U][2], bool (&ok)[U][2]) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const i64 cu = c + 2 * (i64)u * KVC_SCATTER_THREADS;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 s = wadd(start, cu + h);
-      ok[u][h] = cu + h < c1 && s >= 0 && s < num_tokens;
-    }
-    if (vec && ok[u][0] && ok[u][1]) {
-      const U64x2 x = ld_nc_v2(flat_in + wadd(start, cu));
-      v[u][0] = x.x;
-      v[u][1] = x.y;
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) v[u][h] = ok[u][h] ? ld_nc(flat_in + wadd(start, cu + h)) : 0;
-    }
-  }
-}
-#endif
 
 }  // namespace
 
@@ -107,28 +65,14 @@ extern "C" __global__ void __launch_bounds__(KVC_SCATTER_THREADS)
   const i64 width = covered(offsets, r, cols);
   if (width <= 0) return;
   const i64 start = offsets[r];
-#if KVC_SCATTER_VEC
-  const i64 per = ((width + gridDim.y - 1) / gridDim.y + 1) & ~(i64)1;  // even: every share starts on a pair
-#else
   const i64 per = (width + gridDim.y - 1) / gridDim.y;
-#endif
   const i64 c0 = (i64)blockIdx.y * per;
   const i64 c1 = imin(c0 + per, width);
-  if (c0 >= c1) return;
-  constexpr int U = KVC_SCATTER_U;  // loads per thread per round: all issued before the stores
-#if KVC_SCATTER_VEC
-  constexpr i64 kStep = 2 * (i64)U * KVC_SCATTER_THREADS;
-  int* row = pool + rp * cols;
-  const bool vec = (start & 1) == 0 && (((u64)flat_in) & 15) == 0 && (((u64)row) & 7) == 0;
-  u64 v[U][2];
-  bool ok[U][2];
-  load_pairs<U>(flat_in, num_tokens, start, c0 + 2 * tid, c1, vec, v, ok);  // in flight during the search
-#else
+  constexpr int U = 4;  // columns per thread per round: all four loads issued before the stores
   constexpr i64 kStep = (i64)U * KVC_SCATTER_THREADS;
   u64 v[U];
   bool ok[U];
   load_round<U>(flat_in, num_tokens, start, c0 + tid, c1, v, ok);  // in flight during the search
-#endif
   i64 cover = 0;  // columns a later request of the same row covers
   for (i64 q = r + 1 + tid; q < bs; q += KVC_SCATTER_THREADS) {
     if (req_pool_indices[q] == rp) cover = imax(cover, covered(offsets, q, cols));
@@ -141,23 +85,6 @@ extern "C" __global__ void __launch_bounds__(KVC_SCATTER_THREADS)
 #pragma unroll
   for (int w = 0; w < KVC_SCATTER_THREADS / 32; ++w) cover = imax(cover, warp_max[w]);
   if (cover >= c1) return;
-#if KVC_SCATTER_VEC
-  for (i64 c = c0 + 2 * tid; c < c1; c += kStep) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const i64 cu = c + 2 * (i64)u * KVC_SCATTER_THREADS;
-      if (vec && ok[u][0] && ok[u][1] && cu >= cover) {
-        put2(row + cu, (u64)(u32)v[u][0] | ((u64)(u32)v[u][1] << 32));  // column cu in the low half
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (ok[u][h] && cu + h >= cover) put(row + cu + h, (int)(u32)v[u][h]);
-        }
-      }
-    }
-    if (c + kStep < c1) load_pairs<U>(flat_in, num_tokens, start, c + kStep, c1, vec, v, ok);
-  }
-#else
   int* row = pool + rp * cols;
   for (i64 c = c0 + tid; c < c1; c += kStep) {
 #pragma unroll
@@ -167,5 +94,4 @@ extern "C" __global__ void __launch_bounds__(KVC_SCATTER_THREADS)
     }
     if (c + kStep < c1) load_round<U>(flat_in, num_tokens, start, c + kStep, c1, v, ok);
   }
-#endif
 }
