@@ -62,9 +62,6 @@
 #define KVC_OWNER_PARAMS
 #define KVC_OWNER_ARGS
 #endif
-#ifndef KVC_WRITE_GUESS
-#define KVC_WRITE_GUESS 0  // 1: fold blocks guess a decode write's flat index (two load rounds, not four)
-#endif
 #ifndef KVC_WRITE_WARPS
 #define KVC_WRITE_WARPS 4  // one chain warp per scheduler (write.py says why)
 #endif
@@ -307,16 +304,20 @@ __device__ __forceinline__ i64 flat_at(const i64 (&start)[KVC_WRITE_WARPS], cons
 // requests of chain block x and store field 3 of their records. The column's tokens are taken as one flat
 // range (request k's tokens after those of requests 0..k-1), so every load round is issued for all of its
 // requests at once: a loop over the requests, one after another, made 1024 one-token requests a chain of 14
-// dependent rounds. Three rounds remain: the counter and the column's offsets; the total and this thread's
-// first slot (laid out as if every request of the column were live: the live ones come first, so their flat
-// indices are the same, and the clamped offsets keep the load inside the token arrays); its strips.
+// dependent rounds. Two rounds remain where the write is decode-shaped: the counter, the column's offsets and
+// the slot at the flat index one token per request gives this thread (request r0 + k's token at r0 + k); then
+// the total and this thread's first strips, issued together (the strips are read before the total's early exit:
+// reading them is harmless, only the store waits for the test). Where the offsets say the guessed index is not
+// this thread's token, the slot is reloaded from its real index first (laid out as if every request of the
+// column were live: the live ones come first, so their flat indices are the same, and the clamped offsets keep
+// the load inside the token arrays): one round more, as before the guess.
 __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* src) {
   const i64 r0 = (i64)blockIdx.x * KVC_WRITE_WARPS;
+  const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
+  const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
   const i64 nv = ld_now_s32(a.num_valid_reqs);
-#if KVC_WRITE_GUESS
-  const i64 guess = r0 + (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
+  const i64 guess = r0 + worker;  // a decode-shaped write's flat index of this worker's token
   const i64 loc_guess = guess < a.ntok ? (i64)ld_now(a.out_cache_loc + guess) : -1;
-#endif
   i64 off[KVC_WRITE_WARPS + 1];
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
@@ -328,21 +329,13 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
     const i64 count = r0 + k < a.capacity ? imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0) : 0;
     first[k + 1] = first[k] + count;
   }
-  const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
-  const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
-#if KVC_WRITE_GUESS
-  // the flat index a decode-shaped write gives this worker (one token per request: request r0 + k's token at
-  // r0 + k), loaded with the offsets; used only where the offsets say it is the worker's token
+  // the guessed slot only where the offsets say the guessed index is this worker's token
   const i64 at = flat_at(start, first, worker);
   const i64 loc0 = worker < first[KVC_WRITE_WARPS]
                        ? (at == guess ? loc_guess : (i64)ld_now(a.out_cache_loc + at))
                        : -1;
-#else
-  const i64 loc0 = worker < first[KVC_WRITE_WARPS] ? (i64)ld_now(a.out_cache_loc + flat_at(start, first, worker)) : -1;
-#endif
   const i64 nreq = iclamp(nv, 0, a.capacity);
   if (r0 >= nreq) return;
-#if KVC_WRITE_GUESS
   // the total (the reference's early exit) loaded with this worker's first strips, not before them
   const i64 total = (i64)ld_now(a.offsets + nreq);
   i64 live = 0;  // the column's live tokens: those of requests r0 + k < nreq
@@ -355,7 +348,9 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
     bool oob = false;
     rkv0 = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc0, oob);
   }
-  asm volatile("" ::"l"(rkv0));  // the strips' loads stay above the total's test
+#ifndef KVC_HOST_EMULATION
+  asm volatile("" ::"l"(rkv0));  // the strips' loads stay above the total's test (not sunk into its branch)
+#endif
   if (total <= 0) return;
   for (i64 j = worker; j < live; j += workers) {
     const i64 loc = j == worker ? loc0 : (i64)ld_nc(a.out_cache_loc + flat_at(start, first, j));
@@ -364,20 +359,6 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
     const u64 rkv = j == worker ? rkv0 : fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
     st_u64(a.buf + loc * a.stride + 8 * kCanaryFieldRealKvHash, rkv);
   }
-#else
-  if ((i64)ld_nc(a.offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
-  i64 live = 0;  // the column's live tokens: those of requests r0 + k < nreq
-#pragma unroll
-  for (int k = 0; k < KVC_WRITE_WARPS; ++k)
-    if (r0 + k < nreq) live = first[k + 1];
-  for (i64 j = worker; j < live; j += workers) {
-    const i64 loc = j == worker ? loc0 : (i64)ld_nc(a.out_cache_loc + flat_at(start, first, j));
-    if (loc < 0 || loc >= a.num_slots) continue;
-    bool oob = false;
-    const u64 rkv = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
-    st_u64(a.buf + loc * a.stride + 8 * kCanaryFieldRealKvHash, rkv);
-  }
-#endif
 }
 #endif
 
