@@ -315,25 +315,53 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
   const i64 r0 = (i64)blockIdx.x * KVC_WRITE_WARPS;
   const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
   const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
-  const i64 nv = ld_now_s32(a.num_valid_reqs);
   const i64 guess = r0 + worker;  // a decode-shaped write's flat index of this worker's token
-  const i64 loc_guess = guess < a.ntok ? (i64)ld_now(a.out_cache_loc + guess) : -1;
   i64 off[KVC_WRITE_WARPS + 1];
+  i64 nv, loc_guess;
+#if KVC_WRITE_WARPS == 4 && !defined(KVC_HOST_EMULATION)
+  // The first round in one statement: separate loads were split by the compiler around the code that uses the
+  // first of them, and the rest issued only once those had arrived (one more round trip). The guessed slot is
+  // read unconditionally (from the offsets, any valid address, when there is no such token) and used only below.
+  {
+    const i64* gp = guess < a.ntok ? a.out_cache_loc + guess : a.offsets;
+    int nv32;
+    asm volatile(
+        "ld.global.nc.u64 %0, [%7];\n\t"
+        "ld.global.nc.u64 %1, [%8];\n\t"
+        "ld.global.nc.u64 %2, [%9];\n\t"
+        "ld.global.nc.u64 %3, [%10];\n\t"
+        "ld.global.nc.u64 %4, [%11];\n\t"
+        "ld.global.nc.u64 %5, [%12];\n\t"
+        "ld.volatile.global.s32 %6, [%13];"
+        : "=l"(off[0]), "=l"(off[1]), "=l"(off[2]), "=l"(off[3]), "=l"(off[4]), "=l"(loc_guess), "=r"(nv32)
+        : "l"(a.offsets + imin(r0, a.capacity)), "l"(a.offsets + imin(r0 + 1, a.capacity)),
+          "l"(a.offsets + imin(r0 + 2, a.capacity)), "l"(a.offsets + imin(r0 + 3, a.capacity)),
+          "l"(a.offsets + imin(r0 + 4, a.capacity)), "l"(gp), "l"(a.num_valid_reqs)
+        : "memory");
+    nv = nv32;
+    if (!(guess < a.ntok)) loc_guess = -1;
+  }
+#else
+  nv = ld_now_s32(a.num_valid_reqs);
+  loc_guess = guess < a.ntok ? (i64)ld_now(a.out_cache_loc + guess) : -1;
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
+#endif
   i64 start[KVC_WRITE_WARPS], first[KVC_WRITE_WARPS + 1];  // request k: tokens [start, +count) at flat first[k]
   first[0] = 0;
+  // without branches up to the reload below: a load the compiler finds used only past a branch may be moved
+  // there, after the code that waits for the offsets
 #pragma unroll
   for (int k = 0; k < KVC_WRITE_WARPS; ++k) {
     start[k] = iclamp(off[k], 0, a.ntok);
-    const i64 count = r0 + k < a.capacity ? imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0) : 0;
-    first[k + 1] = first[k] + count;
+    const i64 count = imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0);
+    first[k + 1] = first[k] + (count & -(i64)(r0 + k < a.capacity));  // 0 past the capacity
   }
   // the guessed slot only where the offsets say the guessed index is this worker's token
   const i64 at = flat_at(start, first, worker);
-  const i64 loc0 = worker < first[KVC_WRITE_WARPS]
-                       ? (at == guess ? loc_guess : (i64)ld_now(a.out_cache_loc + at))
-                       : -1;
+  const bool mine = worker < first[KVC_WRITE_WARPS];
+  i64 loc0 = mine ? loc_guess : -1;
+  if (mine && at != guess) loc0 = (i64)ld_now(a.out_cache_loc + at);
   const i64 nreq = iclamp(nv, 0, a.capacity);
   if (r0 >= nreq) return;
   // the total (the reference's early exit) loaded with this worker's first strips, not before them
