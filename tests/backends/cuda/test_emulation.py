@@ -16,7 +16,7 @@ from kvcanary.testing.builders import Call
 from kvcanary.testing.parity import check_call
 from tests.backends.cuda import _emu, _support
 from tests.golden import loader as g
-from tools.scenarios import GENERATORS, fuzz, large_plan_call, large_scatter_call
+from tools.scenarios import GENERATORS, fuzz, large_plan_call, large_scatter_call, large_write_call
 
 pytestmark = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 EMU = "cuda_emu"
@@ -66,6 +66,11 @@ LARGER: dict[str, Callable[[], Call]] = {
     "verify ALL x4": lambda: S.large_verify(2, chains=24, length=50, sources=4, mode=2, check=False),
     "write ALL x2 assert": lambda: S.large_write(3, requests=6, length=200, sources=2, mode=2, assert_inputs=True),
     "write NONE": lambda: S.large_write(4, requests=5, length=150, sources=0, mode=0, assert_inputs=False),
+    # decode-shaped folds: the slot at the guessed flat index r is request r's (every guess right), then requests
+    # of 0 or 1 tokens (guesses wrong from the first empty request on, some past the token count)
+    "write decode PARTIAL x2": lambda: large_write_call(16, requests=9, length=1, sources=2, mode=1),
+    "write 0-1 tokens PARTIAL x2": lambda: S.large_write(17, requests=40, length=1, sources=2, mode=1,
+                                                         assert_inputs=False),
     "plan LUT+pool": lambda: large_plan_call(5, bs=40, max_prefix=300, lut=True, pool=True),
     "plan SWA+pool": lambda: large_plan_call(6, bs=30, max_prefix=200, pool=True, window=50),
     # rows of several whole tiles (the tile path without per-entry checks, for tiles of up to 4096 entries)

@@ -188,13 +188,21 @@ struct Source {
   i64 chunks;
 };
 
-// Byte offset of `slot`'s strip, or -1 when its row lies outside the tensor. `slot` must be >= 0.
+// Byte offset of `slot`'s strip, or -1 when its row lies outside the tensor. `slot` must be >= 0. Where slot and
+// page both fit in 32 bits the division is a 32-bit one (the same quotient; a 64-bit division is a called
+// routine, on the critical path of a one-token write's fold).
 __device__ __forceinline__ i64 strip_offset(const Source& s, i64 slot) {
   i64 row = slot;
   i64 col = 0;
   if (s.page != 1) {
-    row = slot / s.page;
-    col = slot - row * s.page;
+    if ((u64)slot <= 0xffffffffULL && (u64)s.page <= 0xffffffffULL && s.page != 0) {
+      const u32 q = (u32)slot / (u32)s.page;
+      row = (i64)q;
+      col = (i64)((u32)slot - q * (u32)s.page);
+    } else {
+      row = slot / s.page;
+      col = slot - row * s.page;
+    }
   }
   return row < s.rows ? row * s.row_stride + col * s.nbpt : (i64)-1;
 }

@@ -232,6 +232,15 @@ __device__ __forceinline__ i64 row_of(const u64* offs, i64 bs, i64 e) {
 #endif
 constexpr int kEntriesPerThread = KVC_PLAN_EPT;
 
+// The fast path's stores: streaming (st.global.cs, evict-first). The plan's entries are read by a later launch
+// (the verify), not by this one, so they need not stay in L2 ahead of the req_to_token lines still to be read
+// (the measurements: docs/tuning.md, "cuda backend: fused plan").
+#ifndef KVC_HOST_EMULATION
+#define KVC_PLAN_ST(p, v) __stcs((p), (i64)(v))
+#else
+#define KVC_PLAN_ST(p, v) (*(p) = (i64)(v))
+#endif
+
 // Stage 2 for the entries e0, e0 + step, ... (kEntriesPerThread of them, those below n), given the rows'
 // exclusive verify offsets offs[0, bs) (bs >= 1). All loads of the batch are issued before its stores, so a
 // thread keeps several req_to_token / pool reads in flight.
@@ -411,15 +420,15 @@ __device__ void plan_tiles(const PlanInputs& in, const TileRows& rows, const Tok
       i64* const o_prev = out.prevs + e;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        o_pos[32 * u] = p0 + 32 * u;
-        o_tok[32 * u] = kHasPool ? tok[u] : (i64)-1;
+        KVC_PLAN_ST(o_pos + 32 * u, p0 + 32 * u);
+        KVC_PLAN_ST(o_tok + 32 * u, kHasPool ? tok[u] : (i64)-1);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const i64 left = left_slot<kHasLut>(slot[u], slot[u > 0 ? u - 1 : 0], lane);
-        o_slot[32 * u] = KVC_STORED_SLOT(in, rp, p0 + 32 * u, slot[u]);
+        KVC_PLAN_ST(o_slot + 32 * u, KVC_STORED_SLOT(in, rp, p0 + 32 * u, slot[u]));
         // every position here is > 0 but lane 0's of round 0 (whose prev0 stays -1 at position 0)
-        o_prev[32 * u] = (u == 0 && lane == 0) ? prev0 : left;
+        KVC_PLAN_ST(o_prev + 32 * u, (u == 0 && lane == 0) ? prev0 : left);
       }
       continue;
     }

@@ -8,7 +8,8 @@
 // shares, and issues its first round of loads (coalesced 8-byte loads, 4 per thread) before it finds the widest
 // later request naming the same row (a block-wide max over requests r+1..bs-1), so that search runs while the
 // loads are in flight; it then stores the columns of its share at or past that width (columns below it belong
-// to a later request): 4-byte stores, no two blocks write one cell. Host-side sizes only (capturable).
+// to a later request): 4-byte streaming stores (evict-first: the pool is read by a later launch, not this one),
+// no two blocks write one cell. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
 #define KVC_SCATTER_THREADS 256
@@ -39,6 +40,15 @@ __device__ __forceinline__ void load_round(const long long* __restrict__ flat_in
     ok[u] = cu < c1 && s >= 0 && s < num_tokens;
     v[u] = ok[u] ? ld_nc(flat_in + s) : 0;
   }
+}
+
+// A pool cell: a streaming store (st.global.cs), plain on the host emulation.
+__device__ __forceinline__ void put(int* p, int v) {
+#ifndef KVC_HOST_EMULATION
+  __stcs(p, v);
+#else
+  *p = v;
+#endif
 }
 
 }  // namespace
@@ -80,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(KVC_SCATTER_THREADS)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const i64 cu = c + (i64)u * KVC_SCATTER_THREADS;
-      if (ok[u] && cu >= cover) row[cu] = (int)(u32)v[u];
+      if (ok[u] && cu >= cover) put(row + cu, (int)(u32)v[u]);
     }
     if (c + kStep < c1) load_round<U>(flat_in, num_tokens, start, c + kStep, c1, v, ok);
   }

@@ -304,38 +304,87 @@ __device__ __forceinline__ i64 flat_at(const i64 (&start)[KVC_WRITE_WARPS], cons
 // requests of chain block x and store field 3 of their records. The column's tokens are taken as one flat
 // range (request k's tokens after those of requests 0..k-1), so every load round is issued for all of its
 // requests at once: a loop over the requests, one after another, made 1024 one-token requests a chain of 14
-// dependent rounds. Three rounds remain: the counter and the column's offsets; the total and this thread's
-// first slot (laid out as if every request of the column were live: the live ones come first, so their flat
-// indices are the same, and the clamped offsets keep the load inside the token arrays); its strips.
+// dependent rounds. Two rounds remain where the write is decode-shaped: the counter, the column's offsets and
+// the slot at the flat index one token per request gives this thread (request r0 + k's token at r0 + k); then
+// the total and this thread's first strips, issued together (the strips are read before the total's early exit:
+// reading them is harmless, only the store waits for the test). Where the offsets say the guessed index is not
+// this thread's token, the slot is reloaded from its real index first (laid out as if every request of the
+// column were live: the live ones come first, so their flat indices are the same, and the clamped offsets keep
+// the load inside the token arrays): one round more, as before the guess.
 __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* src) {
   const i64 r0 = (i64)blockIdx.x * KVC_WRITE_WARPS;
-  const i64 nv = ld_now_s32(a.num_valid_reqs);
+  const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
+  const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
+  const i64 guess = r0 + worker;  // a decode-shaped write's flat index of this worker's token
   i64 off[KVC_WRITE_WARPS + 1];
+  i64 nv, loc_guess;
+#if KVC_WRITE_WARPS == 4 && !defined(KVC_HOST_EMULATION)
+  // The first round in one statement: separate loads were split by the compiler around the code that uses the
+  // first of them, and the rest issued only once those had arrived (one more round trip). The guessed slot is
+  // read unconditionally (from the offsets, any valid address, when there is no such token) and used only below.
+  {
+    const i64* gp = guess < a.ntok ? a.out_cache_loc + guess : a.offsets;
+    int nv32;
+    asm volatile(
+        "ld.global.nc.u64 %0, [%7];\n\t"
+        "ld.global.nc.u64 %1, [%8];\n\t"
+        "ld.global.nc.u64 %2, [%9];\n\t"
+        "ld.global.nc.u64 %3, [%10];\n\t"
+        "ld.global.nc.u64 %4, [%11];\n\t"
+        "ld.global.nc.u64 %5, [%12];\n\t"
+        "ld.volatile.global.s32 %6, [%13];"
+        : "=l"(off[0]), "=l"(off[1]), "=l"(off[2]), "=l"(off[3]), "=l"(off[4]), "=l"(loc_guess), "=r"(nv32)
+        : "l"(a.offsets + imin(r0, a.capacity)), "l"(a.offsets + imin(r0 + 1, a.capacity)),
+          "l"(a.offsets + imin(r0 + 2, a.capacity)), "l"(a.offsets + imin(r0 + 3, a.capacity)),
+          "l"(a.offsets + imin(r0 + 4, a.capacity)), "l"(gp), "l"(a.num_valid_reqs)
+        : "memory");
+    nv = nv32;
+    if (!(guess < a.ntok)) loc_guess = -1;
+  }
+#else
+  nv = ld_now_s32(a.num_valid_reqs);
+  loc_guess = guess < a.ntok ? (i64)ld_now(a.out_cache_loc + guess) : -1;
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
+#endif
   i64 start[KVC_WRITE_WARPS], first[KVC_WRITE_WARPS + 1];  // request k: tokens [start, +count) at flat first[k]
   first[0] = 0;
+  // without branches up to the reload below: a load the compiler finds used only past a branch may be moved
+  // there, after the code that waits for the offsets
 #pragma unroll
   for (int k = 0; k < KVC_WRITE_WARPS; ++k) {
     start[k] = iclamp(off[k], 0, a.ntok);
-    const i64 count = r0 + k < a.capacity ? imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0) : 0;
-    first[k + 1] = first[k] + count;
+    const i64 count = imax(iclamp(off[k + 1], 0, a.ntok) - start[k], 0);
+    first[k + 1] = first[k] + (count & -(i64)(r0 + k < a.capacity));  // 0 past the capacity
   }
-  const i64 worker = (i64)(blockIdx.y - 1) * KVC_WRITE_THREADS + threadIdx.x;
-  const i64 workers = (i64)(gridDim.y - 1) * KVC_WRITE_THREADS;
-  const i64 loc0 = worker < first[KVC_WRITE_WARPS] ? (i64)ld_now(a.out_cache_loc + flat_at(start, first, worker)) : -1;
+  // the guessed slot only where the offsets say the guessed index is this worker's token
+  const i64 at = flat_at(start, first, worker);
+  const bool mine = worker < first[KVC_WRITE_WARPS];
+  i64 loc0 = mine ? loc_guess : -1;
+  if (mine && at != guess) loc0 = (i64)ld_now(a.out_cache_loc + at);
   const i64 nreq = iclamp(nv, 0, a.capacity);
   if (r0 >= nreq) return;
-  if ((i64)ld_nc(a.offsets + nreq) <= 0) return;  // the reference's early exit: nothing at all
+  // the total (the reference's early exit) loaded with this worker's first strips, not before them
+  const i64 total = (i64)ld_now(a.offsets + nreq);
   i64 live = 0;  // the column's live tokens: those of requests r0 + k < nreq
 #pragma unroll
   for (int k = 0; k < KVC_WRITE_WARPS; ++k)
     if (r0 + k < nreq) live = first[k + 1];
+  const bool first_ok = worker < live && loc0 >= 0 && loc0 < a.num_slots;
+  u64 rkv0 = 0;
+  if (first_ok) {
+    bool oob = false;
+    rkv0 = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc0, oob);
+  }
+#ifndef KVC_HOST_EMULATION
+  asm volatile("" ::"l"(rkv0));  // the strips' loads stay above the total's test (not sunk into its branch)
+#endif
+  if (total <= 0) return;
   for (i64 j = worker; j < live; j += workers) {
     const i64 loc = j == worker ? loc0 : (i64)ld_nc(a.out_cache_loc + flat_at(start, first, j));
     if (loc < 0 || loc >= a.num_slots) continue;
     bool oob = false;
-    const u64 rkv = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
+    const u64 rkv = j == worker ? rkv0 : fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
     st_u64(a.buf + loc * a.stride + 8 * kCanaryFieldRealKvHash, rkv);
   }
 }
