@@ -3,8 +3,11 @@
 :class:`JournalFeed` wraps the engine's request table, KV memory, radix cache and forward builder on the
 instance (the engine's code is unchanged): a slot handed to a request (``reserve``, a PD transfer) is
 ALLOCATED, a prefix hit SHARED, a radix insert CACHED, a radix eviction RELEASED by the cache, every return
-to the free list FREED, a request leaving RELEASED, and every batch row's slot WRITTEN at its position; an
-SWA slot's return to the SWA free list is FREED in the SWA journal. The demo pool has one slot per block.
+to the free list FREED, a request leaving RELEASED, and each forward's writes WRITTEN: one event per request
+row and run of consecutive positions in one block (:func:`write_runs`), the whole forward's in one
+:meth:`~kvcanary.guard.SlotJournal.record_each` call per journal; an SWA slot's return to the SWA free list
+is FREED in the SWA journal. The demo pool has one slot per block, so a prefill's run is one token per slot
+(each also an ALLOCATED block); a decode row writes one run per step.
 
 The journals are the managers' own (:attr:`CanaryManager.journal`, read at each event, so a journal the
 manager replaces is followed): the evidence bundles read them, and the write-time owner check's map frees
@@ -27,6 +30,36 @@ CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
 def _req(r: Request) -> Owner:
     return Owner(OwnerKind.REQUEST, str(r.rid))
+
+
+def write_runs(rows: Sequence[Any], block_size: int) -> tuple[list[int], list[Owner | None], list[int | None],
+                                                             list[int | None]]:
+    """One forward's writes as journal entries (blocks, owners, first and last positions): one entry per
+    request row and run of consecutive positions written into one block (a decode row's token is one run; a
+    prefill's tokens one run per block they fill). Padding rows and slot 0 are left out."""
+    blocks: list[int] = []
+    owners: list[Owner | None] = []
+    firsts: list[int | None] = []
+    lasts: list[int | None] = []
+    for row in rows:
+        if row.req is None:
+            continue
+        owner = _req(row.req)
+        run, last = -1, -2
+        for pos, loc in zip(row.positions, row.locs, strict=True):
+            if loc <= 0:
+                run = -1
+                continue
+            b = loc // block_size
+            if b == run and pos == last + 1:
+                lasts[-1] = last = pos
+                continue
+            blocks.append(b)
+            owners.append(owner)
+            firsts.append(pos)
+            lasts.append(pos)
+            run, last = b, pos
+    return blocks, owners, firsts, lasts
 
 
 class JournalFeed:
@@ -105,13 +138,16 @@ class JournalFeed:
         orig_build = runner.build
 
         def build(rows: list[Any], **kwargs: Any) -> Any:
-            for row in rows:
-                if row.req is not None:
-                    for pos, loc in zip(row.positions, row.locs, strict=True):
-                        if loc > 0:
-                            for m in engine.managers:
-                                m.journal.record(engine.step_index, JournalKind.WRITTEN, (loc,), _req(row.req),
-                                                 first_position=pos, last_position=pos)
+            managers = engine.managers
+            if managers:
+                sizes: dict[int, tuple[list[int], list[Owner | None], list[int | None], list[int | None]]] = {}
+                for m in managers:
+                    j = m.journal
+                    runs = sizes.get(j.block_size)
+                    if runs is None:
+                        runs = sizes[j.block_size] = write_runs(rows, j.block_size)
+                    if runs[0]:
+                        j.record_each(engine.step_index, JournalKind.WRITTEN, *runs)
             return orig_build(rows, **kwargs)
 
         runner.build = build  # type: ignore[method-assign]
