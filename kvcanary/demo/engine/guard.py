@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 from kvcanary.demo.engine.requests import ReqState
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.codes import quarantined_message
@@ -57,7 +55,20 @@ class DemoGuard:
         self.reinstate_after = reinstate_after
         self._held: dict[int, set[int]] = {}
         self._held_swa: dict[int, set[int]] = {}
-        self._seen: dict[int, torch.Tensor] = {}  # per request: the live range its last forward read
+        self._seen: dict[int, tuple[int, int, bool]] = {}
+        """Per request: the req_to_token row its last forward read, how far, and whether slot 0 was in it."""
+        self._rows: dict[int, list[int]] = {}
+        """req_to_token's host rows as lists, kept by the table's ``write`` (below): read with no tensor op."""
+        self._low: dict[int, int] = {}
+        """Per row, the lowest position written since a forward last read it (absent: nothing written)."""
+        table = memory.r2t
+        orig_write = table.write
+
+        def write(row: int, start: int, slots: list[int]) -> None:
+            orig_write(row, start, slots)
+            self._wrote(row, start, slots)
+
+        table.write = write  # type: ignore[method-assign]
         self._cached: set[int] = set()
         self._tree_version = -1  # the radix tree's version when _cached was taken
         self.quarantines: list[Quarantine] = []
@@ -85,30 +96,49 @@ class DemoGuard:
                 j.record(self.step, kind, slots, owner)
 
     # -- the journal --------------------------------------------------------------------------------------
+    def _wrote(self, row: int, start: int, slots: list[int]) -> None:
+        if not slots:
+            return
+        mirror = self._rows.setdefault(row, [])
+        end = start + len(slots)
+        if len(mirror) < end:
+            mirror.extend([0] * (end - len(mirror)))
+        mirror[start:end] = [int(s) for s in slots]
+        low = self._low.get(row)
+        if low is None or start < low:
+            self._low[row] = start
+
     def observe(self, fwd: Forward) -> None:
-        """Before a forward: what each request row reads and writes."""
-        r2t = self.memory.r2t
+        """Before a forward: what each request row reads and writes. Only the part of a row's live range past
+        what the request's last forward read is looked at, when nothing before it was rewritten since (its
+        slots are held already): a decode row costs its new slot, never its context, and no tensor op."""
         swa = self.memory.swa
         for row in fwd.rows:
             req = row.req
             if req is None:
                 continue
             end = row.prefix + row.extend
-            live = r2t.host[req.row, :end]  # the host mirror: no device read
+            r = req.row
             seen = self._seen.get(req.rid)
-            # only the part past what this request's last forward read, when that part is unchanged (its
-            # slots are held already): host work per new token, not per token of the context
-            part = live[seen.numel():] if seen is not None and seen.numel() <= end and torch.equal(
-                live[:seen.numel()], seen) else live
-            self._seen[req.rid] = live.clone()
-            if bool((live == 0).any()):  # a live range naming the padding slot (a bug): held for this step only
+            low = self._low.pop(r, None)
+            if seen is not None and seen[0] == r and seen[1] <= end and (low is None or low >= seen[1]):
+                start, zero = seen[1], seen[2]
+            else:
+                start, zero = 0, False
+            mirror = self._rows.get(r, [])
+            part = mirror[start:end]
+            if len(part) < end - start:
+                part += [0] * (end - start - len(part))
+            zero = zero or 0 in part
+            self._seen[req.rid] = (r, end, zero)
+            if zero:  # a live range naming the padding slot (a bug): held for this step only
                 self._record(JournalKind.SHARED, [0], request_owner(req.rid))
                 self._record(JournalKind.RELEASED, [0], request_owner(req.rid))
-            self._diff(req.rid, self._held, set(part.tolist()) - {0}, set(row.locs), swa=False)
+            self._diff(req.rid, self._held, set(part) - {0}, set(row.locs), swa=False)
             if swa is not None:
                 lo = max(0, row.prefix - self.window)
                 lut = swa.host_lut
-                win = {lut[s] for s in r2t.read(req.row, lo, end)} - {0}
+                win = {lut[s] for s in mirror[lo:end]} - {0}
                 self._diff(req.rid, self._held_swa, win, set(), swa=True)
 
     def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
