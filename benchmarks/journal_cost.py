@@ -75,6 +75,21 @@ def journal_step_seconds(*, bs: int, steps: int = 256, block_size: int = 16,
     return min(figures), min(floors)
 
 
+def append_seconds(events: float, *, reps: int = 2000) -> float:
+    """The floor of a feed that keeps ``events`` events a step (a mean, so it may be fractional): seconds
+    to append that many six-field tuples to a list (the fastest of five rounds of ``reps`` steps)."""
+    n = max(0, round(events * reps))
+    owner = Owner(OwnerKind.REQUEST, "0")
+    rounds = []
+    for _ in range(5):
+        out: list[tuple[object, ...]] = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            out.append((i, JournalKind.WRITTEN, i, owner, None, None))
+        rounds.append((time.perf_counter() - t0) / reps)
+    return min(rounds)
+
+
 def sink_step_seconds(manager: object, *, steps: int = 2000) -> float:
     """Median seconds per step of a :class:`BundleSink` attached to ``manager`` (``add_sink``) when nothing
     fires: the ``on_step`` call the manager's ``end_step`` makes (the check for new rows is the manager's

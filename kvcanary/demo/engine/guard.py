@@ -14,6 +14,7 @@ next owner's write rewrites their KV and records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from kvcanary.demo.engine.requests import ReqState
@@ -60,6 +61,8 @@ class DemoGuard:
         self._rows: dict[int, list[int]] = {}
         """req_to_token's host rows as lists, kept by the table's ``write`` (below): read with no tensor op."""
         self._low: dict[int, int] = {}
+        self.seconds = 0.0
+        """Host time spent feeding the journals so far (:meth:`observe` and :meth:`end_of_step`)."""
         """Per row, the lowest position written since a forward last read it (absent: nothing written)."""
         table = memory.r2t
         orig_write = table.write
@@ -112,6 +115,7 @@ class DemoGuard:
         """Before a forward: what each request row reads and writes. Only the part of a row's live range past
         what the request's last forward read is looked at, when nothing before it was rewritten since (its
         slots are held already): a decode row costs its new slot, never its context, and no tensor op."""
+        t0 = perf_counter()
         swa = self.memory.swa
         for row in fwd.rows:
             req = row.req
@@ -140,6 +144,7 @@ class DemoGuard:
                 lut = swa.host_lut
                 win = {lut[s] for s in mirror[lo:end]} - {0}
                 self._diff(req.rid, self._held_swa, win, set(), swa=True)
+        self.seconds += perf_counter() - t0
 
     def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
         before = table.setdefault(rid, set())
@@ -151,6 +156,7 @@ class DemoGuard:
 
     def end_of_step(self) -> None:
         """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
+        t0 = perf_counter()
         for rid in [r for r in self._held if self._left(r)]:
             self._leave(rid)
         tree = self.memory.tree
@@ -160,6 +166,7 @@ class DemoGuard:
             self._record(JournalKind.RELEASED, sorted(self._cached - now), CACHE_OWNER)
             self._cached = now
             self._tree_version = tree.version
+        self.seconds += perf_counter() - t0
         self._reinstate_due()
 
     def _left(self, rid: int) -> bool:

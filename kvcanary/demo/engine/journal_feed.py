@@ -17,6 +17,7 @@ and locks slots from their events.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from kvcanary.demo.engine.requests import Request
@@ -67,6 +68,8 @@ class JournalFeed:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.seconds = 0.0
+        """Host time spent recording into the journals so far (what the feed adds to the engine's step)."""
         table, mem = engine.requests, engine.memory
         rec = self._record
 
@@ -140,6 +143,7 @@ class JournalFeed:
         def build(rows: list[Any], **kwargs: Any) -> Any:
             managers = engine.managers
             if managers:
+                t0 = perf_counter()
                 sizes: dict[int, tuple[list[int], list[Owner | None], list[int | None], list[int | None]]] = {}
                 for m in managers:
                     j = m.journal
@@ -148,12 +152,15 @@ class JournalFeed:
                         runs = sizes[j.block_size] = write_runs(rows, j.block_size)
                     if runs[0]:
                         j.record_each(engine.step_index, JournalKind.WRITTEN, *runs)
+                self.seconds += perf_counter() - t0
             return orig_build(rows, **kwargs)
 
         runner.build = build  # type: ignore[method-assign]
 
     def _record(self, kind: JournalKind, slots: Sequence[int], owner: Owner | None, *, swa: bool = False) -> None:
+        t0 = perf_counter()
         blocks = [s for s in slots if s > 0]
         if blocks:
             for m in self.engine.managers:
                 (m.swa_journal if swa else m.journal).record(self.engine.step_index, kind, blocks, owner)
+        self.seconds += perf_counter() - t0
