@@ -9,7 +9,6 @@ for a violation read back steps after the corrupting one, and what evidence bund
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -96,7 +95,7 @@ class SlotJournal:
         self.per_block = per_block
         self.max_blocks = max_blocks
         self.max_finished = max_finished
-        self._events: dict[int, deque[_Entry]] = {}
+        self._events: dict[int, list[_Entry]] = {}
         self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
@@ -109,7 +108,7 @@ class SlotJournal:
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
 
-    def _new_block(self, block: int) -> deque[_Entry]:
+    def _new_block(self, block: int) -> list[_Entry]:
         """A fresh ring for ``block``; when ``max_blocks`` are tracked, the least recently changed eighth
         (by their newest event's step; insertion order among equals) is forgotten first."""
         table = self._events
@@ -117,7 +116,7 @@ class SlotJournal:
             drop = max(1, self.max_blocks // 8)
             for b in sorted(table, key=lambda b: table[b][-1][0] if table[b] else -1)[:drop]:
                 del table[b]
-        events: deque[_Entry] = deque(maxlen=self.per_block)
+        events: list[_Entry] = []  # a list, not a bounded deque: a deque's first block is a 0.5 kB allocation
         table[block] = events
         return events
 
@@ -128,10 +127,13 @@ class SlotJournal:
         if not named:
             return
         get = self._events.get
+        per = self.per_block
         for block in named:
             events = get(block)
             if events is None:
                 events = self._new_block(block)
+            elif len(events) >= per:
+                del events[0]
             events.append((step, kind, block, owner, first_position, last_position))
         self.recorded += len(named)
         for observe in self._observers:
@@ -150,11 +152,14 @@ class SlotJournal:
             return
         none: list[int | None] = [None] * n
         get = self._events.get
+        per = self.per_block
         for block, owner, first, last in zip(blocks, owners, none if firsts is None else firsts,
                                              none if lasts is None else lasts, strict=True):
             events = get(block)
             if events is None:
                 events = self._new_block(block)
+            elif len(events) >= per:
+                del events[0]
             events.append((step, kind, block, owner, first, last))
         self.recorded += n
         if self._observers:  # one call per run of entries with the same owner
