@@ -151,14 +151,19 @@ class SlotJournal:
         if not n:
             return
         none: list[int | None] = [None] * n
-        get = self._events.get
-        per = self.per_block
+        table = self._events
+        get = table.get
+        per, most = self.per_block, self.max_blocks
         for block, owner, first, last in zip(blocks, owners, none if firsts is None else firsts,
                                              none if lasts is None else lasts, strict=True):
             events = get(block)
-            if events is None:
-                events = self._new_block(block)
-            elif len(events) >= per:
+            if events is None:  # a new block (inline: in a token-major pool most writes start one)
+                if len(table) >= most:
+                    self._new_block(block).append((step, kind, block, owner, first, last))
+                else:
+                    table[block] = [(step, kind, block, owner, first, last)]
+                continue
+            if len(events) >= per:
                 del events[0]
             events.append((step, kind, block, owner, first, last))
         self.recorded += n

@@ -30,9 +30,17 @@ if TYPE_CHECKING:
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
 
+_OWNERS: dict[int, Owner] = {}  # made once per request id (a cache, cleared when it grows large)
+
+
 def request_owner(rid: int) -> Owner:
     """The journal's name for request ``rid`` (its id as a string)."""
-    return Owner(OwnerKind.REQUEST, str(rid))
+    owner = _OWNERS.get(rid)
+    if owner is None:
+        if len(_OWNERS) >= 1 << 16:
+            _OWNERS.clear()
+        owner = _OWNERS[rid] = Owner(OwnerKind.REQUEST, str(rid))
+    return owner
 
 
 @dataclass

@@ -29,8 +29,19 @@ if TYPE_CHECKING:
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
 
+_OWNERS: dict[int, Owner] = {}
+"""Request id -> its journal owner, made once (a frozen dataclass is slow to build on every step); bounded:
+cleared when it grows past ``_MAX_OWNERS`` (it is only a cache)."""
+_MAX_OWNERS = 1 << 16
+
+
 def _req(r: Request) -> Owner:
-    return Owner(OwnerKind.REQUEST, str(r.rid))
+    owner = _OWNERS.get(r.rid)
+    if owner is None:
+        if len(_OWNERS) >= _MAX_OWNERS:
+            _OWNERS.clear()
+        owner = _OWNERS[r.rid] = Owner(OwnerKind.REQUEST, str(r.rid))
+    return owner
 
 
 def write_runs(rows: Sequence[Any], block_size: int) -> tuple[list[int], list[Owner | None], list[int | None],
@@ -46,8 +57,16 @@ def write_runs(rows: Sequence[Any], block_size: int) -> tuple[list[int], list[Ow
         if row.req is None:
             continue
         owner = _req(row.req)
+        locs = row.locs
+        if len(locs) == 1:  # a decode row: one token, one run
+            if locs[0] > 0:
+                blocks.append(locs[0] // block_size)
+                owners.append(owner)
+                firsts.append(row.positions[0])
+                lasts.append(row.positions[0])
+            continue
         run, last = -1, -2
-        for pos, loc in zip(row.positions, row.locs, strict=True):
+        for pos, loc in zip(row.positions, locs, strict=True):
             if loc <= 0:
                 run = -1
                 continue
