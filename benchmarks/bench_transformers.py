@@ -163,7 +163,8 @@ def main() -> None:
     canary_host = sum(t for phase, t in best.host_seconds.items() if phase != "forward") / steps
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
-          note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+          note="journal_cost.JOURNAL_FEED (one record_each per kind and step); floor: the same events "
+               "appended to a list")
     if args.on_violation == "isolate":  # the real feed, timed in the run: part of host map
         r.add(f"host map: the isolate guard's journal feed per step {shape}", best.journal_seconds / steps, jfloor,
               unit="us", note="measured in the run (the rows' change list, one journal call a step); floor: "
