@@ -125,6 +125,8 @@ class DemoGuard:
         slots are held already): a decode row costs its new slot, never its context, and no tensor op."""
         t0 = perf_counter()
         swa = self.memory.swa
+        full: list[tuple[JournalKind, int, Owner]] = []  # the forward's events in order, filed in bulk below
+        ring: list[tuple[JournalKind, int, Owner]] = []
         for row in fwd.rows:
             req = row.req
             if req is None:
@@ -143,24 +145,44 @@ class DemoGuard:
                 part += [0] * (end - start - len(part))
             zero = zero or 0 in part
             self._seen[req.rid] = (r, end, zero)
+            owner = request_owner(req.rid)
             if zero:  # a live range naming the padding slot (a bug): held for this step only
-                self._record(JournalKind.SHARED, [0], request_owner(req.rid))
-                self._record(JournalKind.RELEASED, [0], request_owner(req.rid))
-            self._diff(req.rid, self._held, set(part) - {0}, set(row.locs), swa=False)
+                full += ((JournalKind.SHARED, 0, owner), (JournalKind.RELEASED, 0, owner))
+            self._diff(full, owner, self._held.setdefault(req.rid, set()), set(part) - {0}, set(row.locs))
             if swa is not None:
                 lo = max(0, row.prefix - self.window)
                 lut = swa.host_lut
                 win = {lut[s] for s in mirror[lo:end]} - {0}
-                self._diff(req.rid, self._held_swa, win, set(), swa=True)
+                self._diff(ring, owner, self._held_swa.setdefault(req.rid, set()), win, set())
+        self._file(full, swa=False)
+        self._file(ring, swa=True)
         self.seconds += perf_counter() - t0
 
-    def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
-        before = table.setdefault(rid, set())
-        owner = request_owner(rid)
+    @staticmethod
+    def _diff(out: list[tuple[JournalKind, int, Owner]], owner: Owner, before: set[int], now: set[int],
+              own: set[int]) -> None:
+        """What ``owner`` newly holds: ALLOCATED where it writes the slot, SHARED where it only reads it."""
         new = now - before
-        self._record(JournalKind.ALLOCATED, sorted(new & own), owner, swa=swa)
-        self._record(JournalKind.SHARED, sorted(new - own), owner, swa=swa)
-        before |= new  # a slot read once stays held until the request leaves
+        if new:
+            out += [(JournalKind.ALLOCATED, s, owner) for s in sorted(new & own)]
+            out += [(JournalKind.SHARED, s, owner) for s in sorted(new - own)]
+            before |= new  # a slot read once stays held until the request leaves
+
+    def _file(self, events: list[tuple[JournalKind, int, Owner]], *, swa: bool) -> None:
+        """Record ``events`` in their order: one journal call per run of the same kind (a decode forward's
+        new slots are one run of ALLOCATED events)."""
+        at = 0
+        while at < len(events):
+            kind = events[at][0]
+            stop = at + 1
+            while stop < len(events) and events[stop][0] is kind:
+                stop += 1
+            run = events[at:stop]
+            blocks = [e[1] for e in run]
+            owners: list[Owner | None] = [e[2] for e in run]
+            for j in self._journals(swa):
+                j.record_each(self.step, kind, blocks, owners)
+            at = stop
 
     def end_of_step(self) -> None:
         """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
