@@ -64,8 +64,7 @@ def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, cana
     pages = (args.prompt_len + args.new_tokens + args.page - 1) // args.page
     cb = cb_config(page=args.page, num_blocks=args.bs * pages + 8, max_batch_tokens=args.batch_tokens,
                    max_requests=args.bs)
-    session = attach_canaries(model, real_kv=args.real_kv, backend=args.backend,
-                              on_violation=args.on_violation) if canary else None
+    session = attach_canaries(model, real_kv=args.real_kv, backend=args.backend) if canary else None
     _sync(args.device)
     start = time.perf_counter()
     if session is not None:
@@ -100,8 +99,6 @@ def main() -> None:
     p.add_argument("--page", type=int)
     p.add_argument("--batch-tokens", type=int)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--on-violation", default="log", choices=["log", "isolate"],
-                   help="the canary's policy (isolate: the guard feeds the slot journal each step, timed in the run)")
     p.add_argument("--out", default=None, help="results JSON (benchmarks/report.py's schema)")
     args = p.parse_args()
     cpu = args.device == "cpu"
@@ -125,8 +122,7 @@ def main() -> None:
 
     used = {op.value: REGISTRY.select(op, torch.device(args.device), args.backend).backend.name for op in Op}
     shape = (f"{args.layers}L h{args.hidden} bs={args.bs} ctx={args.prompt_len}+{args.new_tokens} "
-             f"{str(dtype).removeprefix('torch.')} page={args.page} real_kv={args.real_kv} [{used['verify']}]"
-             + (" on_violation=isolate" if args.on_violation == "isolate" else ""))
+             f"{str(dtype).removeprefix('torch.')} page={args.page} real_kv={args.real_kv} [{used['verify']}]")
     r = Report(BENCH, machine(args.device, f"transformers {transformers.__version__}"))
     r.details.update(vars(args))
     r.details["backend_per_op"] = used
@@ -163,12 +159,7 @@ def main() -> None:
     canary_host = sum(t for phase, t in best.host_seconds.items() if phase != "forward") / steps
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
-          note="journal_cost.JOURNAL_FEED (one record_each per kind and step); floor: the same events "
-               "appended to a list")
-    if args.on_violation == "isolate":  # the real feed, timed in the run: part of host map
-        r.add(f"host map: the isolate guard's journal feed per step {shape}", best.journal_seconds / steps, jfloor,
-              unit="us", note="measured in the run (the rows' change list, one journal call a step); floor: "
-                              "journal_cost's, which appends a WRITTEN tuple per request, more than this feed keeps")
+          note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
     sink_s = journal_cost.sink_step_seconds(best.managers[0]) if best.managers else 0.0
     r.add(f"bundle sink per step, nothing fires {shape}", sink_s, None, unit="us")
     r.value(f"journal_share {shape}", (jour + sink_s) / canary_host * 100, None, unit="%",

@@ -1,11 +1,9 @@
 """The isolate policy in transformers' continuous batching: the journal the session feeds each step, and
 the adapter that carries out the manager's decisions in the engine.
 
-Each step, once the canary's rows are synced and before the forward, the guard records what changed: the
-blocks a request's block list gained (from the rows' own change list, so a request whose list did not
-change costs nothing; the sliding group's ring blocks are looked at for those requests too), the blocks the
-prefix cache keeps, and the requests whose block table is gone (they left; finished: the finish step is
-kept). A step's new blocks go to the journal in one call.
+Each step, before the forward, the guard records the blocks each scheduled request holds (its block table
+up to the tokens it has once the step is done; the sliding group's ring blocks too) and the blocks the
+prefix cache keeps; a request whose block table is gone has left (finished: its finish step is kept).
 A decision is carried out after the engine's ``update_batch`` of the same step (the step's outputs are in):
 each request to fail ends in transformers' failed state (``RequestStatus.FAILED``, ``state.error`` = the
 decision's message, delivered like any failed request), its blocks freed; every other request holding a
@@ -24,7 +22,6 @@ from typing import Any
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
 from kvcanary.guard.codes import quarantined_message
 from kvcanary.integrations.transformers.layout import CacheLayout
-from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import CanaryManager
 
 logger = logging.getLogger("kvcanary.transformers")
@@ -69,22 +66,17 @@ def _uninstall() -> None:
 class TfGuard:
     """Journal feeder and :class:`~kvcanary.guard.EngineAdapter` of one paged cache."""
 
-    def __init__(self, manager: CanaryManager, layout: CacheLayout, rows: RequestRows) -> None:
+    def __init__(self, manager: CanaryManager, layout: CacheLayout) -> None:
         self.manager = manager
         self.layout = layout
-        self.rows = rows
-        rows.changes = []  # the rows' syncs tell which requests' block lists changed
-        self._owners: dict[str, Owner] = {}
-        self.seconds = 0.0
-        """Host time spent feeding the journal so far (:meth:`observe`, timed by its caller)."""
         self.cache = layout.cache
         sw = layout.sliding
         manager.set_adapter(self, block_size=layout.stride, swa_block_size=sw.stride if sw is not None else None)
         self._held: dict[str, set[int]] = {}
         self._held_swa: dict[str, set[int]] = {}
         self._cached: set[int] = set()
-        self._rings: dict[str, list[int]] = {}
-        """Per request, its sliding ring as last observed."""
+        self._seen: dict[str, tuple[list[int], list[int] | None]] = {}
+        """Per request, its blocks and ring as last observed: an unchanged request costs a list compare."""
         self._cached_list: list[int] = []
         self._pending_fail: dict[str, str] = {}
         self._pending_q: set[int] = set()
@@ -110,54 +102,34 @@ class TfGuard:
                 _uninstall()
 
     # -- the journal ------------------------------------------------------------------------------------
-    def _owner(self, rid: str) -> Owner:
-        owner = self._owners.get(rid)
-        if owner is None:
-            owner = self._owners[rid] = Owner(OwnerKind.REQUEST, rid)
-        return owner
-
     def observe(self, reqs: tuple[Any, ...]) -> None:
-        """After the rows' sync, before the step's forward: the requests that left, the blocks the changed
-        requests gained (one journal call), what the prefix cache keeps. ``reqs``: the step's requests (their
-        rings are looked at every step only when the sliding group's page differs from the full group's)."""
+        """Before the step's forward: what each scheduled request holds, who left, what the cache keeps."""
         m = self.manager
         step = m.step
         lay = self.layout
+        table = lay.block_table
+        for rid in [r for r in self._held if r not in table]:
+            self._leave(rid, finished=rid not in self.failed)
         sw = lay.sliding
-        changes = self.rows.changes
-        ring_rids: list[str] = []
-        if changes:
-            blocks_new: list[int] = []
-            owners: list[Owner | None] = []
-            for rid, blocks in changes:
-                if blocks is None:
-                    if rid in self._held:
-                        self._leave(rid, finished=rid not in self.failed)
-                    continue
-                held = self._held.setdefault(rid, set())
-                owner = self._owner(rid)
-                for b in blocks:
-                    if b not in held:
-                        held.add(b)
-                        blocks_new.append(b)
-                        owners.append(owner)
-                ring_rids.append(rid)
-            changes.clear()
-            if blocks_new:
-                m.journal.record_each(step, JournalKind.ALLOCATED, blocks_new, owners)
-        if sw is not None:
-            if sw.page != lay.page:  # ring growth need not meet a new full block: look at every request
-                ring_rids = [r.request_id for r in reqs]
-            for rid in ring_rids:
-                ring_list = sw.block_table.get(rid, [])
-                if self._rings.get(rid) == ring_list:
-                    continue
-                self._rings[rid] = list(ring_list)
-                before = self._held_swa.setdefault(rid, set())
-                new = [b for b in ring_list if b not in before]
+        for r in reqs:
+            rid = r.request_id
+            n = -(-(r.past_length + r.query_length) // lay.page)
+            blocks = table.get(rid, [])[:n]
+            ring_list = list(sw.block_table.get(rid, [])) if sw is not None else None
+            if self._seen.get(rid) == (blocks, ring_list):
+                continue  # nothing new since the last step: no set work (most requests of a decode step)
+            self._seen[rid] = (blocks, ring_list)
+            now = set(blocks)
+            new = now - self._held.get(rid, set())
+            if new:
+                m.journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
+            self._held[rid] = self._held.get(rid, set()) | now
+            if ring_list is not None:
+                ring = set(ring_list)
+                new = ring - self._held_swa.get(rid, set())
                 if new:
-                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(set(new)), self._owner(rid))
-                    before.update(new)
+                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), Owner(OwnerKind.REQUEST, rid))
+                self._held_swa[rid] = self._held_swa.get(rid, set()) | ring
         cached_list = lay.cached_blocks()
         if cached_list == self._cached_list:
             return
@@ -170,8 +142,8 @@ class TfGuard:
 
     def _leave(self, rid: str, *, finished: bool) -> None:
         m = self.manager
-        owner = self._owners.pop(rid, None) or Owner(OwnerKind.REQUEST, rid)
-        self._rings.pop(rid, None)
+        owner = Owner(OwnerKind.REQUEST, rid)
+        self._seen.pop(rid, None)
         m.journal.record(m.step, JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
         m.swa_journal.record(m.step, JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner)
         if finished:

@@ -82,7 +82,7 @@ class PoolState:
         self.guard: TfGuard | None = None
         """The isolate policy's journal feeder and adapter (``config.policy`` ISOLATE only)."""
         if config.policy is ViolationPolicy.ISOLATE:
-            self.guard = TfGuard(self.manager, lay, self.rows)
+            self.guard = TfGuard(self.manager, lay)
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,
                                     pin_memory=dev.type == "cuda")
@@ -106,10 +106,6 @@ class PoolState:
         past = [r.past_length for r in reqs]
         query = [r.query_length for r in reqs]
         meta = rows.sync_many([r.request_id for r in reqs], [r.past_length + r.query_length for r in reqs])
-        if self.guard is not None:  # the isolate policy's journal: what the syncs changed
-            t0 = time.perf_counter()
-            self.guard.observe(reqs)
-            self.guard.seconds += time.perf_counter() - t0
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index

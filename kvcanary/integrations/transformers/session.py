@@ -282,12 +282,6 @@ class TransformersCanary:
         return self._sweep_seconds_retired + sum(p.sweep_entry_seconds for p in self._pools.values())
 
     @property
-    def journal_seconds(self) -> float:
-        """Host time the isolate policy's guards spent feeding the slot journal so far (part of
-        ``host_seconds["map"]``; 0 under log and raise)."""
-        return sum(g.seconds for g in self.guards)
-
-    @property
     def managers(self) -> list[CanaryManager]:
         """The canary manager of the paged cache in use (the latest generate_batch run; earlier runs' caches
         are let go when the next one starts, their reports kept)."""
@@ -337,6 +331,8 @@ class TransformersCanary:
                 self.prefix_hits += r.past_length > 0
         for hook in self.hooks:
             hook(StepView(self.steps, batch_data, reqs, pool.layout, pool.rows))
+        if pool.guard is not None:
+            pool.guard.observe(reqs)
         stream = runner.inputs_and_outputs.compute_stream
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         manager = pool.manager

@@ -86,32 +86,3 @@ def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0, out
     assert "=== kv_flip_used [isolate: OK]" in out and "=== kv_flip_cached_block [isolate: OK]" in out
     assert "kv-canary: request req_" in out and "quarantined: blocks" in out
-
-
-def test_the_guard_journals_each_block_once_per_holder_from_the_rows_changes(model: Any) -> None:
-    """The guard feeds the journal from the rows' change list: each block a request held is ALLOCATED to it
-    once (not once per step), RELEASED once when it leaves; the change list is drained every step."""
-    from kvcanary.guard import JournalKind, Owner, OwnerKind
-    from kvcanary.integrations.transformers.session import StepView
-
-    canary = attach_canaries(model, on_violation="isolate")
-    held: dict[str, set[int]] = {}
-
-    def seen(view: StepView) -> None:
-        for r in view.requests:
-            held.setdefault(r.request_id, set()).update(view.layout.block_table.get(r.request_id, []))
-
-    canary.hooks.append(seen)
-    with canary:
-        generate_status(model, prompts(), max_new_tokens=NEW)
-    (guard,) = canary.guards
-    assert guard.rows.changes == [] and guard.seconds > 0 and canary.journal_seconds == guard.seconds
-    j = guard.manager.journal
-    assert held and all(held.values())
-    for rid, blocks in held.items():
-        owner = Owner(OwnerKind.REQUEST, rid)
-        for b in blocks:
-            kinds = [e.kind for e in j.history(b * guard.layout.stride) if e.owner == owner]
-            # (the requests finishing in the run's last step leave no later step to be released in)
-            assert kinds in ([JournalKind.ALLOCATED, JournalKind.RELEASED], [JournalKind.ALLOCATED]), (rid, b, kinds)
-    assert j.recorded < 3 * sum(len(b) for b in held.values()) + 64  # per change, not per step or token
