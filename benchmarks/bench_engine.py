@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,15 +168,17 @@ def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], C
 
 
 # -- the engine ----------------------------------------------------------------------------------------------
-def prefilled_engine(canary: CanaryConfig | None, *, device: str, bs: int, ctx: int, steps: int) -> Any:
+def prefilled_engine(canary: CanaryConfig | None, *, device: str, bs: int, ctx: int, steps: int,
+                     journal: bool = False) -> Any:
     """kvcanary's engine with ``bs`` requests of ``ctx`` random tokens (seed 1, the same for every call),
-    prefilled, each with ``steps + 4`` decode steps left: what every engine benchmark times."""
+    prefilled, each with ``steps + 4`` decode steps left: what every engine benchmark times. ``journal``:
+    the engine feeds its managers' slot journals (:class:`~kvcanary.demo.engine.journal_feed.JournalFeed`)."""
     from kvcanary.demo.engine import Engine, EngineConfig
 
     cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
                        max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
                        graph_buckets=(bs,) if device.startswith("cuda") else ())
-    eng = Engine(cfg, canary=canary)
+    eng = Engine(cfg, canary=canary, journal=journal)
     eng.warmup()
     g = torch.Generator().manual_seed(1)
     for _ in range(bs):
@@ -185,17 +188,39 @@ def prefilled_engine(canary: CanaryConfig | None, *, device: str, bs: int, ctx: 
     return eng
 
 
-def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> tuple[float, float]:
-    """Median decode-step seconds of kvcanary's engine without and with the canary: two engines serving
-    the same requests, their steps interleaved so that drift in the machine hits both alike."""
-    engines = [prefilled_engine(canary, device=device, bs=bs, ctx=ctx, steps=steps)
-               for canary in (None, CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True,
-                                                 backend=backend, health_warmup_steps=10**6))]
-    times: list[list[float]] = [[], []]
+@dataclass
+class EngineTimes:
+    """Median decode-step seconds of the engine without and with the canary, and what its journal feed costs
+    per step (timed inside a third engine's steps, the canary one with its journals fed: the median step's;
+    the feed runs between the step's tensor work, so its code and data start cold) and keeps (a mean)."""
+
+    off: float
+    on: float
+    fed: float
+    feed: float
+    events: float
+
+
+def engine_step_times(*, device: str, bs: int, ctx: int, steps: int, backend: str | None) -> EngineTimes:
+    """Three engines serving the same requests (without the canary, with it, with it and its journal fed),
+    their steps interleaved so that drift in the machine hits all alike."""
+    canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=backend,
+                          health_warmup_steps=10**6)
+    engines = [prefilled_engine(c, device=device, bs=bs, ctx=ctx, steps=steps, journal=j)
+               for c, j in ((None, False), (canary, False), (canary, True))]
+    fed = engines[2]
+    events0 = sum(m.journal.recorded + m.swa_journal.recorded for m in fed.managers)
+    times: list[list[float]] = [[], [], []]
+    feed: list[float] = []
     for _ in range(steps):
         for i, eng in enumerate(engines):
+            f0 = fed.journal_feed.seconds
             times[i].append(timing.wall(eng.step, reps=1, warmup=0, include_gpu=True))
-    return statistics.median(times[0]), statistics.median(times[1])
+            if eng is fed:
+                feed.append(fed.journal_feed.seconds - f0)
+    events = sum(m.journal.recorded + m.swa_journal.recorded for m in fed.managers) - events0
+    off, on, with_feed = (statistics.median(t) for t in times)
+    return EngineTimes(off, on, with_feed, feed=statistics.median(feed), events=events / steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,14 +279,20 @@ def main(argv: list[str] | None = None) -> int:
         ebs = args.engine_bs or (4 if cpu else 64)
         ectx = args.engine_ctx or (64 if cpu else 1024)
         steps = args.engine_steps or (8 if cpu else 20)
-        off, on = engine_step_times(device=args.device, bs=ebs, ctx=ectx, steps=steps, backend=args.backend)
+        et = engine_step_times(device=args.device, bs=ebs, ctx=ectx, steps=steps, backend=args.backend)
+        off, on = et.off, et.on
         etag = f"kvcanary engine bs={ebs} ctx={ectx}"
         r.add(f"engine_step without canary {etag}", off, off, unit="ms")
         r.add(f"engine_step with canary {etag}", on, off, unit="ms")
         r.value(f"canary_share {etag}", (on - off) / on * 100, None, unit="%", note="of the engine's decode step")
         jour, jfloor = journal_cost.journal_step_seconds(bs=ebs)
         r.add(f"journal per decode step bs={ebs} block=16", jour, jfloor, unit="us",
-              note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+              note="journal_cost.JOURNAL_FEED (one record_each per kind and step); floor: the same events "
+                   "appended to a list")
+        r.add(f"engine_step with canary + journal fed {etag}", et.fed, off, unit="ms")
+        r.add(f"journal feed per step, timed in the engine {etag}", et.feed, journal_cost.append_seconds(et.events),
+              unit="us", note=f"the demo engine's JournalFeed, {et.events:.1f} events a step; floor: as many "
+                              "tuples appended to a list")
         r.add(f"bundle sink per step, nothing fires {etag}", sink_s, None, unit="us")
         r.value(f"journal_share {etag}", (jour + sink_s) / (on - off) * 100, None, unit="%",
                 note="journal + sink of the canary's own per-step time (engine with - without); goal < 2")

@@ -4,9 +4,10 @@
 each forward). From the engine's block tables it feeds the manager's own journal (:attr:`CanaryManager.journal`,
 sized to the cache's blocks: a block appended to a request's table is ALLOCATED to it, or SHARED when it lies
 in the request's cached prefix; an entry rewritten in place is SHARED by the new holder; the blocks of a
-request that left are RELEASED; the blocks a step writes are WRITTEN at their positions), and reads the
-previous step's violations synchronously (``manager.flush()``), which hands them to the manager's sinks: a
-:class:`BundleSink` limited to one bundle, attached with ``manager.add_sink``. The describer reports each
+request that left are RELEASED; a step's writes are WRITTEN, one entry per request and block it writes with
+the positions it wrote there, the step's in one call), and reads the previous step's violations
+synchronously (``manager.flush()``), which hands them to the manager's sinks: a :class:`BundleSink`
+limited to one bundle, attached with ``manager.add_sink``. The describer reports each
 request's positions and slots from its block table (transformers keeps no token list the hook can read: tokens are -1).
 """
 
@@ -70,6 +71,10 @@ class TfEvidenceHook:
         live = {r.request_id for r in view.requests}
         for rid in [r for r in self._tables if r not in table]:
             j.record(view.step, JournalKind.RELEASED, self._tables.pop(rid), Owner(OwnerKind.REQUEST, rid))
+        w_blocks: list[int] = []
+        w_owners: list[Owner | None] = []
+        w_first: list[int | None] = []
+        w_last: list[int | None] = []
         for r in view.requests:
             owner = Owner(OwnerKind.REQUEST, r.request_id)
             blocks = list(table.get(r.request_id, []))
@@ -82,10 +87,13 @@ class TfEvidenceHook:
                 j.record(view.step, kind, [b], owner)
             self._tables[r.request_id] = blocks
             page = int(layout.page)
-            for p in range(r.past_length, r.past_length + r.query_length):
-                if p // page < len(blocks):
-                    j.record(view.step, JournalKind.WRITTEN, [blocks[p // page]], owner, first_position=p,
-                             last_position=p)
+            lo, hi = r.past_length, r.past_length + r.query_length
+            for k in range(lo // page, min(-(-hi // page), len(blocks))):  # one run per block written
+                w_blocks.append(blocks[k])
+                w_owners.append(owner)
+                w_first.append(max(lo, k * page))
+                w_last.append(min(hi, (k + 1) * page) - 1)
+        j.record_each(view.step, JournalKind.WRITTEN, w_blocks, w_owners, w_first, w_last)
         del live
 
     def pump(self) -> None:

@@ -9,8 +9,7 @@ for a violation read back steps after the corrupting one, and what evidence bund
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -52,8 +51,7 @@ _ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalK
 
 
 class JournalEvent(NamedTuple):
-    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named). A named
-    tuple: one is built per recorded block, on the engine's step, so it must be cheap to make."""
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
 
     step: int
     kind: JournalKind
@@ -63,8 +61,12 @@ class JournalEvent(NamedTuple):
     last_position: int | None = None
 
 
-_event = tuple.__new__
-"""Builds a :class:`JournalEvent` from its six fields without the named tuple's argument parsing."""
+_Entry = tuple[int, JournalKind, int, Owner | None, int | None, int | None]
+"""How an event is kept: a plain tuple of :class:`JournalEvent`'s fields (built on the engine's step, so it
+must be as cheap as a tuple can be; the named view is made only when the events are read)."""
+
+_as_event = tuple.__new__
+"""Views a kept entry as a :class:`JournalEvent` (no field parsing)."""
 
 JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
@@ -72,7 +74,12 @@ JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 
 class SlotJournal:
     """Ownership events per block, at most ``per_block`` kept per block (oldest dropped first) and at most
-    ``max_blocks`` blocks tracked (the least recently changed forgotten first), so memory is bounded.
+    ``max_blocks`` blocks tracked (the least recently changed forgotten first, an eighth of them at a time),
+    so memory is bounded.
+
+    Recording costs one tuple and one append per event: :meth:`record` files one kind for a list of blocks
+    and one owner, :meth:`record_each` a whole step's events of one kind, each with its own block, owner and
+    positions, in one call (an engine's feed calls it once per step, not once per request).
 
     It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
     forgotten first): a request that read a slot and finished before the violation was read back cannot be
@@ -88,7 +95,7 @@ class SlotJournal:
         self.per_block = per_block
         self.max_blocks = max_blocks
         self.max_finished = max_finished
-        self._events: dict[int, deque[JournalEvent]] = {}
+        self._events: dict[int, list[_Entry]] = {}
         self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
@@ -101,25 +108,72 @@ class SlotJournal:
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
 
+    def _new_block(self, block: int) -> list[_Entry]:
+        """A fresh ring for ``block``; when ``max_blocks`` are tracked, the least recently changed eighth
+        (by their newest event's step; insertion order among equals) is forgotten first."""
+        table = self._events
+        if len(table) >= self.max_blocks:
+            drop = max(1, self.max_blocks // 8)
+            for b in sorted(table, key=lambda b: table[b][-1][0] if table[b] else -1)[:drop]:
+                del table[b]
+        events: list[_Entry] = []  # a list, not a bounded deque: a deque's first block is a 0.5 kB allocation
+        table[block] = events
+        return events
+
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
         """Record ``kind`` for each of ``blocks`` at ``step``."""
-        named = [int(b) for b in blocks] if self._observers else blocks
-        table = self._events
-        n = 0
+        named = [int(b) for b in blocks]
+        if not named:
+            return
+        get = self._events.get
+        per = self.per_block
         for block in named:
-            events = table.pop(block, None)
+            events = get(block)
             if events is None:
-                events = deque(maxlen=self.per_block)
-                if len(table) >= self.max_blocks:
-                    del table[next(iter(table))]
-            events.append(_event(JournalEvent, (step, kind, int(block), owner, first_position, last_position)))
-            table[block] = events  # re-inserted: dict order is least recently changed first
-            n += 1
+                events = self._new_block(block)
+            elif len(events) >= per:
+                del events[0]
+            events.append((step, kind, block, owner, first_position, last_position))
+        self.recorded += len(named)
+        for observe in self._observers:
+            observe(step, kind, named, owner)
+
+    def record_each(self, step: int, kind: JournalKind, blocks: Sequence[int], owners: Sequence[Owner | None],
+                    firsts: Sequence[int | None] | None = None, lasts: Sequence[int | None] | None = None) -> None:
+        """Record one ``kind`` event per entry at ``step``: ``blocks[i]`` for ``owners[i]``, positions
+        ``firsts[i]..lasts[i]`` where given (a step's writes, one per request and block written). The
+        sequences run in parallel; blocks are ints already (the caller's own lists, not tensors)."""
+        n = len(blocks)
+        if len(owners) != n or (firsts is not None and len(firsts) != n) or (lasts is not None and len(lasts) != n):
+            raise ValueError(f"record_each: blocks, owners, firsts and lasts must be as long as each other "
+                             f"(blocks has {n})")
+        if not n:
+            return
+        none: list[int | None] = [None] * n
+        table = self._events
+        get = table.get
+        per, most = self.per_block, self.max_blocks
+        for block, owner, first, last in zip(blocks, owners, none if firsts is None else firsts,
+                                             none if lasts is None else lasts, strict=True):
+            events = get(block)
+            if events is None:  # a new block (inline: in a token-major pool most writes start one)
+                if len(table) >= most:
+                    self._new_block(block).append((step, kind, block, owner, first, last))
+                else:
+                    table[block] = [(step, kind, block, owner, first, last)]
+                continue
+            if len(events) >= per:
+                del events[0]
+            events.append((step, kind, block, owner, first, last))
         self.recorded += n
-        if self._observers and isinstance(named, list) and named:
-            for observe in self._observers:
-                observe(step, kind, named, owner)
+        if self._observers:  # one call per run of entries with the same owner
+            at = 0
+            for i in range(1, n + 1):
+                if i == n or owners[i] != owners[at]:
+                    for observe in self._observers:
+                        observe(step, kind, list(blocks[at:i]), owners[at])
+                    at = i
 
     def finish(self, request_id: str, step: int) -> None:
         """``request_id`` finished (its output was returned) at ``step``."""
@@ -134,7 +188,7 @@ class SlotJournal:
 
     def history(self, slot: int) -> list[JournalEvent]:
         """The events kept for ``slot``'s block, oldest first."""
-        return list(self._events.get(self.block_of(slot), ()))
+        return [_as_event(JournalEvent, e) for e in self._events.get(self.block_of(slot), ())]
 
     def owners_at(self, slot: int, step: int) -> list[Owner]:
         """Who held ``slot``'s block during ``step``: every owner added at or before ``step`` and not released
@@ -147,7 +201,7 @@ class SlotJournal:
         (a request that took a corrupt block after the corruption read it too)."""
         held: dict[Owner, None] = {}
         out: dict[Owner, None] = {}
-        for e in self._events.get(self.block_of(slot), ()):
+        for e in self.history(slot):
             if e.step > last_step:
                 break
             if e.step >= first_step:
@@ -166,7 +220,7 @@ class SlotJournal:
     def holders(self, slot: int) -> list[Owner]:
         """Who holds ``slot``'s block after every event kept for it (added and not released or freed since)."""
         held: dict[Owner, None] = {}
-        for e in self._events.get(self.block_of(slot), ()):
+        for e in self.history(slot):
             if e.kind in _ADDS and e.owner is not None:
                 held[e.owner] = None
             elif e.kind is JournalKind.RELEASED and e.owner is not None:
@@ -177,7 +231,7 @@ class SlotJournal:
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
-        for e in reversed(self._events.get(self.block_of(slot), ())):
+        for e in reversed(self.history(slot)):
             if e.kind is JournalKind.QUARANTINED:
                 return True
             if e.kind is JournalKind.REINSTATED:

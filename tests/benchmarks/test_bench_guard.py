@@ -41,11 +41,18 @@ def test_cpu_quick_run_prints_the_verdict_and_writes_its_records(tmp_path: Path)
     run = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     cases = [r.case for r in docs.load(out.parent)]  # the renderer's schema
+    eng = "kvcanary engine bs=4 ctx=64"
     assert cases == ["manager_step bs=2 ctx=32 isolate (nothing fires)", "manager_step bs=2 ctx=32 log again "
-                     "(A/A: the noise)", "engine_step (journal fed) kvcanary engine bs=4 ctx=64 isolate (nothing "
-                     "fires)", "engine_step (journal fed) kvcanary engine bs=4 ctx=64 log again (A/A: the noise)"]
+                     "(A/A: the noise)", f"engine_step (journal fed) {eng} isolate (nothing fires)",
+                     f"engine_step (journal fed) {eng} log again (A/A: the noise)",
+                     f"engine_step: the isolate guard's journal feed per step {eng}",
+                     f"engine_step: journal feed share {eng}"]
+    records = {r.case: r for r in docs.load(out.parent)}
+    feed = records[f"engine_step: the isolate guard's journal feed per step {eng}"]
+    assert feed.figure > 0 and feed.floor is not None and feed.floor > 0  # the guard fed events, timed in place
     notes = json.loads((out.parent / "raw" / "bench_guard_raw.json").read_text())["notes"]
-    assert len(notes) == 2 and all("measurable: overhead " in n and "run-to-run noise" in n for n in notes)
+    assert len(notes) == 3 and all("measurable: overhead " in n and "run-to-run noise" in n for n in notes[:2])
+    assert notes[2].startswith("engine_step: the guard's journal feed is ") and "run-to-run noise" in notes[2]
     assert all(n in run.stdout for n in notes)
 
 

@@ -107,10 +107,12 @@ def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
     assert "2 run(s) under the isolate policy" in out
 
 
-@pytest.mark.parametrize("fault", [None, Fault.RADIX_UAF, Fault.ROW_RECYCLED], ids=lambda f: f.value if f else "clean")
+@pytest.mark.parametrize("fault", [None, Fault.RADIX_UAF, Fault.ROW_RECYCLED, Fault.WRONG_CACHE_LOC,
+                                   Fault.PREFIX_MISS_ZERO_ROW], ids=lambda f: f.value if f else "clean")
 def test_the_journal_holds_every_slot_each_forward_reads(fault: Fault | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guard reads only the part of a live range past its last forward's (when the rest is unchanged):
-    after every forward, each request still holds every slot its whole live range names."""
+    """The guard reads only the part of a live range past its last forward's (when the rest is unchanged),
+    from its own list copy of req_to_token's rows: after every forward the copy equals the table, and each
+    request still holds every slot its whole live range names (rows rewritten under it included)."""
     from kvcanary.demo.engine.forward_batch import Forward
     from kvcanary.demo.engine.guard import DemoGuard
 
@@ -121,7 +123,10 @@ def test_the_journal_holds_every_slot_each_forward_reads(fault: Fault | None, mo
         observe(self, fwd)
         for row in fwd.rows:
             if row.req is not None:
-                live = set(self.memory.r2t.read(row.req.row, 0, row.prefix + row.extend)) - {0}
+                end = row.prefix + row.extend
+                table = self.memory.r2t.read(row.req.row, 0, end)
+                assert (self._rows.get(row.req.row, []) + [0] * end)[:end] == table, row.req.rid
+                live = set(table) - {0}
                 assert live <= self._held[row.req.rid], (row.req.rid, sorted(live - self._held[row.req.rid]))
                 checked.append(len(live))
 

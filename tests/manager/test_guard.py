@@ -81,6 +81,38 @@ def test_quarantine_until_reinstated() -> None:
     assert not j.quarantined(6)
 
 
+
+def test_record_each_files_a_steps_events_in_one_call() -> None:
+    j = SlotJournal(block_size=1)
+    seen: list[tuple[int, JournalKind, list[int], Owner | None]] = []
+    j.add_observer(lambda step, kind, blocks, owner: seen.append((step, kind, blocks, owner)))
+    j.record_each(7, JournalKind.WRITTEN, [4, 5, 9], [req("a"), req("a"), req("b")], [10, 11, 3], [10, 11, 5])
+    assert j.recorded == 3
+    (e,) = j.history(9)
+    assert (e.step, e.kind, e.block, e.owner, e.first_position, e.last_position) == (7, JournalKind.WRITTEN, 9,
+                                                                                     req("b"), 3, 5)
+    assert j.history(4)[0].first_position == 10 and j.owners_at(5, 7) == [req("a")]
+    # the observers hear one call per run of the same owner
+    assert seen == [(7, JournalKind.WRITTEN, [4, 5], req("a")), (7, JournalKind.WRITTEN, [9], req("b"))]
+    j.record_each(8, JournalKind.ALLOCATED, [2], [req("c")])  # no positions: None
+    assert j.history(2)[0].first_position is None and j.history(2)[0].last_position is None
+    with pytest.raises(ValueError, match="as long as each other"):
+        j.record_each(9, JournalKind.WRITTEN, [1, 2], [req("a")])
+    with pytest.raises(ValueError, match="as long as each other"):
+        j.record_each(9, JournalKind.WRITTEN, [1], [req("a")], [1, 2], [1])
+
+
+def test_journal_forgets_the_least_recently_changed_blocks_first() -> None:
+    j = SlotJournal(block_size=1, max_blocks=8, per_block=2)
+    for b in range(8):
+        j.record(b, JournalKind.ALLOCATED, [b], req(str(b)))
+    j.record(9, JournalKind.WRITTEN, [0], req("0"), first_position=0, last_position=0)  # block 0: changed last
+    j.record(10, JournalKind.ALLOCATED, [8], req("8"))  # a ninth block: the least recently changed one goes
+    assert j.history(1) == [] and len(j.history(0)) == 2 and j.history(8) and j.history(2)
+    for s in range(11, 14):
+        j.record(s, JournalKind.WRITTEN, [0], req("0"))
+    assert [e.step for e in j.history(0)] == [12, 13]  # per_block: the newest two
+
 # -- the setting -----------------------------------------------------------------------------------------
 def test_on_violation_follows_mode_by_default() -> None:
     assert CanaryConfig().policy is ViolationPolicy.LOG

@@ -14,9 +14,8 @@ next owner's write rewrites their KV and records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING
-
-import torch
 
 from kvcanary.demo.engine.requests import ReqState
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
@@ -31,9 +30,17 @@ if TYPE_CHECKING:
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
 
+_OWNERS: dict[int, Owner] = {}  # made once per request id (a cache, cleared when it grows large)
+
+
 def request_owner(rid: int) -> Owner:
     """The journal's name for request ``rid`` (its id as a string)."""
-    return Owner(OwnerKind.REQUEST, str(rid))
+    owner = _OWNERS.get(rid)
+    if owner is None:
+        if len(_OWNERS) >= 1 << 16:
+            _OWNERS.clear()
+        owner = _OWNERS[rid] = Owner(OwnerKind.REQUEST, str(rid))
+    return owner
 
 
 @dataclass
@@ -57,7 +64,22 @@ class DemoGuard:
         self.reinstate_after = reinstate_after
         self._held: dict[int, set[int]] = {}
         self._held_swa: dict[int, set[int]] = {}
-        self._seen: dict[int, torch.Tensor] = {}  # per request: the live range its last forward read
+        self._seen: dict[int, tuple[int, int, bool]] = {}
+        """Per request: the req_to_token row its last forward read, how far, and whether slot 0 was in it."""
+        self._rows: dict[int, list[int]] = {}
+        """req_to_token's host rows as lists, kept by the table's ``write`` (below): read with no tensor op."""
+        self._low: dict[int, int] = {}
+        self.seconds = 0.0
+        """Host time spent feeding the journals so far (:meth:`observe` and :meth:`end_of_step`)."""
+        """Per row, the lowest position written since a forward last read it (absent: nothing written)."""
+        table = memory.r2t
+        orig_write = table.write
+
+        def write(row: int, start: int, slots: list[int]) -> None:
+            orig_write(row, start, slots)
+            self._wrote(row, start, slots)
+
+        table.write = write  # type: ignore[method-assign]
         self._cached: set[int] = set()
         self._tree_version = -1  # the radix tree's version when _cached was taken
         self.quarantines: list[Quarantine] = []
@@ -85,42 +107,86 @@ class DemoGuard:
                 j.record(self.step, kind, slots, owner)
 
     # -- the journal --------------------------------------------------------------------------------------
+    def _wrote(self, row: int, start: int, slots: list[int]) -> None:
+        if not slots:
+            return
+        mirror = self._rows.setdefault(row, [])
+        end = start + len(slots)
+        if len(mirror) < end:
+            mirror.extend([0] * (end - len(mirror)))
+        mirror[start:end] = [int(s) for s in slots]
+        low = self._low.get(row)
+        if low is None or start < low:
+            self._low[row] = start
+
     def observe(self, fwd: Forward) -> None:
-        """Before a forward: what each request row reads and writes."""
-        r2t = self.memory.r2t
+        """Before a forward: what each request row reads and writes. Only the part of a row's live range past
+        what the request's last forward read is looked at, when nothing before it was rewritten since (its
+        slots are held already): a decode row costs its new slot, never its context, and no tensor op."""
+        t0 = perf_counter()
         swa = self.memory.swa
+        full: list[tuple[JournalKind, int, Owner]] = []  # the forward's events in order, filed in bulk below
+        ring: list[tuple[JournalKind, int, Owner]] = []
         for row in fwd.rows:
             req = row.req
             if req is None:
                 continue
             end = row.prefix + row.extend
-            live = r2t.host[req.row, :end]  # the host mirror: no device read
+            r = req.row
             seen = self._seen.get(req.rid)
-            # only the part past what this request's last forward read, when that part is unchanged (its
-            # slots are held already): host work per new token, not per token of the context
-            part = live[seen.numel():] if seen is not None and seen.numel() <= end and torch.equal(
-                live[:seen.numel()], seen) else live
-            self._seen[req.rid] = live.clone()
-            if bool((live == 0).any()):  # a live range naming the padding slot (a bug): held for this step only
-                self._record(JournalKind.SHARED, [0], request_owner(req.rid))
-                self._record(JournalKind.RELEASED, [0], request_owner(req.rid))
-            self._diff(req.rid, self._held, set(part.tolist()) - {0}, set(row.locs), swa=False)
+            low = self._low.pop(r, None)
+            if seen is not None and seen[0] == r and seen[1] <= end and (low is None or low >= seen[1]):
+                start, zero = seen[1], seen[2]
+            else:
+                start, zero = 0, False
+            mirror = self._rows.get(r, [])
+            part = mirror[start:end]
+            if len(part) < end - start:
+                part += [0] * (end - start - len(part))
+            zero = zero or 0 in part
+            self._seen[req.rid] = (r, end, zero)
+            owner = request_owner(req.rid)
+            if zero:  # a live range naming the padding slot (a bug): held for this step only
+                full += ((JournalKind.SHARED, 0, owner), (JournalKind.RELEASED, 0, owner))
+            self._diff(full, owner, self._held.setdefault(req.rid, set()), set(part) - {0}, set(row.locs))
             if swa is not None:
                 lo = max(0, row.prefix - self.window)
                 lut = swa.host_lut
-                win = {lut[s] for s in r2t.read(req.row, lo, end)} - {0}
-                self._diff(req.rid, self._held_swa, win, set(), swa=True)
+                win = {lut[s] for s in mirror[lo:end]} - {0}
+                self._diff(ring, owner, self._held_swa.setdefault(req.rid, set()), win, set())
+        self._file(full, swa=False)
+        self._file(ring, swa=True)
+        self.seconds += perf_counter() - t0
 
-    def _diff(self, rid: int, table: dict[int, set[int]], now: set[int], own: set[int], *, swa: bool) -> None:
-        before = table.setdefault(rid, set())
-        owner = request_owner(rid)
+    @staticmethod
+    def _diff(out: list[tuple[JournalKind, int, Owner]], owner: Owner, before: set[int], now: set[int],
+              own: set[int]) -> None:
+        """What ``owner`` newly holds: ALLOCATED where it writes the slot, SHARED where it only reads it."""
         new = now - before
-        self._record(JournalKind.ALLOCATED, sorted(new & own), owner, swa=swa)
-        self._record(JournalKind.SHARED, sorted(new - own), owner, swa=swa)
-        before |= new  # a slot read once stays held until the request leaves
+        if new:
+            out += [(JournalKind.ALLOCATED, s, owner) for s in sorted(new & own)]
+            out += [(JournalKind.SHARED, s, owner) for s in sorted(new - own)]
+            before |= new  # a slot read once stays held until the request leaves
+
+    def _file(self, events: list[tuple[JournalKind, int, Owner]], *, swa: bool) -> None:
+        """Record ``events`` in their order: one journal call per run of the same kind (a decode forward's
+        new slots are one run of ALLOCATED events)."""
+        at = 0
+        while at < len(events):
+            kind = events[at][0]
+            stop = at + 1
+            while stop < len(events) and events[stop][0] is kind:
+                stop += 1
+            run = events[at:stop]
+            blocks = [e[1] for e in run]
+            owners: list[Owner | None] = [e[2] for e in run]
+            for j in self._journals(swa):
+                j.record_each(self.step, kind, blocks, owners)
+            at = stop
 
     def end_of_step(self) -> None:
         """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
+        t0 = perf_counter()
         for rid in [r for r in self._held if self._left(r)]:
             self._leave(rid)
         tree = self.memory.tree
@@ -130,6 +196,7 @@ class DemoGuard:
             self._record(JournalKind.RELEASED, sorted(self._cached - now), CACHE_OWNER)
             self._cached = now
             self._tree_version = tree.version
+        self.seconds += perf_counter() - t0
         self._reinstate_due()
 
     def _left(self, rid: int) -> bool:
