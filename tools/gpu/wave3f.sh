@@ -26,10 +26,10 @@ step tests 200 python3 -m pytest tests/manager/test_gpu_graphs.py tests/gpu/test
 step transformers 60 python3 -m pytest tests/integrations/transformers/test_gpu.py -o addopts="" -q -rfE -p no:cacheprovider
 KVCANARY_BACKEND=cuda step serve 40 python3 -m pytest tests/integrations/transformers/test_serve.py -o addopts="" \
     -q -rfE -p no:cacheprovider
-step memcheck_cuda 45 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
-    python3 tests/gpu/sanitize.py --backend cuda --quick --ops scatter_req_token_ids,plan,write
-step racecheck_cuda 45 compute-sanitizer --tool racecheck --error-exitcode 3 \
-    python3 tests/gpu/sanitize.py --backend cuda --quick --count 2 --ops scatter_req_token_ids,plan,write
+step memcheck_cuda 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+    python3 tests/gpu/sanitize.py --backend cuda --quick --ops plan,plan_entries,scatter_req_token_ids,write,verify
+step racecheck_cuda 60 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 tests/gpu/sanitize.py --backend cuda --quick --count 2 --ops plan,plan_entries,scatter_req_token_ids,write,verify
 step bench_i36k 85 python3 benchmarks/bench_i36k.py --rounds 3 --out "$OUT/bench_i36k.json"
 sed -n '/^== /,$p' "$OUT/bench_i36k.log" | grep -E "MISS|PASS|/ cuda" | cut -c1-150 | head -30
 step bench_manager_graphs 60 python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json"
