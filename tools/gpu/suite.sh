@@ -11,10 +11,10 @@ if [ ! -f /tmp/before/pyproject.toml ]; then
     (cd /tmp/before && PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation \
         --no-compile --target /tmp/kvc-before . >/dev/null 2>&1) || echo "warning: before tree's entry points"
 fi
-declare -A SECS=([host_launch]=60 [bench_cuda]=120 [bench_backends]=120 [bench_decode_write]=90
-    [bench_triton]=180 [bench_engine]=120 [bench_transformers]=150 [bench_compile]=150)
+declare -A SECS=([host_launch]=45 [bench_cuda]=60 [bench_backends]=60 [bench_decode_write]=45
+    [bench_triton]=90 [bench_engine]=100 [bench_transformers]=100 [bench_compile]=90)
 declare -A ARGS=([bench_cuda]="--quick" [bench_backends]="--quick" [bench_triton]="--quick"
-    [bench_transformers]="--device cuda --rounds 2")
+    [bench_transformers]="--device cuda --rounds 1")
 one() {  # one LABEL TREE PYTHONPATH NAME
     local t0=$SECONDS
     # shellcheck disable=SC2086
@@ -22,7 +22,7 @@ one() {  # one LABEL TREE PYTHONPATH NAME
         >"$OUT/$1/$4.log" 2>&1)
     echo "$4 $1: rc=$? in $((SECONDS - t0)) s"
 }
-for name in ${BENCHES:-host_launch bench_cuda bench_backends bench_decode_write bench_triton bench_engine bench_transformers bench_compile}; do
+for name in ${BENCHES:-host_launch bench_transformers bench_engine bench_cuda bench_backends bench_decode_write bench_triton bench_compile}; do
     one before /tmp/before "/tmp/site:/tmp/before:/tmp/kvc-before" "$name"
     one after "$AFTER" "$PYTHONPATH" "$name"
 done
