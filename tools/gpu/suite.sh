@@ -22,7 +22,9 @@ one() {  # one LABEL TREE PYTHONPATH NAME
         >"$OUT/$1/$4.log" 2>&1)
     echo "$4 $1: rc=$? in $((SECONDS - t0)) s"
 }
+# $BUDGET (seconds, default 560): a pair that might not finish inside it is skipped and said so
 for name in ${BENCHES:-host_launch bench_transformers bench_engine bench_cuda bench_backends bench_decode_write bench_triton bench_compile}; do
+    if [ $((SECONDS + 2 * ${SECS[$name]})) -gt "${BUDGET:-560}" ]; then echo "$name: skipped (budget)"; continue; fi
     one before /tmp/before "/tmp/site:/tmp/before:/tmp/kvc-before" "$name"
     one after "$AFTER" "$PYTHONPATH" "$name"
 done
