@@ -10,4 +10,4 @@ timeout 130 python3 -m pytest tests/backends/test_replay_gpu.py tests/manager/te
     tests/distributed/test_digest.py tests/backends/test_hostile_gpu.py -o addopts="" -q -rfE -p no:cacheprovider \
     --durations=5 >"$OUT/tests.log" 2>&1
 echo "tests: rc=$? in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -1)"
-BUDGET=$((560 - SECONDS)) OUT="$OUT" bash tools/gpu/suite.sh
+BUDGET=$((520 - SECONDS)) OUT="$OUT" bash tools/gpu/suite.sh
