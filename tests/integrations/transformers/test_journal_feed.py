@@ -87,8 +87,8 @@ def test_the_sliding_ring_is_followed_from_the_changed_requests(hybrid: Any,
         assert set(rids) == tables.changed(step), f"seed {SEED}: step {step} looked at {sorted(rids)}"
     manager = canary.managers[0]
     held: dict[str, set[int]] = {}
-    for step in tables.steps:
-        for rid, (_, ring) in step.items():
+    for seen in tables.steps:
+        for rid, (_, ring) in seen.items():
             held.setdefault(rid, set()).update(ring)
     for rid, ring in held.items():
         for b in ring:
