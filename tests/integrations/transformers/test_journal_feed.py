@@ -90,8 +90,8 @@ def test_the_sliding_ring_is_followed_from_the_changed_requests(hybrid: Any,
     for seen in tables.steps:
         for rid, (_, ring) in seen.items():
             held.setdefault(rid, set()).update(ring)
-    for rid, ring in held.items():
-        for b in ring:
+    for rid, blocks in held.items():
+        for b in blocks:
             hist = manager.swa_journal.history(b * manager.swa_journal.block_size)
             assert any(e.owner is not None and e.owner.id == rid for e in hist), (
                 f"seed {SEED}: ring block {b} of {rid} never reached the sliding journal")
