@@ -173,15 +173,24 @@ class TfGuard:
                     self._blocks_of(rid, table.get(rid, []), past[i], query[i], page, joined)
                 if sw is not None:
                     self._ring_of(rid, list(sw.block_table.get(rid, [])))
-        for owner, shared, _ in joined:
-            if shared:
-                m.journal.record(step, JournalKind.SHARED, shared, owner)
+        if joined:
+            self._record_joined(step, JournalKind.SHARED, [(owner, shared) for owner, shared, _ in joined])
         if cache_changed:
             m.journal.record(step, JournalKind.RELEASED, sorted(self._cached - cached), CACHE_OWNER)
             self._cached = cached
-        for owner, _, fresh in joined:
-            if fresh:
-                m.journal.record(step, JournalKind.ALLOCATED, fresh, owner)
+        if joined:
+            self._record_joined(step, JournalKind.ALLOCATED, [(owner, fresh) for owner, _, fresh in joined])
+
+    def _record_joined(self, step: int, kind: JournalKind, parts: list[tuple[Owner, list[int]]]) -> None:
+        """One journal call for the step's ``kind`` events of every request (its observers still hear one
+        call per request, as from one :meth:`~kvcanary.guard.SlotJournal.record` each)."""
+        blocks: list[int] = []
+        owners: list[Owner | None] = []
+        for owner, part in parts:
+            blocks += part
+            owners += [owner] * len(part)
+        if blocks:
+            self.manager.journal.record_each(step, kind, blocks, owners)
 
     def _blocks_of(self, rid: str, full: list[int], past: int, query: int, page: int,
                    joined: list[tuple[Owner, list[int], list[int]]]) -> None:
