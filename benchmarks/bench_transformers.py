@@ -218,11 +218,18 @@ def main() -> None:
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
           note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+    tf_jour, tf_floor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page,
+                                                          feed=journal_cost.allocated_step_feed)
+    r.add(f"transformers guard's journal per decode step bs={args.bs} block={args.page}", tf_jour, tf_floor,
+          unit="us", note="journal_cost.allocated_step_feed (what TfGuard records: ALLOCATED on a new block, "
+                          "from the rows' change list); floor: the same events appended to a list")
     sink_s = journal_cost.sink_step_seconds(best.managers[0]) if best.managers else 0.0
     r.add(f"bundle sink per step, nothing fires {shape}", sink_s, None, unit="us")
     r.value(f"journal_share {shape}", (jour + sink_s) / canary_host * 100, None, unit="%",
             note="journal + sink of the canary's own per-step host time (its host phases, the forward "
                  "excluded); goal < 2")
+    r.value(f"transformers journal_share {shape}", (tf_jour + sink_s) / canary_host * 100, None, unit="%",
+            note="the transformers guard's journal + sink of the canary's own per-step host time; goal < 2")
     if best.guards:  # isolate: the guard's own journal feed, timed inside the run's steps
         feed = sum(g.seconds for g in best.guards) / steps
         events = sum(m.journal.recorded + m.swa_journal.recorded for m in best.managers) / steps
