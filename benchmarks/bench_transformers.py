@@ -105,7 +105,8 @@ def one_run(model: Any, prompts: list[list[int]], args: argparse.Namespace, cana
     pages = (args.prompt_len + args.new_tokens + args.page - 1) // args.page
     cb = cb_config(page=args.page, num_blocks=args.bs * pages + 8, max_batch_tokens=args.batch_tokens,
                    max_requests=args.bs)
-    session = attach_canaries(model, real_kv=args.real_kv, backend=args.backend) if canary else None
+    session = attach_canaries(model, real_kv=args.real_kv, backend=args.backend,
+                              on_violation=args.on_violation) if canary else None
     if session is not None:
         session.clock = StepClock(session)  # type: ignore[attr-defined]
         session.hooks.append(session.clock)  # type: ignore[attr-defined]
@@ -144,6 +145,8 @@ def main() -> None:
     p.add_argument("--page", type=int)
     p.add_argument("--batch-tokens", type=int)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--on-violation", default=None, choices=["log", "raise", "isolate"],
+                   help="isolate: the guard feeds the slot journal each step (its cost is reported)")
     p.add_argument("--out", default=None, help="results JSON (benchmarks/report.py's schema)")
     args = p.parse_args()
     cpu = args.device == "cpu"
@@ -215,11 +218,26 @@ def main() -> None:
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
           note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+    tf_jour, tf_floor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page,
+                                                          feed=journal_cost.allocated_step_feed)
+    r.add(f"transformers guard's journal per decode step bs={args.bs} block={args.page}", tf_jour, tf_floor,
+          unit="us", note="journal_cost.allocated_step_feed (what TfGuard records: ALLOCATED on a new block, "
+                          "from the rows' change list); floor: the same events appended to a list")
     sink_s = journal_cost.sink_step_seconds(best.managers[0]) if best.managers else 0.0
     r.add(f"bundle sink per step, nothing fires {shape}", sink_s, None, unit="us")
     r.value(f"journal_share {shape}", (jour + sink_s) / canary_host * 100, None, unit="%",
             note="journal + sink of the canary's own per-step host time (its host phases, the forward "
                  "excluded); goal < 2")
+    r.value(f"transformers journal_share {shape}", (tf_jour + sink_s) / canary_host * 100, None, unit="%",
+            note="the transformers guard's journal + sink of the canary's own per-step host time; goal < 2")
+    if best.guards:  # isolate: the guard's own journal feed, timed inside the run's steps
+        feed = sum(g.seconds for g in best.guards) / steps
+        events = sum(m.journal.recorded + m.swa_journal.recorded for m in best.managers) / steps
+        r.add(f"the guard's journal feed per step {shape}", feed, journal_cost.append_seconds(events), unit="us",
+              note=f"TfGuard.observe (part of host map); floor: its {events:.2f} events a step appended to a list")
+        r.value(f"guard_journal_share {shape}", (feed + sink_s) / canary_host * 100, None, unit="%",
+                note="the guard's feed + sink of the canary's own per-step host time; goal < 2")
+        r.details["guard_compared_per_step"] = sum(g.compared for g in best.guards) / steps
     r.details["host_seconds"] = best.host_seconds
     r.details["sweep_entry_seconds"] = best.sweep_entry_seconds
     r.details["swept_entries"] = best.swept_entries

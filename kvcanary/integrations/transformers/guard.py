@@ -1,9 +1,11 @@
 """The isolate policy in transformers' continuous batching: the journal the session feeds each step, and
 the adapter that carries out the manager's decisions in the engine.
 
-Each step, before the forward, the guard records the blocks each scheduled request holds (its block table
-up to the tokens it has once the step is done; the sliding group's ring blocks too) and the blocks the
-prefix cache keeps; a request whose block table is gone has left (finished: its finish step is kept).
+Each step, once the canary's rows are synced and before the forward, the guard records what changed: the
+blocks the prefix cache keeps, the requests whose block table is gone (they left; finished: the finish step
+is kept), and the blocks of each request whose block list changed (from the rows' own change list, so an
+unchanged request costs nothing): its block table up to the tokens it has once the step is done, the
+sliding group's ring blocks too.
 A decision is carried out after the engine's ``update_batch`` of the same step (the step's outputs are in):
 each request to fail ends in transformers' failed state (``RequestStatus.FAILED``, ``state.error`` = the
 decision's message, delivered like any failed request), its blocks freed; every other request holding a
@@ -22,6 +24,7 @@ from typing import Any
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
 from kvcanary.guard.codes import quarantined_message
 from kvcanary.integrations.transformers.layout import CacheLayout
+from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import CanaryManager
 
 logger = logging.getLogger("kvcanary.transformers")
@@ -66,17 +69,28 @@ def _uninstall() -> None:
 class TfGuard:
     """Journal feeder and :class:`~kvcanary.guard.EngineAdapter` of one paged cache."""
 
-    def __init__(self, manager: CanaryManager, layout: CacheLayout) -> None:
+    def __init__(self, manager: CanaryManager, layout: CacheLayout, rows: RequestRows) -> None:
         self.manager = manager
         self.layout = layout
+        self.rows = rows
+        rows.changes = []  # the rows' syncs tell which requests' block lists changed
+        self._owners: dict[str, Owner] = {}
+        self.seconds = 0.0
+        """Host time spent feeding the journal so far (:meth:`observe`, timed by its caller)."""
+        self.compared = 0
+        """Block lists looked at so far (one per changed request and step; an unchanged request adds none)."""
         self.cache = layout.cache
         sw = layout.sliding
         manager.set_adapter(self, block_size=layout.stride, swa_block_size=sw.stride if sw is not None else None)
         self._held: dict[str, set[int]] = {}
         self._held_swa: dict[str, set[int]] = {}
         self._cached: set[int] = set()
-        self._seen: dict[str, tuple[list[int], list[int] | None]] = {}
-        """Per request, its blocks and ring as last observed: an unchanged request costs a list compare."""
+        self._last: dict[str, list[int]] = {}
+        """Per request, its blocks up to its tokens as last looked at."""
+        self._rings: dict[str, list[int]] = {}
+        """Per request, its sliding ring as last looked at."""
+        self._ahead: set[str] = set()
+        """Requests whose block table ran past their tokens when last looked at (looked at each step)."""
         self._cached_list: list[int] = []
         self._pending_fail: dict[str, str] = {}
         self._pending_q: set[int] = set()
@@ -102,9 +116,19 @@ class TfGuard:
                 _uninstall()
 
     # -- the journal ------------------------------------------------------------------------------------
-    def observe(self, reqs: tuple[Any, ...]) -> None:
-        """Before the step's forward: what each scheduled request holds, who left, what the cache keeps.
+    def _owner(self, rid: str) -> Owner:
+        owner = self._owners.get(rid)
+        if owner is None:
+            owner = self._owners[rid] = Owner(OwnerKind.REQUEST, rid)
+        return owner
 
+    def observe(self, rids: list[str], past: list[int], query: list[int]) -> None:
+        """After the rows' sync, before the step's forward: what the cache keeps, who left, what the requests
+        whose block list changed hold now. ``rids``, ``past``, ``query``: the step's requests (ids, tokens
+        cached before the step, tokens it adds), in token order.
+
+        Only the requests the rows' sync found changed are looked at (and the rare one whose block table runs
+        past the tokens it has once the step is done, until it has them): an unchanged request costs nothing.
         The events go in the order the owner map needs (it follows the journal): blocks the cache took first,
         so a leaving request's complete blocks stay read-only; then the blocks requests gave back, whole
         (finished) or one at a time (transformers de-duplicates a block completed by the last forward: the
@@ -114,7 +138,6 @@ class TfGuard:
         m = self.manager
         step = m.step
         lay = self.layout
-        table = lay.block_table
         cached_list = lay.cached_blocks()
         cache_changed = cached_list != self._cached_list
         cached: set[int] = self._cached
@@ -122,55 +145,103 @@ class TfGuard:
             self._cached_list = list(cached_list)
             cached = set(cached_list)
             m.journal.record(step, JournalKind.CACHED, sorted(cached - self._cached), CACHE_OWNER)
-        for rid in [r for r in self._held if r not in table]:
-            self._leave(rid, finished=rid not in self.failed)
+        changes = self.rows.changes
+        look: list[str] = []  # the requests whose block list changed, in the step's order
+        if changes:
+            for rid, listed in changes:
+                if listed is None:
+                    if rid in self._held:
+                        self._leave(rid, finished=rid not in self.failed)
+                else:
+                    look.append(rid)
+            changes.clear()
         sw = lay.sliding
-        page = lay.page
+        every_ring = sw is not None and sw.page != lay.page  # ring growth need not meet a new full block
+        if self._ahead or every_ring:
+            wanted = set(look) | self._ahead
+            look = list(rids) if every_ring else [r for r in rids if r in wanted]
+        else:
+            wanted = None
         joined: list[tuple[Owner, list[int], list[int]]] = []  # owner, blocks shared, blocks allocated
-        for r in reqs:
-            rid = r.request_id
-            full = table.get(rid, [])
-            n = -(-(r.past_length + r.query_length) // page)
-            blocks = full[:n]
-            ring_list = list(sw.block_table.get(rid, [])) if sw is not None else None
-            if self._seen.get(rid) == (blocks, ring_list):
-                continue  # nothing new since the last step: no set work (most requests of a decode step)
-            self._seen[rid] = (blocks, ring_list)
-            owner = Owner(OwnerKind.REQUEST, rid)
-            old = self._held.get(rid, set())
-            gone = old - set(full)
-            if gone:
-                m.journal.record(step, JournalKind.RELEASED, sorted(gone), owner)
-            new = set(blocks) - old
-            self._held[rid] = (old - gone) | set(blocks)
-            if new:
-                done = r.past_length // page  # blocks complete before this step: this step writes none of them
-                shared = sorted({b for b in blocks[:done] if b in new})
-                joined.append((owner, shared, sorted(new.difference(shared))))
-            if ring_list is not None:
-                ring = set(ring_list)
-                held_swa = self._held_swa.get(rid, set())
-                gone = held_swa - ring
-                if gone:
-                    m.swa_journal.record(step, JournalKind.RELEASED, sorted(gone), owner)
-                new = ring - held_swa
-                if new:
-                    m.swa_journal.record(step, JournalKind.ALLOCATED, sorted(new), owner)
-                self._held_swa[rid] = ring
-        for owner, shared, _ in joined:
-            if shared:
-                m.journal.record(step, JournalKind.SHARED, shared, owner)
+        if look:
+            at = {rid: i for i, rid in enumerate(rids)}
+            table = lay.block_table
+            page = lay.page
+            for rid in look:
+                i = at[rid]
+                if wanted is None or rid in wanted:
+                    self._blocks_of(rid, table.get(rid, []), past[i], query[i], page, joined)
+                if sw is not None:
+                    self._ring_of(rid, list(sw.block_table.get(rid, [])))
+        if joined:
+            self._record_joined(step, JournalKind.SHARED, [(owner, shared) for owner, shared, _ in joined])
         if cache_changed:
             m.journal.record(step, JournalKind.RELEASED, sorted(self._cached - cached), CACHE_OWNER)
             self._cached = cached
-        for owner, _, fresh in joined:
-            if fresh:
-                m.journal.record(step, JournalKind.ALLOCATED, fresh, owner)
+        if joined:
+            self._record_joined(step, JournalKind.ALLOCATED, [(owner, fresh) for owner, _, fresh in joined])
+
+    def _record_joined(self, step: int, kind: JournalKind, parts: list[tuple[Owner, list[int]]]) -> None:
+        """One journal call for the step's ``kind`` events of every request (its observers still hear one
+        call per request, as from one :meth:`~kvcanary.guard.SlotJournal.record` each)."""
+        blocks: list[int] = []
+        owners: list[Owner | None] = []
+        for owner, part in parts:
+            blocks += part
+            owners += [owner] * len(part)
+        if blocks:
+            self.manager.journal.record_each(step, kind, blocks, owners)
+
+    def _blocks_of(self, rid: str, full: list[int], past: int, query: int, page: int,
+                   joined: list[tuple[Owner, list[int], list[int]]]) -> None:
+        """``rid``'s block list as the step leaves it: the blocks it gave back (recorded), the blocks it
+        joined (added to ``joined``); only the blocks up to the tokens it has once the step is done count."""
+        self.compared += 1
+        n = -(-(past + query) // page)
+        blocks = full[:n]
+        if len(full) > n:
+            self._ahead.add(rid)  # blocks not written yet: looked at again next step
+        else:
+            self._ahead.discard(rid)
+        if self._last.get(rid) == blocks:
+            return
+        self._last[rid] = blocks
+        m = self.manager
+        owner = self._owner(rid)
+        old = self._held.get(rid, set())
+        gone = old - set(full)
+        if gone:
+            m.journal.record(m.step, JournalKind.RELEASED, sorted(gone), owner)
+        new = set(blocks) - old
+        self._held[rid] = (old - gone) | set(blocks)
+        if new:
+            done = past // page  # blocks complete before this step: this step writes none of them
+            shared = sorted({b for b in blocks[:done] if b in new})
+            joined.append((owner, shared, sorted(new.difference(shared))))
+
+    def _ring_of(self, rid: str, ring_list: list[int]) -> None:
+        """``rid``'s sliding ring as it is now: the ring blocks it gave back and took (the sliding journal)."""
+        if self._rings.get(rid) == ring_list:
+            return
+        self._rings[rid] = ring_list
+        m = self.manager
+        owner = self._owner(rid)
+        ring = set(ring_list)
+        held_swa = self._held_swa.get(rid, set())
+        gone = held_swa - ring
+        if gone:
+            m.swa_journal.record(m.step, JournalKind.RELEASED, sorted(gone), owner)
+        new = ring - held_swa
+        if new:
+            m.swa_journal.record(m.step, JournalKind.ALLOCATED, sorted(new), owner)
+        self._held_swa[rid] = ring
 
     def _leave(self, rid: str, *, finished: bool) -> None:
         m = self.manager
-        owner = Owner(OwnerKind.REQUEST, rid)
-        self._seen.pop(rid, None)
+        owner = self._owners.pop(rid, None) or Owner(OwnerKind.REQUEST, rid)
+        self._last.pop(rid, None)
+        self._rings.pop(rid, None)
+        self._ahead.discard(rid)
         m.journal.record(m.step, JournalKind.RELEASED, sorted(self._held.pop(rid, set())), owner)
         m.swa_journal.record(m.step, JournalKind.RELEASED, sorted(self._held_swa.pop(rid, set())), owner)
         if finished:

@@ -97,7 +97,7 @@ class PoolState:
         """The journal feeder and the isolate policy's adapter: with ``config.policy`` ISOLATE, and with the
         write-time owner check on (the manager's owner map gets slots back through the journal)."""
         if config.policy is ViolationPolicy.ISOLATE or write_owner_on(config.extensions):
-            self.guard = TfGuard(self.manager, lay)
+            self.guard = TfGuard(self.manager, lay, self.rows)
         self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
                                     dtype=torch.int64,
                                     pin_memory=dev.type == "cuda")
@@ -122,6 +122,10 @@ class PoolState:
         rows.release_finished()
         bs = len(rids)
         meta = rows.sync_many(rids, [p + q for p, q in zip(past, query, strict=True)])
+        if self.guard is not None:  # the journal: what the syncs changed
+            t0 = time.perf_counter()
+            self.guard.observe(rids, past, query)
+            self.guard.seconds += time.perf_counter() - t0
         ntok = sum(query)
         write_index = batch_data.get("write_index") or []
         idx = self.layout.index

@@ -63,6 +63,10 @@ class RequestRows:
         self._version = 0  # bumped when the shared set or a block's entry changes
         self._entries_key: tuple[int, list[int]] | None = None
         self._entries: SweepEntries | None = None
+        self.changes: list[tuple[str, list[int] | None]] | None = None
+        """Set to a list to hear of block-list changes: ``(request id, its new block list)`` for each sync
+        that found one (a new block, a shared or de-duplicated one), ``(request id, None)`` for each request
+        released; the journal feed drains it each step (None: not kept)."""
 
     # -- holders (the shared set) ------------------------------------------------------------------------
     def _hold(self, blocks: list[int], delta: int) -> None:
@@ -87,6 +91,8 @@ class RequestRows:
         if self.row_of.keys() <= live.keys():  # the usual step: nobody left (one set test, no Python loop)
             return
         for rid in [r for r in self.row_of if r not in live]:
+            if self.changes is not None:
+                self.changes.append((rid, None))
             self._free.append(self.row_of.pop(rid))
             self._hold(self._blocks.pop(rid, []), -1)
             self._complete.pop(rid, None)
@@ -111,6 +117,8 @@ class RequestRows:
         if old is None or blocks != old:
             blocks = list(blocks)  # a copy: the engine appends to its own list in place
             self._blocks[rid] = blocks
+            if self.changes is not None:
+                self.changes.append((rid, blocks))
             kept = len(old) if old is not None and len(blocks) > len(old) and blocks[: len(old)] == old else 0
             if old is not None:
                 self._hold(old[kept:], -1)  # appended blocks: the old ones stay held

@@ -328,7 +328,7 @@ class TransformersCanary:
         made: list[tuple[ScheduledRequest, ...]] = []
 
         def requests() -> tuple[ScheduledRequest, ...]:
-            """The step's requests as ScheduledRequest (made only for a hook, the guard or a new cache)."""
+            """The step's requests as ScheduledRequest (made only for a hook or a new cache)."""
             if not made:
                 made.append(tuple(map(ScheduledRequest, rids, past, query)))
             return made[0]
@@ -349,8 +349,6 @@ class TransformersCanary:
         t_read += time.perf_counter() - t_seen
         for hook in self.hooks:
             hook(StepView(self.steps, batch_data, requests(), pool.layout, pool.rows))
-        if pool.guard is not None:
-            pool.guard.observe(requests())
         stream = runner.inputs_and_outputs.compute_stream
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         manager = pool.manager

@@ -1,0 +1,35 @@
+"""journal_cost's feeds: what each records per decode step (the events its figure and its floor stand for).
+
+Only what the script decides is checked: its figures are measured, never asserted here."""
+
+from __future__ import annotations
+
+from benchmarks import journal_cost
+from kvcanary.guard.journal import JournalKind, SlotJournal
+
+
+def _kinds(feed: journal_cost.JournalFeed, *, bs: int, block: int, steps: int) -> list[list[JournalKind]]:
+    journal = SlotJournal(block_size=block)
+    heard: list[list[JournalKind]] = []
+    journal.add_observer(lambda step, kind, blocks, owner: heard[step].extend([kind] * len(blocks)))
+    for s in range(steps):
+        heard.append([])
+        feed(journal, s, bs, block)
+    return heard
+
+
+def test_the_transformers_feed_records_an_allocation_per_request_on_a_new_block_only() -> None:
+    heard = _kinds(journal_cost.allocated_step_feed, bs=3, block=4, steps=9)
+    assert [len(h) for h in heard] == [3, 0, 0, 0, 3, 0, 0, 0, 3]
+    assert {k for h in heard for k in h} == {JournalKind.ALLOCATED}
+
+
+def test_each_feed_is_timed_beside_the_floor_of_its_own_events() -> None:
+    events: list[tuple[object, ...]] = []
+    for s in range(8):
+        journal_cost._floor_allocated(events, s, 3, 4)
+    assert len(events) == sum(len(h) for h in _kinds(journal_cost.allocated_step_feed, bs=3, block=4, steps=8))
+    events.clear()
+    for s in range(8):
+        journal_cost._floor_step(events, s, 3, 4)
+    assert len(events) == sum(len(h) for h in _kinds(journal_cost.decode_step_feed, bs=3, block=4, steps=8))
