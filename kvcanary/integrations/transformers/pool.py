@@ -53,6 +53,25 @@ class _Views:
     locs: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Cast:
+    """How one step shape's token ids and positions are widened into the int64 rows ``out`` (made once)."""
+
+    copies: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    ids: torch.Tensor
+    pos: torch.Tensor
+
+    @staticmethod
+    def of(ids: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> _Cast:
+        n = int(ids.shape[0])
+        gap = pos.storage_offset() - ids.storage_offset()
+        same_rows = (ids.dtype == pos.dtype and ids.device == pos.device and ids.stride() == pos.stride() == (1,)
+                     and ids.untyped_storage().data_ptr() == pos.untyped_storage().data_ptr() and gap >= n)
+        if same_rows:  # rows of one tensor: one strided copy widens both
+            copies: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ((out, ids.as_strided((2, n), (gap, 1))),)
+        else:
+            copies = ((out[0], ids), (out[1], pos))
+        return _Cast(copies, out[0], out[1])
 
 
 class PoolState:
@@ -105,6 +124,9 @@ class PoolState:
         self._device_in = torch.zeros_like(self._staging, device=dev)
         self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
         self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
+        self._tokens64 = torch.zeros(2, caps.write_token_capacity, dtype=torch.int64, device=dev)
+        """The step's token ids and positions widened to int64 (row 0, row 1) when the engine's are narrower."""
+        self._casts: dict[tuple[object, ...], _Cast] = {}  # the engine inputs' memory and shapes -> their cast
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
@@ -146,10 +168,29 @@ class PoolState:
         if self.lut is not None and m:
             dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend,
-                           input_ids=self._flat(batch_data["input_ids"], ntok),
-                           positions=self._flat(batch_data["position_ids"], ntok),
-                           out_cache_loc=engine_loc if engine_loc is not None else v.locs)
+        ids = self._flat(batch_data["input_ids"], ntok)
+        ids, pos = self._tokens(ids, self._flat(batch_data["position_ids"], ntok))
+        return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend, input_ids=ids,
+                           positions=pos, out_cache_loc=engine_loc if engine_loc is not None else v.locs)
+
+    def _tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The engine's token ids and positions as int64. transformers hands int32 ones; the manager stages a
+        forward's arrays into its int64 buffer with one ``torch.cat``, which on CUDA is one kernel only when every
+        part has the buffer's dtype (else one copy per part). So a narrower pair is widened here, into a fixed
+        buffer, with one copy when the two are rows of one engine tensor (transformers' bulk input), else two."""
+        n = int(ids.shape[0])
+        if (ids.dtype == torch.int64 and pos.dtype == torch.int64) or n > self._tokens64.shape[1] \
+                or pos.shape != ids.shape:
+            return ids, pos  # already int64, or past the capacity (the manager's prepare names that rule)
+        key = (ids.data_ptr(), pos.data_ptr(), n, ids.stride(), pos.stride(), ids.dtype, pos.dtype, ids.device)
+        cast = self._casts.get(key)
+        if cast is None:
+            if len(self._casts) >= 64:
+                self._casts.clear()
+            cast = self._casts[key] = _Cast.of(ids, pos, self._tokens64[:, :n])
+        for dst, src in cast.copies:
+            dst.copy_(src)
+        return cast.ids, cast.pos
 
     def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
         """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
