@@ -15,7 +15,8 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
   tensors of any device (on a GPU, a read of a device tensor is a sync);
 - ``py_calls``: Python function calls (cProfile's call count, C calls included);
 - ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
-  ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most).
+  ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most), less
+  the kernels' bodies (device work on a GPU) and, with ``--graphs``, less a replayed bucket's launches.
 
 The floor of ``ops`` is 1 for ``end_step`` (one read-back copy) and 1 for ``map`` (one staging copy).
 
@@ -113,9 +114,19 @@ class _Replays(ForwardGraphs):
 
     def run(self, phase: str, bucket: Bucket, launches: Any) -> None:
         c = _Replays.counter
-        if (phase, bucket) not in self._seen or c is None or c.phase is None or c.in_kernel:
+        if (phase, bucket) not in self._seen:
             self._seen.add((phase, bucket))
             launches()
+            return
+        self.replays += 1
+        if c is None or c.phase is None or c.in_kernel:  # the timed runs: a replay's launches are off the clock
+            t0 = time.perf_counter()
+            _Excluded.depth += 1
+            try:
+                launches()
+            finally:
+                _Excluded.depth -= 1
+                _Excluded.seconds += time.perf_counter() - t0
             return
         c.launches[c.phase] += 1
         c.names[c.phase]["graph_replay"] += 1
@@ -129,7 +140,6 @@ class _Replays(ForwardGraphs):
             c.in_kernel = False
             if prof is not None:
                 prof.enable()
-        self.replays += 1
 
 
 def _use_replays() -> Any:
@@ -238,13 +248,23 @@ class _Probe:
         return sum(int(v[1]) for v in prof.stats.values())
 
 
+class _Excluded:
+    """Host seconds kept off the phases' clock: the kernels' bodies (device work on a GPU) and, with
+    ``--graphs``, a replayed bucket's launches (one ``CUDAGraph.replay`` on a GPU)."""
+
+    seconds = 0.0
+    depth = 0
+
+
 class _Clock:
-    """Each phase's host seconds per step (the phase's entry points timed; a step's parts summed)."""
+    """Each phase's host seconds per step (the phase's entry points timed; a step's parts summed), less what
+    :class:`_Excluded` keeps off the clock."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {p: [] for p in PHASES}
         self._open: dict[str, float] = {}
         self._saved: list[tuple[Any, str, Any]] = []
+        self._chosen: dict[Any, Any] = {}
 
     def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool) -> None:
         fn = getattr(owner, attr)
@@ -252,11 +272,12 @@ class _Clock:
         out = self.seconds[name]
 
         def timed(*a: Any, **k: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, x0 = time.perf_counter(), _Excluded.seconds
             try:
                 return fn(*a, **k)
             finally:
-                acc[name] = (0.0 if first else acc.get(name, 0.0)) + time.perf_counter() - t0
+                dt = time.perf_counter() - t0 - (_Excluded.seconds - x0)
+                acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
                 if last:
                     out.append(acc.pop(name))
 
@@ -264,6 +285,9 @@ class _Clock:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
+        self._chosen = dict(REGISTRY._cache)  # every backend chosen by the warm-up, put back as it was
+        for key, (choices, declined) in self._chosen.items():
+            REGISTRY._cache[key] = ([dataclasses.replace(c, impl=self._kernel(c.impl)) for c in choices], declined)
         if hasattr(TransformersCanary, "_requests"):  # the engine's request states read (a step's map starts)
             self._wrap(TransformersCanary, "_requests", "map", first=True, last=False)
         self._wrap(PoolState, "batch", "map", first=not hasattr(TransformersCanary, "_requests"), last=True)
@@ -273,7 +297,26 @@ class _Clock:
         self._wrap(CanaryManager, "end_step", "end_step", first=True, last=False)
         self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True)
 
+    @staticmethod
+    def _kernel(impl: Any) -> Any:
+        """The kernel's body off the clock (a launcher's own host work stays on it)."""
+
+        def body(call: Any) -> None:
+            if _Excluded.depth:
+                impl(call)
+                return
+            t0 = time.perf_counter()
+            _Excluded.depth += 1
+            try:
+                impl(call)
+            finally:
+                _Excluded.depth -= 1
+                _Excluded.seconds += time.perf_counter() - t0
+
+        return body
+
     def uninstall(self) -> None:
+        REGISTRY._cache.update(self._chosen)
         for owner, attr, fn in reversed(self._saved):
             setattr(owner, attr, fn)
         self._saved.clear()
