@@ -15,13 +15,21 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
   tensors of any device (on a GPU, a read of a device tensor is a sync);
 - ``py_calls``: Python function calls (cProfile's call count, C calls included);
 - ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
-  ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most).
+  ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most), less
+  the kernels' bodies (device work on a GPU) and, with ``--graphs``, less a replayed bucket's launches.
 
 The floor of ``ops`` is 1 for ``end_step`` (one read-back copy) and 1 for ``map`` (one staging copy).
 
+``--graphs`` proxies what a GPU runs by default, the manager's own CUDA graphs (``CanaryConfig.graphs``): each
+forward is padded to its bucket and staged by one ``torch.cat``, and a bucket's later uses replay its graph.
+Here a replay runs the bucket's launches with the counters off and counts one launch (a GPU's
+``CUDAGraph.replay``). A ``torch.cat`` whose parts do not all have the output's dtype is, on CUDA, one copy per
+part (``narrow`` + ``copy_``) instead of one kernel: the counter counts it so (``cat_mixed_dtype``, two ops a
+part, one launch a part), since this machine's CPU kernel hides it.
+
 Usage (repository root)::
 
-    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--out results.json]
+    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--graphs] [--out results.json]
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,6 +58,7 @@ from kvcanary.integrations.transformers.pool import PoolState
 from kvcanary.integrations.transformers.session import TransformersCanary
 from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
 from kvcanary.manager import CanaryManager
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.registry import REGISTRY
 
 PHASES = ("map", "head", "tail", "end_step")
@@ -79,11 +88,72 @@ class _Counter(TorchDispatchMode):
             self.names[p][name] += 1
             if name == "_local_scalar_dense":
                 self.reads[p] += 1
+            if name == "cat" and isinstance(out, torch.Tensor):
+                parts = [t for t in args[0] if t.numel()]
+                if any(t.dtype != out.dtype for t in parts):  # CUDA: a narrow + copy_ launch per part
+                    self.ops[p] += 2 * len(parts) - 1
+                    self.launches[p] += len(parts)
+                    self.names[p]["cat_mixed_dtype"] += len(parts)
             rets = func._schema.returns
             if rets and all(r.alias_info is None for r in rets) and any(
                     isinstance(o, torch.Tensor) for o in (out if isinstance(out, (tuple, list)) else (out,))):
                 self.allocs[p] += 1
         return out
+
+
+class _Replays(ForwardGraphs):
+    """The proxy of the manager's graphs: a bucket's first use runs its padded launches (counted); later uses
+    run them uncounted, as one launch (a GPU's replay of the captured graph)."""
+
+    counter: ClassVar[_Counter | None] = None
+    profs: ClassVar[dict[str, cProfile.Profile]] = {}
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self._seen: set[tuple[str, Bucket]] = set()
+
+    def run(self, phase: str, bucket: Bucket, launches: Any) -> None:
+        c = _Replays.counter
+        if (phase, bucket) not in self._seen:
+            self._seen.add((phase, bucket))
+            launches()
+            return
+        self.replays += 1
+        if c is None or c.phase is None or c.in_kernel:  # the timed runs: a replay's launches are off the clock
+            t0 = time.perf_counter()
+            _Excluded.depth += 1
+            try:
+                launches()
+            finally:
+                _Excluded.depth -= 1
+                _Excluded.seconds += time.perf_counter() - t0
+            return
+        c.launches[c.phase] += 1
+        c.names[c.phase]["graph_replay"] += 1
+        prof = _Replays.profs.get(c.phase)
+        c.in_kernel = True
+        if prof is not None:
+            prof.disable()
+        try:
+            launches()
+        finally:
+            c.in_kernel = False
+            if prof is not None:
+                prof.enable()
+
+
+def _use_replays() -> Any:
+    """Give each new cache's manager the replay proxy (PoolState builds the manager at a cache's first step)."""
+    init = PoolState.__init__
+
+    def with_replays(self: PoolState, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        caps = self.manager.capacities
+        for runner in self.manager._forwards:
+            runner.graphs = _Replays(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+
+    PoolState.__init__ = with_replays  # type: ignore[method-assign]
+    return init
 
 
 class _Probe:
@@ -178,13 +248,23 @@ class _Probe:
         return sum(int(v[1]) for v in prof.stats.values())
 
 
+class _Excluded:
+    """Host seconds kept off the phases' clock: the kernels' bodies (device work on a GPU) and, with
+    ``--graphs``, a replayed bucket's launches (one ``CUDAGraph.replay`` on a GPU)."""
+
+    seconds = 0.0
+    depth = 0
+
+
 class _Clock:
-    """Each phase's host seconds per step (the phase's entry points timed; a step's parts summed)."""
+    """Each phase's host seconds per step (the phase's entry points timed; a step's parts summed), less what
+    :class:`_Excluded` keeps off the clock."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {p: [] for p in PHASES}
         self._open: dict[str, float] = {}
         self._saved: list[tuple[Any, str, Any]] = []
+        self._chosen: dict[Any, Any] = {}
 
     def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool) -> None:
         fn = getattr(owner, attr)
@@ -192,11 +272,12 @@ class _Clock:
         out = self.seconds[name]
 
         def timed(*a: Any, **k: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, x0 = time.perf_counter(), _Excluded.seconds
             try:
                 return fn(*a, **k)
             finally:
-                acc[name] = (0.0 if first else acc.get(name, 0.0)) + time.perf_counter() - t0
+                dt = time.perf_counter() - t0 - (_Excluded.seconds - x0)
+                acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
                 if last:
                     out.append(acc.pop(name))
 
@@ -204,6 +285,9 @@ class _Clock:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
+        self._chosen = dict(REGISTRY._cache)  # every backend chosen by the warm-up, put back as it was
+        for key, (choices, declined) in self._chosen.items():
+            REGISTRY._cache[key] = ([dataclasses.replace(c, impl=self._kernel(c.impl)) for c in choices], declined)
         if hasattr(TransformersCanary, "_requests"):  # the engine's request states read (a step's map starts)
             self._wrap(TransformersCanary, "_requests", "map", first=True, last=False)
         self._wrap(PoolState, "batch", "map", first=not hasattr(TransformersCanary, "_requests"), last=True)
@@ -213,7 +297,26 @@ class _Clock:
         self._wrap(CanaryManager, "end_step", "end_step", first=True, last=False)
         self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True)
 
+    @staticmethod
+    def _kernel(impl: Any) -> Any:
+        """The kernel's body off the clock (a launcher's own host work stays on it)."""
+
+        def body(call: Any) -> None:
+            if _Excluded.depth:
+                impl(call)
+                return
+            t0 = time.perf_counter()
+            _Excluded.depth += 1
+            try:
+                impl(call)
+            finally:
+                _Excluded.depth -= 1
+                _Excluded.seconds += time.perf_counter() - t0
+
+        return body
+
     def uninstall(self) -> None:
+        REGISTRY._cache.update(self._chosen)
         for owner, attr, fn in reversed(self._saved):
             setattr(owner, attr, fn)
         self._saved.clear()
@@ -246,12 +349,15 @@ def main() -> None:
     p.add_argument("--batch-tokens", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=5, help="uninstrumented runs timed")
     p.add_argument("--names", action="store_true", help="also print the ops of each phase by name")
+    p.add_argument("--graphs", action="store_true", help="proxy the manager's CUDA graphs (a GPU's default)")
     p.add_argument("--out", default=None, help="write the figures as JSON")
     args = p.parse_args()
     torch.set_num_threads(1)
     model = tiny_llama(seed=0, layers=1, hidden=32, heads=2, kv_heads=2, vocab=64)
     rng = random.Random(0)
     prompts = [[rng.randrange(1, 64) for _ in range(args.prompt_len)] for _ in range(args.bs)]
+    if args.graphs:
+        _use_replays()
     _run(model, prompts, args)  # warm-up
     clock = _Clock()
     clock.install()
@@ -261,7 +367,9 @@ def main() -> None:
     finally:
         clock.uninstall()
     counter = _Counter()
+    _Replays.counter = counter
     probe = _Probe(counter)
+    _Replays.profs = probe.prof
     probe.install()
     try:
         counted = _run(model, prompts, args)
@@ -270,6 +378,7 @@ def main() -> None:
     steps = max(1, counted.steps)
     rows: dict[str, dict[str, float]] = {}
     print(f"host_ops bs={args.bs} ctx={args.prompt_len}+{args.new_tokens} page={args.page} steps={steps} "
+          f"graphs={'proxy' if args.graphs else 'off'} "
           f"(per step; us: the median step of {args.rounds} uninstrumented runs)")
     print(f"{'phase':10} {'ops':>8} {'floor':>6} {'ratio':>6} {'launches':>8} {'allocs':>8} {'reads':>7} "
           f"{'py_calls':>9} {'us':>9}")

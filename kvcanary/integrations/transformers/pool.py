@@ -53,6 +53,25 @@ class _Views:
     locs: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Cast:
+    """How one step shape's token ids and positions are widened into the int64 rows ``out`` (made once)."""
+
+    copies: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    ids: torch.Tensor
+    pos: torch.Tensor
+
+    @staticmethod
+    def of(ids: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> _Cast:
+        n = int(ids.shape[0])
+        gap = pos.storage_offset() - ids.storage_offset()
+        same_rows = (ids.dtype == pos.dtype and ids.device == pos.device and ids.stride() == pos.stride() == (1,)
+                     and ids.untyped_storage().data_ptr() == pos.untyped_storage().data_ptr() and gap >= n)
+        if same_rows:  # rows of one tensor: one strided copy widens both
+            copies: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ((out, ids.as_strided((2, n), (gap, 1))),)
+        else:
+            copies = ((out[0], ids), (out[1], pos))
+        return _Cast(copies, out[0], out[1])
 
 
 class PoolState:
@@ -105,6 +124,12 @@ class PoolState:
         self._device_in = torch.zeros_like(self._staging, device=dev)
         self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
         self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
+        self._tokens64 = torch.zeros(2, caps.write_token_capacity, dtype=torch.int64, device=dev)
+        """The step's token ids and positions widened to int64 (row 0, row 1) when the engine's are narrower."""
+        self._casts: dict[tuple[object, ...], _Cast] = {}  # the engine inputs' memory and shapes -> their cast
+        self._last: tuple[tuple[torch.Tensor, ...], CanaryBatch] | None = None
+        """The previous step's batch and its tensors: a step made of the very same tensor objects (same memory,
+        shapes, dtypes: the cached views above) reuses it rather than build and check an identical one."""
 
     def _sweep_entries(self) -> SweepEntries:
         t0 = time.perf_counter()
@@ -132,6 +157,8 @@ class PoolState:
         engine_loc = write_index[idx] if len(write_index) > idx and batch_data.get("block_table") is None else None
         if engine_loc is not None and engine_loc.shape[0] != ntok:
             engine_loc = engine_loc[:ntok] if engine_loc.shape[0] > ntok else None
+        if engine_loc is not None:
+            engine_loc = self._same(engine_loc)
         meta += past
         meta += query
         self._staging_np[: 3 * bs] = meta
@@ -150,10 +177,35 @@ class PoolState:
         if self.lut is not None and m:
             dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        return CanaryBatch(req_pool_indices=v.rows, prefix_lens=v.prefix, extend_lens=v.extend,
-                           input_ids=self._flat(batch_data["input_ids"], ntok),
-                           positions=self._flat(batch_data["position_ids"], ntok),
-                           out_cache_loc=engine_loc if engine_loc is not None else v.locs)
+        ids = self._flat(batch_data["input_ids"], ntok)
+        ids, pos = self._tokens(ids, self._flat(batch_data["position_ids"], ntok))
+        parts = (v.rows, v.prefix, v.extend, ids, pos, engine_loc if engine_loc is not None else v.locs)
+        last = self._last
+        if last is not None and all(a is b for a, b in zip(parts, last[0], strict=True)):
+            return last[1]  # the same tensors as the previous step's (the usual decode step): its checked batch
+        batch = CanaryBatch(req_pool_indices=parts[0], prefix_lens=parts[1], extend_lens=parts[2],
+                            input_ids=parts[3], positions=parts[4], out_cache_loc=parts[5])
+        self._last = (parts, batch)
+        return batch
+
+    def _tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The engine's token ids and positions as int64. transformers hands int32 ones; the manager stages a
+        forward's arrays into its int64 buffer with one ``torch.cat``, which on CUDA is one kernel only when every
+        part has the buffer's dtype (else one copy per part). So a narrower pair is widened here, into a fixed
+        buffer, with one copy when the two are rows of one engine tensor (transformers' bulk input), else two."""
+        n = int(ids.shape[0])
+        if (ids.dtype == torch.int64 and pos.dtype == torch.int64) or n > self._tokens64.shape[1] \
+                or pos.shape != ids.shape:
+            return ids, pos  # already int64, or past the capacity (the manager's prepare names that rule)
+        key = (ids.data_ptr(), pos.data_ptr(), n, ids.stride(), pos.stride(), ids.dtype, pos.dtype, ids.device)
+        cast = self._casts.get(key)
+        if cast is None:
+            if len(self._casts) >= 64:
+                self._casts.clear()
+            cast = self._casts[key] = _Cast.of(ids, pos, self._tokens64[:, :n])
+        for dst, src in cast.copies:
+            dst.copy_(src)
+        return cast.ids, cast.pos
 
     def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
         """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
@@ -167,6 +219,17 @@ class PoolState:
             row = t[0]
             flat = self._flats[key] = row if row.shape[0] == ntok else row[:ntok]
         return flat
+
+    def _same(self, t: torch.Tensor) -> torch.Tensor:
+        """``t``, or the view made earlier of the same memory with the same shape, strides and dtype (the engine
+        hands a fresh view of its static buffer each step; a kept one lets the step's batch be reused)."""
+        key = ("same", t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+        kept = self._flats.get(key)
+        if kept is None:
+            if len(self._flats) >= 64:
+                self._flats.clear()
+            kept = self._flats[key] = t
+        return kept
 
     def _slices(self, bs: int, ntok: int, end: int) -> _Views:
         dev = self._device_in
