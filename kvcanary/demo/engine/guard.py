@@ -141,7 +141,7 @@ class DemoGuard:
         full: list[tuple[JournalKind, int, Owner]] = []  # the forward's events in order, filed in bulk below
         ring: list[tuple[JournalKind, int, Owner]] = []
         allocated = JournalKind.ALLOCATED
-        seen_of, low_of, rows, held_of = self._seen, self._low, self._rows, self._held
+        seen_of, low_of, rows, held_of, owners = self._seen, self._low, self._rows, self._held, _OWNERS
         for row in fwd.rows:
             req = row.req
             if req is None:
@@ -157,13 +157,18 @@ class DemoGuard:
                 start, zero = 0, False
             mirror = rows.get(r, [])
             part = mirror[start:end]
-            owner = request_owner(rid)
+            owner = owners.get(rid) or request_owner(rid)
             held = held_of.get(rid)
             if (held is not None and not zero and len(part) == end - start and part == row.locs
                     and 0 not in part):  # the short path: every slot read anew is one this row writes
                 seen_of[rid] = (r, end, False)
-                new = sorted(set(part) - held) if len(part) > 1 else [s for s in part if s not in held]
-                if new:
+                if len(part) == 1:  # a decode row (no comprehension: this runs once per row and step)
+                    slot = part[0]
+                    if slot not in held:
+                        held.add(slot)
+                        full.append((allocated, slot, owner))
+                else:
+                    new = sorted(set(part) - held)
                     held.update(new)
                     full += [(allocated, s, owner) for s in new]
             else:
