@@ -171,20 +171,31 @@ def attention(world: CanaryWorld, q_heads: int) -> tuple[Callable[[], object], C
 def prefilled_engine(canary: CanaryConfig | None, *, device: str, bs: int, ctx: int, steps: int,
                      journal: bool = False) -> Any:
     """kvcanary's engine with ``bs`` requests of ``ctx`` random tokens (seed 1, the same for every call),
-    prefilled, each with ``steps + 4`` decode steps left: what every engine benchmark times. ``journal``:
-    the engine feeds its managers' slot journals (:class:`~kvcanary.demo.engine.journal_feed.JournalFeed`)."""
+    prefilled, each with ``steps + 4`` decode steps left at least: what every engine benchmark times, a
+    steady decode batch (no request finishes inside ``steps`` steps). The prefill takes several steps when
+    the chunk budget holds fewer than ``bs`` prompts, and the requests prefilled first decode meanwhile: each
+    gets as many more output tokens as there are prefill steps. Decode batches are padded to one graph bucket
+    of ``bs`` rows on every device, so the CPU runs the GPU configuration's host path. ``journal``: the
+    engine feeds its managers' slot journals (:class:`~kvcanary.demo.engine.journal_feed.JournalFeed`)."""
     from kvcanary.demo.engine import Engine, EngineConfig
 
-    cfg = EngineConfig(num_slots=bs * (ctx + steps + 8) + 1, req_rows=bs + 1, max_running=bs,
-                       max_context_len=ctx + steps + 8, chunk_size=ctx * max(1, min(bs, 8)), device=device,
-                       graph_buckets=(bs,) if device.startswith("cuda") else ())
+    per_chunk = max(1, min(bs, 8))  # prompts per prefill step (the chunk budget, in whole prompts)
+    prefill_steps = -(-bs // per_chunk)
+    new_tokens = steps + 4 + prefill_steps
+    cfg = EngineConfig(num_slots=bs * (ctx + new_tokens + 4) + 1, req_rows=bs + 1, max_running=bs,
+                       max_context_len=ctx + new_tokens + 4, chunk_size=ctx * per_chunk, device=device,
+                       graph_buckets=(bs,))
     eng = Engine(cfg, canary=canary, journal=journal)
     eng.warmup()
     g = torch.Generator().manual_seed(1)
     for _ in range(bs):
-        eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), steps + 4)
+        eng.submit(torch.randint(0, cfg.model.vocab_size, (ctx,), generator=g).tolist(), new_tokens)
     while any(r.state.value in ("waiting", "prefill") for r in eng.requests.values()):
         eng.step()
+    left = min(r.max_new_tokens - r.num_outputs for r in eng.requests.values())
+    if left < steps + 4:
+        raise RuntimeError(f"prefilled_engine: a request has {left} decode steps left after the prefill, "
+                           f"fewer than steps + 4 = {steps + 4}: the timed steps would see requests finish")
     return eng
 
 

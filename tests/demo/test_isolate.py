@@ -134,3 +134,50 @@ def test_the_journal_holds_every_slot_each_forward_reads(fault: Fault | None, mo
     engine, peer, _ = build_engines(fault, SETTINGS, policy=_isolate())
     drive_and_drain(engine, peer, SETTINGS)
     assert len(checked) > 50 and max(checked) > 30
+
+
+@pytest.mark.parametrize("fault", [None, Fault.RADIX_UAF, Fault.ROW_RECYCLED, Fault.WRONG_CACHE_LOC,
+                                   Fault.PREFIX_MISS_ZERO_ROW, Fault.DRAFT_PAST_ALLOCATION],
+                         ids=lambda f: f.value if f else "clean")
+def test_each_forward_records_what_a_whole_range_diff_records(fault: Fault | None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard's incremental read (and its short path for rows whose new part is exactly what they write)
+    files, for every forward, the events a diff of each row's whole live range against what the request held
+    before gives: slot 0 held for the step, then ALLOCATED for the new slots it writes, SHARED for the new
+    slots it only reads (each sorted), row by row."""
+    from kvcanary.demo.engine.forward_batch import Forward
+    from kvcanary.demo.engine.guard import DemoGuard
+    from kvcanary.guard import JournalKind
+
+    observe, file = DemoGuard.observe, DemoGuard._file
+    filed: list[tuple[JournalKind, int, str]] = []
+    forwards: list[int] = []
+
+    def filing(self: DemoGuard, events: list[tuple[JournalKind, int, object]], *, swa: bool) -> None:
+        if not swa:
+            filed.extend((k, s, str(getattr(o, "id", o))) for k, s, o in events)
+        file(self, events, swa=swa)  # type: ignore[arg-type]
+
+    def checking(self: DemoGuard, fwd: Forward) -> None:
+        held = {rid: set(h) for rid, h in self._held.items()}
+        want: list[tuple[JournalKind, int, str]] = []
+        for row in fwd.rows:
+            if row.req is None:
+                continue
+            rid, end = row.req.rid, row.prefix + row.extend
+            table = self.memory.r2t.read(row.req.row, 0, end)
+            if 0 in table:
+                want += [(JournalKind.SHARED, 0, str(rid)), (JournalKind.RELEASED, 0, str(rid))]
+            new = set(table) - {0} - held.get(rid, set())
+            want += [(JournalKind.ALLOCATED, s, str(rid)) for s in sorted(new & set(row.locs))]
+            want += [(JournalKind.SHARED, s, str(rid)) for s in sorted(new - set(row.locs))]
+        filed.clear()
+        observe(self, fwd)
+        assert filed == want, (fwd.rows, filed, want)
+        forwards.append(len(want))
+
+    monkeypatch.setattr(DemoGuard, "_file", filing)
+    monkeypatch.setattr(DemoGuard, "observe", checking)
+    engine, peer, _ = build_engines(fault, SETTINGS, policy=_isolate())
+    drive_and_drain(engine, peer, SETTINGS)
+    assert len(forwards) > 50 and sum(forwards) > 100

@@ -14,6 +14,7 @@ next owner's write rewrites their KV and records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from kvcanary.manager import CanaryManager
 
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
+_RID = attrgetter("rid")
 
 
 _OWNERS: dict[int, Owner] = {}  # made once per request id (a cache, cleared when it grows large)
@@ -69,15 +71,18 @@ class DemoGuard:
         self._rows: dict[int, list[int]] = {}
         """req_to_token's host rows as lists, kept by the table's ``write`` (below): read with no tensor op."""
         self._low: dict[int, int] = {}
-        self.seconds = 0.0
-        """Host time spent feeding the journals so far (:meth:`observe` and :meth:`end_of_step`)."""
         """Per row, the lowest position written since a forward last read it (absent: nothing written)."""
+        self.seconds = 0.0
+        """Host time spent feeding the journals so far (:meth:`observe`, :meth:`end_of_step` and the copy of
+        each req_to_token write)."""
         table = memory.r2t
         orig_write = table.write
 
         def write(row: int, start: int, slots: list[int]) -> None:
             orig_write(row, start, slots)
+            t0 = perf_counter()
             self._wrote(row, start, slots)
+            self.seconds += perf_counter() - t0
 
         table.write = write  # type: ignore[method-assign]
         self._cached: set[int] = set()
@@ -110,11 +115,17 @@ class DemoGuard:
     def _wrote(self, row: int, start: int, slots: list[int]) -> None:
         if not slots:
             return
-        mirror = self._rows.setdefault(row, [])
-        end = start + len(slots)
-        if len(mirror) < end:
-            mirror.extend([0] * (end - len(mirror)))
-        mirror[start:end] = [int(s) for s in slots]
+        mirror = self._rows.get(row)
+        if mirror is None:
+            mirror = self._rows[row] = []
+        have = len(mirror)
+        if start == have:  # the row grows (a decode row's new slot, a prefill chunk)
+            mirror += map(int, slots)
+        else:
+            end = start + len(slots)
+            if have < end:
+                mirror.extend([0] * (end - have))
+            mirror[start:end] = [int(s) for s in slots]
         low = self._low.get(row)
         if low is None or start < low:
             self._low[row] = start
@@ -122,40 +133,61 @@ class DemoGuard:
     def observe(self, fwd: Forward) -> None:
         """Before a forward: what each request row reads and writes. Only the part of a row's live range past
         what the request's last forward read is looked at, when nothing before it was rewritten since (its
-        slots are held already): a decode row costs its new slot, never its context, and no tensor op."""
+        slots are held already): a decode row costs its new slot, never its context, and no tensor op. A row
+        whose new part is exactly the slots it writes (a decode row, a prefill chunk) takes the short path:
+        its slots not held yet are ALLOCATED (what the general path records for such a row too)."""
         t0 = perf_counter()
         swa = self.memory.swa
         full: list[tuple[JournalKind, int, Owner]] = []  # the forward's events in order, filed in bulk below
         ring: list[tuple[JournalKind, int, Owner]] = []
+        allocated = JournalKind.ALLOCATED
+        seen_of, low_of, rows, held_of, owners = self._seen, self._low, self._rows, self._held, _OWNERS
         for row in fwd.rows:
             req = row.req
             if req is None:
                 continue
             end = row.prefix + row.extend
             r = req.row
-            seen = self._seen.get(req.rid)
-            low = self._low.pop(r, None)
+            rid = req.rid
+            seen = seen_of.get(rid)
+            low = low_of.pop(r, None)
             if seen is not None and seen[0] == r and seen[1] <= end and (low is None or low >= seen[1]):
                 start, zero = seen[1], seen[2]
             else:
                 start, zero = 0, False
-            mirror = self._rows.get(r, [])
+            mirror = rows.get(r, [])
             part = mirror[start:end]
-            if len(part) < end - start:
-                part += [0] * (end - start - len(part))
-            zero = zero or 0 in part
-            self._seen[req.rid] = (r, end, zero)
-            owner = request_owner(req.rid)
-            if zero:  # a live range naming the padding slot (a bug): held for this step only
-                full += ((JournalKind.SHARED, 0, owner), (JournalKind.RELEASED, 0, owner))
-            self._diff(full, owner, self._held.setdefault(req.rid, set()), set(part) - {0}, set(row.locs))
+            owner = owners.get(rid) or request_owner(rid)
+            held = held_of.get(rid)
+            if (held is not None and not zero and len(part) == end - start and part == row.locs
+                    and 0 not in part):  # the short path: every slot read anew is one this row writes
+                seen_of[rid] = (r, end, False)
+                if len(part) == 1:  # a decode row (no comprehension: this runs once per row and step)
+                    slot = part[0]
+                    if slot not in held:
+                        held.add(slot)
+                        full.append((allocated, slot, owner))
+                else:
+                    new = sorted(set(part) - held)
+                    held.update(new)
+                    full += [(allocated, s, owner) for s in new]
+            else:
+                if len(part) < end - start:
+                    part += [0] * (end - start - len(part))
+                zero = zero or 0 in part
+                seen_of[rid] = (r, end, zero)
+                if zero:  # a live range naming the padding slot (a bug): held for this step only
+                    full += ((JournalKind.SHARED, 0, owner), (JournalKind.RELEASED, 0, owner))
+                self._diff(full, owner, held_of.setdefault(rid, set()), set(part) - {0}, set(row.locs))
             if swa is not None:
                 lo = max(0, row.prefix - self.window)
                 lut = swa.host_lut
                 win = {lut[s] for s in mirror[lo:end]} - {0}
-                self._diff(ring, owner, self._held_swa.setdefault(req.rid, set()), win, set())
-        self._file(full, swa=False)
-        self._file(ring, swa=True)
+                self._diff(ring, owner, self._held_swa.setdefault(rid, set()), win, set())
+        if full:
+            self._file(full, swa=False)
+        if ring:
+            self._file(ring, swa=True)
         self.seconds += perf_counter() - t0
 
     @staticmethod
@@ -187,8 +219,11 @@ class DemoGuard:
     def end_of_step(self) -> None:
         """After the step's forwards, before the canary's end_step: who left, what the tree keeps now."""
         t0 = perf_counter()
-        for rid in [r for r in self._held if self._left(r)]:
-            self._leave(rid)
+        if self._held:  # who left: the held requests no longer running (a done request is never running)
+            live = set(map(_RID, self.requests.running))
+            if self._held.keys() - live:
+                for rid in [r for r in self._held if r not in live]:
+                    self._leave(rid)
         tree = self.memory.tree
         if tree is not None and tree.version != self._tree_version:  # (else the tree holds the same slots)
             now = {s for n, _ in tree.nodes() for s in n.value}
@@ -198,10 +233,6 @@ class DemoGuard:
             self._tree_version = tree.version
         self.seconds += perf_counter() - t0
         self._reinstate_due()
-
-    def _left(self, rid: int) -> bool:
-        req = self.requests.get(rid)
-        return req is None or req.done or req not in self.requests.running
 
     def _leave(self, rid: int) -> None:
         owner = request_owner(rid)
