@@ -10,10 +10,13 @@ side only are listed as new or gone. Run: ``python benchmarks/compare.py BEFORE_
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.docsgen.benchmarks import BenchmarkResult, load
 
 HIGHER_IS_BETTER = ("/s",)
 """Unit suffixes of rates: a larger figure is better."""
@@ -50,27 +53,20 @@ class Pair:
         return "SLOWER" if worse else "faster" if better else "same"
 
 
-def load(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every record of every ``*.json`` list directly in ``folder``, keyed by (benchmark, case)."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.json")):
-        records = json.loads(path.read_text())
-        if not isinstance(records, list):
-            raise ValueError(f"{path}: expected a JSON list of benchmark records")
-        for record in records:
-            rows[(str(record["benchmark"]), str(record["case"]))] = record
-    return rows
+def keyed(folder: Path) -> dict[tuple[str, str], BenchmarkResult]:
+    """Every record of every ``*.json`` results file directly in ``folder`` (the docs' loader, which checks
+    the schema), keyed by (benchmark, case)."""
+    return {(r.benchmark, r.case): r for r in load(folder)}
 
 
-def pair(before: dict[tuple[str, str], dict[str, Any]], after: dict[tuple[str, str], dict[str, Any]]) -> list[Pair]:
+def pair(before: dict[tuple[str, str], BenchmarkResult], after: dict[tuple[str, str], BenchmarkResult]) -> list[Pair]:
     """The union of both sides' rows, in the after side's order, then the rows only the before side has."""
-    keys = list(after) + [k for k in before if k not in after]
     out = []
-    for key in keys:
+    for key in list(after) + [k for k in before if k not in after]:
         b, a = before.get(key), after.get(key)
-        unit = str((a or b or {}).get("unit", ""))
-        out.append(Pair(key[0], key[1], unit, None if b is None else float(b["figure"]),
-                        None if a is None else float(a["figure"])))
+        row = a if a is not None else b
+        assert row is not None  # the key came from one of the two sides
+        out.append(Pair(key[0], key[1], row.unit, None if b is None else b.figure, None if a is None else a.figure))
     return out
 
 
@@ -96,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, default=0.05, help="relative change that counts (default 0.05)")
     ap.add_argument("--md", type=Path, help="write the table here as Markdown")
     args = ap.parse_args(argv)
-    pairs = pair(load(args.before), load(args.after))
+    pairs = pair(keyed(args.before), keyed(args.after))
     text = table(pairs, args.threshold)
     print(text, end="")
     counts: dict[str, int] = {}

@@ -22,7 +22,7 @@ def test_verdicts_follow_the_unit(tmp_path: Path) -> None:
     _write(tmp_path / "after", [("b", "time up", 10.6, "us"), ("b", "rate up", 110.0, "tokens/s"),
                                 ("b", "time flat", 10.4, "us"), ("b", "rate down", 90.0, "GB/s"),
                                 ("b", "new", 1.0, "us")])
-    pairs = {p.case: p for p in compare.pair(compare.load(tmp_path / "before"), compare.load(tmp_path / "after"))}
+    pairs = {p.case: p for p in compare.pair(compare.keyed(tmp_path / "before"), compare.keyed(tmp_path / "after"))}
     verdicts = {case: p.verdict(0.05) for case, p in pairs.items()}
     assert verdicts == {"time up": "SLOWER", "rate up": "faster", "time flat": "same", "rate down": "SLOWER",
                         "new": "new", "gone": "gone"}
