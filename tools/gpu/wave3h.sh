@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Wave 3, session 4, first GPU call: the GPU tests of what was merged after the last GPU run (transformers' ids
+# widened once and its batch reused, the transformers guard's feed, the demo guard's feed), the served canary on
+# cuda, then the figures those changes move: the isolate policy's overhead (bench_guard), the manager's host
+# time and the journal's share inside transformers (bench_transformers), the demo engine's steady steps and its
+# journal share (bench_engine, before and after), the manager's replays alone (bench_manager_graphs).
+set -u
+mkdir -p "$OUT"
+rc=0
+step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
+    local name=$1 secs=$2; shift 2
+    local t0=$SECONDS
+    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
+    local r=$?; rc=$((rc | r))
+    echo "$name: rc=$r in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)' "$OUT/$name.log" | tail -1)"
+}
+python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
+step tests 150 python3 -m pytest tests/integrations/transformers/test_gpu.py tests/manager/test_gpu_graphs.py \
+    tests/gpu/test_owner_map_gpu.py -o addopts="" -q -rfE -p no:cacheprovider --durations=5
+KVCANARY_BACKEND=cuda step serve 40 python3 -m pytest tests/integrations/transformers/test_serve.py -o addopts="" \
+    -q -rfE -p no:cacheprovider
+step bench_guard 60 python3 benchmarks/bench_guard.py --device cuda --out "$OUT/bench_guard_cuda.json"
+tail -12 "$OUT/bench_guard.log" | cut -c1-160
+step bench_transformers 170 python3 benchmarks/bench_transformers.py --device cuda --rounds 2 \
+    --out "$OUT/bench_transformers_cuda.json"
+grep -iE "host|journal|share|steady|map|head|tail|end_step" "$OUT/bench_transformers.log" | cut -c1-160 | tail -30
+step bench_manager_graphs 60 python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json"
+BUDGET=$((560 - SECONDS)) BENCHES="bench_engine bench_compile" OUT="$OUT/pairs" bash tools/gpu/suite.sh
+grep -iE "journal|share|step" "$OUT/pairs/after/bench_engine.log" | cut -c1-160 | tail -14
+exit $rc
