@@ -2,8 +2,8 @@
 # Wave 3, session 4, first GPU call: the GPU tests of what was merged after the last GPU run (transformers' ids
 # widened once and its batch reused, the transformers guard's feed, the demo guard's feed), the served canary on
 # cuda, then the figures those changes move: the isolate policy's overhead (bench_guard), the manager's host
-# time and the journal's share inside transformers (bench_transformers), the demo engine's steady steps and its
-# journal share (bench_engine, before and after), the manager's replays alone (bench_manager_graphs).
+# time and the journal's share inside transformers (bench_transformers),
+# the manager's replays alone (bench_manager_graphs). The demo engine's pairs and a profile: wave3i.sh.
 set -u
 mkdir -p "$OUT"
 rc=0
@@ -25,6 +25,4 @@ step bench_transformers 170 python3 benchmarks/bench_transformers.py --device cu
     --out "$OUT/bench_transformers_cuda.json"
 grep -iE "host|journal|share|steady|map|head|tail|end_step" "$OUT/bench_transformers.log" | cut -c1-160 | tail -30
 step bench_manager_graphs 60 python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json"
-BUDGET=$((560 - SECONDS)) BENCHES="bench_engine bench_compile" OUT="$OUT/pairs" bash tools/gpu/suite.sh
-grep -iE "journal|share|step" "$OUT/pairs/after/bench_engine.log" | cut -c1-160 | tail -14
 exit $rc

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Wave 3, session 4, second GPU call: the demo engine's steady steps and its journal share before and after
+# (bench_engine), bench_compile before and after, then where the manager's host time goes inside transformers:
+# one round of bench_transformers under cProfile (its figures are not reported; the profile's shares are).
+set -u
+mkdir -p "$OUT"
+BUDGET=330 BENCHES="bench_engine bench_compile" OUT="$OUT/pairs" bash tools/gpu/suite.sh
+grep -iE "journal|share|step" "$OUT/pairs/after/bench_engine.log" | cut -c1-160 | tail -14
+t0=$SECONDS
+timeout $((540 - SECONDS)) python3 -m cProfile -o "$OUT/bench_transformers.prof" benchmarks/bench_transformers.py \
+    --device cuda --rounds 1 >"$OUT/profile.log" 2>&1
+echo "profile: rc=$? in $((SECONDS - t0)) s"
+python3 - "$OUT/bench_transformers.prof" >"$OUT/profile.txt" 2>&1 <<'PY'
+import pstats, sys
+st = pstats.Stats(sys.argv[1])
+for name in ("end_step", "head", "tail", "batch", "prepare", "_collect", "tail"):
+    print(f"=== callees of {name}")
+    st.sort_stats("cumulative").print_callees(rf"\({name}\)")
+st.sort_stats("tottime").print_stats(60)
+PY
+head -c 3000 "$OUT/profile.txt"
