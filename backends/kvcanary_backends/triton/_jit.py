@@ -306,7 +306,7 @@ class Launcher:
         g3 = (*grid, 1, 1, 1)[:3]
         runner = compiled[g3]
         variant = self._variants.get(vk)
-        if variant is None and Launcher.direct:
+        if variant is None:  # loaded whatever :attr:`direct` says now: each call reads it
             variant = _direct.load(compiled, dev)
             self._variants[vk] = variant
         if not isinstance(variant, _direct.Variant) or 0 in g3:  # refused, or an empty grid (launches nothing)

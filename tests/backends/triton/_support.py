@@ -4,8 +4,47 @@ interpreter). Their inputs come from ``tools.scenarios``, their checks from ``kv
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
 
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+LAUNCH_PATHS = ["direct", "triton-launcher"]
+"""The two fast paths of ``_jit.Launcher`` for compiled variants: cuda.core (``direct``) or Triton's own."""
+
+
+class DirectLaunches:
+    """Counts the launches the direct path makes while a test selects it (``use_launch_path``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def use_launch_path(path: str, monkeypatch: pytest.MonkeyPatch) -> DirectLaunches:
+    """Select ``path`` (one of :data:`LAUNCH_PATHS`) for the test; count direct launches (each asks
+    ``_direct.stream`` for its stream; prepared launches look that up when prepared: select before launching)."""
+    from kvcanary_backends.triton import _direct, _jit
+
+    monkeypatch.setattr(_jit.Launcher, "direct", path == "direct")
+    seen = DirectLaunches()
+    inner = _direct.stream
+
+    def counted(device: int, handle: int) -> Any:
+        seen.count += 1
+        return inner(device, handle)
+
+    monkeypatch.setattr(_direct, "stream", counted)
+    return seen
+
+
+def direct_refusals() -> dict[str, dict[Any, str]]:
+    """Why variants launched so far do not go through cuda.core, per kernel module (empty: all do)."""
+    from kvcanary_backends.triton import fold, plan, plan_entries, plan_offsets, scatter, verify, write
+
+    mods = (fold, plan, plan_entries, plan_offsets, scatter, verify, write)
+    return {m.__name__: r for m in mods if (r := m._LAUNCH.direct_refusals())}
