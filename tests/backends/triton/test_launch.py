@@ -3,11 +3,11 @@
 On the GPU the fast path skips Triton's per-call binding; these checks run it on the CPU against a fake
 JIT function: the first call of a key goes through ``fn[grid](...)``, later ones call the kept compiled
 kernel's launcher with every parameter in signature order (constexprs last), and a new key, grid or
-constexpr goes through Triton again. With the direct path on (stand-ins for its cuda.core
-parts), a kept variant launches through cuda.core with its packed parameters, each call reading
-``Launcher.direct``; a refused variant, or an empty grid, keeps Triton's compiled launcher. The context cache recomputes only for a new object and forgets dead
-ones. Every kernel of the backend is declared so that the fast path applies (constexprs last, no value
-or alignment specialisation).
+constexpr goes through Triton again. With the direct path on (stand-ins for its cuda.core parts), a kept
+variant launches through cuda.core with its packed parameters, each call reading ``Launcher.direct``; a
+refused variant, or an empty grid, keeps Triton's compiled launcher. The context cache recomputes only for
+a new object and forgets dead ones. Every kernel of the backend is declared so that the fast path applies
+(constexprs last, no value or alignment specialisation).
 """
 
 from __future__ import annotations
