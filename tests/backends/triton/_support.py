@@ -26,20 +26,32 @@ class DirectLaunches:
 
 
 def use_launch_path(path: str, monkeypatch: pytest.MonkeyPatch) -> DirectLaunches:
-    """Select ``path`` (one of :data:`LAUNCH_PATHS`) for the test; count direct launches (each asks
-    ``_direct.stream`` for its stream; prepared launches look that up when prepared: select before launching)."""
+    """Select ``path`` (one of :data:`LAUNCH_PATHS`) for the test; count the launches cuda.core made for the
+    direct path (its launch function wrapped; prepared launches look it up when they are prepared, so select
+    before launching)."""
     from kvcanary_backends.triton import _direct, _jit
 
     monkeypatch.setattr(_jit.Launcher, "direct", path == "direct")
     seen = DirectLaunches()
-    inner = _direct.stream
-
-    def counted(device: int, handle: int) -> Any:
+    def counted(*args: Any) -> None:
+        _direct.launch_function()(*args)
         seen.count += 1
-        return inner(device, handle)
 
-    monkeypatch.setattr(_direct, "stream", counted)
+    monkeypatch.setattr(_jit, "_launch_fn", lambda: counted)
     return seen
+
+
+def assert_path_taken(path: str, seen: DirectLaunches) -> None:
+    """The run launched the way ``path`` says: through cuda.core (no variant refused, the path never switched
+    off) or never through it."""
+    from kvcanary_backends.triton import _jit
+
+    if path == "direct":
+        assert not direct_refusals(), direct_refusals()
+        assert _jit.Launcher.direct, "the direct path was switched off (cuda.core refused an argument)"
+        assert seen.count > 0, "no launch went through cuda.core"
+    else:
+        assert seen.count == 0, f"{seen.count} launches went through cuda.core"
 
 
 def direct_refusals() -> dict[str, dict[Any, str]]:
