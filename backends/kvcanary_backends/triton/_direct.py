@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import torch
@@ -232,13 +233,20 @@ def launch_function() -> Callable[..., None]:
     return fn
 
 
-def stream(device: int, handle: int) -> Any:
-    """torch's raw stream ``handle`` as a cuda.core stream (wrapped once per handle), with ``device``'s
-    primary context made current once per thread: the cuda backend's helpers."""
+@cache
+def stream_function() -> Callable[[int, int], Any]:
+    """``stream(device, handle)``: torch's raw stream ``handle`` as a cuda.core stream (wrapped once per
+    handle), with ``device``'s primary context made current once per thread (the cuda backend's helpers,
+    bound once: this runs at every launch)."""
     from kvcanary_backends.cuda import _toolchain as tc
 
-    done: set[int] | None = getattr(tc._ready, "devices", None)
-    if done is None or device not in done:
-        tc._make_current(device)
-    s = tc._streams.get(handle)
-    return s if s is not None else tc._stream(handle)
+    streams, make_stream, ready, make_current = tc._streams, tc._stream, tc._ready, tc._make_current
+
+    def stream(device: int, handle: int) -> Any:
+        done: set[int] | None = getattr(ready, "devices", None)
+        if done is None or device not in done:
+            make_current(device)
+        s = streams.get(handle)
+        return s if s is not None else make_stream(handle)
+
+    return stream

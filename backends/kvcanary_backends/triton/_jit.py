@@ -278,8 +278,8 @@ class Launcher:
                 runner, variant, cfg = hit
                 if variant is not None and Launcher.direct:
                     try:
-                        _launch_fn()(_direct.stream(dev, drv.get_current_stream(dev)), cfg, variant.kernel,
-                                     *variant.pack(args))
+                        cu_stream = _direct.stream_function()(dev, drv.get_current_stream(dev))
+                        _launch_fn()(cu_stream, cfg, variant.kernel, *variant.pack(args))
                         return
                     except TypeError:  # pragma: no cover - a cuda.core refusing an argument type (before
                         Launcher.direct = False  # launching): Triton's compiled launcher takes over
@@ -335,7 +335,8 @@ class Launcher:
         current, stream = drv.get_current_device, drv.get_current_stream
         tuning, version = TUNING, TUNING.version
         if variant is not None:
-            kernel, packed, launch, cu_stream = variant.kernel, variant.pack(args), _launch_fn(), _direct.stream
+            kernel, packed = variant.kernel, variant.pack(args)
+            launch, cu_stream = _launch_fn(), _direct.stream_function()
 
         def run() -> bool | None:
             if not Launcher.fast or tuning.version != version:

@@ -219,7 +219,7 @@ class _DirectLog:
 
         monkeypatch.setattr(_direct, "load", load)
         monkeypatch.setattr(_direct, "config", lambda variant, grid: ("cfg", grid))
-        monkeypatch.setattr(_direct, "stream", lambda device, handle: ("stream", device, handle))
+        monkeypatch.setattr(_direct, "stream_function", lambda: lambda device, handle: ("stream", device, handle))
         monkeypatch.setattr(jit, "_launch_fn", lambda: lambda *a: self.log.append(("direct", *a)))
 
 
