@@ -1,7 +1,8 @@
 """Launch a kernel Triton compiled through ``cuda.core``, as the cuda backend launches its own cubins.
 
-Triton's compiled launcher parses every argument in C and builds its launch attributes on each call; for the
-small kernels here that is most of an eager launch. Once Triton has compiled a variant, this module loads
+Triton's compiled launcher does Python work on each call (launch metadata, hooks, scratch sizing) before it
+parses every argument in C; ``benchmarks/host_launch.py`` times it against this path and against a bare
+launch. Once Triton has compiled a variant, this module loads
 its cubin once per device (``ObjectCode.from_cubin``) and launches it with ``cuda.core.launch``: the same
 kernel, grid, block (``32 * num_warps``), dynamic shared memory (``metadata.shared``) and parameters as
 Triton's launcher passes to ``cuLaunchKernelEx``.
@@ -15,7 +16,9 @@ Triton 3.x appends, the global scratch and the profile scratch (null when the me
 refuses Triton versions not read (:data:`CHECKED_TRITON`), clusters (``num_ctas`` > 1, cluster dims),
 cooperative or PDL launches, scratch memory, tensor descriptors, instrumentation (GSan), more than 48 KiB of
 shared memory (Triton sets the opt-in attribute then), argument types other than pointers and integers,
-and any variant whose parameter list disagrees with the ``.entry`` of its own PTX (count and widths).
+and any variant whose parameter list disagrees with the ``.entry`` of its own PTX (count and widths). It
+also keeps Triton's launcher for a variant loaded while Triton's launch hooks (a profiler) are set: hooks
+are read when a variant is loaded, not at each launch.
 """
 
 from __future__ import annotations
