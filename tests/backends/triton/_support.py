@@ -28,11 +28,15 @@ class DirectLaunches:
 def use_launch_path(path: str, monkeypatch: pytest.MonkeyPatch) -> DirectLaunches:
     """Select ``path`` (one of :data:`LAUNCH_PATHS`) for the test; count the launches cuda.core made for the
     direct path (its launch function wrapped; prepared launches look it up when they are prepared, so select
-    before launching)."""
+    before launching: the registry's prepared launches are voided here, as a launch prepared by an earlier
+    test replays for a call that repeats its types and addresses)."""
+    from kvcanary.registry import REGISTRY
     from kvcanary_backends.triton import _direct, _jit
 
+    REGISTRY.invalidate()
     monkeypatch.setattr(_jit.Launcher, "direct", path == "direct")
     seen = DirectLaunches()
+
     def counted(*args: Any) -> None:
         _direct.launch_function()(*args)
         seen.count += 1
