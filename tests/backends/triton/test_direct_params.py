@@ -1,16 +1,16 @@
 """The direct launch's parameter list equals the ``.entry`` of each kernel variant's own PTX (no GPU needed).
 
-Every operation of the Triton backend is called on the CPU (random scenarios of ``tools.scenarios``,
-realistic and hostile, and the digest fold over each buffer word type) with the launcher recording each
-launch instead of running it: the kernel, Triton's type of each argument (``mangle_type``: what its JIT
-puts in the signature), the constexprs and the warps. Each distinct variant, and its twin with every
-integer typed ``i64`` (sizes past 32 bits), is then compiled for sm_90 in a separate process (the kernels
-decorated by ``triton.jit``, not by the interpreter), and the parameters ``_direct.param_types`` derives from
-the compiled kernel's signature must match its PTX ``.entry`` in count and byte widths (so dropping the two
-scratch pointers Triton appends, or typing an ``i32`` as 8 bytes, fails); so must the widths of what
-``_direct.Packer`` makes of the recorded arguments as cuda.core packs them (a Python int: 8 bytes, a numpy
-scalar: its own). ``_direct.refusal`` must accept every variant (else the direct path would silently never
-run).
+Every operation of the Triton backend is called (on the CPU under the interpreter, on the GPU where there
+is one; random scenarios of ``tools.scenarios``, realistic and hostile, and the digest fold over each buffer
+word type) with the launcher recording each launch instead of running it: the kernel, Triton's type of each
+argument (``mangle_type``: what its JIT puts in the signature), the constexprs and the warps. Each distinct
+variant, and its twin with every integer typed ``i64`` (sizes past 32 bits), is then compiled for sm_90 in
+a separate process (the kernels decorated by ``triton.jit``, not by the interpreter), and the parameters
+``_direct.param_types`` derives from the compiled kernel's signature must match its PTX ``.entry`` in count
+and byte widths (so dropping the two scratch pointers Triton appends, or typing an ``i32`` as 8 bytes,
+fails); so must the widths of what ``_direct.Packer`` makes of the recorded arguments as cuda.core packs
+them (a Python int: 8 bytes, a numpy scalar: its own). ``_direct.refusal`` must accept every variant (else
+the direct path would silently never run).
 """
 
 from __future__ import annotations
@@ -82,20 +82,21 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, ...]]:
         seen[wide] = _packed_widths(json.loads(wide)["signature"], args)
 
     monkeypatch.setattr(jit.Launcher, "__call__", record)
+    dev = "cpu" if jit.INTERPRET else "cuda"  # where the backend's kernels (as decorated here) may run
     for op, make in GENERATORS.items():
         for hostile in (False, True):
             rng = random.Random(f"{op.value}/{hostile}")
             for _ in range(SEEDS):
                 try:
-                    run_call(make(rng, hostile=hostile), "cpu", "triton")
+                    run_call(make(rng, hostile=hostile), dev, "triton")
                 except Exception:  # a hostile call the contract refuses launches nothing
                     continue
     from kvcanary.distributed import fold_records
 
-    words = torch.zeros((8, 32), dtype=torch.uint8)
+    words = torch.zeros((8, 32), dtype=torch.uint8, device=dev)
     for dtype in (torch.uint8, torch.int16, torch.int32, torch.int64):
         for slots_dtype in (torch.int64, torch.int32):
-            fold_records(words.view(dtype), torch.tensor([1, 2, -1], dtype=slots_dtype), fused=True)
+            fold_records(words.view(dtype), torch.tensor([1, 2, -1], dtype=slots_dtype, device=dev), fused=True)
     return seen
 
 
