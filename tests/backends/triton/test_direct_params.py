@@ -82,6 +82,7 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, ...]]:
         seen[wide] = _packed_widths(json.loads(wide)["signature"], args)
 
     monkeypatch.setattr(jit.Launcher, "__call__", record)
+    monkeypatch.setattr(jit.Launcher, "prepare", lambda *a: None)  # no launch kept by an earlier test replays
     dev = "cpu" if jit.INTERPRET else "cuda"  # where the backend's kernels (as decorated here) may run
     for op, make in GENERATORS.items():
         for hostile in (False, True):
