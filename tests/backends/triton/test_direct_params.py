@@ -29,6 +29,7 @@ import torch
 from triton.runtime.jit import mangle_type
 
 import kvcanary_backends.triton._jit as jit
+from kvcanary.registry import REGISTRY
 from kvcanary.testing.parity import run_call
 from kvcanary_backends.triton import _direct
 from tools.scenarios import GENERATORS
@@ -83,6 +84,7 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, ...]]:
 
     monkeypatch.setattr(jit.Launcher, "__call__", record)
     monkeypatch.setattr(jit.Launcher, "prepare", lambda *a: None)  # no launch kept by an earlier test replays
+    REGISTRY.invalidate()  # nor one the registry prepared
     dev = "cpu" if jit.INTERPRET else "cuda"  # where the backend's kernels (as decorated here) may run
     for op, make in GENERATORS.items():
         for hostile in (False, True):
