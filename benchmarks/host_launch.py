@@ -7,7 +7,9 @@ fastest round of each kept (``benchmarks/timing.py`` ``wall_interleaved``): the 
 GPU backend forced by name. The floor beside the default is the same launch forced to the
 backend the default picks, so the ratio is what automatic selection costs; the goal is at most 1 µs over it.
 The floor beside each forced backend is a bare launch of an empty CUDA kernel (cuda.core, the cuda backend's
-launch path, timed in the same run): the goal is at most 2x. Every call repeats the one before it exactly, so
+launch path, timed in the same run): the goal is at most 2x. Triton is timed twice: its compiled variants
+launched through cuda.core (the default, ``[triton forced]``) and by Triton's own compiled launcher
+(``[triton, Triton's launcher forced]``). Every call repeats the one before it exactly, so
 after the first the launcher replays the launch its backend prepared (docs/extending/backend.md).
 """
 
@@ -33,13 +35,49 @@ from tools import workloads
 CALLS = 50  # launches per timed round: far fewer than the launch queue holds, so the host never waits on the GPU
 
 
+TRITON_LAUNCHER = "triton, Triton's launcher"
+"""The Triton backend with its compiled variants launched by Triton's own launcher (``Launcher.direct`` off);
+plain ``triton`` launches them through cuda.core (the direct path)."""
+
+
+def _triton_path(fn: timing.Fn, direct: bool) -> timing.Fn:
+    """``fn`` with the Triton launcher's direct path set on or off for each call (read at each launch)."""
+    from kvcanary_backends.triton._jit import Launcher
+
+    def call() -> None:
+        Launcher.direct = direct
+        fn()
+
+    return call
+
+
 def host_s(case: Case, backends: list[str]) -> dict[str | None, float]:
-    """Host seconds to issue one launch of ``case`` per forced backend and for the default (key ``None``)."""
+    """Host seconds to issue one launch of ``case`` per forced backend and for the default (key ``None``);
+    Triton twice (:data:`TRITON_LAUNCHER`)."""
     kw = case.make()
     fns: dict[str, timing.Fn] = {name: partial(launcher(case.op), **kw, backend=name) for name in backends}
+    if "triton" in fns:
+        fns[TRITON_LAUNCHER] = _triton_path(fns["triton"], False)
+        fns["triton"] = _triton_path(fns["triton"], True)
     fns["default"] = partial(launcher(case.op), **kw)
-    best = timing.wall_interleaved(fns, calls=CALLS)
+    if "triton" in backends:  # the rounds interleave: each sets the path it times
+        fns["default"] = _triton_path(fns["default"], True)
+    try:
+        best = timing.wall_interleaved(fns, calls=CALLS)
+    finally:
+        if "triton" in backends:
+            from kvcanary_backends.triton._jit import Launcher
+
+            Launcher.direct = True
     return {(None if k == "default" else k): v for k, v in best.items()}
+
+
+def _direct_refusals() -> str:
+    """Why Triton variants launched so far do not launch through cuda.core ("": every one does)."""
+    from kvcanary_backends.triton import fold, plan, plan_entries, plan_offsets, scatter, verify, write
+
+    mods = (fold, plan, plan_entries, plan_offsets, scatter, verify, write)
+    return "; ".join(f"{m.__name__}: {sorted(set(r.values()))}" for m in mods if (r := m._LAUNCH.direct_refusals()))
 
 
 def _bare_launch() -> float | None:
@@ -78,9 +116,12 @@ def main() -> None:
         names = [n for n in ("cuda", "triton")
                  if (b := REGISTRY.backends().get(n)) is not None and not b.static_reasons(case.op, DEV)]
         times = host_s(case, names)
-        for name in names:
+        refused = _direct_refusals() if "triton" in names else ""
+        for name in names + ([TRITON_LAUNCHER] if "triton" in names else []):
+            how = {"triton": "; compiled variants launched through cuda.core" + (
+                f" (refused: {refused})" if refused else ""), TRITON_LAUNCHER: "; direct path off"}.get(name, "")
             r.add(f"{case.name} [{name} forced]", times[name], bare, target=None if bare is None else 2.0,
-                  note="host time per eager launch; floor: a bare cuda.core launch of an empty kernel")
+                  note=f"host time per eager launch; floor: a bare cuda.core launch of an empty kernel{how}")
         default = times[None]
         floor = times.get(chosen)
         r.add(f"{case.name} [registry default: {chosen}]", default, floor,

@@ -1,5 +1,8 @@
 """Repeated launches on the GPU replay their prepared launch (cuda, Triton), and each equals a fresh launch.
 
+Triton runs twice: its compiled variants launched through cuda.core (``direct``) and through Triton's own
+compiled launcher; the direct run must launch that way (no variant refused).
+
 The same write and verify calls (the very same tensors) are launched step after step, the tokens refilled in
 place between steps, with a storage swapped in place half-way (an address change the launcher must see);
 torch_ref runs the same sequence on the CPU. After every step the canary buffer, the counters and the ring
@@ -19,6 +22,7 @@ import kvcanary as kc
 from kvcanary.registry import REGISTRY
 from kvcanary.testing import builders
 from kvcanary.testing.parity import compare_outputs
+from tests.backends.triton._support import LAUNCH_PATHS, assert_path_taken, use_launch_path
 
 pytestmark = pytest.mark.gpu
 STEPS = 8
@@ -76,9 +80,11 @@ class World:
         return builders.context_outputs(self.write)
 
 
-@pytest.mark.parametrize("backend", ["cuda", "triton"])
-def test_repeated_launches_replay_and_equal_the_reference(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("backend", "path"), [("cuda", None), *(("triton", p) for p in LAUNCH_PATHS)])
+def test_repeated_launches_replay_and_equal_the_reference(backend: str, path: str | None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _skip(backend)
+    direct = use_launch_path(path, monkeypatch) if path is not None else None
     packs: list[str] = []
     *mods, name = _packers(backend)
 
@@ -108,3 +114,6 @@ def test_repeated_launches_replay_and_equal_the_reference(backend: str, monkeypa
     # prepared at the first steps and after the swap, replayed otherwise (Triton packs twice more: a variant's
     # first launch goes through Triton, then the next call prepares)
     assert 0 < len(packs) <= 2 * (4 if backend == "cuda" else 6), packs
+    if direct is not None:  # every launch after a variant's first went the selected way
+        assert path is not None
+        assert_path_taken(path, direct)

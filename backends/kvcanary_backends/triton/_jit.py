@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import triton
 
+from kvcanary_backends.triton import _direct
+
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 """True when the kernels below were decorated under Triton's interpreter (CPU tensors only)."""
 
@@ -233,13 +235,21 @@ class Launcher:
     specialisation that is the dtype of every tensor argument, which integers fit 32 bits, and which
     arguments are None (:func:`type_key` computes it generically; a launcher can cache the part that comes
     from a long-lived object). A new (device, key, consts, num_warps) goes through Triton (compiling if
-    needed) and keeps the ``CompiledKernel`` it returns; later calls use that kernel's own launcher
-    (``CompiledKernel[grid](*args, stream=...)``, every parameter in signature order, constexprs included,
-    exactly what ``JITFunction.run`` passes it). Under the interpreter every call goes through Triton.
-    If a Triton version's compiled launcher refuses the call, the fast path is switched off for good.
+    needed) and keeps the ``CompiledKernel`` it returns. Later calls take one of two fast paths:
+
+    - direct (:attr:`direct`): the variant's cubin loaded once per device and launched through cuda.core,
+      as the cuda backend launches its own (:mod:`._direct`, which says what it refuses: such a variant
+      keeps the next path);
+    - Triton's compiled launcher (``CompiledKernel[grid](*args, stream=...)``, every parameter in signature
+      order, constexprs included, exactly what ``JITFunction.run`` passes it).
+
+    Under the interpreter every call goes through Triton. If a launcher refuses the arguments of a call (a
+    Triton or cuda.core version parsing them otherwise), its path is switched off for good.
     """
 
     fast: bool = not INTERPRET
+    direct: bool = not INTERPRET
+    """Whether variants :mod:`._direct` accepts launch through cuda.core (off: Triton's compiled launcher)."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -249,7 +259,13 @@ class Launcher:
         n_rt = len(params) - len(self.const_names)
         # constexprs last, so that (*args, *consts) is the signature order
         self._ordered = not any(flags[:n_rt]) and all(flags[n_rt:])
-        self._runners: dict[Hashable, Any] = {}
+        self._runners: dict[Hashable, _Entry] = {}
+        self._variants: dict[Hashable, Any] = {}  # (device, key, consts, warps) -> _direct.Variant | why not
+
+    def direct_refusals(self) -> dict[Hashable, str]:
+        """Why each variant launched so far does not go through cuda.core, by (device, key, consts, warps)
+        (empty: every one does)."""
+        return {k: v for k, v in self._variants.items() if isinstance(v, str)}
 
     def __call__(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
                  num_warps: int) -> None:
@@ -257,8 +273,16 @@ class Launcher:
             drv = _driver().active
             dev = drv.get_current_device()
             rk = (dev, key, consts, num_warps, grid)
-            runner = self._runners.get(rk)
-            if runner is not None:
+            hit = self._runners.get(rk)
+            if hit is not None:
+                runner, variant, cfg = hit
+                if variant is not None and Launcher.direct:
+                    try:
+                        cu_stream = _direct.stream_function()(dev, drv.get_current_stream(dev))
+                        _launch_fn()(cu_stream, cfg, variant.kernel, *variant.pack(args))
+                        return
+                    except TypeError:  # pragma: no cover - a cuda.core refusing an argument type (before
+                        Launcher.direct = False  # launching): Triton's compiled launcher takes over
                 try:
                     runner(*args, *consts, stream=drv.get_current_stream(dev))
                     return
@@ -272,31 +296,47 @@ class Launcher:
                     return
                 if len(self._runners) >= _RUNNER_CAP:
                     self._runners.clear()
-                g3 = (*grid, 1, 1, 1)[:3]
-                self._runners[rk] = compiled[g3]
+                self._runners[rk] = self._entry(compiled, dev, (dev, key, consts, num_warps), grid)
                 return
         self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), num_warps=num_warps)
 
+    def _entry(self, compiled: Any, dev: int, vk: Hashable, grid: tuple[int, ...]) -> _Entry:
+        """What a repeated launch of ``compiled`` on ``grid`` needs: Triton's runner, and the cuda.core variant
+        with its launch config (None: Triton's runner only)."""
+        g3 = (*grid, 1, 1, 1)[:3]
+        runner = compiled[g3]
+        variant = self._variants.get(vk)
+        if variant is None:  # loaded whatever :attr:`direct` says now: each call reads it
+            variant = _direct.load(compiled, dev)
+            self._variants[vk] = variant
+        if not isinstance(variant, _direct.Variant) or 0 in g3:  # refused, or an empty grid (launches nothing)
+            return runner, None, None
+        return runner, variant, _direct.config(variant, (g3[0], g3[1], g3[2]))
 
     def prepare(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
                 num_warps: int) -> Callable[[], bool | None] | None:
-        """This launch for a call repeated exactly (``OpSupport.prepare``): the compiled kernel's launcher with
-        every argument bound, each tensor as its address (an int: Triton's launcher then neither calls
-        ``data_ptr`` nor asks the driver about the pointer). Each call reads the current stream; it returns
-        False, launching nothing, where the current device is another, the launch shapes (:data:`TUNING`)
-        changed or the fast path was switched off (the caller then launches through :meth:`__call__`).
-        None where there is nothing to bind yet (the variant's first launch goes through Triton, which
-        compiles it) or no fast path (the interpreter)."""
+        """This launch for a call repeated exactly (``OpSupport.prepare``): the variant's parameters packed
+        once for cuda.core (each tensor as its address) and, for Triton's compiled launcher, every argument
+        bound (tensors as addresses: that launcher then neither calls ``data_ptr`` nor asks the driver about
+        the pointer). Each call reads the current stream and :attr:`direct`; it returns False, launching
+        nothing, where the current device is another, the launch shapes (:data:`TUNING`) changed or the fast
+        path was switched off (the caller then launches through :meth:`__call__`). None where there is
+        nothing to bind yet (the variant's first launch goes through Triton, which compiles it) or no fast
+        path (the interpreter)."""
         if not (Launcher.fast and self._ordered):
             return None
         drv = _driver().active
         dev = drv.get_current_device()
-        runner = self._runners.get((dev, key, consts, num_warps, grid))
-        if runner is None:
+        hit = self._runners.get((dev, key, consts, num_warps, grid))
+        if hit is None:
             return None
+        runner, variant, cfg = hit
         params = (*(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args), *consts)
         current, stream = drv.get_current_device, drv.get_current_stream
         tuning, version = TUNING, TUNING.version
+        if variant is not None:
+            kernel, packed = variant.kernel, variant.pack(args)
+            launch, cu_stream = _launch_fn(), _direct.stream_function()
 
         def run() -> bool | None:
             if not Launcher.fast or tuning.version != version:
@@ -304,6 +344,12 @@ class Launcher:
             d = current()
             if d != dev:
                 return False
+            if variant is not None and Launcher.direct:
+                try:
+                    launch(cu_stream(d, stream(d)), cfg, kernel, *packed)
+                    return None
+                except TypeError:  # pragma: no cover - cuda.core refusing an argument type, before launching
+                    Launcher.direct = False
             try:
                 runner(*params, stream=stream(d))
             except (TypeError, ValueError, SystemError):  # pragma: no cover - a launcher refusing the call: it
@@ -312,6 +358,15 @@ class Launcher:
             return None
 
         return run
+
+
+_Entry = tuple[Any, Any, Any]
+"""A kept launch: Triton's runner for the grid, the cuda.core variant and its launch config (or None, None)."""
+
+
+@cache
+def _launch_fn() -> Callable[..., None]:
+    return _direct.launch_function()
 
 
 class ObjectCache:

@@ -5,6 +5,9 @@
   eagerly, and a third runs them with torch_ref. After every step all three states must agree (rings as
   multisets).
 - Eager launches run under ``torch.cuda.set_sync_debug_mode("error")``: any host sync raises.
+- The two checks above run with each fast path of compiled variants: launched through cuda.core (``direct``: the
+  capture records those launches; the run must have launched that way, no variant refused) and through
+  Triton's own compiled launcher.
 - Batch sizes and token counts change between calls of one endpoint (same buffers' layouts); the number of
   compiled variants of each kernel must not grow.
 """
@@ -19,6 +22,7 @@ import pytest
 import torch
 
 from tests.backends.triton._engine import Engine, compare_states
+from tests.backends.triton._support import LAUNCH_PATHS, assert_path_taken, use_launch_path
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -44,7 +48,9 @@ def compiled_variants(fn: Any) -> int:
     pytest.skip("this Triton version exposes no kernel cache")
 
 
-def test_graph_replay_matches_eager_and_torch_ref() -> None:
+@pytest.mark.parametrize("path", LAUNCH_PATHS)
+def test_graph_replay_matches_eager_and_torch_ref(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    direct = use_launch_path(path, monkeypatch)
     kwargs: dict[str, Any] = {"bs": 8, "num_tokens": 48, "max_seq": 160, "num_slots": 2048}
     warm = Engine("cuda", seed=SEED + 1, **kwargs)
     for _ in range(3):  # compile every variant the step uses, on other buffers
@@ -75,9 +81,12 @@ def test_graph_replay_matches_eager_and_torch_ref() -> None:
         assert not problems, f"step {step}, triton vs torch_ref (KVCANARY_TEST_SEED={SEED}): {problems}"
     assert int(eager.write_index[0]) > 0, "the faults should have produced violations"
     assert [compiled_variants(k) for k in _kernels()] == variants, "replay steps must not compile"
+    assert_path_taken(path, direct)
 
 
-def test_eager_launches_never_sync() -> None:
+@pytest.mark.parametrize("path", LAUNCH_PATHS)
+def test_eager_launches_never_sync(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    direct = use_launch_path(path, monkeypatch)
     e = Engine("cuda", seed=SEED)
     e.prepare()  # host-side refills copy from host memory (outside the checked region)
     e.step("triton")  # the first call compiles
@@ -89,6 +98,7 @@ def test_eager_launches_never_sync() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+    assert_path_taken(path, direct)
 
 
 def test_batch_sizes_within_capacity_share_one_compilation() -> None:

@@ -3,9 +3,11 @@
 On the GPU the fast path skips Triton's per-call binding; these checks run it on the CPU against a fake
 JIT function: the first call of a key goes through ``fn[grid](...)``, later ones call the kept compiled
 kernel's launcher with every parameter in signature order (constexprs last), and a new key, grid or
-constexpr goes through Triton again. The context cache recomputes only for a new object and forgets dead
-ones. Every kernel of the backend is declared so that the fast path applies (constexprs last, no value
-or alignment specialisation).
+constexpr goes through Triton again. With the direct path on (stand-ins for its cuda.core parts), a kept
+variant launches through cuda.core with its packed parameters, each call reading ``Launcher.direct``; a
+refused variant, or an empty grid, keeps Triton's compiled launcher. The context cache recomputes only for
+a new object and forgets dead ones. Every kernel of the backend is declared so that the fast path applies
+(constexprs last, no value or alignment specialisation).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 import triton.language as tl
 
 import kvcanary_backends.triton._jit as jit
+from kvcanary_backends.triton import _direct
 
 
 def _kern(a: Any, n: Any, b: Any, X: tl.constexpr, Y: tl.constexpr) -> None:
@@ -197,3 +200,61 @@ def test_every_kernel_is_prepared_for_repeated_calls() -> None:
     for mod in (fold, plan, plan_entries, plan_offsets, scatter, verify, write):
         op_kernels = [k for op in __import__("kvcanary").Op for k in [op.kernels.get("triton")] if k is not None]
         assert any(k.prepare is mod.prepare for k in op_kernels), mod.__name__
+
+
+class _DirectLog:
+    """Stand-ins for the direct path's cuda.core parts: a variant whose packer tags its values, a config per
+    grid, a stream per (device, handle) and a launch function that logs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: str | None = None) -> None:
+        self.log: list[Any] = []
+        self.loads = 0
+
+        def load(compiled: Any, device: int) -> Any:
+            self.loads += 1
+            if refuse is not None:
+                return refuse
+            pack = lambda values: ("packed", *values)  # noqa: E731
+            return _direct.Variant("kernel", pack, 64, 0, device)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(_direct, "load", load)
+        monkeypatch.setattr(_direct, "config", lambda variant, grid: ("cfg", grid))
+        monkeypatch.setattr(_direct, "stream_function", lambda: lambda device, handle: ("stream", device, handle))
+        monkeypatch.setattr(jit, "_launch_fn", lambda: lambda *a: self.log.append(("direct", *a)))
+
+
+def test_the_direct_path_launches_kept_variants_through_cuda_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    direct = _DirectLog(monkeypatch)
+    fake, launch, t = _first_launch(monkeypatch)
+    monkeypatch.setattr(jit.Launcher, "direct", True)
+    assert direct.loads == 1 and not launch.direct_refusals()
+    launch((4,), "k", (t, 6, None), (True, 8), 2)
+    assert direct.log[-1] == ("direct", ("stream", 0, 77), ("cfg", (4, 1, 1)), "kernel", "packed", t, 6, None)
+    run = launch.prepare((4,), "k", (t, 7, None), (True, 8), 2)
+    assert run is not None and run() is None
+    assert direct.log[-1] == ("direct", ("stream", 0, 77), ("cfg", (4, 1, 1)), "kernel", "packed",
+                              t, 7, None)  # packed once, at prepare
+    n = len(fake.log)
+    monkeypatch.setattr(jit.Launcher, "direct", False)  # read at each call: Triton's launcher now
+    assert run() is None
+    assert fake.log[-1] == ("fast", (4, 1, 1), (t.data_ptr(), 7, None, True, 8), 77) and len(fake.log) == n + 1
+    launch((4,), "k", (t, 8, None), (True, 8), 2)
+    assert fake.log[-1] == ("fast", (4, 1, 1), (t, 8, None, True, 8), 77)
+    launch((5,), "k", (t, 8, None), (True, 8), 2)  # a new grid of a loaded variant: no second load
+    assert direct.loads == 1
+    launch((0,), "k", (t, 8, None), (True, 8), 2)  # an empty grid (Triton's launcher skips it) keeps Triton's
+    monkeypatch.setattr(jit.Launcher, "direct", True)
+    k = len(direct.log)
+    launch((0,), "k", (t, 8, None), (True, 8), 2)
+    assert len(direct.log) == k and fake.log[-1][:2] == ("fast", (0, 1, 1))
+
+
+def test_a_refused_variant_keeps_tritons_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    direct = _DirectLog(monkeypatch, refuse="cooperative launch")
+    fake, launch, t = _first_launch(monkeypatch)
+    monkeypatch.setattr(jit.Launcher, "direct", True)
+    assert list(launch.direct_refusals().values()) == ["cooperative launch"]
+    launch((4,), "k", (t, 6, None), (True, 8), 2)
+    run = launch.prepare((4,), "k", (t, 6, None), (True, 8), 2)
+    assert run is not None and run() is None
+    assert not direct.log and [e[0] for e in fake.log[-2:]] == ["fast", "fast"]
