@@ -3,7 +3,8 @@
 # widened once and its batch reused, the transformers guard's feed, the demo guard's feed), the served canary on
 # cuda, then the figures those changes move: the isolate policy's overhead (bench_guard), the manager's host
 # time and the journal's share inside transformers (bench_transformers),
-# the manager's replays alone (bench_manager_graphs). The demo engine's pairs and a profile: wave3i.sh.
+# Triton's compiled variants launched through cuda.core: their GPU tests and host_launch. The demo engine's
+# pairs, the manager's replays alone and a profile: wave3i.sh.
 set -u
 mkdir -p "$OUT"
 rc=0
@@ -24,5 +25,9 @@ tail -12 "$OUT/bench_guard.log" | cut -c1-160
 step bench_transformers 170 python3 benchmarks/bench_transformers.py --device cuda --rounds 2 \
     --out "$OUT/bench_transformers_cuda.json"
 grep -iE "host|journal|share|steady|map|head|tail|end_step" "$OUT/bench_transformers.log" | cut -c1-160 | tail -30
-step bench_manager_graphs 60 python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json"
+step triton_direct 120 python3 -m pytest tests/backends/triton/test_direct_params.py \
+    tests/backends/triton/test_direct_gpu.py tests/backends/triton/test_gpu.py tests/backends/test_replay_gpu.py \
+    tests/backends/triton/test_launch.py -o addopts="" -q -rfE -p no:cacheprovider --durations=5
+step host_launch 60 python3 benchmarks/host_launch.py --out "$OUT/host_launch.json"
+grep -E "triton|bare|cuda" "$OUT/host_launch.log" | cut -c1-170 | tail -30
 exit $rc

@@ -6,6 +6,8 @@ set -u
 mkdir -p "$OUT"
 BUDGET=330 BENCHES="bench_engine bench_compile" OUT="$OUT/pairs" bash tools/gpu/suite.sh
 grep -iE "journal|share|step" "$OUT/pairs/after/bench_engine.log" | cut -c1-160 | tail -14
+python3 benchmarks/bench_manager_graphs.py --device cuda --out "$OUT/bench_manager_graphs.json" \
+    >"$OUT/bench_manager_graphs.log" 2>&1; echo "bench_manager_graphs: rc=$?"
 t0=$SECONDS
 timeout $((540 - SECONDS)) python3 -m cProfile -o "$OUT/bench_transformers.prof" benchmarks/bench_transformers.py \
     --device cuda --rounds 1 >"$OUT/profile.log" 2>&1
