@@ -22,7 +22,7 @@ KVCANARY_BACKEND=cuda step serve 40 python3 -m pytest tests/integrations/transfo
     -q -rfE -p no:cacheprovider
 step bench_guard 60 python3 benchmarks/bench_guard.py --device cuda --out "$OUT/bench_guard_cuda.json"
 tail -12 "$OUT/bench_guard.log" | cut -c1-160
-step bench_transformers 170 python3 benchmarks/bench_transformers.py --device cuda --rounds 2 \
+step bench_transformers 130 python3 benchmarks/bench_transformers.py --device cuda --rounds 1 \
     --out "$OUT/bench_transformers_cuda.json"
 grep -iE "host|journal|share|steady|map|head|tail|end_step" "$OUT/bench_transformers.log" | cut -c1-160 | tail -30
 step triton_direct 120 python3 -m pytest tests/backends/triton/test_direct_params.py \
