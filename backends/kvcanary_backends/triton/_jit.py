@@ -90,6 +90,10 @@ TUNING: Tuning = Tuning({
     "plan_warps": 8,
     "plan_row_waves": 8,  # row programs per SM at most (G = min(bs, SMs x this))
     "plan_max_y": 1024,  # programs per row at most
+    # the plan with the token pool only (candidates, off: benchmarks/bench_i36k.py times them)
+    "plan_pool_cap_mask": 0,  # 1: each entry also masked to before + j < capacity (never fails)
+    "plan_pool_token_last": 0,  # 1: the tokens gathered and stored after the other three stores
+    "plan_pool_max_registers": 0,  # ptxas registers per thread at most (0: no cap)
     "entries_block": 1024,
     "entries_warps": 4,
     "entries_waves": 4,
@@ -223,6 +227,12 @@ def nothing() -> None:
     """The prepared launch of a call that launches nothing (an empty batch)."""
 
 
+def _options(num_warps: int, maxnreg: int) -> dict[str, int]:
+    """Triton's launch options: the warps, and the register cap where one is set (none passed otherwise, so a
+    kernel without one compiles as it always has)."""
+    return {"num_warps": num_warps, "maxnreg": maxnreg} if maxnreg else {"num_warps": num_warps}
+
+
 _RUNNER_CAP = 256  # launch shapes remembered per kernel (grids change with batch shapes)
 
 
@@ -237,6 +247,7 @@ class Launcher:
     (``CompiledKernel[grid](*args, stream=...)``, every parameter in signature order, constexprs included,
     exactly what ``JITFunction.run`` passes it). Under the interpreter every call goes through Triton.
     If a Triton version's compiled launcher refuses the call, the fast path is switched off for good.
+    ``maxnreg`` (0: none) caps ptxas's registers per thread, a compile option like ``num_warps``.
     """
 
     fast: bool = not INTERPRET
@@ -252,11 +263,12 @@ class Launcher:
         self._runners: dict[Hashable, Any] = {}
 
     def __call__(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
-                 num_warps: int) -> None:
+                 num_warps: int, *, maxnreg: int = 0) -> None:
+        options = _options(num_warps, maxnreg)
         if Launcher.fast and self._ordered:
             drv = _driver().active
             dev = drv.get_current_device()
-            rk = (dev, key, consts, num_warps, grid)
+            rk = (dev, key, consts, num_warps, maxnreg, grid)
             runner = self._runners.get(rk)
             if runner is not None:
                 try:
@@ -266,8 +278,7 @@ class Launcher:
                     # its arguments otherwise refuses them before launching: fall back to Triton's own path
                     Launcher.fast = False
             else:
-                compiled = self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)),
-                                         num_warps=num_warps)
+                compiled = self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), **options)
                 if compiled is None:  # pragma: no cover - nothing to keep
                     return
                 if len(self._runners) >= _RUNNER_CAP:
@@ -275,11 +286,11 @@ class Launcher:
                 g3 = (*grid, 1, 1, 1)[:3]
                 self._runners[rk] = compiled[g3]
                 return
-        self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), num_warps=num_warps)
+        self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), **options)
 
 
     def prepare(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
-                num_warps: int) -> Callable[[], bool | None] | None:
+                num_warps: int, *, maxnreg: int = 0) -> Callable[[], bool | None] | None:
         """This launch for a call repeated exactly (``OpSupport.prepare``): the compiled kernel's launcher with
         every argument bound, each tensor as its address (an int: Triton's launcher then neither calls
         ``data_ptr`` nor asks the driver about the pointer). Each call reads the current stream; it returns
@@ -291,7 +302,7 @@ class Launcher:
             return None
         drv = _driver().active
         dev = drv.get_current_device()
-        runner = self._runners.get((dev, key, consts, num_warps, grid))
+        runner = self._runners.get((dev, key, consts, num_warps, maxnreg, grid))
         if runner is None:
             return None
         params = (*(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args), *consts)
