@@ -181,8 +181,10 @@ def _launch_args(call: PlanLaunch) -> LaunchArgs:
 
 
 def max_registers(call: PlanLaunch) -> int:
-    """The register cap of the launch of ``call`` (0: none): ``plan_pool_max_registers`` with the token pool."""
-    return TUNING["plan_pool_max_registers"] if call.req_to_verify_expected_tokens is not None else 0
+    """The register cap of the launch of ``call`` (0: none): ``plan_pool_max_registers`` with the token pool,
+    ``plan_max_registers`` without (two specializations, each its own registers)."""
+    return TUNING["plan_pool_max_registers" if call.req_to_verify_expected_tokens is not None else
+                  "plan_max_registers"]
 
 
 def prepare(call: PlanLaunch) -> PreparedLaunch | None:

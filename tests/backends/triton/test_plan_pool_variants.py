@@ -111,7 +111,10 @@ def test_the_candidates_reach_the_pool_specialization_alone(monkeypatch: pytest.
             for key, value in keys.items():
                 m.setitem(jit.TUNING, key, value)
             assert triton_plan._launch_args(plain)[3] == base[3], name  # no pool: the same kernel
-            assert triton_plan.max_registers(plain) == 0, name
+            assert triton_plan.max_registers(plain) == 0, name  # the pool's cap is not the plain plan's
             consts = triton_plan._launch_args(pooled)[3]
             assert consts[-2:] == (bool(keys.get("plan_pool_cap_mask")), bool(keys.get("plan_pool_token_last"))), name
             assert triton_plan.max_registers(pooled) == keys.get("plan_pool_max_registers", 0), name
+    monkeypatch.setitem(jit.TUNING, "plan_max_registers", 72)  # and the plain plan's cap is not the pool's
+    assert triton_plan.max_registers(plain) == 72 and triton_plan.max_registers(pooled) == 0
+    assert triton_plan._launch_args(plain)[3] == base[3]
