@@ -3,8 +3,9 @@ torch_ref on plans with the token pool, and leaving every byte outside the outpu
 
 The candidates change only the code the token-pool specialization compiles to (a capacity test that cannot
 fail, the tokens gathered after the other stores, a register cap), never a result; the host passes them to the
-pool specialization alone, so a plan without the pool compiles and launches exactly as before. The register
-cap is a compile option the interpreter ignores; under it these checks cover the host path that passes it.
+pool specialization alone, so a plan without the pool compiles and launches exactly as before (its own register
+cap, ``plan_max_registers``, stays its own). The register cap is a compile option the interpreter ignores;
+under it these checks cover the host path that passes it, on a GPU the capped kernels themselves.
 """
 
 from __future__ import annotations
