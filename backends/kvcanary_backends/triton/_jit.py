@@ -243,7 +243,7 @@ class Launcher:
     ``key`` must determine the compiled variant given ``consts``: with :func:`kernel`'s type-only
     specialisation that is the dtype of every tensor argument, which integers fit 32 bits, and which
     arguments are None (:func:`type_key` computes it generically; a launcher can cache the part that comes
-    from a long-lived object). A new (device, key, consts, num_warps) goes through Triton (compiling if
+    from a long-lived object). A new (device, key, consts, num_warps, maxnreg) goes through Triton (compiling if
     needed) and keeps the ``CompiledKernel`` it returns; later calls use that kernel's own launcher
     (``CompiledKernel[grid](*args, stream=...)``, every parameter in signature order, constexprs included,
     exactly what ``JITFunction.run`` passes it). Under the interpreter every call goes through Triton.
