@@ -8,9 +8,10 @@ them alike.
   rotating sets: *before* (``benchmarks/before/triton_plan.py``: stores masked to the capacity too, limb
   sums), *limb sums* (today's kernel with the scan forced onto its limb path: the mask change alone),
   *after* (today's default, the clamped scan), and *after* with 4 warps a program or tiles of 2048 entries
-  (launch shapes whose grid would be resident in one wave: candidates, timed only). Floors: the plan's bytes
-  at copy bandwidth and the plain stream probe (``floors_cuda.plan_stream_cuda``); target: 19 us at 256 x
-  4096.
+  (launch shapes whose grid would be resident in one wave: candidates, timed only), and the candidates of each
+  specialization (``POOL_CANDIDATES`` with the token pool, ``PLAIN_CANDIDATES`` without: fewer registers, more
+  resident programs; timed only). Floors: the plan's bytes at copy bandwidth and the plain stream probe
+  (``floors_cuda.plan_stream_cuda``); target: 19 us at 256 x 4096.
 - cuda plan (same sets) beside the same stream probe, target 1.25x (unchanged: the issue's figure, same run);
   cuda scatter 256 x 4096 before (``benchmarks/before/scatter.cu``: the later-request search before any load)
   and after, and Triton's, beside its bytes at copy bandwidth, target 1.5x.
@@ -61,6 +62,16 @@ if "triton" not in kc.registered_backends():  # a checkout that is not pip-insta
 Fn = Callable[[], None]
 SECTIONS = ("plan", "scatter", "write")
 PLAN_TARGET_US = 19.0
+#: the token-pool candidates of today's Triton plan, each a change of TUNING (tools/triton_resources.py --plan
+#: prints their registers): the capacity test put back on its tile stores, that and the tokens gathered after
+#: the other stores, a register cap of 64 a thread (4 programs of 8 warps an SM)
+POOL_CANDIDATES: dict[str, dict[str, int]] = {
+    "pool cap mask": {"plan_pool_cap_mask": 1},
+    "pool cap mask + token last": {"plan_pool_cap_mask": 1, "plan_pool_token_last": 1},
+    "pool 64 registers": {"plan_pool_max_registers": 64},
+}
+#: the same register cap for the plan without the token pool (its own specialization, its own key)
+PLAIN_CANDIDATES: dict[str, dict[str, int]] = {"64 registers": {"plan_max_registers": 64}}
 STRIP = 256  # bytes of K (or V) per token in every decode-write source
 
 
@@ -105,6 +116,10 @@ def plan_variants(batch: workloads.PlanBatch, *, pool: bool) -> dict[str, list[F
            # (tools/triton_resources.py --plan): candidates for TUNING, timed only
            "triton after, 4 warps": [_under(partial(tuned, plan_warps=4), f) for f in after],
            "triton after, tile 2048": [_under(partial(tuned, plan_tile=2048), f) for f in after]}
+    # candidates of the specialization timed (TUNING's plan_pool_* keys with the token pool, plan_max_registers
+    # without): registers, hence resident programs
+    for name, over in (POOL_CANDIDATES if pool else PLAIN_CANDIDATES).items():
+        out[f"triton after, {name}"] = [_under(partial(tuned, **over), f) for f in after]
     if batch.vps[0].verify_slot_indices.device.type == "cuda":
         out["cuda"] = [partial(kc.launch_canary_plan_kernels, **kw, backend="cuda") for kw in kws]
     return out
@@ -187,6 +202,10 @@ def bench_plan(r: Report, copy_bw: float, rounds: int) -> None:
                       target=1.25 if name == "cuda" else None, note="floor: kvc_probe_stream_plan, same rotation")
         r.value(f"{label}: triton after / before", times["triton after"] / times["triton before"], None, unit="x",
                 benchmark="i36 plan")
+        for name in (f"triton after, {c}" for c in (*POOL_CANDIDATES, *PLAIN_CANDIDATES)):
+            if name in times:
+                r.value(f"{label}: {name} / after", times[name] / times["triton after"], None, unit="x",
+                        benchmark="i36 plan")
         del batch
         torch.cuda.empty_cache()
 

@@ -63,12 +63,13 @@ def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str,
     return sig, consts
 
 
-def registers(fn: Any, sig: dict[str, str], consts: dict[str, Any], warps: int) -> tuple[int, int]:
-    """Registers per thread of ``fn`` compiled for sm_90 and the bytes of local memory (spills) per thread,
-    read back from the cubin with cuobjdump."""
+def registers(fn: Any, sig: dict[str, str], consts: dict[str, Any], warps: int, maxnreg: int = 0) -> tuple[int, int]:
+    """Registers per thread of ``fn`` compiled for sm_90 (under a cap of ``maxnreg`` where set) and the bytes of
+    local memory (spills) per thread, read back from the cubin with cuobjdump."""
     names = list(sig)
     src = ASTSource(fn, sig, {(names.index(k),): v for k, v in consts.items()})
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    options: dict[str, int] = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
@@ -87,11 +88,11 @@ PLAN_POINTERS = {"rpi": "*i64", "prefix": "*i64", "extend": "*i64", "r2t": "*i32
 def plan_signature(fn: Any, pool: bool, limbs: bool | None) -> tuple[dict[str, str], dict[str, Any]]:
     """Argument types and constexprs of a fused plan kernel as the backend launches a plan with a scratch, no
     LUT, with or without the token pool, its row scan on the limb path or not (None: a kernel without the
-    choice, the one before issue 36)."""
+    choice, the one before issue 36; the token-pool switches off)."""
     consts: dict[str, Any] = {"HAS_LUT": False, "HAS_POOL": pool, "HAS_SCRATCH": True, "CHUNK": TUNING["plan_chunk"],
                               "TILE": TUNING["plan_tile"], "MARK_ZERO": False, "lut": None, "lut_len": 0}
     if limbs is not None:
-        consts["SAT_LIMBS"] = limbs
+        consts.update(SAT_LIMBS=limbs, CAP_MASK=False, TOKEN_LAST=False)
     if not pool:
         consts.update(pool=None, pool_rows=0, pool_cols=0, valid_lens=None)
     names = inspect.signature(fn.fn).parameters
@@ -106,16 +107,28 @@ def plan_report(sms: int) -> None:
     y = max(1, min(TUNING["plan_max_y"], -(-(256 * 4096) // (g * TUNING["plan_tile"]))))
     grid = (g + 1) * y
     print(f"plan kernel, {warps} warps a program, sm_90, {sms} SMs; grid at 256 x 4096: {grid} programs")
-    print(f"{'pool':>5} {'kernel':>28} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} {'waves':>5}")
-    kernels: list[tuple[str, Any, bool | None]] = [("now, clamped scan", triton_plan._plan_kernel, False),
-                                                   ("now, limb scan", triton_plan._plan_kernel, True),
-                                                   ("before (benchmarks/before)", before_plan._plan_kernel, None)]
+    print(f"triton {triton.__version__}")
+    print(f"{'pool':>5} {'kernel':>34} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} {'waves':>5}")
+    # (label, kernel, limb scan, token-pool switches (CAP_MASK, TOKEN_LAST), register cap)
+    kernels: list[tuple[str, Any, bool | None, tuple[bool, bool], int]] = [
+        ("now, clamped scan", triton_plan._plan_kernel, False, (False, False), 0),
+        ("now, limb scan", triton_plan._plan_kernel, True, (False, False), 0),
+        ("before (benchmarks/before)", before_plan._plan_kernel, None, (False, False), 0)]
+    # the candidates (TUNING's plan_pool_* keys, plan_max_registers; benchmarks/bench_i36k.py times them)
+    pool_candidates: list[tuple[str, Any, bool | None, tuple[bool, bool], int]] = [
+        ("now, pool cap mask", triton_plan._plan_kernel, False, (True, False), 0),
+        ("now, pool cap mask + token last", triton_plan._plan_kernel, False, (True, True), 0),
+        ("now, pool 64 registers", triton_plan._plan_kernel, False, (False, False), 64)]
+    plain_candidates = [("now, 64 registers", triton_plan._plan_kernel, False, (False, False), 64)]
     for pool in (False, True):
-        for label, fn, limbs in kernels:
+        for label, fn, limbs, (cap_mask, token_last), cap in kernels + (pool_candidates if pool else
+                                                                         plain_candidates):
             sig, consts = plan_signature(fn, pool, limbs)
-            regs, spill = registers(fn, sig, consts, warps)
+            if limbs is not None:
+                consts.update(CAP_MASK=cap_mask, TOKEN_LAST=token_last)
+            regs, spill = registers(fn, sig, consts, warps, cap)
             resident = blocks_per_sm(regs, warps) * sms
-            print(f"{pool!s:>5} {label:>28} {regs:>5} {spill:>7} {blocks_per_sm(regs, warps):>11} {resident:>8} "
+            print(f"{pool!s:>5} {label:>34} {regs:>5} {spill:>7} {blocks_per_sm(regs, warps):>11} {resident:>8} "
                   f"{-(-grid // resident):>5}")
 
 

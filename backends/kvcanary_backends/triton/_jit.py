@@ -92,6 +92,11 @@ TUNING: Tuning = Tuning({
     "plan_warps": 8,
     "plan_row_waves": 8,  # row programs per SM at most (G = min(bs, SMs x this))
     "plan_max_y": 1024,  # programs per row at most
+    "plan_max_registers": 0,  # a plan without the token pool: ptxas registers per thread at most (0: no cap)
+    # the plan with the token pool only (candidates, off: benchmarks/bench_i36k.py times them)
+    "plan_pool_cap_mask": 0,  # 1: each entry also masked to before + j < capacity (never fails)
+    "plan_pool_token_last": 0,  # 1: the tokens gathered and stored after the other three stores
+    "plan_pool_max_registers": 0,  # ptxas registers per thread at most (0: no cap)
     "entries_block": 1024,
     "entries_warps": 4,
     "entries_waves": 4,
@@ -225,6 +230,12 @@ def nothing() -> None:
     """The prepared launch of a call that launches nothing (an empty batch)."""
 
 
+def _options(num_warps: int, maxnreg: int) -> dict[str, int]:
+    """Triton's launch options: the warps, and the register cap where one is set (none passed otherwise, so a
+    kernel without one compiles as it always has)."""
+    return {"num_warps": num_warps, "maxnreg": maxnreg} if maxnreg else {"num_warps": num_warps}
+
+
 _RUNNER_CAP = 256  # launch shapes remembered per kernel (grids change with batch shapes)
 
 
@@ -234,7 +245,7 @@ class Launcher:
     ``key`` must determine the compiled variant given ``consts``: with :func:`kernel`'s type-only
     specialisation that is the dtype of every tensor argument, which integers fit 32 bits, and which
     arguments are None (:func:`type_key` computes it generically; a launcher can cache the part that comes
-    from a long-lived object). A new (device, key, consts, num_warps) goes through Triton (compiling if
+    from a long-lived object). A new (device, key, consts, num_warps, maxnreg) goes through Triton (compiling if
     needed) and keeps the ``CompiledKernel`` it returns. Later calls take one of two fast paths:
 
     - direct (:attr:`direct`): the variant's cubin loaded once per device and launched through cuda.core,
@@ -245,6 +256,7 @@ class Launcher:
 
     Under the interpreter every call goes through Triton. If a launcher refuses the arguments of a call (a
     Triton or cuda.core version parsing them otherwise), its path is switched off for good.
+    ``maxnreg`` (0: none) caps ptxas's registers per thread, a compile option like ``num_warps``.
     """
 
     fast: bool = not INTERPRET
@@ -260,19 +272,20 @@ class Launcher:
         # constexprs last, so that (*args, *consts) is the signature order
         self._ordered = not any(flags[:n_rt]) and all(flags[n_rt:])
         self._runners: dict[Hashable, _Entry] = {}
-        self._variants: dict[Hashable, Any] = {}  # (device, key, consts, warps) -> _direct.Variant | why not
+        self._variants: dict[Hashable, Any] = {}  # (device, key, consts, warps, maxnreg) -> Variant | why not
 
     def direct_refusals(self) -> dict[Hashable, str]:
-        """Why each variant launched so far does not go through cuda.core, by (device, key, consts, warps)
-        (empty: every one does)."""
+        """Why each variant launched so far does not go through cuda.core, by (device, key, consts, warps,
+        maxnreg) (empty: every one does)."""
         return {k: v for k, v in self._variants.items() if isinstance(v, str)}
 
     def __call__(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
-                 num_warps: int) -> None:
+                 num_warps: int, *, maxnreg: int = 0) -> None:
+        options = _options(num_warps, maxnreg)
         if Launcher.fast and self._ordered:
             drv = _driver().active
             dev = drv.get_current_device()
-            rk = (dev, key, consts, num_warps, grid)
+            rk = (dev, key, consts, num_warps, maxnreg, grid)
             hit = self._runners.get(rk)
             if hit is not None:
                 runner, variant, cfg = hit
@@ -290,15 +303,14 @@ class Launcher:
                     # its arguments otherwise refuses them before launching: fall back to Triton's own path
                     Launcher.fast = False
             else:
-                compiled = self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)),
-                                         num_warps=num_warps)
+                compiled = self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), **options)
                 if compiled is None:  # pragma: no cover - nothing to keep
                     return
                 if len(self._runners) >= _RUNNER_CAP:
                     self._runners.clear()
-                self._runners[rk] = self._entry(compiled, dev, (dev, key, consts, num_warps), grid)
+                self._runners[rk] = self._entry(compiled, dev, (dev, key, consts, num_warps, maxnreg), grid)
                 return
-        self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), num_warps=num_warps)
+        self.fn[grid](*args, **dict(zip(self.const_names, consts, strict=True)), **options)
 
     def _entry(self, compiled: Any, dev: int, vk: Hashable, grid: tuple[int, ...]) -> _Entry:
         """What a repeated launch of ``compiled`` on ``grid`` needs: Triton's runner, and the cuda.core variant
@@ -314,7 +326,7 @@ class Launcher:
         return runner, variant, _direct.config(variant, (g3[0], g3[1], g3[2]))
 
     def prepare(self, grid: tuple[int, ...], key: Hashable, args: Sequence[Any], consts: tuple[Any, ...],
-                num_warps: int) -> Callable[[], bool | None] | None:
+                num_warps: int, *, maxnreg: int = 0) -> Callable[[], bool | None] | None:
         """This launch for a call repeated exactly (``OpSupport.prepare``): the variant's parameters packed
         once for cuda.core (each tensor as its address) and, for Triton's compiled launcher, every argument
         bound (tensors as addresses: that launcher then neither calls ``data_ptr`` nor asks the driver about
@@ -327,7 +339,7 @@ class Launcher:
             return None
         drv = _driver().active
         dev = drv.get_current_device()
-        hit = self._runners.get((dev, key, consts, num_warps, grid))
+        hit = self._runners.get((dev, key, consts, num_warps, maxnreg, grid))
         if hit is None:
             return None
         runner, variant, cfg = hit

@@ -53,6 +53,7 @@ def _plan_kernel(
     row_programs: tl.tensor,
     HAS_LUT: tl.constexpr, HAS_POOL: tl.constexpr, HAS_SCRATCH: tl.constexpr,
     CHUNK: tl.constexpr, TILE: tl.constexpr, MARK_ZERO: tl.constexpr, SAT_LIMBS: tl.constexpr,
+    CAP_MASK: tl.constexpr, TOKEN_LAST: tl.constexpr,
 ) -> None:
     x = tl.program_id(0).to(tl.int64)
     y = tl.program_id(1).to(tl.int64)
@@ -87,7 +88,11 @@ def _plan_kernel(
                 before = tl.minimum(before + tl.sum(tl.where(rows < x, short, 0)), over)
         # when the total is within the capacity every sum above is exact and each entry e = before + j of a
         # row lies below the total, hence the capacity, so the tiles' stores are masked to their row alone (a
-        # per-entry test against the capacity costs registers, hence resident programs: docs/tuning.md)
+        # per-entry test against the capacity costs registers, hence resident programs: docs/tuning.md). The
+        # token-pool path has two switches that only change how ptxas allocates its registers, never a result
+        # (host: TUNING's plan_pool_* keys): CAP_MASK adds that test back (it cannot fail here) and TOKEN_LAST
+        # gathers the tokens after the other three stores (the contract refuses an output that overlaps an
+        # input, so no store changes what the tile reads)
         if total <= capacity:
             lanes = tl.arange(0, TILE)
             for r in range(x, bs, g):
@@ -101,18 +106,27 @@ def _plan_kernel(
                 for k in range(y * TILE, n, ny * TILE):
                     j = k + lanes
                     m = j < n
+                    if CAP_MASK:
+                        m = m & (before + j < capacity)
                     pos = ws + j
                     slot = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, m, HAS_LUT)
                     if MARK_ZERO:
                         slot = mark_zero(r2t, r2t_rows, r2t_cols, rp, pos, m, slot)
                     prev = tl.where(pos > 0, read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos - 1,
                                                        m & (pos > 0), HAS_LUT), -1)
-                    tok = expected_token(pool, pool_rows, pool_cols, vl, rp, pos, token_offset, m, HAS_POOL)
                     e = before + j
-                    tl.store(out_slots + e, slot, mask=m)
-                    tl.store(out_prev + e, prev, mask=m)
-                    tl.store(out_positions + e, pos, mask=m)
-                    tl.store(out_tokens + e, tok, mask=m)
+                    if TOKEN_LAST:
+                        tl.store(out_slots + e, slot, mask=m)
+                        tl.store(out_prev + e, prev, mask=m)
+                        tl.store(out_positions + e, pos, mask=m)
+                        tok = expected_token(pool, pool_rows, pool_cols, vl, rp, pos, token_offset, m, HAS_POOL)
+                        tl.store(out_tokens + e, tok, mask=m)
+                    else:
+                        tok = expected_token(pool, pool_rows, pool_cols, vl, rp, pos, token_offset, m, HAS_POOL)
+                        tl.store(out_slots + e, slot, mask=m)
+                        tl.store(out_prev + e, prev, mask=m)
+                        tl.store(out_positions + e, pos, mask=m)
+                        tl.store(out_tokens + e, tok, mask=m)
                 # the next owned row's offset: add the rows [r, r + g) (none past the batch)
                 for c2 in range(r, tl.minimum(r + g, bs), CHUNK):
                     rows2, _rm2, _rp2, _pl2, vlen2 = chunk_rows(rpi, prefix, bs, swa, c2, CHUNK)
@@ -158,18 +172,27 @@ def _launch_args(call: PlanLaunch) -> LaunchArgs:
             int(call.kv_token_id_vs_position_offset), capacity, vp.verify_slot_indices, vp.verify_expected_tokens,
             vp.verify_expected_positions, vp.verify_prev_slot_indices, vp.verify_num_valid, vp.enable, scratch,
             wp.write_offsets, wp.write_offsets.shape[0], wp.write_seed_slot_indices, wp.write_num_valid_reqs, g)
+    has_pool = pool is not None
     return ((g + 1, ny), type_key(args), args,
-            (lut is not None, pool is not None, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"],
-             zero_slot_on(call.extensions), limb_sums(capacity, TUNING["plan_chunk"])),
+            (lut is not None, has_pool, scratch is not None, TUNING["plan_chunk"], TUNING["plan_tile"],
+             zero_slot_on(call.extensions), limb_sums(capacity, TUNING["plan_chunk"]),
+             has_pool and TUNING["plan_pool_cap_mask"] != 0, has_pool and TUNING["plan_pool_token_last"] != 0),
             TUNING["plan_warps"])
+
+
+def max_registers(call: PlanLaunch) -> int:
+    """The register cap of the launch of ``call`` (0: none): ``plan_pool_max_registers`` with the token pool,
+    ``plan_max_registers`` without (two specializations, each its own registers)."""
+    return TUNING["plan_pool_max_registers" if call.req_to_verify_expected_tokens is not None else
+                  "plan_max_registers"]
 
 
 def prepare(call: PlanLaunch) -> PreparedLaunch | None:
     """The launch of ``call`` with its arguments bound (:meth:`Launcher.prepare`)."""
-    return _LAUNCH.prepare(*_launch_args(call))
+    return _LAUNCH.prepare(*_launch_args(call), maxnreg=max_registers(call))
 
 
 @PLAN.kernel("triton", notes="one fused launch; each program derives the offsets it needs", prepare=prepare)
 def plan(call: PlanLaunch) -> None:
     """Launch the fused plan kernel (capture-safe: grid from capacities and shapes, no host sync)."""
-    _LAUNCH(*_launch_args(call))
+    _LAUNCH(*_launch_args(call), maxnreg=max_registers(call))

@@ -258,3 +258,21 @@ def test_a_refused_variant_keeps_tritons_launcher(monkeypatch: pytest.MonkeyPatc
     run = launch.prepare((4,), "k", (t, 6, None), (True, 8), 2)
     assert run is not None and run() is None
     assert not direct.log and [e[0] for e in fake.log[-2:]] == ["fast", "fast"]
+
+
+def test_a_register_cap_reaches_triton_only_when_set_and_is_its_own_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, launch, t = _first_launch(monkeypatch)
+    assert fake.log[-1][3] == {"X": True, "Y": 8, "num_warps": 2}  # no cap: Triton's options as before
+    assert launch.prepare((4,), "k", (t, 6, None), (True, 8), 2, maxnreg=64) is None  # not compiled with it yet
+    launch((4,), "k", (t, 6, None), (True, 8), 2, maxnreg=64)
+    assert fake.log[-1] == ("triton", (4,), (t, 6, None), {"X": True, "Y": 8, "num_warps": 2, "maxnreg": 64})
+    launch((4,), "k", (t, 7, None), (True, 8), 2, maxnreg=64)
+    assert fake.log[-1] == ("fast", (4, 1, 1), (t, 7, None, True, 8), 77)
+    run = launch.prepare((4,), "k", (t, 8, None), (True, 8), 2, maxnreg=64)
+    assert run is not None and run() is None
+    assert fake.log[-1] == ("fast", (4, 1, 1), (t.data_ptr(), 8, None, True, 8), 77)
+    launch((4,), "k", (t, 6, None), (True, 8), 2, maxnreg=80)  # another cap: compiled anew
+    assert fake.log[-1][0] == "triton" and fake.log[-1][3]["maxnreg"] == 80
+    monkeypatch.setattr(jit.Launcher, "fast", False)  # the interpreter's path passes it on too
+    launch((4,), "k", (t, 6, None), (True, 8), 2, maxnreg=64)
+    assert fake.log[-1] == ("triton", (4,), (t, 6, None), {"X": True, "Y": 8, "num_warps": 2, "maxnreg": 64})
