@@ -57,7 +57,7 @@ def _packed_widths(signature: dict[str, str], args: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _variant(launcher: jit.Launcher, args: Any, consts: tuple[Any, ...], num_warps: int) -> str:
+def _variant(launcher: jit.Launcher, args: Any, consts: tuple[Any, ...], num_warps: int, maxnreg: int) -> str:
     names = list(launcher.fn.arg_names)
     runtime = names[: len(names) - len(launcher.const_names)]
     signature = {n: mangle_type(a) for n, a in zip(runtime, args, strict=True)}
@@ -65,7 +65,8 @@ def _variant(launcher: jit.Launcher, args: Any, consts: tuple[Any, ...], num_war
     for n, c in zip(launcher.const_names, consts, strict=True):
         signature[n] = "constexpr"
         constexprs[n] = c
-    v = {"module": _module_of(launcher), "signature": signature, "constexprs": constexprs, "num_warps": num_warps}
+    v = {"module": _module_of(launcher), "signature": signature, "constexprs": constexprs, "num_warps": num_warps,
+         "maxnreg": maxnreg}
     return json.dumps(v)
 
 
@@ -75,15 +76,15 @@ def _recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, ...]]:
     seen: dict[str, tuple[int, ...]] = {}
 
     def record(self: jit.Launcher, grid: tuple[int, ...], key: Any, args: Any, consts: tuple[Any, ...],
-               num_warps: int) -> None:
-        variant = _variant(self, args, consts, num_warps)
+               num_warps: int, *, maxnreg: int = 0) -> None:
+        variant = _variant(self, args, consts, num_warps, maxnreg)
         sig = json.loads(variant)["signature"]
         seen[variant] = _packed_widths(sig, args)
         wide = _wide(variant)
         seen[wide] = _packed_widths(json.loads(wide)["signature"], args)
 
     monkeypatch.setattr(jit.Launcher, "__call__", record)
-    monkeypatch.setattr(jit.Launcher, "prepare", lambda *a: None)  # no launch kept by an earlier test replays
+    monkeypatch.setattr(jit.Launcher, "prepare", lambda *a, **k: None)  # no launch kept by an earlier test replays
     REGISTRY.invalidate()  # nor one the registry prepared
     dev = "cpu" if jit.INTERPRET else "cuda"  # where the backend's kernels (as decorated here) may run
     for op, make in GENERATORS.items():
