@@ -13,11 +13,13 @@ Cases:
   ``the isolate guard's journal feed per step``) beside its floor (as many event tuples appended to a list),
   and its share of the step is printed beside the noise: what part of any step overhead the feed explains.
 
-Variants are interleaved (benchmarks/timing.py ``interleaved_rounds``: the fastest round of each), so drift in
-the machine hits both alike. A third variant is the log policy again, built and timed the same way (an A/A
-pair): how far its figure lands from the first log variant's is the run-to-run noise, printed as its own
-row. Each isolate row's verdict says "not measurable" when its overhead over the floor is within that noise
-(the noise figure beside it), "measurable" with the overhead otherwise. Run from the repository root:
+Variants are interleaved (benchmarks/timing.py ``interleaved_rounds``, the order rotated each round), so drift
+in the machine and a variant's place in the round hit all alike. A third variant is the log policy again, built
+and timed the same way (an A/A pair). The comparison is paired by round: each round's isolate figure over that
+round's log-policy figure (the mean of the two log variants), the median of those ratios the overhead, and a
+bootstrap over the rounds gives its 95 % interval. "not measurable": the interval reaches zero (the overhead
+cannot be told from the noise); "measurable" otherwise. The A/A pair, compared the same way, is printed as its
+own row and in each verdict (its median round-to-round gap: the run-to-run noise). Run from the repository root:
 ``python benchmarks/bench_guard.py [--device cuda] [--out benchmarks/results/bench_guard.json]``.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import random
 import statistics
 import sys
 from collections.abc import Sequence
@@ -66,42 +69,62 @@ VARIANTS = ("log", "log again", "isolate")
 """The timed variants: the log policy twice (the A/A pair that measures the noise), then isolate."""
 
 
+BOOTSTRAP = 2000
+"""Resamples of the rounds behind each interval (a fixed seed: the same rounds give the same verdict)."""
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Whether the isolate policy's overhead over the log policy's step stands out of the run-to-run noise."""
+    """Whether the isolate policy's overhead over the log policy's step stands out of the run-to-run noise,
+    from rounds paired in time (each round ran every variant, one after another)."""
 
-    floor: float  # seconds: the faster of the two log variants' figures
-    figure: float  # seconds: the isolate variant's figure
-    noise: float  # relative: how far apart the A/A pair's figures land (whole run, and each half of it)
-
-    @property
-    def overhead(self) -> float:
-        return self.figure / self.floor - 1.0
+    floor: float  # seconds: the median round's log-policy figure (mean of the two log variants)
+    figure: float  # seconds: the median round's isolate figure
+    overhead: float  # relative: the median over rounds of isolate / log-policy figure, minus one
+    low: float  # the 95 % bootstrap interval of ``overhead``
+    high: float
+    noise: float  # relative: the median over rounds of |log again / log - 1| (the A/A pair's gap)
+    rounds: int
 
     @property
     def measurable(self) -> bool:
-        return self.overhead > self.noise
+        return self.low > 0.0
 
     def text(self) -> str:
         what = "measurable" if self.measurable else "not measurable"
-        return f"{what}: overhead {100 * self.overhead:+.1f}%, run-to-run noise {100 * self.noise:.1f}% (A/A)"
+        return (f"{what}: overhead {100 * self.overhead:+.1f}% (95% interval {100 * self.low:+.1f}% to "
+                f"{100 * self.high:+.1f}%, {self.rounds} paired rounds), "
+                f"run-to-run noise {100 * self.noise:.1f}% (A/A)")
+
+
+def interval(values: Sequence[float], *, seed: int = 0) -> tuple[float, float]:
+    """The 95 % bootstrap interval of the median of ``values`` (percentiles of :data:`BOOTSTRAP` resamples)."""
+    rng = random.Random(seed)
+    n = len(values)
+    meds = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(BOOTSTRAP))
+    return meds[int(0.025 * BOOTSTRAP)], meds[int(0.975 * BOOTSTRAP) - 1]
 
 
 def verdict(rounds: dict[str, list[float]]) -> Verdict:
-    """The verdict from every round's figure of each of :data:`VARIANTS` (fastest round = the figure)."""
+    """The verdict from every round's figure of each of :data:`VARIANTS` (seconds per call, one per round)."""
     log, again, iso = (rounds[v] for v in VARIANTS)
-    half = len(log) // 2
-    pairs = [(log, again)] + ([(log[:half], again[:half]), (log[half:], again[half:])] if half else [])
-    noise = max(abs(min(b) / min(a) - 1.0) for a, b in pairs)
-    return Verdict(floor=min(log + again), figure=min(iso), noise=noise)
+    base = [(a + b) / 2 for a, b in zip(log, again, strict=True)]
+    ratios = [i / b - 1.0 for i, b in zip(iso, base, strict=True)]
+    low, high = interval(ratios)
+    noise = statistics.median(abs(b / a - 1.0) for a, b in zip(log, again, strict=True))
+    return Verdict(floor=statistics.median(base), figure=statistics.median(iso), overhead=statistics.median(ratios),
+                   low=low, high=high, noise=noise, rounds=len(ratios))
 
 
 def add_rows(r: Report, case: str, rounds: dict[str, list[float]], *, unit: str) -> Verdict:
     """The isolate row (figure beside the log policy's floor, the verdict as its note) and the A/A row."""
     v = verdict(rounds)
     r.add(f"{case} isolate (nothing fires)", v.figure, v.floor, unit=unit, note=v.text())
-    r.add(f"{case} log again (A/A: the noise)", min(rounds["log again"]), min(rounds["log"]), unit=unit,
-          note="the same log-policy step, built and timed alike: floor = the first one")
+    aa = verdict({"log": rounds["log"], "log again": rounds["log"], "isolate": rounds["log again"]})
+    r.add(f"{case} log again (A/A: the noise)", statistics.median(rounds["log again"]),
+          statistics.median(rounds["log"]), unit=unit,
+          note="the same log-policy step, built and timed alike: floor = the first one; "
+               f"paired {100 * aa.overhead:+.1f}% (95% interval {100 * aa.low:+.1f}% to {100 * aa.high:+.1f}%)")
     r.note(f"{case}: {v.text()}")
     return v
 
@@ -140,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bs", type=int, default=None, help="requests per decode step (default 64; cpu 4)")
     p.add_argument("--ctx", type=int, default=None, help="context tokens per request (default 1024; cpu 128)")
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
-    p.add_argument("--engine-steps", type=int, default=None, help="timed engine decode steps per policy (default 24)")
+    p.add_argument("--engine-steps", type=int, default=None, help="timed engine decode steps per policy (default 40)")
     p.add_argument("--out", default=None, help="write the JSON records here")
     args = p.parse_args(argv)
     dev = torch.device(args.device)
@@ -159,10 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             w.manager.end_step()
         return run
 
-    t = timing.interleaved_rounds({k: stepper(w) for k, w in worlds.items()}, calls=10, rounds=20, warmup=5)
+    t = timing.interleaved_rounds({k: stepper(w) for k, w in worlds.items()}, calls=10, rounds=40, warmup=5,
+                                  rotate=True)
     add_rows(r, f"manager_step bs={bs} ctx={ctx}", t, unit="us")
     assert not any(w.manager.events for w in worlds.values()), "a clean pool reported a violation"
-    steps = args.engine_steps or 24
+    steps = args.engine_steps or 40
     ebs, ectx = (4, 64) if cpu else (16, 512)
     engs = engines(device=args.device, bs=ebs, ctx=ectx, steps=steps + 8, backend=args.backend)
     iso = engs["isolate"]
@@ -178,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         fed.append(iso.guard.seconds - f0)
 
     et = timing.interleaved_rounds({k: iso_step if k == "isolate" else e.step for k, e in engs.items()}, calls=1,
-                                   rounds=steps, warmup=0)
+                                   rounds=steps, warmup=0, rotate=True)
     etag = f"kvcanary engine bs={ebs} ctx={ectx}"
     v = add_rows(r, f"engine_step (journal fed) {etag}", et, unit="ms")
     feed = statistics.median(fed)

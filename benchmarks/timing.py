@@ -62,17 +62,20 @@ def wall(fn: Fn, *, calls: int = 1, reps: int = 5, warmup: int = 1, include_gpu:
 
 
 def interleaved_rounds(fns: dict[str, Fn], *, calls: int = 50, rounds: int = 40,
-                       warmup: int = 20) -> dict[str, list[float]]:
+                       warmup: int = 20, rotate: bool = False) -> dict[str, list[float]]:
     """Seconds per call of each of ``fns``, every round: ``calls`` back-to-back calls of one variant, then the
     next, for ``rounds`` rounds (what :func:`wall_interleaved` takes the fastest of; the spread between rounds,
-    or between two identical variants, is the run-to-run noise)."""
+    or between two identical variants, is the run-to-run noise). ``rotate``: round ``r`` starts with variant
+    ``r mod len(fns)``, so that no variant always runs first or after the same one."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     _sync()
     out: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    items = list(fns.items())
+    for r in range(rounds):
+        k = r % len(items) if rotate and items else 0
+        for name, fn in items[k:] + items[:k]:
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()

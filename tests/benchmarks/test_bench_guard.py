@@ -7,12 +7,14 @@ Only what the scripts decide and write is checked: their figures are measured on
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import timing
 from benchmarks.bench_guard import VARIANTS, verdict
 from tools.docsgen import benchmarks as docs
 
@@ -23,15 +25,42 @@ def rounds(log: list[float], again: list[float], iso: list[float]) -> dict[str, 
     return dict(zip(VARIANTS, (log, again, iso), strict=True))
 
 
-def test_the_verdict_weighs_the_overhead_against_the_a_a_noise() -> None:
-    # the two log variants land 2% apart (and 4% in the second half of the rounds): that is the noise
-    v = verdict(rounds([10.0, 10.0, 10.0, 10.0], [10.2, 10.3, 10.4, 10.4], [10.3, 10.4, 10.3, 10.3]))
-    assert v.floor == 10.0 and v.figure == 10.3 and v.noise == pytest.approx(0.04)
-    assert not v.measurable and v.text().startswith("not measurable: overhead +3.0%, run-to-run noise 4.0%")
-    v = verdict(rounds([10.0, 10.1], [10.05, 10.1], [11.0, 11.2]))
-    assert v.measurable and v.text().startswith("measurable: overhead +10.0%")
+def test_the_verdict_pairs_rounds_and_asks_whether_the_interval_reaches_zero() -> None:
+    # isolate lands within a percent of the round's log figure, either side: its interval reaches zero
+    log = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.0]
+    again = [10.1, 10.0, 10.0, 10.2, 9.9, 10.2, 9.9, 10.1]
+    iso = [10.1, 10.0, 10.0, 10.0, 10.1, 10.2, 9.9, 10.1]
+    v = verdict(rounds(log, again, iso))
+    assert v.rounds == 8 and v.low <= 0.0 <= v.high and not v.measurable
+    assert v.text().startswith("not measurable: overhead ") and "8 paired rounds" in v.text()
+    assert v.noise == pytest.approx(statistics.median(abs(b / a - 1) for a, b in zip(log, again, strict=True)))
+    # 5 % slower in every round: measurable, with that overhead
+    v = verdict(rounds(log, again, [1.05 * (a + b) / 2 for a, b in zip(log, again, strict=True)]))
+    assert v.measurable and v.overhead == pytest.approx(0.05) and v.low == pytest.approx(0.05)
+    assert v.text().startswith("measurable: overhead +5.0% (95% interval +5.0% to +5.0%")
     # faster than the floor is never measurable
-    assert not verdict(rounds([10.0, 10.0], [10.0, 10.0], [9.0, 9.5])).measurable
+    assert not verdict(rounds(log, again, [0.9 * x for x in log])).measurable
+
+
+def test_the_pairing_removes_drift_that_hits_every_variant() -> None:
+    # the machine is twice as slow in every other round; isolate is 0.1 % slower than the log policy in each round.
+    # Unpaired, the slow rounds would swamp it; paired, the overhead is exactly that 0.1 %
+    log = [10.0, 20.0] * 6
+    iso = [10.01, 20.02] * 6
+    v = verdict(rounds(log, list(log), iso))
+    assert v.overhead == pytest.approx(0.001) and v.noise == 0.0 and v.measurable
+    # the same rounds give the same verdict (the bootstrap's seed is fixed)
+    assert verdict(rounds(log, list(log), iso)) == v
+
+
+def test_rotated_rounds_change_which_variant_runs_first() -> None:
+    order: list[str] = []
+    fns = {k: (lambda k=k: order.append(k)) for k in "abc"}
+    timing.interleaved_rounds(fns, calls=1, rounds=3, warmup=0, rotate=True)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    order.clear()
+    timing.interleaved_rounds(fns, calls=1, rounds=2, warmup=0)
+    assert order == ["a", "b", "c", "a", "b", "c"]
 
 
 def test_cpu_quick_run_prints_the_verdict_and_writes_its_records(tmp_path: Path) -> None:

@@ -113,7 +113,8 @@ def _wide(variant: str) -> str:
 
 def _compile(variants: list[str]) -> list[dict[str, Any]]:
     env = {**os.environ, "TRITON_INTERPRET": "0",
-           "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("", "contracts", "backends"))}
+           "PYTHONPATH": os.pathsep.join([*(str(ROOT / p) for p in ("", "contracts", "backends")),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_compile_variants.py"))],
                           input="[" + ",".join(variants) + "]", capture_output=True, text=True, env=env,
                           timeout=900, check=False)
