@@ -93,8 +93,8 @@ TUNING: Tuning = Tuning({
     "plan_row_waves": 8,  # row programs per SM at most (G = min(bs, SMs x this))
     "plan_max_y": 1024,  # programs per row at most
     "plan_max_registers": 0,  # a plan without the token pool: ptxas registers per thread at most (0: no cap)
-    # the plan with the token pool only (candidates, off: benchmarks/bench_i36k.py times them)
-    "plan_pool_cap_mask": 0,  # 1: each entry also masked to before + j < capacity (never fails)
+    # the plan with the token pool only (benchmarks/bench_i36k.py times the alternatives; docs/tuning.md)
+    "plan_pool_cap_mask": 1,  # 1: each entry also masked to before + j < capacity (never fails)
     "plan_pool_token_last": 0,  # 1: the tokens gathered and stored after the other three stores
     "plan_pool_max_registers": 0,  # ptxas registers per thread at most (0: no cap)
     "entries_block": 1024,

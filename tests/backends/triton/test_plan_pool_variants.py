@@ -24,10 +24,11 @@ from tests.backends.triton._support import device
 from tools import workloads
 
 VARIANTS: dict[str, dict[str, int]] = {
+    "no cap mask": {"plan_pool_cap_mask": 0},
     "cap mask": {"plan_pool_cap_mask": 1},
-    "token last": {"plan_pool_token_last": 1},
+    "token last": {"plan_pool_cap_mask": 0, "plan_pool_token_last": 1},
     "cap mask, token last": {"plan_pool_cap_mask": 1, "plan_pool_token_last": 1},
-    "64 registers": {"plan_pool_max_registers": 64},
+    "64 registers": {"plan_pool_cap_mask": 0, "plan_pool_max_registers": 64},
 }
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -105,7 +106,7 @@ def _launch(pool: bool) -> PlanLaunch:
 def test_the_candidates_reach_the_pool_specialization_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     plain, pooled = _launch(False), _launch(True)
     base = triton_plan._launch_args(plain)
-    assert triton_plan._launch_args(pooled)[3][-2:] == (False, False)  # the defaults: every candidate off
+    assert triton_plan._launch_args(pooled)[3][-2:] == (True, False)  # the defaults: the capacity mask kept
     assert triton_plan.max_registers(pooled) == 0
     for name, keys in VARIANTS.items():
         with monkeypatch.context() as m:
