@@ -13,7 +13,10 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
 - ``allocs``: of those, ops that return a fresh tensor (no output aliases an input): allocator calls;
 - ``host_reads``: ``aten::_local_scalar_dense`` (``.item()``, ``int(t)``) and ``Tensor.tolist`` calls on
   tensors of any device (on a GPU, a read of a device tensor is a sync);
-- ``py_calls``: Python function calls (cProfile's call count, C calls included);
+- ``py_calls``: Python function calls (cProfile's call count, C calls included; the counter's own dispatch
+  machinery adds about 11 per counted op);
+- ``med_ops`` / ``med_calls``: ``ops`` and ``py_calls`` of the median step (a quiet decode step: no request
+  joined, left or crossed a block boundary), where the other columns average every step;
 - ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
   ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most), less
   the kernels' bodies (device work on a GPU) and, with ``--graphs``, less a replayed bucket's launches.
@@ -164,6 +167,8 @@ class _Probe:
         self.prof = {p: cProfile.Profile() for p in PHASES}
         self._saved: list[tuple[Any, str, Any]] = []
         self.tolist: Counter[str] = Counter()
+        self.per_step: dict[str, list[tuple[int, int]]] = {p: [] for p in PHASES}
+        """Per phase, each step's (ops, Python calls): the median step is a quiet decode step."""
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -202,6 +207,7 @@ class _Probe:
         self.wrap(CanaryManager, "tail", "tail")
         self.wrap(TransformersCanary, "_collect", "end_step")
         self.wrap(CanaryManager, "end_step", "end_step")
+        self._per_step()
         orig = torch.Tensor.tolist
         probe = self
 
@@ -213,6 +219,25 @@ class _Probe:
 
         self._saved.append((torch.Tensor, "tolist", orig))
         torch.Tensor.tolist = tolist  # type: ignore[method-assign,assignment]
+
+    def _per_step(self) -> None:
+        """Record each phase's ops and Python calls of every wrapped step (after it, out of every phase)."""
+        step = TransformersCanary._step
+        probe = self
+
+        def counted(*a: Any, **k: Any) -> Any:
+            c = probe.counter
+            assert c is not None
+            ops0 = {p: c.ops[p] for p in PHASES}
+            calls0 = {p: probe.calls(p) for p in PHASES}
+            try:
+                return step(*a, **k)
+            finally:
+                for p in PHASES:
+                    probe.per_step[p].append((c.ops[p] - ops0[p], probe.calls(p) - calls0[p]))
+
+        self._saved.append((TransformersCanary, "_step", step))
+        TransformersCanary._step = counted  # type: ignore[method-assign]
 
     def _kernel(self, impl: Any) -> Any:
         """One launch per kernel call; the reference backend's own torch ops are the kernel's body, which
@@ -381,17 +406,21 @@ def main() -> None:
           f"graphs={'proxy' if args.graphs else 'off'} "
           f"(per step; us: the median step of {args.rounds} uninstrumented runs)")
     print(f"{'phase':10} {'ops':>8} {'floor':>6} {'ratio':>6} {'launches':>8} {'allocs':>8} {'reads':>7} "
-          f"{'py_calls':>9} {'us':>9}")
+          f"{'py_calls':>9} {'us':>9} {'med_ops':>8} {'med_calls':>9}")
     for ph in PHASES:
         row = {"ops": counter.ops[ph] / steps, "launches": counter.launches[ph] / steps,
                "allocs": counter.allocs[ph] / steps,
                "host_reads": counter.reads[ph] / steps, "py_calls": probe.calls(ph) / steps,
-               "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0}
+               "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0,
+               "median_step_ops": statistics.median(o for o, _ in probe.per_step[ph]) if probe.per_step[ph] else 0,
+               "median_step_py_calls": statistics.median(n for _, n in probe.per_step[ph])
+               if probe.per_step[ph] else 0}
         rows[ph] = row
         floor = FLOORS[ph]
         ratio = f"{row['ops'] / floor:6.1f}" if floor else f"{'-':>6}"
         print(f"{ph:10} {row['ops']:8.2f} {floor or '-':>6} {ratio} {row['launches']:8.2f} {row['allocs']:8.2f} "
-              f"{row['host_reads']:7.2f} {row['py_calls']:9.1f} {row['us']:9.1f}")
+              f"{row['host_reads']:7.2f} {row['py_calls']:9.1f} {row['us']:9.1f} {row['median_step_ops']:8.1f} "
+              f"{row['median_step_py_calls']:9.1f}")
         if args.names:
             print("    " + ", ".join(f"{n} {c / steps:.2f}" for n, c in counter.names[ph].most_common()))
     if args.out:
