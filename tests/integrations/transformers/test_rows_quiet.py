@@ -104,7 +104,7 @@ def test_one_request_crossing_a_block_among_quiet_ones_is_remapped() -> None:
         calls.append(rid)
         return sync(rid, w)
 
-    rows.sync = counted  # type: ignore[method-assign]
+    rows.sync = counted  # type: ignore[method-assign,assignment]
     written = {"a": 3, "b": 4, "c": 6}  # b completes its block: its complete count moves
     rows.sync_many(rids, [written[r] for r in rids])
     assert calls == ["b"]
