@@ -181,7 +181,7 @@ class RequestRows:
                     or min(w // page, len(old)) != complete.get(rid, 0)):
                 row = self.sync(rid, w)
             out.append(row)
-        self._quiet = self._quiet_after(list(rids), out)
+        self._quiet = self._quiet_after(list(rids), list(out))  # copies: the caller may extend its lists
         return out
 
     def _quiet_after(self, rids: list[str], rows: list[int]) -> _Quiet:
