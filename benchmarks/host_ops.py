@@ -16,7 +16,8 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
 - ``py_calls``: Python function calls (cProfile's call count, C calls included; the counter's own dispatch
   machinery adds about 11 per counted op);
 - ``med_ops`` / ``med_calls``: ``ops`` and ``py_calls`` of the median step (a quiet decode step: no request
-  joined, left or crossed a block boundary), where the other columns average every step;
+  joined, left or crossed a block boundary), where the other columns average every step; ``med_own``: the
+  median step's Python calls less the counter's and the phase wrapper's own (the measured code's calls);
 - ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
   ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most), less
   the kernels' bodies (device work on a GPU) and, with ``--graphs``, less a replayed bucket's launches.
@@ -167,8 +168,9 @@ class _Probe:
         self.prof = {p: cProfile.Profile() for p in PHASES}
         self._saved: list[tuple[Any, str, Any]] = []
         self.tolist: Counter[str] = Counter()
-        self.per_step: dict[str, list[tuple[int, int]]] = {p: [] for p in PHASES}
-        """Per phase, each step's (ops, Python calls): the median step is a quiet decode step."""
+        self.per_step: dict[str, list[tuple[int, int, int]]] = {p: [] for p in PHASES}
+        """Per phase, each step's (ops, Python calls, own Python calls): the median step is a quiet decode
+        step."""
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -229,12 +231,13 @@ class _Probe:
             c = probe.counter
             assert c is not None
             ops0 = {p: c.ops[p] for p in PHASES}
-            calls0 = {p: probe.calls(p) for p in PHASES}
+            calls0 = {p: (probe.calls(p), probe.own_calls(p)) for p in PHASES}
             try:
                 return step(*a, **k)
             finally:
                 for p in PHASES:
-                    probe.per_step[p].append((c.ops[p] - ops0[p], probe.calls(p) - calls0[p]))
+                    probe.per_step[p].append((c.ops[p] - ops0[p], probe.calls(p) - calls0[p][0],
+                                              probe.own_calls(p) - calls0[p][1]))
 
         self._saved.append((TransformersCanary, "_step", step))
         TransformersCanary._step = counted  # type: ignore[method-assign]
@@ -271,6 +274,32 @@ class _Probe:
         prof = self.prof[name]
         prof.create_stats()
         return sum(int(v[1]) for v in prof.stats.values())
+
+    def own_calls(self, name: str) -> int:
+        """:meth:`calls` less the counter's and the phase wrapper's own: calls of their frames, and calls of
+        built-ins made from their frames."""
+        prof = self.prof[name]
+        prof.create_stats()
+        n = 0
+        for func, (_, nc, _, _, callers) in prof.stats.items():
+            if _instrument(func):
+                continue
+            n += int(nc)
+            if func[0] == "~":
+                n -= sum(int(c[0]) for caller, c in callers.items() if _instrument(caller))
+        return n
+
+
+_INSTRUMENT = ("host_ops.py", "torch/_dynamo/", "torch/_ops.py", "torch/utils/_python_dispatch.py",
+               "torch/_library/", "torch/compiler/", "torch/_compile.py", "contextlib.py")
+
+
+def _instrument(func: tuple[str, int, str]) -> bool:
+    """Whether a cProfile entry is the counter's or the phase wrapper's (not the measured code's)."""
+    file, _, fn = func
+    if file == "~":
+        return "_dynamo" in fn or "dispatch_stack" in fn or "_lsprof" in fn or "torch._ops" in fn
+    return any(part in file for part in _INSTRUMENT)
 
 
 class _Excluded:
@@ -406,21 +435,24 @@ def main() -> None:
           f"graphs={'proxy' if args.graphs else 'off'} "
           f"(per step; us: the median step of {args.rounds} uninstrumented runs)")
     print(f"{'phase':10} {'ops':>8} {'floor':>6} {'ratio':>6} {'launches':>8} {'allocs':>8} {'reads':>7} "
-          f"{'py_calls':>9} {'us':>9} {'med_ops':>8} {'med_calls':>9}")
+          f"{'py_calls':>9} {'us':>9} {'med_ops':>8} {'med_calls':>9} {'med_own':>8}")
     for ph in PHASES:
         row = {"ops": counter.ops[ph] / steps, "launches": counter.launches[ph] / steps,
                "allocs": counter.allocs[ph] / steps,
                "host_reads": counter.reads[ph] / steps, "py_calls": probe.calls(ph) / steps,
                "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0,
-               "median_step_ops": statistics.median(o for o, _ in probe.per_step[ph]) if probe.per_step[ph] else 0,
-               "median_step_py_calls": statistics.median(n for _, n in probe.per_step[ph])
+               "median_step_ops": statistics.median(o for o, _, _ in probe.per_step[ph]) if probe.per_step[ph]
+               else 0,
+               "median_step_py_calls": statistics.median(n for _, n, _ in probe.per_step[ph])
+               if probe.per_step[ph] else 0,
+               "median_step_own_py_calls": statistics.median(n for _, _, n in probe.per_step[ph])
                if probe.per_step[ph] else 0}
         rows[ph] = row
         floor = FLOORS[ph]
         ratio = f"{row['ops'] / floor:6.1f}" if floor else f"{'-':>6}"
         print(f"{ph:10} {row['ops']:8.2f} {floor or '-':>6} {ratio} {row['launches']:8.2f} {row['allocs']:8.2f} "
               f"{row['host_reads']:7.2f} {row['py_calls']:9.1f} {row['us']:9.1f} {row['median_step_ops']:8.1f} "
-              f"{row['median_step_py_calls']:9.1f}")
+              f"{row['median_step_py_calls']:9.1f} {row['median_step_own_py_calls']:8.1f}")
         if args.names:
             print("    " + ", ".join(f"{n} {c / steps:.2f}" for n, c in counter.names[ph].most_common()))
     if args.out:
