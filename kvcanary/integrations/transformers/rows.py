@@ -114,9 +114,11 @@ class RequestRows:
             self._hold(self._blocks.pop(rid, []), -1)
             self._complete.pop(rid, None)
 
-    def sync(self, rid: str, written: int) -> int:
+    def sync(self, rid: str, written: int, *, pending: list[tuple[int, int, int]] | None = None) -> int:
         """Bring ``rid``'s row up to date with the engine's block table; ``written`` is the number of its
-        tokens in the cache once this forward is done. Returns the row."""
+        tokens in the cache once this forward is done. Returns the row. ``pending``: where the rewritten part of
+        the host row goes, ``(row, start, end)``, for the caller to copy to the device (:meth:`_copy_out`); None:
+        copied now."""
         self._epoch += 1
         row = self.row_of.get(rid)
         if row is None:
@@ -146,8 +148,10 @@ class RequestRows:
             if n > lo:  # the row's part past the blocks it kept (all of it when the list changed otherwise)
                 b = np.asarray(blocks[kept:], dtype=np.int32) * np.int32(self.layout.stride)
                 self._host_np[row, lo:n] = (b[:, None] + self._offsets_np[None, :]).reshape(-1)[: n - lo]
-                at = row * self.max_len
-                self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
+                if pending is None:
+                    self._copy_out([(row, lo, n)])
+                else:
+                    pending.append((row, lo, n))
         else:
             blocks = old
         complete = min(written // page, len(blocks))
@@ -174,15 +178,39 @@ class RequestRows:
         page, max_len = self.layout.page, self.max_len
         row_of, held, complete = self.row_of, self._blocks, self._complete
         out = []
-        for rid, w in zip(rids, written, strict=True):
-            row = row_of.get(rid)
-            old = held.get(rid)
-            if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
-                    or min(w // page, len(old)) != complete.get(rid, 0)):
-                row = self.sync(rid, w)
-            out.append(row)
+        pending: list[tuple[int, int, int]] = []
+        try:
+            for rid, w in zip(rids, written, strict=True):
+                row = row_of.get(rid)
+                old = held.get(rid)
+                if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
+                        or min(w // page, len(old)) != complete.get(rid, 0)):
+                    row = self.sync(rid, w, pending=pending)
+                out.append(row)
+        finally:  # the rows rewritten so far reach the device, whatever a later request raised
+            if pending:
+                self._copy_out(pending)
         self._quiet = self._quiet_after(list(rids), list(out))  # copies: the caller may extend its lists
         return out
+
+    def _copy_out(self, parts: list[tuple[int, int, int]]) -> None:
+        """Copy the rewritten parts ``(row, start, end)`` of the host table to the device table. One or two
+        parts: one copy each. More (a step in which many requests crossed into a new block, or joined): one
+        copy of the rectangle of rows and columns that holds them all, when it is at most four times their
+        size (its other cells are equal on the host and the device already: every host write is copied), else
+        one copy each."""
+        if len(parts) > 2:
+            r0 = min(p[0] for p in parts)
+            r1 = max(p[0] for p in parts) + 1
+            c0 = min(p[1] for p in parts)
+            c1 = max(p[2] for p in parts)
+            if (r1 - r0) * (c1 - c0) <= 4 * sum(e - s for _, s, e in parts):
+                self.device_table[r0:r1, c0:c1].copy_(self._host[r0:r1, c0:c1], non_blocking=True)
+                return
+        width = self.max_len
+        for row, lo, n in parts:
+            at = row * width
+            self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
 
     def _quiet_after(self, rids: list[str], rows: list[int]) -> _Quiet:
         """The record a later quiet step is checked against: per request, the written tokens ``[lo, hi)`` for

@@ -8,8 +8,21 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kvcanary.integrations.transformers.rows import RequestRows
+
+
+class _Copies(TorchDispatchMode):
+    """Counts the copies dispatched while it is on."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.n = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.n += func.overloadpacket.__name__ == "copy_"
+        return func(*args, **(kwargs or {}))
 
 
 class _LiveLayout:
@@ -102,9 +115,9 @@ def test_one_request_crossing_a_block_among_quiet_ones_is_remapped() -> None:
     calls: list[str] = []
     sync = rows.sync
 
-    def counted(rid: str, w: int) -> int:
+    def counted(rid: str, w: int, **kw: Any) -> int:
         calls.append(rid)
-        return sync(rid, w)
+        return sync(rid, w, **kw)
 
     rows.sync = counted  # type: ignore[method-assign,assignment]
     written = {"a": 3, "b": 4, "c": 6}  # b completes its block: its complete count moves
@@ -140,3 +153,28 @@ def test_quiet_path_still_refuses_a_request_past_max_len() -> None:
     rows.sync_many(["a"], [8])
     with pytest.raises(RuntimeError, match="max_context_len=8"):
         rows.sync_many(["a"], [9])
+
+
+def test_many_rows_rewritten_in_one_step_reach_the_device_in_one_copy() -> None:
+    layout: Any = _LiveLayout(page=4, stride=6)
+    rows = _rows(layout, max_len=64)
+    rids = [f"r{i}" for i in range(6)]
+    for i, r in enumerate(rids):
+        layout.block_table[r] = [10 * i + 1]
+    rows.sync_many(rids, [4] * 6)
+    assert torch.equal(rows.device_table, rows._host)
+    for i, r in enumerate(rids):  # all six cross into a second block: one band of the table
+        layout.block_table[r].append(10 * i + 2)
+    with _Copies() as copies:
+        rows.sync_many(rids, [5] * 6)
+    assert copies.n == 1
+    assert torch.equal(rows.device_table, rows._host)
+    assert [rows.device_table[rows.row_of[r], 4:8].tolist() for r in rids] == [
+        [(10 * i + 2) * 6 + o for o in range(4)] for i in range(6)]
+    for r in rids[:3]:  # three short parts beside a new request's whole row: a wide, mostly untouched rectangle
+        layout.block_table[r].append(99)
+    layout.block_table["late"] = list(range(200, 216))
+    with _Copies() as copies:
+        rows.sync_many([*rids, "late"], [9, 9, 9, 5, 5, 5, 64])
+    assert copies.n == 4  # rows 1-7 by columns 0-64 is more than four times the 76 entries rewritten: one each
+    assert torch.equal(rows.device_table, rows._host)
