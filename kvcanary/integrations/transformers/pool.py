@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from kvcanary.consts import PoolKind
@@ -168,7 +169,7 @@ class PoolState:
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
             self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
             at += ntok
-        m = self._lut_updates(rids, past, query, self._staging[at:]) if self.lut is not None else 0
+        m = self._lut_updates(rids, past, query, self._staging_np[at:]) if self.lut is not None else 0
         end = at + 2 * m
         v = self._views.get((bs, ntok, end))
         if v is None:
@@ -266,35 +267,38 @@ class PoolState:
         return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
                       dev[3 * bs : 3 * bs + ntok])
 
-    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: torch.Tensor) -> int:
+    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: np.ndarray[Any, Any]) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the
         engine's sliding block table as it is now; return the number of entries (indices, then values).
 
         The window is the ``window - 1`` positions before the step (what the step's attention reads).
         Positions whose ring slot this step's own tokens overwrite (a chunk longer than one token) map to
         slot 0, which the verify skips; new tokens the ring does not keep (a chunk longer than the window)
-        map to -1, which the write skips."""
+        map to -1, which the write skips. Built with numpy into the host staging ``out`` (no torch op: a
+        request's few arrays would be a dozen dispatched ops each)."""
         sw = self.layout.sliding
         assert sw is not None
-        keys: list[torch.Tensor] = []
-        vals: list[torch.Tensor] = []
-        w = sw.window
+        keys: list[np.ndarray[Any, Any]] = []
+        vals: list[np.ndarray[Any, Any]] = []
+        w, page, stride = sw.window, sw.page, sw.stride
+        table = sw.block_table
         for rid, past, q in zip(rids, pasts, queries, strict=True):
-            lo = max(0, past - (w - 1))
-            p = torch.arange(lo, past + q, dtype=torch.int64)
-            blocks = torch.tensor(sw.block_table.get(rid, []), dtype=torch.int64)
-            if blocks.numel() == 0:
+            listed = table.get(rid)
+            if not listed:
                 continue
+            blocks = np.asarray(listed, dtype=np.int64)
+            lo = max(0, past - (w - 1))
+            p = np.arange(lo, past + q, dtype=np.int64)
             ring = p % w
-            slot = blocks[(ring // sw.page).clamp(max=blocks.numel() - 1)] * sw.stride + ring % sw.page
-            slot = torch.where((p < past) & (p < past - w + q), 0, slot)
-            slot = torch.where((p >= past) & (p < past + q - w), -1, slot)
-            keys.append(self.rows.row_tensor(rid)[lo : past + q].to(torch.int64))
+            slot = blocks[np.minimum(ring // page, blocks.shape[0] - 1)] * stride + ring % page
+            slot[(p < past) & (p < past - w + q)] = 0
+            slot[(p >= past) & (p < past + q - w)] = -1
+            keys.append(self.rows.row_array(rid)[lo : past + q])
             vals.append(slot)
         if not keys:
             return 0
-        k, v = torch.cat(keys), torch.cat(vals)
-        m = int(k.numel())
+        k, v = np.concatenate(keys), np.concatenate(vals)
+        m = int(k.shape[0])
         out[:m] = k
         out[m : 2 * m] = v
         return m
