@@ -33,7 +33,7 @@ part, one launch a part), since this machine's CPU kernel hides it.
 
 Usage (repository root)::
 
-    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--graphs] [--out results.json]
+    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--graphs] [--window 64] [--out results.json]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.pool import PoolState
 from kvcanary.integrations.transformers.session import TransformersCanary
-from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
+from kvcanary.integrations.transformers.workload import cb_config, tiny_hybrid, tiny_llama
 from kvcanary.manager import CanaryManager
 from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.registry import REGISTRY
@@ -404,10 +404,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="uninstrumented runs timed")
     p.add_argument("--names", action="store_true", help="also print the ops of each phase by name")
     p.add_argument("--graphs", action="store_true", help="proxy the manager's CUDA graphs (a GPU's default)")
+    p.add_argument("--window", type=int, default=0,
+                   help="a model with a sliding-window layer of this many tokens beside a full one (0: none)")
     p.add_argument("--out", default=None, help="write the figures as JSON")
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = tiny_llama(seed=0, layers=1, hidden=32, heads=2, kv_heads=2, vocab=64)
+    model = tiny_hybrid(seed=0, window=args.window, hidden=32, heads=2, kv_heads=2, vocab=64) if args.window \
+        else tiny_llama(seed=0, layers=1, hidden=32, heads=2, kv_heads=2, vocab=64)
     rng = random.Random(0)
     prompts = [[rng.randrange(1, 64) for _ in range(args.prompt_len)] for _ in range(args.bs)]
     if args.graphs:
