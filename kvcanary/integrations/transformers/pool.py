@@ -9,6 +9,7 @@ tensors, and, for a sliding-window group, the full-slot to ring-slot table refre
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import time
 from dataclasses import dataclass
@@ -274,31 +275,37 @@ class PoolState:
         The window is the ``window - 1`` positions before the step (what the step's attention reads).
         Positions whose ring slot this step's own tokens overwrite (a chunk longer than one token) map to
         slot 0, which the verify skips; new tokens the ring does not keep (a chunk longer than the window)
-        map to -1, which the write skips. Built with numpy into the host staging ``out`` (no torch op: a
-        request's few arrays would be a dozen dispatched ops each)."""
+        map to -1, which the write skips. Built with numpy array ops over every entry of the step at once, into
+        the host staging ``out`` (no torch op, no per-request array)."""
         sw = self.layout.sliding
         assert sw is not None
-        keys: list[np.ndarray[Any, Any]] = []
-        vals: list[np.ndarray[Any, Any]] = []
         w, page, stride = sw.window, sw.page, sw.stride
-        table = sw.block_table
-        for rid, past, q in zip(rids, pasts, queries, strict=True):
-            listed = table.get(rid)
-            if not listed:
-                continue
-            blocks = np.asarray(listed, dtype=np.int64)
-            lo = max(0, past - (w - 1))
-            p = np.arange(lo, past + q, dtype=np.int64)
-            ring = p % w
-            slot = blocks[np.minimum(ring // page, blocks.shape[0] - 1)] * stride + ring % page
-            slot[(p < past) & (p < past - w + q)] = 0
-            slot[(p >= past) & (p < past + q - w)] = -1
-            keys.append(self.rows.row_array(rid)[lo : past + q])
-            vals.append(slot)
-        if not keys:
-            return 0
-        k, v = np.concatenate(keys), np.concatenate(vals)
-        m = int(k.shape[0])
-        out[:m] = k
-        out[m : 2 * m] = v
+        listed: list[list[int]] = [b or [] for b in map(sw.block_table.get, rids)]
+        if not all(listed):  # requests holding no ring block yet have no entries
+            kept = [i for i, b in enumerate(listed) if b]
+            if not kept:
+                return 0
+            rids = [rids[i] for i in kept]
+            pasts = [pasts[i] for i in kept]
+            queries = [queries[i] for i in kept]
+            listed = [listed[i] for i in kept]
+        past = np.array(pasts, dtype=np.int64)
+        q = np.array(queries, dtype=np.int64)
+        nblocks = np.fromiter(map(len, listed), dtype=np.int64, count=len(listed))
+        blocks = np.fromiter(itertools.chain.from_iterable(listed), dtype=np.int64)
+        lo = np.maximum(past - (w - 1), 0)
+        lens = past + q - lo
+        m = int(lens.sum())
+        req = np.repeat(np.arange(len(listed)), lens)  # each entry's request
+        starts = np.cumsum(lens) - lens
+        p = np.arange(m, dtype=np.int64) - starts[req] + lo[req]  # each entry's position
+        ring = p % w
+        first = np.cumsum(nblocks) - nblocks  # each request's first block in ``blocks``
+        slot = blocks[first[req] + np.minimum(ring // page, nblocks[req] - 1)] * stride + ring % page
+        pr, qr = past[req], q[req]
+        slot[(p < pr) & (p < pr - w + qr)] = 0
+        slot[(p >= pr) & (p < pr + qr - w)] = -1
+        rows = np.array([self.rows.row_of[r] for r in rids], dtype=np.int64)
+        out[:m] = self.rows.host_array()[rows[req], p]
+        out[m : 2 * m] = slot
         return m

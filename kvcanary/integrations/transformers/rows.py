@@ -238,10 +238,10 @@ class RequestRows:
         """``rid``'s synced row on the host (int32, physical indices by position)."""
         return self._host[self.row_of[rid]]
 
-    def row_array(self, rid: str) -> np.ndarray[Any, np.dtype[np.int32]]:
-        """``rid``'s synced row on the host as numpy (the same memory as :meth:`row_tensor`)."""
-        row: np.ndarray[Any, np.dtype[np.int32]] = self._host_np[self.row_of[rid]]
-        return row
+    def host_array(self) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """The synced rows on the host as numpy, ``[row, position]`` (the same memory as the host table)."""
+        table: np.ndarray[Any, np.dtype[np.int32]] = self._host_np
+        return table
 
     def slots(self, rid: str, start: int, end: int) -> list[int]:
         """Physical indices of ``rid``'s tokens ``[start, end)`` (from its synced block list)."""

@@ -52,10 +52,13 @@ def test_numpy_updates_equal_the_tensor_formulation() -> None:
         pasts = [rng.randrange(0, 120) for _ in rids]
         queries = [rng.choice((1, 1, 2, 5, window, window + 3, 50)) for _ in rids]
         max_len = 200
-        rows = {r: torch.randint(0, 10**6, (max_len,), dtype=torch.int32) for r in rids}
+        host = torch.randint(0, 10**6, (n + 3, max_len), dtype=torch.int32)  # row 0 padding, two spare rows
+        order = rng.sample(range(1, n + 3), n)
+        rows = {r: host[i] for r, i in zip(rids, order, strict=True)}
         sw = SimpleNamespace(window=window, page=page, stride=page + rng.randrange(0, 3), block_table=table)
         fake: Any = SimpleNamespace(layout=SimpleNamespace(sliding=sw),
-                                    rows=SimpleNamespace(row_array=lambda rid, rows=rows: rows[rid].numpy()))
+                                    rows=SimpleNamespace(row_of=dict(zip(rids, order, strict=True)),
+                                                         host_array=host.numpy))
         out = np.full(4096, -7, dtype=np.int64)
         m = PoolState._lut_updates(fake, rids, pasts, queries, out)
         want_k, want_v = _reference(sw, rows, rids, pasts, queries)
