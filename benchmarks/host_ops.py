@@ -13,7 +13,11 @@ with tiny tensors, so kernels cost next to nothing, and counts per step for each
 - ``allocs``: of those, ops that return a fresh tensor (no output aliases an input): allocator calls;
 - ``host_reads``: ``aten::_local_scalar_dense`` (``.item()``, ``int(t)``) and ``Tensor.tolist`` calls on
   tensors of any device (on a GPU, a read of a device tensor is a sync);
-- ``py_calls``: Python function calls (cProfile's call count, C calls included);
+- ``py_calls``: Python function calls (cProfile's call count, C calls included; the counter's own dispatch
+  machinery adds about 11 per counted op);
+- ``med_ops`` / ``med_calls``: ``ops`` and ``py_calls`` of the median step (a quiet decode step: no request
+  joined, left or crossed a block boundary), where the other columns average every step; ``med_own``: the
+  median step's Python calls less the counter's and the phase wrapper's own (the measured code's calls);
 - ``us``: host microseconds of the phase in a step of uninstrumented runs, the median over every step of
   ``--rounds`` runs (a median, not a mean: this machine's other work lands in some steps, not in most), less
   the kernels' bodies (device work on a GPU) and, with ``--graphs``, less a replayed bucket's launches.
@@ -29,7 +33,7 @@ part, one launch a part), since this machine's CPU kernel hides it.
 
 Usage (repository root)::
 
-    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--graphs] [--out results.json]
+    python benchmarks/host_ops.py [--bs 32] [--new-tokens 24] [--graphs] [--window 64] [--out results.json]
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.pool import PoolState
 from kvcanary.integrations.transformers.session import TransformersCanary
-from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
+from kvcanary.integrations.transformers.workload import cb_config, tiny_hybrid, tiny_llama
 from kvcanary.manager import CanaryManager
 from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.registry import REGISTRY
@@ -164,6 +168,9 @@ class _Probe:
         self.prof = {p: cProfile.Profile() for p in PHASES}
         self._saved: list[tuple[Any, str, Any]] = []
         self.tolist: Counter[str] = Counter()
+        self.per_step: dict[str, list[tuple[int, int, int]]] = {p: [] for p in PHASES}
+        """Per phase, each step's (ops, Python calls, own Python calls): the median step is a quiet decode
+        step."""
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -202,6 +209,7 @@ class _Probe:
         self.wrap(CanaryManager, "tail", "tail")
         self.wrap(TransformersCanary, "_collect", "end_step")
         self.wrap(CanaryManager, "end_step", "end_step")
+        self._per_step()
         orig = torch.Tensor.tolist
         probe = self
 
@@ -213,6 +221,26 @@ class _Probe:
 
         self._saved.append((torch.Tensor, "tolist", orig))
         torch.Tensor.tolist = tolist  # type: ignore[method-assign,assignment]
+
+    def _per_step(self) -> None:
+        """Record each phase's ops and Python calls of every wrapped step (after it, out of every phase)."""
+        step = TransformersCanary._step
+        probe = self
+
+        def counted(*a: Any, **k: Any) -> Any:
+            c = probe.counter
+            assert c is not None
+            ops0 = {p: c.ops[p] for p in PHASES}
+            calls0 = {p: (probe.calls(p), probe.own_calls(p)) for p in PHASES}
+            try:
+                return step(*a, **k)
+            finally:
+                for p in PHASES:
+                    probe.per_step[p].append((c.ops[p] - ops0[p], probe.calls(p) - calls0[p][0],
+                                              probe.own_calls(p) - calls0[p][1]))
+
+        self._saved.append((TransformersCanary, "_step", step))
+        TransformersCanary._step = counted  # type: ignore[method-assign]
 
     def _kernel(self, impl: Any) -> Any:
         """One launch per kernel call; the reference backend's own torch ops are the kernel's body, which
@@ -246,6 +274,32 @@ class _Probe:
         prof = self.prof[name]
         prof.create_stats()
         return sum(int(v[1]) for v in prof.stats.values())
+
+    def own_calls(self, name: str) -> int:
+        """:meth:`calls` less the counter's and the phase wrapper's own: calls of their frames, and calls of
+        built-ins made from their frames."""
+        prof = self.prof[name]
+        prof.create_stats()
+        n = 0
+        for func, (_, nc, _, _, callers) in prof.stats.items():
+            if _instrument(func):
+                continue
+            n += int(nc)
+            if func[0] == "~":
+                n -= sum(int(c[0]) for caller, c in callers.items() if _instrument(caller))
+        return n
+
+
+_INSTRUMENT = ("host_ops.py", "torch/_dynamo/", "torch/_ops.py", "torch/utils/_python_dispatch.py",
+               "torch/_library/", "torch/compiler/", "torch/_compile.py", "contextlib.py")
+
+
+def _instrument(func: tuple[str, int, str]) -> bool:
+    """Whether a cProfile entry is the counter's or the phase wrapper's (not the measured code's)."""
+    file, _, fn = func
+    if file == "~":
+        return "_dynamo" in fn or "dispatch_stack" in fn or "_lsprof" in fn or "torch._ops" in fn
+    return any(part in file for part in _INSTRUMENT)
 
 
 class _Excluded:
@@ -350,10 +404,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="uninstrumented runs timed")
     p.add_argument("--names", action="store_true", help="also print the ops of each phase by name")
     p.add_argument("--graphs", action="store_true", help="proxy the manager's CUDA graphs (a GPU's default)")
+    p.add_argument("--window", type=int, default=0,
+                   help="a model with a sliding-window layer of this many tokens beside a full one (0: none)")
     p.add_argument("--out", default=None, help="write the figures as JSON")
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = tiny_llama(seed=0, layers=1, hidden=32, heads=2, kv_heads=2, vocab=64)
+    model = tiny_hybrid(seed=0, window=args.window, hidden=32, heads=2, kv_heads=2, vocab=64) if args.window \
+        else tiny_llama(seed=0, layers=1, hidden=32, heads=2, kv_heads=2, vocab=64)
     rng = random.Random(0)
     prompts = [[rng.randrange(1, 64) for _ in range(args.prompt_len)] for _ in range(args.bs)]
     if args.graphs:
@@ -381,17 +438,24 @@ def main() -> None:
           f"graphs={'proxy' if args.graphs else 'off'} "
           f"(per step; us: the median step of {args.rounds} uninstrumented runs)")
     print(f"{'phase':10} {'ops':>8} {'floor':>6} {'ratio':>6} {'launches':>8} {'allocs':>8} {'reads':>7} "
-          f"{'py_calls':>9} {'us':>9}")
+          f"{'py_calls':>9} {'us':>9} {'med_ops':>8} {'med_calls':>9} {'med_own':>8}")
     for ph in PHASES:
         row = {"ops": counter.ops[ph] / steps, "launches": counter.launches[ph] / steps,
                "allocs": counter.allocs[ph] / steps,
                "host_reads": counter.reads[ph] / steps, "py_calls": probe.calls(ph) / steps,
-               "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0}
+               "us": statistics.median(clock.seconds[ph]) * 1e6 if clock.seconds[ph] else 0.0,
+               "median_step_ops": statistics.median(o for o, _, _ in probe.per_step[ph]) if probe.per_step[ph]
+               else 0,
+               "median_step_py_calls": statistics.median(n for _, n, _ in probe.per_step[ph])
+               if probe.per_step[ph] else 0,
+               "median_step_own_py_calls": statistics.median(n for _, _, n in probe.per_step[ph])
+               if probe.per_step[ph] else 0}
         rows[ph] = row
         floor = FLOORS[ph]
         ratio = f"{row['ops'] / floor:6.1f}" if floor else f"{'-':>6}"
         print(f"{ph:10} {row['ops']:8.2f} {floor or '-':>6} {ratio} {row['launches']:8.2f} {row['allocs']:8.2f} "
-              f"{row['host_reads']:7.2f} {row['py_calls']:9.1f} {row['us']:9.1f}")
+              f"{row['host_reads']:7.2f} {row['py_calls']:9.1f} {row['us']:9.1f} {row['median_step_ops']:8.1f} "
+              f"{row['median_step_py_calls']:9.1f} {row['median_step_own_py_calls']:8.1f}")
         if args.names:
             print("    " + ", ".join(f"{n} {c / steps:.2f}" for n, c in counter.names[ph].most_common()))
     if args.out:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -76,9 +75,9 @@ def _rung(n: int, capacity: int) -> int | None:
     return b if b < capacity else capacity
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """What one graph is captured for: padded rows and tokens, and the budget's stride (0: no budget)."""
+class Bucket(NamedTuple):
+    """What one graph is captured for: padded rows and tokens, and the budget's stride (0: no budget). A named
+    tuple: it keys the graphs' tables at every forward, and a tuple hashes and compares without Python calls."""
 
     rows: int
     tokens: int
@@ -119,6 +118,11 @@ class ForwardGraphs:
         """Phases replayed from a graph so far."""
         self.padded_eager = 0
         """Phases run eagerly on a bucket's padded inputs (a bucket's first use, or ``capture`` False)."""
+
+    def usable(self) -> bool:
+        """Whether a forward may run on a bucket now (graphs on, and no graph capture in progress on the current
+        stream): what :meth:`bucket` asks before it sizes the forward."""
+        return self.enabled and not (self.capture and torch.cuda.is_current_stream_capturing())
 
     def bucket(self, batch_size: int, num_tokens: int, stride: int = 0) -> Bucket | None:
         """The forward's bucket, or None when it runs unpadded and eagerly (graphs off, an empty forward, one

@@ -83,6 +83,8 @@ class StepStaging:
         self._buckets: dict[tuple[int, int], tuple[StepViews, torch.Tensor]] = {}
         """Per bucket (rows, tokens): its views of :attr:`packed` and the part of it they cover (made once, not
         per forward)."""
+        self._last_padded: tuple[CanaryBatch, int, int, list[torch.Tensor], torch.Tensor, StepViews] | None = None
+        """The previous :meth:`load_padded`'s batch, bucket, parts, packed part and views."""
 
     def load(self, batch: CanaryBatch) -> StepViews:
         """Copy ``batch`` in (device-to-device, dtype cast included) and return views sized to it.
@@ -118,7 +120,12 @@ class StepStaging:
         :attr:`packed`; return the bucket's views (fixed per bucket). Padding is neutral: rows get
         ``req_pool_indices`` 0 (the padding row) and zero lengths, tokens ``out_cache_loc`` -1 (not written)
         and zero ids and positions. SWA slots are not translated here: :meth:`translate` does it, inside the
-        bucket's HEAD graph."""
+        bucket's HEAD graph. The very batch of the previous call, to the same bucket, is staged again from the
+        parts listed then (an engine may hand the same batch object while its tensors' values change)."""
+        last = self._last_padded
+        if last is not None and last[0] is batch and last[1] == rows and last[2] == tokens:
+            torch.cat(last[3], out=last[4])
+            return last[5]
         bs, n = batch.batch_size, batch.num_tokens
         if not (0 <= bs <= rows <= self.rpi.numel() and 0 <= n <= tokens <= self.ids.numel()):
             raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
@@ -144,6 +151,7 @@ class StepStaging:
                 [batch.expected_input_tokens, batch.expected_input_positions]
         views, packed = self._bucket(rows, tokens)
         torch.cat(parts, out=packed)
+        self._last_padded = (batch, rows, tokens, parts, packed, views)
         return views
 
     def _pad(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:

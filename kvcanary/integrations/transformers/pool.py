@@ -9,10 +9,13 @@ tensors, and, for a sliding-window group, the full-slot to ring-slot table refre
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from kvcanary.consts import PoolKind
@@ -74,6 +77,10 @@ class _Cast:
         return _Cast(copies, out[0], out[1])
 
 
+_Inputs = tuple[torch.Tensor, torch.Tensor, _Cast | None, torch.Tensor | None]
+"""A step's flat token ids and positions, their cast to int64 (None: none needed), the engine's write slots."""
+
+
 class PoolState:
     """The manager and the row mirror of one paged cache (one generate_batch run or persistent manager)."""
 
@@ -127,6 +134,9 @@ class PoolState:
         self._tokens64 = torch.zeros(2, caps.write_token_capacity, dtype=torch.int64, device=dev)
         """The step's token ids and positions widened to int64 (row 0, row 1) when the engine's are narrower."""
         self._casts: dict[tuple[object, ...], _Cast] = {}  # the engine inputs' memory and shapes -> their cast
+        self._inputs_of: dict[tuple[object, ...], _Inputs] = {}
+        """The engine's input tensors' memory, shapes, strides, dtypes and devices (one step's key) -> the flat
+        ids and positions, their cast, and the kept write slots (:meth:`_inputs`)."""
         self._last: tuple[tuple[torch.Tensor, ...], CanaryBatch] | None = None
         """The previous step's batch and its tensors: a step made of the very same tensor objects (same memory,
         shapes, dtypes: the cached views above) reuses it rather than build and check an identical one."""
@@ -152,13 +162,7 @@ class PoolState:
             self.guard.observe(rids, past, query)
             self.guard.seconds += time.perf_counter() - t0
         ntok = sum(query)
-        write_index = batch_data.get("write_index") or []
-        idx = self.layout.index
-        engine_loc = write_index[idx] if len(write_index) > idx and batch_data.get("block_table") is None else None
-        if engine_loc is not None and engine_loc.shape[0] != ntok:
-            engine_loc = engine_loc[:ntok] if engine_loc.shape[0] > ntok else None
-        if engine_loc is not None:
-            engine_loc = self._same(engine_loc)
+        ids, pos, cast, engine_loc = self._inputs(batch_data, ntok)
         meta += past
         meta += query
         self._staging_np[: 3 * bs] = meta
@@ -166,7 +170,7 @@ class PoolState:
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
             self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
             at += ntok
-        m = self._lut_updates(rids, past, query, self._staging[at:]) if self.lut is not None else 0
+        m = self._lut_updates(rids, past, query, self._staging_np[at:]) if self.lut is not None else 0
         end = at + 2 * m
         v = self._views.get((bs, ntok, end))
         if v is None:
@@ -177,35 +181,63 @@ class PoolState:
         if self.lut is not None and m:
             dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        ids = self._flat(batch_data["input_ids"], ntok)
-        ids, pos = self._tokens(ids, self._flat(batch_data["position_ids"], ntok))
+        if cast is not None:  # the engine's narrower ids and positions, widened
+            for dst, src in cast.copies:
+                dst.copy_(src)
+            ids, pos = cast.ids, cast.pos
         parts = (v.rows, v.prefix, v.extend, ids, pos, engine_loc if engine_loc is not None else v.locs)
         last = self._last
-        if last is not None and all(a is b for a, b in zip(parts, last[0], strict=True)):
+        if last is not None and all(map(operator.is_, parts, last[0])):
             return last[1]  # the same tensors as the previous step's (the usual decode step): its checked batch
         batch = CanaryBatch(req_pool_indices=parts[0], prefix_lens=parts[1], extend_lens=parts[2],
                             input_ids=parts[3], positions=parts[4], out_cache_loc=parts[5])
         self._last = (parts, batch)
         return batch
 
-    def _tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The engine's token ids and positions as int64. transformers hands int32 ones; the manager stages a
-        forward's arrays into its int64 buffer with one ``torch.cat``, which on CUDA is one kernel only when every
-        part has the buffer's dtype (else one copy per part). So a narrower pair is widened here, into a fixed
-        buffer, with one copy when the two are rows of one engine tensor (transformers' bulk input), else two."""
+    def _inputs(self, batch_data: dict[str, Any], ntok: int) -> _Inputs:
+        """The engine's flat token ids and positions, how :meth:`_cast` widens them (None: they are int64
+        already), and the engine's own write slots of the full group (None where it passes none that fit). What
+        the engine inputs' memory, shapes, strides, dtypes and devices give is looked up once per step (the
+        engine hands fresh views of its static buffers), not once per tensor."""
+        ids_in, pos_in = batch_data["input_ids"], batch_data["position_ids"]
+        write_index = batch_data.get("write_index") or []
+        idx = self.layout.index
+        loc_in = write_index[idx] if len(write_index) > idx and batch_data.get("block_table") is None else None
+        key = (ntok, ids_in.data_ptr(), ids_in.shape, ids_in.stride(), ids_in.dtype, ids_in.device,
+               pos_in.data_ptr(), pos_in.shape, pos_in.stride(), pos_in.dtype, pos_in.device,
+               None if loc_in is None else (loc_in.data_ptr(), loc_in.shape, loc_in.stride(), loc_in.dtype,
+                                            loc_in.device))
+        known = self._inputs_of.get(key)
+        if known is None:
+            loc = loc_in
+            if loc is not None and loc.shape[0] != ntok:
+                loc = loc[:ntok] if loc.shape[0] > ntok else None
+            if loc is not None:
+                loc = self._same(loc)
+            ids, pos = self._flat(ids_in, ntok), self._flat(pos_in, ntok)
+            if len(self._inputs_of) >= 64:
+                self._inputs_of.clear()
+            known = self._inputs_of[key] = (ids, pos, self._cast(ids, pos), loc)
+        return known
+
+    def _cast(self, ids: torch.Tensor, pos: torch.Tensor) -> _Cast | None:
+        """How the engine's token ids and positions are widened to int64 (made once per memory and shape), or None
+        when they are already int64 or past the capacity (the manager's prepare names that rule). transformers
+        hands int32 ones; the manager stages a forward's arrays into its int64 buffer with one ``torch.cat``,
+        which on CUDA is one kernel only when every part has the buffer's dtype (else one copy per part). So a
+        narrower pair is widened into a fixed buffer, with one copy when the two are rows of one engine tensor
+        (transformers' bulk input), else two."""
         n = int(ids.shape[0])
         if (ids.dtype == torch.int64 and pos.dtype == torch.int64) or n > self._tokens64.shape[1] \
                 or pos.shape != ids.shape:
-            return ids, pos  # already int64, or past the capacity (the manager's prepare names that rule)
+            return None
         key = (ids.data_ptr(), pos.data_ptr(), n, ids.stride(), pos.stride(), ids.dtype, pos.dtype, ids.device)
         cast = self._casts.get(key)
         if cast is None:
             if len(self._casts) >= 64:
                 self._casts.clear()
             cast = self._casts[key] = _Cast.of(ids, pos, self._tokens64[:, :n])
-        for dst, src in cast.copies:
-            dst.copy_(src)
-        return cast.ids, cast.pos
+        return cast
 
     def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
         """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
@@ -236,35 +268,44 @@ class PoolState:
         return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
                       dev[3 * bs : 3 * bs + ntok])
 
-    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: torch.Tensor) -> int:
+    def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: np.ndarray[Any, Any]) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the
         engine's sliding block table as it is now; return the number of entries (indices, then values).
 
         The window is the ``window - 1`` positions before the step (what the step's attention reads).
         Positions whose ring slot this step's own tokens overwrite (a chunk longer than one token) map to
         slot 0, which the verify skips; new tokens the ring does not keep (a chunk longer than the window)
-        map to -1, which the write skips."""
+        map to -1, which the write skips. Built with numpy array ops over every entry of the step at once, into
+        the host staging ``out`` (no torch op, no per-request array)."""
         sw = self.layout.sliding
         assert sw is not None
-        keys: list[torch.Tensor] = []
-        vals: list[torch.Tensor] = []
-        w = sw.window
-        for rid, past, q in zip(rids, pasts, queries, strict=True):
-            lo = max(0, past - (w - 1))
-            p = torch.arange(lo, past + q, dtype=torch.int64)
-            blocks = torch.tensor(sw.block_table.get(rid, []), dtype=torch.int64)
-            if blocks.numel() == 0:
-                continue
-            ring = p % w
-            slot = blocks[(ring // sw.page).clamp(max=blocks.numel() - 1)] * sw.stride + ring % sw.page
-            slot = torch.where((p < past) & (p < past - w + q), 0, slot)
-            slot = torch.where((p >= past) & (p < past + q - w), -1, slot)
-            keys.append(self.rows.row_tensor(rid)[lo : past + q].to(torch.int64))
-            vals.append(slot)
-        if not keys:
-            return 0
-        k, v = torch.cat(keys), torch.cat(vals)
-        m = int(k.numel())
-        out[:m] = k
-        out[m : 2 * m] = v
+        w, page, stride = sw.window, sw.page, sw.stride
+        listed: list[list[int]] = [b or [] for b in map(sw.block_table.get, rids)]
+        if not all(listed):  # requests holding no ring block yet have no entries
+            kept = [i for i, b in enumerate(listed) if b]
+            if not kept:
+                return 0
+            rids = [rids[i] for i in kept]
+            pasts = [pasts[i] for i in kept]
+            queries = [queries[i] for i in kept]
+            listed = [listed[i] for i in kept]
+        past = np.array(pasts, dtype=np.int64)
+        q = np.array(queries, dtype=np.int64)
+        nblocks = np.fromiter(map(len, listed), dtype=np.int64, count=len(listed))
+        blocks = np.fromiter(itertools.chain.from_iterable(listed), dtype=np.int64)
+        lo = np.maximum(past - (w - 1), 0)
+        lens = past + q - lo
+        m = int(lens.sum())
+        req = np.repeat(np.arange(len(listed)), lens)  # each entry's request
+        starts = np.cumsum(lens) - lens
+        p = np.arange(m, dtype=np.int64) - starts[req] + lo[req]  # each entry's position
+        ring = p % w
+        first = np.cumsum(nblocks) - nblocks  # each request's first block in ``blocks``
+        slot = blocks[first[req] + np.minimum(ring // page, nblocks[req] - 1)] * stride + ring % page
+        pr, qr = past[req], q[req]
+        slot[(p < pr) & (p < pr - w + qr)] = 0
+        slot[(p >= pr) & (p < pr + qr - w)] = -1
+        rows = np.array([self.rows.row_of[r] for r in rids], dtype=np.int64)
+        out[:m] = self.rows.host_array()[rows[req], p]
+        out[m : 2 * m] = slot
         return m

@@ -14,6 +14,7 @@ the previous sweep touch.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,19 @@ class BlockInfo:
 
     first_position: int
     prev_slot: int
+
+
+@dataclass(frozen=True)
+class _Quiet:
+    """What the previous :meth:`RequestRows.sync_many` left: its requests, their rows and block lists, and per
+    request the range ``[lo, hi)`` of written tokens within which its sync would change nothing."""
+
+    epoch: int
+    rids: list[str]
+    rows: list[int]
+    blocks: list[list[int]]
+    lo: list[int]
+    hi: list[int]
 
 
 class RequestRows:
@@ -63,6 +77,8 @@ class RequestRows:
         self._version = 0  # bumped when the shared set or a block's entry changes
         self._entries_key: tuple[int, list[int]] | None = None
         self._entries: SweepEntries | None = None
+        self._epoch = 0  # bumped by every sync and release: a recorded quiet step holds while it is unchanged
+        self._quiet: _Quiet | None = None
         self.changes: list[tuple[str, list[int] | None]] | None = None
         """Set to a list to hear of block-list changes: ``(request id, its new block list)`` for each sync
         that found one (a new block, a shared or de-duplicated one), ``(request id, None)`` for each request
@@ -90,6 +106,7 @@ class RequestRows:
         live = self.layout.block_table
         if self.row_of.keys() <= live.keys():  # the usual step: nobody left (one set test, no Python loop)
             return
+        self._epoch += 1
         for rid in [r for r in self.row_of if r not in live]:
             if self.changes is not None:
                 self.changes.append((rid, None))
@@ -97,9 +114,12 @@ class RequestRows:
             self._hold(self._blocks.pop(rid, []), -1)
             self._complete.pop(rid, None)
 
-    def sync(self, rid: str, written: int) -> int:
+    def sync(self, rid: str, written: int, *, pending: list[tuple[int, int, int]] | None = None) -> int:
         """Bring ``rid``'s row up to date with the engine's block table; ``written`` is the number of its
-        tokens in the cache once this forward is done. Returns the row."""
+        tokens in the cache once this forward is done. Returns the row. ``pending``: where the rewritten part of
+        the host row goes, ``(row, start, end)``, for the caller to copy to the device (:meth:`_copy_out`); None:
+        copied now."""
+        self._epoch += 1
         row = self.row_of.get(rid)
         if row is None:
             if not self._free:
@@ -128,8 +148,10 @@ class RequestRows:
             if n > lo:  # the row's part past the blocks it kept (all of it when the list changed otherwise)
                 b = np.asarray(blocks[kept:], dtype=np.int32) * np.int32(self.layout.stride)
                 self._host_np[row, lo:n] = (b[:, None] + self._offsets_np[None, :]).reshape(-1)[: n - lo]
-                at = row * self.max_len
-                self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
+                if pending is None:
+                    self._copy_out([(row, lo, n)])
+                else:
+                    pending.append((row, lo, n))
         else:
             blocks = old
         complete = min(written // page, len(blocks))
@@ -144,20 +166,64 @@ class RequestRows:
         return row
 
     def sync_many(self, rids: list[str], written: list[int]) -> list[int]:
-        """:meth:`sync` of each request, in order; returns the rows. A request whose block list and complete
-        blocks did not change since its last sync (most of a decode step's) costs a few lookups."""
+        """:meth:`sync` of each request, in order; returns the rows (a new list). A request whose block list and
+        complete blocks did not change since its last sync (most of a decode step's) costs a few lookups; a step
+        of the previous call's requests in which none did (a quiet decode step) costs no loop in Python: the
+        ids, the engine's block lists and each request's range of written tokens are compared as wholes."""
         table = self.layout.block_table
+        q = self._quiet
+        if (q is not None and q.epoch == self._epoch and rids == q.rids and all(map(operator.le, q.lo, written))
+                and all(map(operator.lt, written, q.hi)) and list(map(table.get, rids)) == q.blocks):
+            return list(q.rows)
         page, max_len = self.layout.page, self.max_len
         row_of, held, complete = self.row_of, self._blocks, self._complete
         out = []
-        for rid, w in zip(rids, written, strict=True):
-            row = row_of.get(rid)
-            old = held.get(rid)
-            if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
-                    or min(w // page, len(old)) != complete.get(rid, 0)):
-                row = self.sync(rid, w)
-            out.append(row)
+        pending: list[tuple[int, int, int]] = []
+        try:
+            for rid, w in zip(rids, written, strict=True):
+                row = row_of.get(rid)
+                old = held.get(rid)
+                if (row is None or old is None or w > max_len or (table.get(rid) or []) != old
+                        or min(w // page, len(old)) != complete.get(rid, 0)):
+                    row = self.sync(rid, w, pending=pending)
+                out.append(row)
+        finally:  # the rows rewritten so far reach the device, whatever a later request raised
+            if pending:
+                self._copy_out(pending)
+        self._quiet = self._quiet_after(list(rids), list(out))  # copies: the caller may extend its lists
         return out
+
+    def _copy_out(self, parts: list[tuple[int, int, int]]) -> None:
+        """Copy the rewritten parts ``(row, start, end)`` of the host table to the device table. One or two
+        parts: one copy each. More (a step in which many requests crossed into a new block, or joined): one
+        copy of the rectangle of rows and columns that holds them all, when it is at most four times their
+        size (its other cells are equal on the host and the device already: every host write is copied), else
+        one copy each."""
+        if len(parts) > 2:
+            r0 = min(p[0] for p in parts)
+            r1 = max(p[0] for p in parts) + 1
+            c0 = min(p[1] for p in parts)
+            c1 = max(p[2] for p in parts)
+            if (r1 - r0) * (c1 - c0) <= 4 * sum(e - s for _, s, e in parts):
+                self.device_table[r0:r1, c0:c1].copy_(self._host[r0:r1, c0:c1], non_blocking=True)
+                return
+        width = self.max_len
+        for row, lo, n in parts:
+            at = row * width
+            self._device_flat[at + lo : at + n].copy_(self._host_flat[at + lo : at + n], non_blocking=True)
+
+    def _quiet_after(self, rids: list[str], rows: list[int]) -> _Quiet:
+        """The record a later quiet step is checked against: per request, the written tokens ``[lo, hi)`` for
+        which :meth:`sync_many`'s per-request test finds nothing to do (its complete blocks stay as they are,
+        within ``max_len``)."""
+        page, top = self.layout.page, self.max_len + 1
+        blocks = [self._blocks[r] for r in rids]
+        lo, hi = [], []
+        for rid, bl in zip(rids, blocks, strict=True):
+            c = self._complete.get(rid, 0)
+            lo.append(c * page)
+            hi.append(min((c + 1) * page, top) if c < len(bl) else top)
+        return _Quiet(self._epoch, rids, rows, blocks, lo, hi)
 
     def locs(self, rows: list[int], past: list[int], query: list[int]) -> torch.Tensor:
         """Physical indices of each request's new tokens ``[past, past + query)``, flat in request order
@@ -171,6 +237,11 @@ class RequestRows:
     def row_tensor(self, rid: str) -> torch.Tensor:
         """``rid``'s synced row on the host (int32, physical indices by position)."""
         return self._host[self.row_of[rid]]
+
+    def host_array(self) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """The synced rows on the host as numpy, ``[row, position]`` (the same memory as the host table)."""
+        table: np.ndarray[Any, np.dtype[np.int32]] = self._host_np
+        return table
 
     def slots(self, rid: str, start: int, end: int) -> list[int]:
         """Physical indices of ``rid``'s tokens ``[start, end)`` (from its synced block list)."""

@@ -1,0 +1,164 @@
+"""The same batch object handed to the manager again, its tensors' values changed in place (what an engine that
+stages each step into fixed buffers does, and what the transformers integration hands on a decode step):
+``prepare`` skips the checks that object already passed, ``head`` keeps its bucket and staging parts, and every
+device buffer, event and launch count ends byte-identical to fresh batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from kvcanary.consts import RealKvHashMode
+from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig
+from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
+from tests.manager.world import Req, World, make_world
+
+
+class _Reusing:
+    """Makes ``w.build`` return the previous batch object, refilled in place, whenever every tensor of the new
+    batch has the shape of the previous one's (else the new batch, kept for the next forward)."""
+
+    def __init__(self, w: World) -> None:
+        self.kept: CanaryBatch | None = None
+        self.reused = 0
+        self._build = w.build
+        w.build = self.build  # type: ignore[method-assign]
+
+    @staticmethod
+    def _tensors(b: CanaryBatch) -> list[torch.Tensor]:
+        assert b.expected_tokens is not None
+        return [b.req_pool_indices, b.prefix_lens, b.extend_lens, b.input_ids, b.positions, b.out_cache_loc,
+                b.expected_tokens.flat, b.expected_tokens.lens]
+
+    def build(self, *a: Any, **k: Any) -> CanaryBatch:
+        fresh = self._build(*a, **k)
+        kept = self.kept
+        if kept is not None and [t.shape for t in self._tensors(kept)] == [t.shape for t in self._tensors(fresh)]:
+            for dst, src in zip(self._tensors(kept), self._tensors(fresh), strict=True):
+                dst.copy_(src)
+            self.reused += 1
+            return kept
+        self.kept = fresh
+        return fresh
+
+
+def _decodes(w: World, *, flip_at: int = 3) -> None:
+    """Three requests prefilled, then seven decode steps of all three (one batch shape), a K byte of a live slot
+    flipped mid-way, then a decode of two."""
+    a = Req(1, list(range(100, 130)), list(range(1, 6)))
+    b = Req(2, list(range(200, 230)), list(range(6, 10)))
+    c = Req(3, list(range(300, 330)), list(range(10, 13)))
+    w.forward([(a, 0, 5), (b, 0, 4), (c, 0, 3)])
+    w.step()
+    for n in range(7):
+        a.slots.append(20 + n)
+        b.slots.append(30 + n)
+        c.slots.append(40 + n)
+        if n == flip_at:
+            w.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes
+        w.forward([(a, 5 + n, 1), (b, 4 + n, 1), (c, 3 + n, 1)])
+        w.step()
+    a.slots.append(27)
+    b.slots.append(37)
+    w.forward([(a, 12, 1), (b, 11, 1)])
+    w.step()
+
+
+def _config() -> CanaryConfig:
+    return CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_v=True, enable_verify_token=True,
+                        health_warmup_steps=2, health_every=1)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "bucketed"])
+def test_a_reused_batch_leaves_every_buffer_as_fresh_batches_do(padded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh, reusing = make_world(config=_config()), make_world(config=_config())
+    if padded:
+        pad_eagerly(fresh.manager)
+        pad_eagerly(reusing.manager)
+    reuse = _Reusing(reusing)
+    checks: list[CanaryBatch] = []
+    validate: Callable[[CanaryBatch, torch.device], None] = CanaryBatch.validate
+
+    def counted(self: CanaryBatch, device: torch.device) -> None:
+        checks.append(self)
+        validate(self, device)
+
+    monkeypatch.setattr(CanaryBatch, "validate", counted)
+    _decodes(reusing)
+    assert reuse.reused == 6  # the second to seventh decode steps
+    assert len(checks) == 3  # the prefill, the first decode batch (then reused), the last decode's
+    checks.clear()
+    _decodes(fresh)
+    assert len(checks) == 9
+    fresh.manager.flush()
+    reusing.manager.flush()
+    assert fresh.manager.events, "the flip must show"
+    assert differences(device_buffers(reusing.manager), device_buffers(fresh.manager)) == []
+    assert [e.violation for e in reusing.manager.events] == [e.violation for e in fresh.manager.events]
+    assert reusing.manager.health.issued == fresh.manager.health.issued
+    if padded:
+        runner = reusing.manager._forwards[0]
+        assert runner.graphs is not None and runner.graphs.padded_eager > 0
+
+
+def test_a_reused_batch_stages_its_new_values_into_the_same_bucket() -> None:
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    _Reusing(w)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    w.step()
+    staging = w.manager._forwards[0].staging
+    seen = []
+    for n in range(3):
+        a.slots.append(20 + n)
+        batch = w.forward([(a, 3 + n, 1)])
+        w.step()
+        v = staging.padded_views(1, 1)
+        seen.append((batch, v.prefix_lens.tolist(), v.input_ids.tolist(), v.out_cache_loc.tolist()))
+    assert seen[0][0] is seen[1][0] is seen[2][0]
+    assert [s[1:] for s in seen] == [([3 + n], [a.tokens[3 + n]], [20 + n]) for n in range(3)]
+
+
+def test_a_refused_batch_is_refused_again() -> None:
+    caps = CanaryCapacities(verify_capacity=64, write_req_capacity=2, write_token_capacity=32, sweep_capacity=8,
+                            expected_token_capacity=64)
+    w = make_world(config=_config(), capacities=caps)
+    a, b, c = (Req(r, [r] * 30, [r]) for r in (1, 2, 3))
+    batch = w.build([(a, 0, 1), (b, 0, 1), (c, 0, 1)])
+    for _ in range(2):  # a batch that failed a check is not remembered as accepted
+        with pytest.raises(Exception, match="write_req_capacity"):
+            w.manager.prepare(batch)
+    no_expected = CanaryBatch(req_pool_indices=batch.req_pool_indices[:1], prefix_lens=batch.prefix_lens[:1],
+                              extend_lens=batch.extend_lens[:1], input_ids=batch.input_ids[:1],
+                              positions=batch.positions[:1], out_cache_loc=batch.out_cache_loc[:1])
+    for _ in range(2):
+        with pytest.raises(Exception, match="expected_tokens"):
+            w.manager.prepare(no_expected)
+    ok = w.build([(a, 0, 1)])
+    w.manager.prepare(ok)
+    w.manager.prepare(ok)  # accepted again without its checks: the same object
+    w.manager.head(ok)
+    w.manager.tail()
+
+
+def test_a_reused_batch_runs_unpadded_once_the_graphs_are_off() -> None:
+    w = make_world(config=_config())
+    (graphs,) = pad_eagerly(w.manager)
+    _Reusing(w)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    w.step()
+    batches = []
+    for n in range(3):
+        a.slots.append(20 + n)
+        if n == 2:
+            graphs.disable()  # what a failed capture does: every later forward runs unpadded
+        batches.append(w.forward([(a, 3 + n, 1)]))
+        w.step()
+    assert batches[0] is batches[1] is batches[2]
+    assert graphs.padded_eager == 6  # HEAD and TAIL of the prefill and the first two decodes, not the third's
+    assert w.events() == []
