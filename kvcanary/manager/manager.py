@@ -133,6 +133,7 @@ class CanaryManager:
         self._checked: list[CanaryBatch | None] = [None] * config.num_forward_slots
         """Per forward slot, the last batch :meth:`prepare` accepted: a batch is immutable (its tensors' device
         and shapes with it), so the same object passes the device and capacity checks again."""
+        self._checked_token: list[bool] = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
     def _graphs(self, config: CanaryConfig, capacities: CanaryCapacities) -> ForwardGraphs | None:
@@ -251,17 +252,18 @@ class CanaryManager:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
         runner = self._runner(forward_index)
-        fresh = batch is not self._checked[forward_index]  # the very batch of the previous forward passed these
+        caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
+        # the very batch of the previous forward passed these (unless the token check was switched on since)
+        fresh = batch is not self._checked[forward_index] or check_token is not self._checked_token[forward_index]
         if fresh:
             batch.validate(self.device)
         if self.owners is not None:
             self.owners.apply_pending()
-        caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
         if fresh:
             if (batch.batch_size > caps.write_req_capacity or batch.num_tokens > caps.write_token_capacity or (
                     check_token and (exp is None or exp.flat.numel() > caps.expected_token_capacity))):
                 caps.check_batch(batch, enable_verify_token=check_token)  # raises the rule's error, with its code
-            self._checked[forward_index] = batch
+            self._checked[forward_index], self._checked_token[forward_index] = batch, check_token
         if check_token:
             assert exp is not None
             self._scatter_expected(runner, batch, exp.flat, exp.lens)

@@ -5,6 +5,7 @@ device buffer, event and launch count ends byte-identical to fresh batches."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -162,3 +163,16 @@ def test_a_reused_batch_runs_unpadded_once_the_graphs_are_off() -> None:
     assert batches[0] is batches[1] is batches[2]
     assert graphs.padded_eager == 6  # HEAD and TAIL of the prefill and the first two decodes, not the third's
     assert w.events() == []
+
+
+def test_an_accepted_batch_is_checked_again_once_the_token_check_is_on() -> None:
+    w = make_world(config=dataclasses.replace(_config(), enable_verify_token=False))
+    a = Req(1, [1] * 30, [1])
+    full = w.build([(a, 0, 1)])
+    bare = CanaryBatch(req_pool_indices=full.req_pool_indices, prefix_lens=full.prefix_lens,
+                       extend_lens=full.extend_lens, input_ids=full.input_ids, positions=full.positions,
+                       out_cache_loc=full.out_cache_loc)
+    w.manager.prepare(bare)  # no expected tokens needed: accepted, and remembered
+    w.manager.config = dataclasses.replace(w.manager.config, enable_verify_token=True)
+    with pytest.raises(Exception, match="expected_tokens"):  # the same object, but the rule it passed changed
+        w.manager.prepare(bare)
