@@ -1,13 +1,14 @@
 """Decode-shaped writes: ``bs`` one-token requests, each continuing its chain, on both GPU backends.
 
-Cases: bs 1, 8, 64, 256 and 1024, with real-KV off and PARTIAL over 1, 2 (one token-major, one paged by 16)
-and 4 sources, each launch replayed from a CUDA graph (GPU time). The floor beside every figure is, for the
-same ``bs``, a probe launch doing only what a one-token write cannot avoid: per request the two dependent
-loads (offset and seed; then the seed record, token and slot) and one store (benchmarks/floors_cuda.py,
-measured in the same run). Beside each case, the same write by a kernel shaped like SGLang's published one
-(one thread per request, tokens and folds serial: benchmarks/sglang_shape.cu), its records checked equal to
-the backend's (the run fails otherwise). Targets: real-KV off at most 2x that probe; PARTIAL at most 0.8x the
-SGLang-shaped write; Triton at most 1.3x CUDA.
+Cases: bs 1, 8, 64, 256 and 1024, with real-KV off and PARTIAL over 1, 2 (one token-major, one paged by 16) and
+4 sources, each launch replayed from a CUDA graph (GPU time). The floor beside every figure is, for the same
+``bs``, a probe launch doing only what a one-token write cannot avoid: per request the two dependent loads
+(offset and seed; then the seed record, token and slot) and one store (benchmarks/floors_cuda.py, measured in
+the same run); with real-KV PARTIAL also that probe plus each source's strip at the loaded slot (a third
+dependent round: the strips' address is the slot), and the cuda write's ratio to it. Beside each case, the same
+write by a kernel shaped like SGLang's published one (one thread per request, tokens and folds serial:
+benchmarks/sglang_shape.cu), its records checked equal to the backend's (the run fails otherwise). Targets:
+real-KV off at most 2x that probe; PARTIAL at most 0.8x the SGLang-shaped write; Triton at most 1.3x CUDA.
 
 ``--fold-tiles 256,64`` also times Triton with other real-KV fold tiles for decode-shaped writes (tokens per
 fold iteration, ``write_fold_tile_decode``): the tile sets the kernel's registers, hence how many of the
@@ -93,6 +94,15 @@ def main() -> None:
                                                 kw["out_cache_loc"], ctx.canary_buf.view(torch.int64),
                                                 warps_per_block=WRITE_WARPS)
                 r.add(f"bs={bs}: dependent-load probe", probe, None, note="two dependent loads and a store")
+            probe_kv = None
+            if nsrc:
+                plan = kw["plan"]
+                probe_kv = fc.dependent_loads_kv_cuda(
+                    plan.write_offsets, plan.write_seed_slot_indices, kw["input_ids"], kw["out_cache_loc"],
+                    ctx.canary_buf.view(torch.int64), [src.tensor for src in ctx.real_kv_sources], stride=STRIP,
+                    warps_per_block=WRITE_WARPS)
+                r.add(f"bs={bs}: dependent-load probe + {nsrc} strip{'s' if nsrc > 1 else ''}", probe_kv, probe,
+                      note="floor: the two-load probe; each source's strip at the loaded slot: a third round")
             times = {}
             for b in BACKENDS:
                 times[b] = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend=b), rounds=100)
@@ -100,6 +110,9 @@ def main() -> None:
                       target=2.0 if nsrc == 0 else None, note="floor: the dependent-load probe, same bs")
             r.value(f"bs={bs} x 1, {label}: triton / cuda", times["triton"] / times["cuda"], 1.0, unit="x",
                     target=1.3)
+            if probe_kv is not None:
+                r.value(f"bs={bs} x 1, {label}: cuda / the probe with its strips", times["cuda"] / probe_kv, 1.0,
+                        unit="x", note="the same dependent rounds as the write, nothing else")
             try:
                 shape, same = sglang_shape(ctx, kw)
             except Exception:  # the backends' figures above still get written; the run fails at the end

@@ -73,6 +73,24 @@ def dependent_loads_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Ten
                         rounds=100)
 
 
+def dependent_loads_kv_cuda(offs: torch.Tensor, seeds: torch.Tensor, ids: torch.Tensor, locs: torch.Tensor,
+                            recs: torch.Tensor, strips: Sequence[torch.Tensor], *, stride: int,
+                            warps_per_block: int = 8) -> float:
+    """GPU seconds (graph-replayed) of :func:`dependent_loads_cuda`'s launch plus, at the loaded slot, one
+    256-byte strip of each of ``strips`` (at most 4 byte buffers, ``stride`` bytes a slot, a strip a warp):
+    the dependent rounds of a one-token write with real-KV PARTIAL."""
+    if not 1 <= len(strips) <= 4 or stride < 256:
+        raise ValueError(f"strips: 1 to 4 sources of at least 256 bytes a slot, not {len(strips)} x {stride}")
+    k = probe("kvc_probe_dep3", 32 * warps_per_block)
+    n = seeds.shape[0]
+    out = torch.zeros_like(recs)
+    ptrs = [t.data_ptr() for t in strips] + [strips[0].data_ptr()] * (4 - len(strips))
+    grid = max(1, cdiv(n, warps_per_block))
+    return timing.graph(lambda: _launch(k, (grid, 1, 32 * warps_per_block, 0), offs.data_ptr(), seeds.data_ptr(),
+                                        ids.data_ptr(), locs.data_ptr(), recs.data_ptr(), out.data_ptr(), n, *ptrs,
+                                        len(strips), stride), rounds=100)
+
+
 def serial_step_floor_cuda(steps: int = 1 << 15) -> float:
     """Seconds per dependent mix3 step, every operand in registers (one thread)."""
     k = probe("kvc_probe_serial", 32)

@@ -21,6 +21,32 @@ extern "C" __global__ void kvc_probe_dep2(const long long* offs, const long long
   out[locs[o] * 4] = h ^ (unsigned long long)ids[o];
 }
 
+// A one-token write's dependent loads with real-KV PARTIAL: kvc_probe_dep2's, then at the loaded slot each
+// source's 256-byte strip (the warp's 32 lanes read 8 bytes each), folded across the warp, and one store. The
+// strips' address is the loaded slot: a third dependent round, which a PARTIAL write cannot avoid either.
+extern "C" __global__ void kvc_probe_dep3(const long long* offs, const long long* seeds, const long long* ids,
+                                          const long long* locs, const unsigned long long* recs,
+                                          unsigned long long* out, long long n, const unsigned char* s0,
+                                          const unsigned char* s1, const unsigned char* s2, const unsigned char* s3,
+                                          long long nsrc, long long stride) {
+  const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= n) return;  // uniform across the warp: r is the warp's
+  const long long o = offs[r];
+  const long long s = seeds[r];
+  const unsigned long long h = recs[s * 4 + 2];
+  const long long loc = locs[o];
+  const unsigned char* src[4] = {s0, s1, s2, s3};
+  unsigned long long acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (i < nsrc) acc ^= reinterpret_cast<const unsigned long long*>(src[i] + loc * stride)[lane];
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, d);
+  if (lane == 0) out[loc * 4] = h ^ (unsigned long long)ids[o] ^ acc;
+}
+
 // One serial mix3 chain, every operand in registers (the next step's inputs do not depend on the chain):
 // the dependency floor of write's per-request loop.
 extern "C" __global__ void kvc_probe_serial(unsigned long long* out, long long steps, long long seed) {
