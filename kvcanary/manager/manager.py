@@ -40,7 +40,7 @@ from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.pool import KvPoolSpec
-from kvcanary.manager.pump import HostSnapshot, SnapshotPump
+from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
@@ -128,7 +128,7 @@ class CanaryManager:
         self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
         self.step = 0
         self.init_finished = False
-        self.last_snapshot: HostSnapshot | None = None
+        self._health_next = self.health.next_due(0)  # the first step whose end_step looks at the watchdog
         self._prepared = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
@@ -233,9 +233,21 @@ class CanaryManager:
                 logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
 
     def _stats(self, step: int) -> StepStats:
-        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self._sweep.passes,
-                                       tags=self._tags, ring_capacity=self.config.ring_capacity,
-                                       watchdog=self.health.state, watchdog_error=self.health.failure)
+        head, health = self._pump.header, self.health
+        if head is None:
+            return StepStats.from_snapshot(None, step=step, sweep_passes=self._sweep.passes, tags=self._tags,
+                                           ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                           watchdog_error=health.failure)
+        return StepStats.from_header(head, snapshot_step=self._pump.read_step, step=step,
+                                     sweep_passes=self._sweep.passes, tags=self._tags,
+                                     ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                     watchdog_error=health.failure)
+
+    @property
+    def last_snapshot(self) -> HostSnapshot | None:
+        """What the device state held as of the last read-back (:meth:`end_step`'s of the previous step's copy,
+        or :meth:`flush`'s), or None before any."""
+        return self._pump.snapshot()
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
@@ -332,23 +344,32 @@ class CanaryManager:
     def end_step(self) -> StepStats:
         """After the step's forwards: sweep if due, start this step's D2H and report what the previous
         step's copy holds (so rows recorded in step ``s`` are reported at the end of step ``s + 1``,
-        ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats."""
+        ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats.
+
+        The usual step is a few comparisons beside the copy: the read-back's header says whether the previous
+        copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
+        sweep and the watchdog are looked at only on the steps they are due."""
         s = self.step
-        if self._sweep.due(s) and self._sweep_source is not None:
+        if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
-        self.health.mark(s)
-        snap = self._pump.step(s)
-        seen = len(self.reporter.events)
+        health = self.health
+        if s + 1 >= self._health_next and health.due(s + 1):  # the check at s + 1 reads this step's mark
+            health.mark(s)
+        pump, rep = self._pump, self.reporter
+        head = pump.advance(s)
+        seen = len(rep.events)
         try:
-            if snap is not None:
-                self.last_snapshot = snap
-                self.reporter.process(snap, s)  # raise mode raises here: the step still ends
-                if self.health.due(s):
-                    self.health.check(snap, s)
+            if head is not None:
+                if len(pump.rows) > seen or head[0] > rep.total or head[HEADER_SKIPPED] > rep.skipped_verifies:
+                    rep.process(pump.last(), s)  # raise mode raises here: the step still ends
+                if s >= self._health_next:
+                    self._health_next = health.next_due(s + 1)
+                    if health.due(s):
+                        health.check(pump.last(), s)
         finally:
             self.step = s + 1
-            if len(self.reporter.events) > seen:
-                self._guard(self.reporter.events[seen:], s)
+            if len(rep.events) > seen:
+                self._guard(rep.events[seen:], s)
             stats = self._stats(s)
             if self.sinks:
                 self._tell("on_step", stats)
@@ -362,7 +383,6 @@ class CanaryManager:
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
         snap = self._pump.drain(self.step if during_step else self.step - 1)
-        self.last_snapshot = snap
         seen = len(self.reporter.events)
         try:
             return self.reporter.process(snap, self.step)

@@ -52,6 +52,8 @@ class SweepEntries:
         check_sweep_entries(slots=self.slots, positions=self.positions, prev_slots=self.prev_slots)
 
 
+_NEVER = 1 << 62  # a step no run reaches
+
 SweepSource = Callable[[], SweepEntries]
 """Returns the prefix cache's entries when a sweep is due. Returning the very object of the previous sweep
 says "unchanged" (its tensors must not have been modified): the runner then sweeps the entries it already
@@ -74,6 +76,8 @@ class SweepRunner:
         self.capacity = capacity
         self.passes = 0
         self._last_step = -1
+        self.next_due = _NEVER if interval <= 0 else -_NEVER
+        """The first step at which :meth:`due` holds (one comparison per step for the manager)."""
         self._backend = backend
         dev = groups[0].k_head.device
         self._groups: list[_GroupSweep] = []
@@ -112,6 +116,7 @@ class SweepRunner:
         self._loaded = entries if n <= self.capacity else None
         self.passes += 1
         self._last_step = step
+        self.next_due = _NEVER if not self.enabled else -_NEVER if step < 0 else step + self.interval
         return n
 
     def _run_chunk(self, entries: SweepEntries, start: int, end: int, *, reuse: bool) -> None:
