@@ -128,7 +128,8 @@ class CanaryManager:
         self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
         self.step = 0
         self.init_finished = False
-        self._health_next = self.health.next_due(0)  # the first step whose end_step looks at the watchdog
+        self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
+        self._mark_at = self.health.next_due(1) - 1  # the next step whose end_step marks for the check after it
         self._prepared = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
@@ -353,8 +354,10 @@ class CanaryManager:
         if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
         health = self.health
-        if s + 1 >= self._health_next and health.due(s + 1):  # the check at s + 1 reads this step's mark
-            health.mark(s)
+        if s >= self._mark_at:  # the check at s + 1 reads this step's mark, and only it
+            self._mark_at = health.next_due(s + 2) - 1
+            if health.due(s + 1):
+                health.mark(s)
         pump, rep = self._pump, self.reporter
         head = pump.advance(s)
         seen = len(rep.events)
@@ -362,8 +365,8 @@ class CanaryManager:
             if head is not None:
                 if len(pump.rows) > seen or head[0] > rep.total or head[HEADER_SKIPPED] > rep.skipped_verifies:
                     rep.process(pump.last(), s)  # raise mode raises here: the step still ends
-                if s >= self._health_next:
-                    self._health_next = health.next_due(s + 1)
+                if s >= self._check_at:
+                    self._check_at = health.next_due(s + 1)
                     if health.due(s):
                         health.check(pump.last(), s)
         finally:
