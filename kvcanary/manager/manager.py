@@ -334,7 +334,7 @@ class CanaryManager:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
         n = self._sweep.run(entries, self.step)
-        self.health.launched(self._phase_tags[Phase.SWEEP], self.device)
+        self._count(Phase.SWEEP)
         return n
 
     @property

@@ -52,7 +52,7 @@ class SnapshotPump:
         self._cap = state.log.ring_capacity
         size = _BASE + self._cap * VIOLATION_FIELDS
         self._cuda = dev.type == "cuda"
-        self._dev = dev
+        self._dev_index = dev.index  # an int (or None: the current device) is the cheap form of current_stream's
         self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=self._cuda) for _ in range(2)]
         self._np = [h.numpy() for h in self._host]
         st = state
@@ -121,7 +121,7 @@ class SnapshotPump:
             for dst, src in self._parts[k]:
                 dst.copy_(src, non_blocking=self._cuda)
         if self._done is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
-            self._done[k].record(torch.cuda.current_stream(self._dev))
+            self._done[k].record(torch.cuda.current_stream(self._dev_index))
         return k
 
     def _read(self, step: int, k: int) -> list[int]:
