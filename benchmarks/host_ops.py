@@ -266,7 +266,9 @@ class _Clock:
         self._saved: list[tuple[Any, str, Any]] = []
         self._chosen: dict[Any, Any] = {}
 
-    def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool) -> None:
+    def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool, late: bool = False) -> None:
+        """``late``: a part that may or may not follow the phase's last one in a step (the session's report
+        collection, called only when the step reported something): added to the step's figure already out."""
         fn = getattr(owner, attr)
         acc = self._open
         out = self.seconds[name]
@@ -277,9 +279,12 @@ class _Clock:
                 return fn(*a, **k)
             finally:
                 dt = time.perf_counter() - t0 - (_Excluded.seconds - x0)
-                acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
-                if last:
-                    out.append(acc.pop(name))
+                if late and out:
+                    out[-1] += dt
+                else:
+                    acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
+                    if last:
+                        out.append(acc.pop(name))
 
         self._saved.append((owner, attr, fn))
         setattr(owner, attr, timed)
@@ -294,8 +299,8 @@ class _Clock:
         self._wrap(CanaryManager, "prepare", "head", first=True, last=False)
         self._wrap(CanaryManager, "head", "head", first=False, last=True)
         self._wrap(CanaryManager, "tail", "tail", first=True, last=True)
-        self._wrap(CanaryManager, "end_step", "end_step", first=True, last=False)
-        self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True)
+        self._wrap(CanaryManager, "end_step", "end_step", first=True, last=True)
+        self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True, late=True)
 
     @staticmethod
     def _kernel(impl: Any) -> Any:
