@@ -143,7 +143,8 @@ class _Replays(ForwardGraphs):
 
 
 def _use_replays() -> Any:
-    """Give each new cache's manager the replay proxy (PoolState builds the manager at a cache's first step)."""
+    """Give each new cache's manager the replay proxy, for its forwards and its sweep (PoolState builds the
+    manager at a cache's first step)."""
     init = PoolState.__init__
 
     def with_replays(self: PoolState, *a: Any, **k: Any) -> None:
@@ -151,6 +152,8 @@ def _use_replays() -> Any:
         caps = self.manager.capacities
         for runner in self.manager._forwards:
             runner.graphs = _Replays(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+        if self.manager._sweep.enabled:  # the sweep's one graph (its verify launches)
+            self.manager._sweep.graphs = _Replays(rows_capacity=1, tokens_capacity=1)
 
     PoolState.__init__ = with_replays  # type: ignore[method-assign]
     return init

@@ -97,7 +97,8 @@ class CanaryManager:
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
-                                  interval=config.sweep_interval, backend=config.backend)
+                                  interval=config.sweep_interval, backend=config.backend,
+                                  graphs=self._sweep_graphs(config) if sweep_on else None)
         self._sweep_source: SweepSource | None = None
         if config.enable_verify_token:
             size = capacities.expected_token_capacity + 2 * capacities.write_req_capacity + 1
@@ -140,6 +141,13 @@ class CanaryManager:
         return ForwardGraphs(rows_capacity=capacities.write_req_capacity,
                              tokens_capacity=capacities.write_token_capacity, capture=True,
                              strict=config.graphs is True, pool=self._graph_pool)
+
+    def _sweep_graphs(self, config: CanaryConfig) -> ForwardGraphs | None:
+        """The sweep's one graph (``config.graphs``), in the manager's memory pool."""
+        if self._graph_pool is None:
+            return None
+        return ForwardGraphs(rows_capacity=1, tokens_capacity=1, capture=True, strict=config.graphs is True,
+                             pool=self._graph_pool)
 
     @property
     def graphs(self) -> list[ForwardGraphs | None]:
