@@ -146,8 +146,7 @@ class SweepRunner:
                 p.verify_slot_indices[:n].copy_(slots)
                 p.verify_expected_positions[:n].copy_(positions)
                 p.verify_prev_slot_indices[:n].copy_(prevs)
-                p.verify_num_valid.fill_(n)
-                p.enable.fill_(1)
+                p.verify_num_valid.fill_(n)  # (its enable is 1 from the allocation on: nothing else writes it)
             if swa:
                 assert gs.group.swa_index_lut is not None
                 for arr, full in ((p.verify_slot_indices, slots), (p.verify_prev_slot_indices, prevs)):
