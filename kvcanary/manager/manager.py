@@ -154,6 +154,11 @@ class CanaryManager:
         """Each forward slot's own CUDA graphs (None where its forwards run unpadded and eagerly)."""
         return [r.graphs for r in self._forwards]
 
+    @property
+    def sweep_graphs(self) -> ForwardGraphs | None:
+        """The sweep's own CUDA graph (None where every sweep launches eagerly: graphs off, or no sweep)."""
+        return self._sweep.graphs
+
     @classmethod
     def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,
                adapter: EngineAdapter | None = None, sinks: tuple[GuardSink, ...] = ()) -> CanaryManager:

@@ -166,8 +166,8 @@ def test_sweeps_replayed_from_the_graph_equal_eager_sweeps(backend: str) -> None
         return w
 
     eager, graphed = run(False), run(True)
-    g = graphed.manager._sweep.graphs
-    assert eager.manager._sweep.graphs is None and g is not None and g.captures == 1 and g.replays == 5
+    g = graphed.manager.sweep_graphs
+    assert eager.manager.sweep_graphs is None and g is not None and g.captures == 1 and g.replays == 5
     assert differences(device_buffers(graphed.manager), device_buffers(eager.manager), ring_as_multiset=True) == []
     key = lambda e: (e.violation.tag_name, e.violation.slot_idx, e.violation.fail_reason_bits)  # noqa: E731
     assert sorted(map(key, graphed.manager.events)) == sorted(map(key, eager.manager.events))

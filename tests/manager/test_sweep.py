@@ -152,4 +152,4 @@ def test_the_sweep_runs_its_launches_through_the_graphs_when_they_are_on() -> No
     assert {t for t, _, _ in got} >= {"SWEEP_K_FULL", "SWEEP_K_SWA"}
     assert graphs.padded_eager == 5 and w.manager.sweep_passes == plain.manager.sweep_passes == 5
     assert w.manager.health.issued == plain.manager.health.issued
-    assert make_world(sweep=1).manager._sweep.graphs is None  # a CPU pool: no graphs
+    assert make_world(sweep=1).manager.sweep_graphs is None  # a CPU pool: no graphs
