@@ -45,11 +45,12 @@ def _sync(device: str) -> None:
 
 
 def graph_counts(session: Any) -> dict[str, int]:
-    """The managers' own CUDA graphs in ``session`` (CanaryConfig.graphs, on by default for a CUDA pool):
-    graphs captured, phases replayed, phases run eagerly on a bucket's padded inputs (a bucket's first use)."""
+    """The managers' own CUDA graphs in ``session`` (CanaryConfig.graphs, on by default for a CUDA pool), the
+    forwards' and the sweep's: graphs captured, phases replayed, phases run eagerly on a bucket's padded inputs
+    (a bucket's first use; the sweep's first run)."""
     out = {"captures": 0, "replays": 0, "padded_eager": 0}
     for pool in getattr(session, "_pools", {}).values():
-        for g in pool.manager.graphs:
+        for g in [*pool.manager.graphs, pool.manager.sweep_graphs]:  # the forwards' and the sweep's
             if g is not None:
                 out["captures"] += g.captures
                 out["replays"] += g.replays

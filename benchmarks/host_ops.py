@@ -147,7 +147,8 @@ class _Replays(ForwardGraphs):
 
 
 def _use_replays() -> Any:
-    """Give each new cache's manager the replay proxy (PoolState builds the manager at a cache's first step)."""
+    """Give each new cache's manager the replay proxy, for its forwards and its sweep (PoolState builds the
+    manager at a cache's first step)."""
     init = PoolState.__init__
 
     def with_replays(self: PoolState, *a: Any, **k: Any) -> None:
@@ -155,6 +156,8 @@ def _use_replays() -> Any:
         caps = self.manager.capacities
         for runner in self.manager._forwards:
             runner.graphs = _Replays(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+        if self.manager._sweep.enabled:  # the sweep's one graph (its verify launches)
+            self.manager._sweep.graphs = _Replays(rows_capacity=1, tokens_capacity=1)
 
     PoolState.__init__ = with_replays  # type: ignore[method-assign]
     return init
@@ -320,7 +323,9 @@ class _Clock:
         self._saved: list[tuple[Any, str, Any]] = []
         self._chosen: dict[Any, Any] = {}
 
-    def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool) -> None:
+    def _wrap(self, owner: Any, attr: str, name: str, *, first: bool, last: bool, late: bool = False) -> None:
+        """``late``: a part that may or may not follow the phase's last one in a step (the session's report
+        collection, called only when the step reported something): added to the step's figure already out."""
         fn = getattr(owner, attr)
         acc = self._open
         out = self.seconds[name]
@@ -331,9 +336,12 @@ class _Clock:
                 return fn(*a, **k)
             finally:
                 dt = time.perf_counter() - t0 - (_Excluded.seconds - x0)
-                acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
-                if last:
-                    out.append(acc.pop(name))
+                if late and out:
+                    out[-1] += dt
+                else:
+                    acc[name] = (0.0 if first else acc.get(name, 0.0)) + dt
+                    if last:
+                        out.append(acc.pop(name))
 
         self._saved.append((owner, attr, fn))
         setattr(owner, attr, timed)
@@ -348,8 +356,8 @@ class _Clock:
         self._wrap(CanaryManager, "prepare", "head", first=True, last=False)
         self._wrap(CanaryManager, "head", "head", first=False, last=True)
         self._wrap(CanaryManager, "tail", "tail", first=True, last=True)
-        self._wrap(CanaryManager, "end_step", "end_step", first=True, last=False)
-        self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True)
+        self._wrap(CanaryManager, "end_step", "end_step", first=True, last=True)
+        self._wrap(TransformersCanary, "_collect", "end_step", first=False, last=True, late=True)
 
     @staticmethod
     def _kernel(impl: Any) -> Any:

@@ -47,11 +47,19 @@ class HealthChecker:
 
     def mark(self, step: int) -> None:
         """The issued counts as of the snapshot the pump starts for ``step`` (the device copy is enqueued after
-        every launch issued so far)."""
+        every launch issued so far). A check reads only the mark of the step whose snapshot it checks, the one
+        before it: the manager marks just those steps."""
         self._marks[step] = tuple(self.issued)
 
     def due(self, step: int) -> bool:
         return step >= self.warmup and (step - self.warmup) % self.every == 0
+
+    def next_due(self, step: int) -> int:
+        """The first step at or after ``step`` that is :meth:`due` (the manager's steps in between skip the
+        watchdog entirely)."""
+        if step <= self.warmup:
+            return self.warmup
+        return step + (self.warmup - step) % self.every
 
     @property
     def state(self) -> str:

@@ -40,7 +40,7 @@ from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.pool import KvPoolSpec
-from kvcanary.manager.pump import HostSnapshot, SnapshotPump
+from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
@@ -97,7 +97,8 @@ class CanaryManager:
             for _ in range(config.num_forward_slots)
         ]
         self._sweep = SweepRunner(groups=self.groups, endpoints=self.endpoints, capacity=capacities.sweep_capacity,
-                                  interval=config.sweep_interval, backend=config.backend)
+                                  interval=config.sweep_interval, backend=config.backend,
+                                  graphs=self._sweep_graphs(config) if sweep_on else None)
         self._sweep_source: SweepSource | None = None
         if config.enable_verify_token:
             size = capacities.expected_token_capacity + 2 * capacities.write_req_capacity + 1
@@ -128,7 +129,8 @@ class CanaryManager:
         self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
         self.step = 0
         self.init_finished = False
-        self.last_snapshot: HostSnapshot | None = None
+        self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
+        self._mark_at = self.health.next_due(1) - 1  # the next step whose end_step marks for the check after it
         self._prepared = [False] * config.num_forward_slots
         self._checked: list[CanaryBatch | None] = [None] * config.num_forward_slots
         """Per forward slot, the last batch :meth:`prepare` accepted: a batch is immutable (its tensors' device
@@ -144,10 +146,22 @@ class CanaryManager:
                              tokens_capacity=capacities.write_token_capacity, capture=True,
                              strict=config.graphs is True, pool=self._graph_pool)
 
+    def _sweep_graphs(self, config: CanaryConfig) -> ForwardGraphs | None:
+        """The sweep's one graph (``config.graphs``), in the manager's memory pool."""
+        if self._graph_pool is None:
+            return None
+        return ForwardGraphs(rows_capacity=1, tokens_capacity=1, capture=True, strict=config.graphs is True,
+                             pool=self._graph_pool)
+
     @property
     def graphs(self) -> list[ForwardGraphs | None]:
         """Each forward slot's own CUDA graphs (None where its forwards run unpadded and eagerly)."""
         return [r.graphs for r in self._forwards]
+
+    @property
+    def sweep_graphs(self) -> ForwardGraphs | None:
+        """The sweep's own CUDA graph (None where every sweep launches eagerly: graphs off, or no sweep)."""
+        return self._sweep.graphs
 
     @classmethod
     def attach(cls, *, pool: KvPoolSpec, capacities: CanaryCapacities, config: CanaryConfig,
@@ -237,9 +251,21 @@ class CanaryManager:
                 logger.exception("kv-canary: sink %s failed; the step goes on", type(sink).__name__)
 
     def _stats(self, step: int) -> StepStats:
-        return StepStats.from_snapshot(self.last_snapshot, step=step, sweep_passes=self._sweep.passes,
-                                       tags=self._tags, ring_capacity=self.config.ring_capacity,
-                                       watchdog=self.health.state, watchdog_error=self.health.failure)
+        head, health = self._pump.header, self.health
+        if head is None:
+            return StepStats.from_snapshot(None, step=step, sweep_passes=self._sweep.passes, tags=self._tags,
+                                           ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                           watchdog_error=health.failure)
+        return StepStats.from_header(head, snapshot_step=self._pump.read_step, step=step,
+                                     sweep_passes=self._sweep.passes, tags=self._tags,
+                                     ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                     watchdog_error=health.failure)
+
+    @property
+    def last_snapshot(self) -> HostSnapshot | None:
+        """What the device state held as of the last read-back (:meth:`end_step`'s of the previous step's copy,
+        or :meth:`flush`'s), or None before any."""
+        return self._pump.snapshot()
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
@@ -330,7 +356,7 @@ class CanaryManager:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
         n = self._sweep.run(entries, self.step)
-        self.health.launched(self._phase_tags[Phase.SWEEP], self.device)
+        self._count(Phase.SWEEP)
         return n
 
     @property
@@ -341,23 +367,34 @@ class CanaryManager:
     def end_step(self) -> StepStats:
         """After the step's forwards: sweep if due, start this step's D2H and report what the previous
         step's copy holds (so rows recorded in step ``s`` are reported at the end of step ``s + 1``,
-        ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats."""
+        ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats.
+
+        The usual step is a few comparisons beside the copy: the read-back's header says whether the previous
+        copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
+        sweep and the watchdog are looked at only on the steps they are due."""
         s = self.step
-        if self._sweep.due(s) and self._sweep_source is not None:
+        if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
-        self.health.mark(s)
-        snap = self._pump.step(s)
-        seen = len(self.reporter.events)
+        health = self.health
+        if s >= self._mark_at:  # the check at s + 1 reads this step's mark, and only it
+            self._mark_at = health.next_due(s + 2) - 1
+            if health.due(s + 1):
+                health.mark(s)
+        pump, rep = self._pump, self.reporter
+        head = pump.advance(s)
+        seen = len(rep.events)
         try:
-            if snap is not None:
-                self.last_snapshot = snap
-                self.reporter.process(snap, s)  # raise mode raises here: the step still ends
-                if self.health.due(s):
-                    self.health.check(snap, s)
+            if head is not None:
+                if len(pump.rows) > seen or head[0] > rep.total or head[HEADER_SKIPPED] > rep.skipped_verifies:
+                    rep.process(pump.last(), s)  # raise mode raises here: the step still ends
+                if s >= self._check_at:
+                    self._check_at = health.next_due(s + 1)
+                    if health.due(s):
+                        health.check(pump.last(), s)
         finally:
             self.step = s + 1
-            if len(self.reporter.events) > seen:
-                self._guard(self.reporter.events[seen:], s)
+            if len(rep.events) > seen:
+                self._guard(rep.events[seen:], s)
             stats = self._stats(s)
             if self.sinks:
                 self._tell("on_step", stats)
@@ -371,7 +408,6 @@ class CanaryManager:
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
         snap = self._pump.drain(self.step if during_step else self.step - 1)
-        self.last_snapshot = snap
         seen = len(self.reporter.events)
         try:
             return self.reporter.process(snap, self.step)

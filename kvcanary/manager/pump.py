@@ -5,9 +5,11 @@ At the end of each step the write index, both per-tag counter arrays, the overfl
 one of two pinned host buffers, and an event (made once per buffer) is recorded behind the copy. The host reads
 the copy started at the previous step, long finished by then, and decodes it with numpy on the host copy: the
 header in one list, and only the ring rows that the previous read did not already hold (rows once written
-stay; they are compared, not trusted). The GPU never waits for the host; a step's host work is one copy and
-one event record (the unpacked state of the compiled manager: one copy per buffer, five).
-:meth:`SnapshotPump.drain` is the one synchronous read (end of run, tests).
+stay; they are compared, not trusted; with no row at all there is nothing to compare). The GPU never waits for
+the host; a step's host work is one copy and one event record (the unpacked state of the compiled manager: one
+copy per buffer, five) and the header read: the :class:`HostSnapshot` is made only when asked for (the manager
+asks when the header shows something new, or the watchdog is due). :meth:`SnapshotPump.drain` is the one
+synchronous read (end of run, tests).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class HostSnapshot:
 
 _N = NUM_LAUNCH_TAGS
 _BASE = 2 + 2 * _N
+HEADER_SKIPPED = 1 + 2 * _N
+"""Index of the overflow (skipped verifies) count in :attr:`SnapshotPump.header`."""
 
 
 class SnapshotPump:
@@ -48,7 +52,7 @@ class SnapshotPump:
         self._cap = state.log.ring_capacity
         size = _BASE + self._cap * VIOLATION_FIELDS
         self._cuda = dev.type == "cuda"
-        self._dev = dev
+        self._dev_index = dev.index  # an int (or None: the current device) is the cheap form of current_stream's
         self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=self._cuda) for _ in range(2)]
         self._np = [h.numpy() for h in self._host]
         st = state
@@ -60,11 +64,24 @@ class SnapshotPump:
                       if self._cuda else None)
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._next = 0
-        self._rows: tuple[tuple[int, ...], ...] = ()  # the rows the last read decoded
+        self.rows: tuple[tuple[int, ...], ...] = ()
+        """The ring rows of the last read, decoded (kept from read to read while their bytes are unchanged)."""
         self._rows_raw = np.zeros((0, VIOLATION_FIELDS), dtype=np.int64)  # the same rows, as copied
+        self.header: list[int] | None = None
+        """The last read's header as ints, in the packed layout's order (``[write_index, kernel_run_counters,
+        slot_run_counters, skipped]``; :data:`HEADER_SKIPPED` indexes the last), or None before any read."""
+        self.read_step = -1
+        """The step whose copy the last read was (-1 before any)."""
+        self._snap: HostSnapshot | None = None  # the last read as a snapshot, once asked for
 
     def step(self, step: int) -> HostSnapshot | None:
         """Start the copy for ``step``; return the snapshot started by the previous call (None at first)."""
+        return self.last() if self.advance(step) is not None else None
+
+    def advance(self, step: int) -> list[int] | None:
+        """Start the copy for ``step`` and read the one the previous call started: its header (see
+        :attr:`header`; None at first), the ring rows decoded only where they changed. The snapshot object is
+        built only when asked for (:meth:`snapshot`): the usual step reads a header and nothing else."""
         prev = self._pending
         self._pending = (step, self._start())
         return self._read(*prev) if prev is not None else None
@@ -75,7 +92,24 @@ class SnapshotPump:
         if self._pending is not None and self._done is not None:
             self._done[self._pending[1]].synchronize()
         self._pending = None
-        return self._read(step, self._start())
+        self._read(step, self._start())
+        return self.last()
+
+    def snapshot(self) -> HostSnapshot | None:
+        """The last read as a :class:`HostSnapshot` (made once per read, when first asked for)."""
+        snap = self._snap
+        if snap is None and self.header is not None:
+            v = self.header
+            snap = self._snap = HostSnapshot(self.read_step, v[0], self.rows, tuple(v[1 : 1 + _N]),
+                                             tuple(v[1 + _N : 1 + 2 * _N]), v[HEADER_SKIPPED])
+        return snap
+
+    def last(self) -> HostSnapshot:
+        """:meth:`snapshot`, after at least one read (``RuntimeError`` before any)."""
+        snap = self.snapshot()
+        if snap is None:
+            raise RuntimeError("kv-canary: no read-back yet (the pump's first copy is read at the next step)")
+        return snap
 
     def _start(self) -> int:
         k = self._next
@@ -87,30 +121,30 @@ class SnapshotPump:
             for dst, src in self._parts[k]:
                 dst.copy_(src, non_blocking=self._cuda)
         if self._done is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
-            self._done[k].record(torch.cuda.current_stream(self._dev))
+            self._done[k].record(torch.cuda.current_stream(self._dev_index))
         return k
 
-    def _read(self, step: int, k: int) -> HostSnapshot:
+    def _read(self, step: int, k: int) -> list[int]:
         if self._done is not None:
             self._done[k].synchronize()
         host = self._np[k]
-        v = host[:_BASE].tolist()
-        total = v[0]
-        nrows = min(total, self._cap)
-        raw = host[_BASE : _BASE + nrows * VIOLATION_FIELDS].reshape(nrows, VIOLATION_FIELDS)
-        return HostSnapshot(step, total, self._decode(raw), tuple(v[1 : 1 + _N]), tuple(v[1 + _N : 1 + 2 * _N]),
-                            v[1 + 2 * _N])
+        v: list[int] = host[:_BASE].tolist()
+        nrows = min(v[0], self._cap)
+        if nrows or self.rows:  # rows once decoded are kept while their copied bytes are unchanged
+            self._decode(host[_BASE : _BASE + nrows * VIOLATION_FIELDS].reshape(nrows, VIOLATION_FIELDS))
+        self.header, self.read_step, self._snap = v, step, None
+        return v
 
-    def _decode(self, raw: np.ndarray[Any, np.dtype[np.int64]]) -> tuple[tuple[int, ...], ...]:
-        """``raw`` as tuples of ints: the rows the previous read decoded are reused while their copied bytes are
-        unchanged (the usual case: a ring row is written once); only the new ones are converted."""
-        have, prev = len(self._rows), self._rows_raw
+    def _decode(self, raw: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+        """``raw`` as tuples of ints into :attr:`rows`: the rows the previous read decoded are reused while their
+        copied bytes are unchanged (the usual case: a ring row is written once); only the new ones are
+        converted."""
+        have, prev = len(self.rows), self._rows_raw
         n = int(raw.shape[0])
         if n == have and (n == 0 or np.array_equal(raw, prev)):
-            return self._rows
+            return
         if n > have and (have == 0 or np.array_equal(raw[:have], prev)):
-            rows = self._rows + tuple(map(tuple, raw[have:].tolist()))
+            rows = self.rows + tuple(map(tuple, raw[have:].tolist()))
         else:
             rows = tuple(map(tuple, raw.tolist()))
-        self._rows, self._rows_raw = rows, raw.copy()
-        return rows
+        self.rows, self._rows_raw = rows, raw.copy()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvcanary.consts import CanaryLaunchTag
-from kvcanary.manager.pump import HostSnapshot
+from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
+from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,14 @@ class StepStats:
         return cls(step, sum(snap.slot_run_counters), sweep_passes, snap.write_index, active, len(tags),
                    snap.skipped_verifies, snap.step, ring_capacity, snap.kernel_run_counters,
                    snap.slot_run_counters, tags_t, watchdog, watchdog_error)
+
+    @classmethod
+    def from_header(cls, header: list[int], *, snapshot_step: int, step: int, sweep_passes: int,
+                    tags: tuple[CanaryLaunchTag, ...], ring_capacity: int, watchdog: str,
+                    watchdog_error: str | None) -> StepStats:
+        """What :meth:`from_snapshot` makes of the snapshot whose pump header (``SnapshotPump.header``) is
+        ``header``, without the snapshot (the manager's per-step path: the header is all the figures need)."""
+        kernel, slot = tuple(header[1 : 1 + NUM_LAUNCH_TAGS]), header[1 + NUM_LAUNCH_TAGS : HEADER_SKIPPED]
+        return cls(step, sum(slot), sweep_passes, header[0], sum([kernel[t] > 0 for t in tags]), len(tags),
+                   header[HEADER_SKIPPED], snapshot_step, ring_capacity, kernel, tuple(slot), tags, watchdog,
+                   watchdog_error)

@@ -3,7 +3,9 @@
 Eager and host-driven (never captured): the engine hands over its prefix-cache chains as
 :class:`SweepEntries` (one entry per cached slot: slot, position in its chain, predecessor slot or -1);
 the sweep fills its own plan, translating through the LUT for the SWA group, and launches the SWEEP
-endpoints (verify only, on the TAIL buffers, with the real-KV sources, no token check).
+endpoints (verify only, on the TAIL buffers, with the real-KV sources, no token check). With the manager's
+graphs on, those launches are captured once (after the first sweep ran them) and replayed by every later sweep:
+the plans are fixed tensors and the verify kernel reads its entry count on the device.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kvcanary.consts import INVALID_SLOT, PoolKind
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.endpoints import Endpoint, Phase
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.staging import translate_slots
 from kvcanary.plans import VerifyPlan
@@ -52,6 +55,11 @@ class SweepEntries:
         check_sweep_entries(slots=self.slots, positions=self.positions, prev_slots=self.prev_slots)
 
 
+_NEVER = 1 << 62  # a step no run reaches
+
+SWEEP_GRAPH = ("sweep", Bucket(1, 1))
+"""The key of the sweep's one graph in its :class:`ForwardGraphs` (phase name, bucket)."""
+
 SweepSource = Callable[[], SweepEntries]
 """Returns the prefix cache's entries when a sweep is due. Returning the very object of the previous sweep
 says "unchanged" (its tensors must not have been modified): the runner then sweeps the entries it already
@@ -69,11 +77,16 @@ class SweepRunner:
     """Owns the sweep plans (allocated once) and decides when a sweep is due."""
 
     def __init__(self, *, groups: list[CanaryBufferGroup], endpoints: list[Endpoint], capacity: int,
-                 interval: int, backend: str | None) -> None:
+                 interval: int, backend: str | None, graphs: ForwardGraphs | None = None) -> None:
         self.interval = interval
+        self.graphs = graphs
+        """The graph the sweep's verify launches are replayed from (the manager's ``graphs`` setting), or None:
+        every sweep launches them."""
         self.capacity = capacity
         self.passes = 0
         self._last_step = -1
+        self.next_due = _NEVER if interval <= 0 else -_NEVER
+        """The first step at which :meth:`due` holds (one comparison per step for the manager)."""
         self._backend = backend
         dev = groups[0].k_head.device
         self._groups: list[_GroupSweep] = []
@@ -112,6 +125,7 @@ class SweepRunner:
         self._loaded = entries if n <= self.capacity else None
         self.passes += 1
         self._last_step = step
+        self.next_due = _NEVER if not self.enabled else -_NEVER if step < 0 else step + self.interval
         return n
 
     def _run_chunk(self, entries: SweepEntries, start: int, end: int, *, reuse: bool) -> None:
@@ -132,13 +146,21 @@ class SweepRunner:
                 p.verify_slot_indices[:n].copy_(slots)
                 p.verify_expected_positions[:n].copy_(positions)
                 p.verify_prev_slot_indices[:n].copy_(prevs)
-                p.verify_num_valid.fill_(n)
-                p.enable.fill_(1)
+                p.verify_num_valid.fill_(n)  # (its enable is 1 from the allocation on: nothing else writes it)
             if swa:
                 assert gs.group.swa_index_lut is not None
                 for arr, full in ((p.verify_slot_indices, slots), (p.verify_prev_slot_indices, prevs)):
                     translate_slots(full, gs.group.swa_index_lut, out=arr[:n], tmp=self._tmp[:n],
                                     mask=self._mask[:n], oob=self._invalid)
+        if self.graphs is None:
+            self._launches()
+        else:  # the plans are fixed tensors and the kernels read their counts on the device: one graph serves all
+            self.graphs.run(SWEEP_GRAPH[0], SWEEP_GRAPH[1], self._launches)
+
+    def _launches(self) -> None:
+        """Every group's SWEEP verifies, on the plans as filled (each group's after every group's plan is: a
+        group's verify reads only its own plan)."""
+        for gs in self._groups:
             for ep in gs.endpoints:
-                launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=False,
+                launch_canary_verify_kernel(context=ep.context, plan=gs.plan, check_verify_expected_token=False,
                                             backend=self._backend)

@@ -16,7 +16,7 @@ from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.manager import CanaryConfig, VerifyBudget
 from kvcanary.registry import REGISTRY, BackendError, Op
 from tests.manager.graph_parity import device_buffers, differences, workload
-from tests.manager.world import Req, World, make_world
+from tests.manager.world import Req, World, chain_entries, make_world
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -141,3 +141,35 @@ def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
     torch.cuda.synchronize()
     assert g.replays == replays + 2
     assert head.ops == {"aten.cat.out": 1} and tail.ops == {}
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_sweeps_replayed_from_the_graph_equal_eager_sweeps(backend: str) -> None:
+    """The sweep's verify launches, captured after its first run and replayed by every later sweep (new entries
+    copied into the plans before the replay, or the kept ones), leave the device as the eager sweeps do."""
+    _backend_or_skip(backend)
+
+    def run(graphs: bool) -> World:
+        w = make_world(config=_config(backend, graphs, sweep_interval=1), device="cuda")
+        a = Req(1, list(range(100, 120)), list(range(1, 11)))
+        w.forward([(a, 0, 10)])
+        kept = chain_entries([a])
+        for i, entries in enumerate([kept, kept, chain_entries([a]), kept, chain_entries([a]), kept]):
+            if i == 2:
+                w.k[3] += 1.0
+            if i == 4:
+                w.v[7] += 1.0
+            w.manager.set_sweep_source(lambda e=entries: e)  # type: ignore[misc]
+            w.step()
+        w.manager.flush()
+        torch.cuda.synchronize()
+        return w
+
+    eager, graphed = run(False), run(True)
+    g = graphed.manager.sweep_graphs
+    assert eager.manager.sweep_graphs is None and g is not None and g.captures == 1 and g.replays == 5
+    assert differences(device_buffers(graphed.manager), device_buffers(eager.manager), ring_as_multiset=True) == []
+    key = lambda e: (e.violation.tag_name, e.violation.slot_idx, e.violation.fail_reason_bits)  # noqa: E731
+    assert sorted(map(key, graphed.manager.events)) == sorted(map(key, eager.manager.events))
+    assert {"SWEEP_K_FULL", "SWEEP_V_FULL"} <= {e.violation.tag_name for e in graphed.manager.events}
+    assert graphed.manager.health.issued == eager.manager.health.issued

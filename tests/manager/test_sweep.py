@@ -7,7 +7,8 @@ import torch
 
 from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.manager import CanaryCapacities, CanaryConfig, SweepEntries
-from tests.manager.world import Req, chain_entries, make_world
+from kvcanary.manager.graphs import ForwardGraphs
+from tests.manager.world import Req, World, chain_entries, make_world
 
 RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
 CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
@@ -121,3 +122,34 @@ def test_sweep_errors() -> None:
     bad = SweepEntries.from_lists([1, 2], [0, 1], [-1, 1])
     with pytest.raises(ValueError, match=r"SweepEntries.positions must be 1-D int64 of length 2"):
         w.manager.run_sweep(SweepEntries(bad.slots, bad.positions[:1], bad.prev_slots))
+
+
+def _sweeps(graphs: ForwardGraphs | None) -> tuple[World, list[tuple[str, int, int]]]:
+    w = make_world(sweep=1, swa_window=4)
+    w.manager._sweep.graphs = graphs
+    a = Req(1, list(range(100, 120)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    assert w.lut is not None and w.swa_k is not None
+    kept = chain_entries([a])
+    found = []
+    for i, entries in enumerate([kept, kept, chain_entries([a]), kept, chain_entries([a])]):
+        if i == 2:
+            w.k[3] += 1.0
+        if i == 3:
+            w.swa_k[int(w.lut[a.slots[6]])] += 1.0
+        w.manager.run_sweep(entries)
+        found.append(sorted(w.events()))
+    return w, [e for f in found for e in f]
+
+
+def test_the_sweep_runs_its_launches_through_the_graphs_when_they_are_on() -> None:
+    """What the GPU's graphs replay (here run eagerly, ``capture=False``): the same findings as the plain
+    launches, every sweep through the graph's key, new entries or kept ones."""
+    graphs = ForwardGraphs(rows_capacity=1, tokens_capacity=1, capture=False, strict=True)
+    plain, want = _sweeps(None)
+    w, got = _sweeps(graphs)
+    assert got == want and ("SWEEP_K_FULL", 3) in {(t, s) for t, s, _ in got}
+    assert {t for t, _, _ in got} >= {"SWEEP_K_FULL", "SWEEP_K_SWA"}
+    assert graphs.padded_eager == 5 and w.manager.sweep_passes == plain.manager.sweep_passes == 5
+    assert w.manager.health.issued == plain.manager.health.issued
+    assert make_world(sweep=1).manager.sweep_graphs is None  # a CPU pool: no graphs
