@@ -6,6 +6,11 @@ Only launches and device-to-device copies happen here, never a host read of a de
 ``torch.compile(fullgraph=True, dynamic=True)`` graph of kvcanary operators. With the manager's own graphs
 (``graphs``: :mod:`kvcanary.manager.graphs`) each half is padded to the forward's bucket and replayed from a
 CUDA graph captured for it.
+
+An SWA group's write seed that the LUT translates to 0 (its position has no SWA slot: evicted, or
+overwritten by this very forward in an engine that keeps the window in a ring) starts the request's chain at
+the anchor, without the chain-position assert, as a first chunk does: the write-side twin of verify skipping
+slot 0 and of a predecessor 0 getting no chain check (:func:`restart_unslotted_seeds`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,19 @@ from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.plans import VerifyPlan, WritePlan
 
 _HEAD = Phase.HEAD.value  # the graphs' name of the HEAD phase (an enum's value is a Python call to read)
+
+
+def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
+    """Set an SWA group's write seeds of 0 to -1, in place (``mask``: a bool scratch of the seeds' shape).
+
+    0 is the LUT's "no SWA slot": the seed's position was evicted from the window, or, in an engine that keeps
+    the window in a per-request ring (transformers), this forward's own chunk of ``window`` or more tokens
+    overwrites its ring slot. Read as a slot, 0 would chain the request from the padding slot's record and
+    assert its position (a false ``write_position``); -1 starts the chain at the anchor instead. A later verify
+    of the chunk's first token sees the same 0 as its predecessor and skips the chain check, so the two agree.
+    Two device ops, no host read (capturable)."""
+    torch.eq(seeds, 0, out=mask)
+    seeds.masked_fill_(mask, -1)
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,9 @@ class ForwardRunner:
                         for _ in groups] if budget is not None else []
         """With a verification budget: per group, the filter whose smaller plan the step's verifies use."""
         self._verify = [gp.verify for gp in self.plans]
+        self._seed_masks = [torch.zeros_like(gp.write.write_seed_slot_indices, dtype=torch.bool)
+                            if gp.group.kind is PoolKind.SWA else None for gp in self.plans]
+        """Per group: the scratch of :func:`restart_unslotted_seeds` (SWA groups), else None."""
         self._state = state
         self._r2t = req_to_token
         self._offset = token_offset
@@ -161,6 +182,9 @@ class ForwardRunner:
                 verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
                 req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
                 kv_token_id_vs_position_offset=self._offset, extensions=self._ext, backend=self._backend)
+            mask = self._seed_masks[gi]
+            if mask is not None:
+                restart_unslotted_seeds(gp.write.write_seed_slot_indices, mask)
             if self.budgets:
                 rot = self._rotations[gi]
                 self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,

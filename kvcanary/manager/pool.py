@@ -20,7 +20,8 @@ class PoolGroupSpec:
 
     ``k_layer0`` / ``v_layer0``: the group's layer-0 K and V buffers, ``[num_slots, ...]`` views of the live
     pool (one row per slot, padding slot 0 included). ``v_layer0`` None means the group has no V half (MLA).
-    For SWA: ``swa_window_size > 0`` and ``full_to_swa_index_mapping`` int64 ``[full_num_slots]`` (0 = none).
+    For SWA: ``swa_window_size > 0`` and ``full_to_swa_index_mapping`` int64 ``[full_num_slots]`` (0 = none:
+    verify skips such a slot, and a write seed of 0 starts the request's SWA chain at the anchor).
     ``layers``: every layer's K and V buffers of the group (``K0, V0, K1, V1, ...``, each ``[num_slots, ...]``,
     contiguous), for ``CanaryConfig(layer_rotation=n)`` (:mod:`kvcanary.manager.rotation`); empty: none.
     """

@@ -6,6 +6,7 @@ import torch
 
 from kvcanary.consts import CanaryLaunchTag as T
 from kvcanary.consts import FailReason
+from kvcanary.hashing import ANCHOR_HASH, to_int64
 from tests.manager.world import Req, make_world
 
 CHAIN = int(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
@@ -89,3 +90,27 @@ def test_without_the_offset_rotated_tokens_fail_the_token_check() -> None:
     w.forward([(a, 10, 0)])
     ev = w.events()
     assert ev and all(b_ == TOK for _, _, b_ in ev)
+
+
+def test_a_seed_without_an_swa_slot_restarts_the_swa_chain_at_the_anchor() -> None:
+    """The LUT's 0 at the seed (the position before the chunk has no SWA slot: a ring engine's chunk of a
+    whole window overwrites it) starts the SWA chain at the anchor: no false write_position from the padding
+    slot's record. The FULL group's chain goes on from its real seed."""
+    w = make_world(swa_window=4)
+    a = Req(1, list(range(100, 140)), list(range(1, 11)))
+    w.forward([(a, 0, 6)])
+    w.step()
+    assert w.lut is not None
+    w.lut[a.slots[5]] = 0  # the seed's position: no SWA slot any more
+    w.forward([(a, 6, 2)])
+    w.step()
+    assert w.events() == []
+    anchor = to_int64(ANCHOR_HASH)
+    swa = w.manager.groups[1].k_tail.view(torch.int64)
+    full = w.manager.groups[0].k_tail.view(torch.int64)
+    assert int(swa[int(w.lut[a.slots[6]]), 2]) == anchor  # the restarted chain's head
+    assert int(swa[int(w.lut[a.slots[7]]), 1]) == 7
+    assert int(full[a.slots[6], 2]) != anchor  # chained from position 5's record
+    w.forward([(a, 8, 1)])  # the next step verifies the chunk's tokens: their chain holds
+    w.step()
+    assert w.events() == []

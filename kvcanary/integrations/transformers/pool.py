@@ -274,9 +274,11 @@ class PoolState:
 
         The window is the ``window - 1`` positions before the step (what the step's attention reads).
         Positions whose ring slot this step's own tokens overwrite (a chunk longer than one token) map to
-        slot 0, which the verify skips; new tokens the ring does not keep (a chunk longer than the window)
-        map to -1, which the write skips. Built with numpy array ops over every entry of the step at once, into
-        the host staging ``out`` (no torch op, no per-request array)."""
+        slot 0, which the verify skips (the TAIL verify would fold the new token's KV there); when that is the
+        position before the chunk (a chunk of ``window`` tokens or more), the manager starts the request's
+        SWA chain at the anchor rather than seed it from slot 0. New tokens the ring does not keep (a chunk
+        longer than the window) map to -1, which the write skips. Built with numpy array ops over every entry
+        of the step at once, into the host staging ``out`` (no torch op, no per-request array)."""
         sw = self.layout.sliding
         assert sw is not None
         w, page, stride = sw.window, sw.page, sw.stride

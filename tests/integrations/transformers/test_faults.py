@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kvcanary.consts import FailReason
+from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.faults import FaultHook, TfFault
-from tests.integrations.transformers.harness import SEED, SLIDING, first, run
+from kvcanary.integrations.transformers.workload import generate
+from tests.integrations.transformers.harness import SEED, SLIDING, first, prompts, run
 
 
 def _fired(hook: FaultHook) -> None:
@@ -79,3 +83,22 @@ def test_stale_sliding_window_block_read(hybrid: Any) -> None:
     assert r.event.violation.reasons & FailReason.VERIFY_CHAIN_HASH_MISMATCH
     assert r.event.step_recorded == hook.fired_step
     assert {hook.detail["request"], hook.detail["victim"]} <= set(r.request_ids)
+
+
+@SLIDING
+@pytest.mark.parametrize("chunk", [6, 9])
+def test_stale_sliding_window_block_read_with_chunks_of_a_whole_window(hybrid: Any, chunk: int) -> None:
+    """Prefill chunks as long as tiny_hybrid's window (6) or longer restart the SWA chain at the chunk (the
+    seed's ring slot is rewritten in the forward); a swapped ring block is still reported, at its step."""
+    hook = FaultHook(TfFault.STALE_SWA_BLOCK)
+    with attach_canaries(hybrid) as canary:
+        canary.hooks.append(hook)
+        generate(hybrid, prompts(), max_batch_tokens=chunk)
+    _fired(hook)
+    slots = hook.detail["slots"]
+    assert isinstance(slots, list)
+    r = first(canary)
+    assert r.check == "per_forward_head_k_swa", f"seed {SEED} chunk {chunk}: {r.event.message}"
+    assert r.event.violation.slot_idx in slots
+    assert r.event.violation.reasons & FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    assert r.event.step_recorded == hook.fired_step

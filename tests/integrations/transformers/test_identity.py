@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kvcanary.integrations.transformers import attach_canaries
 from kvcanary.integrations.transformers.workload import generate
 from tests.integrations.transformers.harness import SEED, SLIDING, prompts, run
@@ -58,3 +60,21 @@ def test_sliding_window_chunks_shorter_than_the_window_are_silent(hybrid: Any) -
     with attach_canaries(hybrid) as canary:
         on = generate(hybrid, prompts(), max_batch_tokens=window - 1)
     assert on == off and canary.reports == [], f"seed {SEED}"
+
+
+@SLIDING
+@pytest.mark.parametrize("chunk", [6, 9, 13])
+def test_sliding_window_chunks_as_long_as_the_window_or_longer_are_silent(hybrid: Any, chunk: int) -> None:
+    """A prefill chunk of a request that already has cached tokens and spans the whole ring (6 tokens: every
+    slot, the seed's included, rewritten in the forward; 9 and 13: the first tokens go to the engine's trash)
+    gives the seed no SWA slot: the chain restarts there, with no false ``write_position``."""
+    window = 6  # tiny_hybrid's
+    prompt = [(7 * i) % 190 + 1 for i in range(3 * window + 2)]  # chunks [0, c), [c, 2c), ...: past > 0
+    off = generate(hybrid, [prompt], max_batch_tokens=chunk, max_new_tokens=8)
+    with attach_canaries(hybrid) as canary:
+        on = generate(hybrid, [prompt], max_batch_tokens=chunk, max_new_tokens=8)
+    assert on == off, f"chunk {chunk}: canaries changed the generated tokens"
+    assert canary.reports == [], f"chunk {chunk}: {[r.event.message.splitlines()[0] for r in canary.reports]}"
+    counters = canary.managers[0].state.kernel_run_counters
+    swa = [t for t in canary.managers[0].active_tags if t.name.endswith("_SWA")]
+    assert swa and all(int(counters[int(t)]) > 0 for t in swa)
