@@ -148,11 +148,7 @@ class _Calls:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bs", type=int, default=32)
-    p.add_argument("--prompt-len", type=int, default=24)
-    p.add_argument("--new-tokens", type=int, default=24)
-    p.add_argument("--page", type=int, default=16)
-    p.add_argument("--batch-tokens", type=int, default=1024)
+    host_ops.workload_args(p)
     p.add_argument("--steps", action="store_true", help="also print every step's calls")
     args = p.parse_args()
     torch.set_num_threads(1)

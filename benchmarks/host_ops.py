@@ -402,13 +402,18 @@ def _run(model: Any, prompts: list[list[int]], args: argparse.Namespace,
     return session
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def workload_args(p: argparse.ArgumentParser) -> None:
+    """The workload's shape options (this script's and ``host_calls.py``'s)."""
     p.add_argument("--bs", type=int, default=32)
     p.add_argument("--prompt-len", type=int, default=24)
     p.add_argument("--new-tokens", type=int, default=24)
     p.add_argument("--page", type=int, default=16)
     p.add_argument("--batch-tokens", type=int, default=1024)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    workload_args(p)
     p.add_argument("--rounds", type=int, default=5, help="uninstrumented runs timed")
     p.add_argument("--names", action="store_true", help="also print the ops of each phase by name")
     p.add_argument("--graphs", action="store_true", help="proxy the manager's CUDA graphs (a GPU's default)")
