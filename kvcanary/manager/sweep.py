@@ -84,9 +84,8 @@ class SweepRunner:
         every sweep launches them."""
         self.capacity = capacity
         self.passes = 0
-        self._last_step = -1
         self.next_due = _NEVER if interval <= 0 else -_NEVER
-        """The first step at which :meth:`due` holds (one comparison per step for the manager)."""
+        """The first step at which a sweep is due (:meth:`due`; one comparison per step for the manager)."""
         self._backend = backend
         dev = groups[0].k_head.device
         self._groups: list[_GroupSweep] = []
@@ -108,8 +107,9 @@ class SweepRunner:
         return self.interval > 0
 
     def due(self, step: int) -> bool:
-        """First evaluation, then every ``interval`` steps (SGLang's ``_last_sweep_step = -1`` rule)."""
-        return self.enabled and (self._last_step < 0 or step - self._last_step >= self.interval)
+        """First evaluation, then every ``interval`` steps (SGLang's ``_last_sweep_step = -1`` rule: a run at
+        step ``s >= 0`` makes the next due at ``s + interval``; one at a negative step leaves it due)."""
+        return step >= self.next_due
 
     def run(self, entries: SweepEntries, step: int) -> int:
         """Verify ``entries`` on every group's SWEEP endpoints; return how many entries were swept.
@@ -124,7 +124,6 @@ class SweepRunner:
             self._run_chunk(entries, start, min(n, start + self.capacity), reuse=reuse)
         self._loaded = entries if n <= self.capacity else None
         self.passes += 1
-        self._last_step = step
         self.next_due = _NEVER if not self.enabled else -_NEVER if step < 0 else step + self.interval
         return n
 
