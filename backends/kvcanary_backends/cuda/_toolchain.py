@@ -306,7 +306,7 @@ def loaded() -> list[Compiled]:
 
 # -- launching ------------------------------------------------------------------------------------------------
 _streams: dict[int, Any] = {}
-_configs: dict[tuple[int, int, int, int], Any] = {}
+_configs: dict[tuple[int, ...], Any] = {}
 _ready = threading.local()
 
 
@@ -324,13 +324,14 @@ def _stream(handle: int) -> Any:
     return s
 
 
-def _config(grid_x: int, grid_y: int, block: int, shmem: int) -> Any:
-    """A cached LaunchConfig (building one per launch would cost more than the launch itself)."""
-    key = (grid_x, grid_y, block, shmem)
+def _config(grid_x: int, grid_y: int, block: int, shmem: int, grid_z: int = 1) -> Any:
+    """A cached LaunchConfig (building one per launch would cost more than the launch itself). Keyed like
+    :func:`launch`'s ``shape`` (a ``grid_z`` other than 1 appended), so that its hot path looks it up directly."""
+    key = (grid_x, grid_y, block, shmem) if grid_z == 1 else (grid_x, grid_y, block, shmem, grid_z)
     cfg = _configs.get(key)
     if cfg is None:
         cc = core()
-        grid = grid_x if grid_y == 1 else (grid_x, grid_y, 1)
+        grid = grid_x if grid_y == 1 and grid_z == 1 else (grid_x, grid_y, grid_z)
         cfg = cc.LaunchConfig(grid=grid, block=block, shmem_size=shmem)
         if len(_configs) > 4096:
             _configs.clear()

@@ -211,21 +211,11 @@ def load(compiled: Any, device: int) -> Variant | str:
     return Variant(kernel, pack, 32 * int(compiled.metadata.num_warps), int(compiled.metadata.shared), device)
 
 
-_configs: dict[tuple[int, ...], Any] = {}
-
-
 def config(variant: Variant, grid: tuple[int, int, int]) -> Any:
-    """The cached ``LaunchConfig`` of ``variant`` on ``grid``."""
-    key = (*grid, variant.block, variant.shared)
-    cfg = _configs.get(key)
-    if cfg is None:
-        from kvcanary_backends.cuda._toolchain import core
+    """The cached ``LaunchConfig`` of ``variant`` on ``grid`` (the cuda backend's cache)."""
+    from kvcanary_backends.cuda._toolchain import _config
 
-        cfg = core().LaunchConfig(grid=grid, block=variant.block, shmem_size=variant.shared)
-        if len(_configs) > 4096:
-            _configs.clear()
-        _configs[key] = cfg
-    return cfg
+    return _config(grid[0], grid[1], variant.block, variant.shared, grid[2])
 
 
 def launch_function() -> Callable[..., None]:
