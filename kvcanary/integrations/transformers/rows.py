@@ -234,10 +234,6 @@ class RequestRows:
         pos = torch.arange(int(row_of_token.shape[0]), dtype=torch.int64) + shift.repeat_interleave(q)
         return self._host[row_of_token, pos]
 
-    def row_tensor(self, rid: str) -> torch.Tensor:
-        """``rid``'s synced row on the host (int32, physical indices by position)."""
-        return self._host[self.row_of[rid]]
-
     def host_array(self) -> np.ndarray[Any, np.dtype[np.int32]]:
         """The synced rows on the host as numpy, ``[row, position]`` (the same memory as the host table)."""
         table: np.ndarray[Any, np.dtype[np.int32]] = self._host_np
