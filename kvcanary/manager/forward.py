@@ -37,7 +37,8 @@ from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.plans import VerifyPlan, WritePlan
 
-_HEAD = Phase.HEAD.value  # the graphs' name of the HEAD phase (an enum's value is a Python call to read)
+_HEAD = Phase.HEAD.value  # the graphs' names of the phases (an enum's value is a Python call to read)
+_TAIL = Phase.TAIL.value
 
 
 def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
@@ -109,30 +110,32 @@ class ForwardRunner:
         self.graphs = graphs
         """The HEAD and TAIL graphs per bucket (None: every forward runs unpadded and eagerly)."""
         self._bucket: Bucket | None = None
-        self._last_head: tuple[CanaryBatch, Bucket, Callable[[], None]] | None = None
-        """The previous bucketed forward's batch, its bucket and its HEAD launches."""
-        self._bucket_runs: dict[tuple[Phase, Bucket], Callable[[], None]] = {}
-        """Per phase and bucket: its launches on the bucket's views (what a first use runs and captures; made
+        self._last_head: tuple[CanaryBatch, Bucket, Callable[[], None], Callable[[], None]] | None = None
+        """The previous bucketed forward's batch, its bucket and its HEAD and TAIL launches."""
+        self._bucket_runs: dict[Bucket, tuple[Callable[[], None], Callable[[], None]]] = {}
+        """Per bucket: its HEAD and TAIL launches on the bucket's views (what a first use runs and captures; made
         once, not per forward)."""
+        self._tail_run: Callable[[], None] | None = None  # the current bucketed forward's TAIL launches
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:
             self._head_launches = torch.compile(self._plan_and_head, fullgraph=True, dynamic=True)
             self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
 
-    def head(self, batch: CanaryBatch) -> None:
+    def head(self, batch: CanaryBatch) -> bool:
         """Stage the batch, plan every group, then HEAD verify and write (K, then V): replayed from the
         bucket's graph when the forward has one. The very batch of the previous bucketed forward (an engine
         that hands the same batch again) keeps its bucket and launches: only its staging copy and the replay
-        run."""
+        run. Returns whether the forward runs on a bucket (then no graph capture is in progress on the current
+        stream: the manager counts the launches without asking again)."""
         g = self.graphs
         last = self._last_head
         if last is not None and last[0] is batch and g is not None and g.usable():
-            _, kept, launches = last
+            _, kept, launches, tail = last
             self._views = self.staging.load_padded(batch, kept.rows, kept.tokens)
-            self._bucket = kept
+            self._bucket, self._tail_run = kept, tail
             g.run(_HEAD, kept, launches)
-            return
+            return True
         bs = batch.batch_size
         bucket: Bucket | None = None
         if g is not None:
@@ -143,30 +146,29 @@ class ForwardRunner:
             v = self.staging.load(batch)
             self._views = v
             self._head_launches(v, bs)
-            return
+            return False
         v = self.staging.load_padded(batch, bucket.rows, bucket.tokens)
         self._views = v
-        self.graphs_run(Phase.HEAD, bucket, v)
-        self._last_head = (batch, bucket, self._bucket_runs[(Phase.HEAD, bucket)])
+        head, tail = self._bucket_launches(bucket, v)
+        self._tail_run = tail
+        assert g is not None  # a bucket comes from the graphs
+        g.run(_HEAD, bucket, head)
+        self._last_head = (batch, bucket, head, tail)
+        return True
 
-    def graphs_run(self, phase: Phase, bucket: Bucket, v: StepViews) -> None:
-        """``phase``'s launches on the padded views ``v`` of ``bucket`` (the bucket's own, fixed views),
-        through :attr:`graphs`."""
-        assert self.graphs is not None
-        launches = self._bucket_runs.get((phase, bucket))
-        if launches is None:
-            launches = self._bucket_runs[(phase, bucket)] = self._bucket_launches(phase, bucket, v)
-        self.graphs.run(phase.value, bucket, launches)
-
-    def _bucket_launches(self, phase: Phase, bucket: Bucket, v: StepViews) -> Callable[[], None]:
-        if phase is Phase.HEAD:
-            def launches() -> None:
+    def _bucket_launches(self, bucket: Bucket, v: StepViews) -> tuple[Callable[[], None], Callable[[], None]]:
+        """The bucket's HEAD and TAIL launches on its views (what a first use runs and captures; made on the
+        bucket's first use, not per forward)."""
+        runs = self._bucket_runs.get(bucket)
+        if runs is None:
+            def head() -> None:
                 self.staging.translate(v)
                 self._plan_and_head(v, bucket.rows, stride=bucket.stride or None)
-        else:
-            def launches() -> None:
+
+            def tail() -> None:
                 self._tail(v)
-        return launches
+            runs = self._bucket_runs[bucket] = (head, tail)
+        return runs
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         pool = self._state.expected_tokens_pool if self._check_token else None
@@ -193,17 +195,20 @@ class ForwardRunner:
                                                           stride=stride)
             self._launch(gi, gp.head, v)
 
-    def tail(self) -> None:
-        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows."""
+    def tail(self) -> bool:
+        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows.
+        Returns whether the forward ran on a bucket (its HEAD saw no graph capture in progress)."""
         v = self._views
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
-        if self._bucket is None:
+        bucket = self._bucket
+        if bucket is None:
             self._tail_launches(v)
         else:
-            self.graphs_run(Phase.TAIL, self._bucket, v)
-        self._views = None
-        self._bucket = None
+            assert self.graphs is not None and self._tail_run is not None
+            self.graphs.run(_TAIL, bucket, self._tail_run)
+        self._views = self._bucket = None
+        return bucket is not None
 
     def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):

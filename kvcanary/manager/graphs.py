@@ -122,14 +122,14 @@ class ForwardGraphs:
     def usable(self) -> bool:
         """Whether a forward may run on a bucket now (graphs on, and no graph capture in progress on the current
         stream): what :meth:`bucket` asks before it sizes the forward."""
-        return self.enabled and not (self.capture and torch.cuda.is_current_stream_capturing())
+        return self.enabled and not (self.capture and torch._C._cuda_isCurrentStreamCapturing())
 
     def bucket(self, batch_size: int, num_tokens: int, stride: int = 0) -> Bucket | None:
         """The forward's bucket, or None when it runs unpadded and eagerly (graphs off, an empty forward, one
         past the largest bucket, or a graph capture in progress on the current stream)."""
         if not self.enabled:
             return None
-        if self.capture and torch.cuda.is_current_stream_capturing():
+        if self.capture and torch._C._cuda_isCurrentStreamCapturing():  # torch.cuda's check, one frame less
             return None  # the engine captures this forward: the launches belong in its graph
         rows, tokens = _rung(batch_size, self.rows[-1]), _rung(num_tokens, self.tokens[-1])
         if rows is None or tokens is None:
