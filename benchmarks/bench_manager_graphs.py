@@ -48,6 +48,10 @@ class StubbedReplays(ForwardGraphs):
         super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
         self._seen: set[tuple[str, Bucket]] = set()
 
+    def drop(self, phase: str) -> None:
+        super().drop(phase)
+        self._seen = {k for k in self._seen if k[0] != phase}  # the phase's next use is a first use again
+
     def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
         if (phase, bucket) in self._seen:
             self.replays += 1

@@ -30,7 +30,7 @@ from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
-from kvcanary.manager.graphs import Bucket, ForwardGraphs
+from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
 from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
@@ -39,6 +39,10 @@ from kvcanary.plans import VerifyPlan, WritePlan
 
 _HEAD = Phase.HEAD.value  # the graphs' names of the phases (an enum's value is a Python call to read)
 _TAIL = Phase.TAIL.value
+_STAGED = "head_staged"  # the graphs' name of a kept batch's HEAD with its staging copy (one batch at a time)
+_ptr, _size = torch.Tensor.data_ptr, torch.Tensor.size  # what a staged graph's parts are compared by
+_Where = tuple[tuple[int, ...], tuple[torch.Size, ...]]
+"""Where a batch's staging parts are: their data pointers and sizes."""
 
 
 def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
@@ -116,6 +120,10 @@ class ForwardRunner:
         """Per bucket: its HEAD and TAIL launches on the bucket's views (what a first use runs and captures; made
         once, not per forward)."""
         self._tail_run: Callable[[], None] | None = None  # the current bucketed forward's TAIL launches
+        self._reuses = 0  # forwards of the kept batch (``_last_head``) since its first one
+        self._staged: tuple[_Where, Callable[[], None], StepViews] | None = None
+        """The kept batch's staged HEAD (:data:`~kvcanary.manager.graphs.STAGED_AFTER`): where its parts were at
+        the capture, its launches and the views they fill; None before its reuses reach the threshold."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:
@@ -132,8 +140,15 @@ class ForwardRunner:
         last = self._last_head
         if last is not None and last[0] is batch and g is not None and g.usable():
             _, kept, launches, tail = last
-            self._views = self.staging.load_padded(batch, kept.rows, kept.tokens)
             self._bucket, self._tail_run = kept, tail
+            self._reuses += 1
+            if self._reuses >= STAGED_AFTER:
+                staged = self._staged_for(batch, kept, launches)
+                if staged is not None:
+                    self._views = staged[2]
+                    g.run(_STAGED, kept, staged[1])
+                    return True
+            self._views = self.staging.load_padded(batch, kept.rows, kept.tokens)
             g.run(_HEAD, kept, launches)
             return True
         bs = batch.batch_size
@@ -142,6 +157,10 @@ class ForwardRunner:
             stride = self.budgets[0].budget.stride(bs) if self.budgets and bs > 0 else 0
             bucket = g.bucket(bs, batch.num_tokens, stride)
         self._bucket = bucket
+        if self._staged is not None:  # a new batch: the previous one's staged graph is done with
+            self._staged = None
+            if g is not None:
+                g.drop(_STAGED)
         if bucket is None:
             v = self.staging.load(batch)
             self._views = v
@@ -154,7 +173,32 @@ class ForwardRunner:
         assert g is not None  # a bucket comes from the graphs
         g.run(_HEAD, bucket, head)
         self._last_head = (batch, bucket, head, tail)
+        self._reuses = 0
         return True
+
+    def _staged_for(self, batch: CanaryBatch, bucket: Bucket,
+                    launches: Callable[[], None]) -> tuple[_Where, Callable[[], None], StepViews] | None:
+        """The kept batch's staged HEAD launches (its staging copy, then the bucket's HEAD launches) and the views
+        they fill, made once per batch. The staged graph reads the batch's tensors at the addresses they had
+        when it was captured: where they are (data pointers and sizes) is compared at every forward, and a batch
+        whose tensors moved (or were resized) gets a new staged graph. None: the staging holds another batch."""
+        kept = self.staging.kept(batch, bucket.rows, bucket.tokens)
+        if kept is None:
+            return None
+        parts, packed = kept
+        where: _Where = (tuple(map(_ptr, parts)), tuple(map(_size, parts)))
+        staged = self._staged
+        if staged is not None and staged[0] == where:
+            return staged
+        if staged is not None:
+            assert self.graphs is not None
+            self.graphs.drop(_STAGED)
+
+        def run() -> None:
+            torch.cat(parts, out=packed)
+            launches()
+        staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens))
+        return staged
 
     def _bucket_launches(self, bucket: Bucket, v: StepViews) -> tuple[Callable[[], None], Callable[[], None]]:
         """The bucket's HEAD and TAIL launches on its views (what a first use runs and captures; made on the

@@ -42,6 +42,11 @@ logger = logging.getLogger("kvcanary.manager")
 MAX_GRAPHS_PER_PHASE = 64
 """Buckets captured per forward slot and phase; forwards of further buckets run eagerly."""
 
+STAGED_AFTER = 2
+"""Reuses of one batch object (the engine hands the very batch again) before its forwards run the *staged* HEAD
+graph: the bucket's HEAD launches captured together with the staging copy of that batch's tensors, so a replay
+is the forward's one host call (the copy reads the batch's tensors where they were at the capture)."""
+
 
 def bucket_ladder(capacity: int) -> tuple[int, ...]:
     """The bucket sizes up to ``capacity``: the powers of two below it, then ``capacity`` itself."""
@@ -184,6 +189,11 @@ class ForwardGraphs:
                 raise
             graph.capture_end()
         current.wait_stream(side)
+
+    def drop(self, phase: str) -> None:
+        """Drop ``phase``'s graphs (the staged HEAD graph of a batch the engine no longer hands)."""
+        for key in [k for k in self._graphs if k[0] == phase]:
+            del self._graphs[key]
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""
