@@ -5,6 +5,9 @@ verify and a write per endpoint, each through its launcher). With ``CanaryConfig
 manager pads each forward to a *bucket* (rows and tokens, each rounded up to a power of two, at most the
 capacities), stages it into static buffers with one device copy, and replays the HEAD and TAIL launches from
 graphs captured for that bucket, so the host's share per phase is one copy and one replay.
+The very batch object handed again (values refilled in place) replays, from its :data:`STAGED_AFTER`-th reuse,
+a *staged* HEAD graph with its staging copy inside: one replay per phase and no copy (the copy reads the batch's
+tensors where they were at the capture, which is checked at every forward).
 
 Padding is neutral, which keeps the results byte-identical to the unpadded eager launches: a padding row has
 ``req_pool_indices == 0`` (the plan gives it no verify entry, no write token and no seed) and a padding token
