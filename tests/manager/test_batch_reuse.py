@@ -267,7 +267,7 @@ def test_a_kept_batch_replayed_from_its_staged_graph_equals_fresh_eager_batches(
             ra.slots.append(20 + n)
             rb.slots.append(30 + n)
             if n == 5:
-                world.k[21, 0, 0] += 1.0  # a stray write into a live slot's K bytes
+                world.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes (a prompt slot of a)
             if n == 4 and world is graphed:  # the kept batch's ids move (the refill writes the new memory)
                 assert reuse.kept is not None
                 _move(reuse.kept.input_ids, fill=-5)
