@@ -116,6 +116,10 @@ class _Replays(ForwardGraphs):
         super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
         self._seen: set[tuple[str, Bucket]] = set()
 
+    def drop(self, phase: str) -> None:
+        super().drop(phase)
+        self._seen = {k for k in self._seen if k[0] != phase}  # the phase's next use is a first use again
+
     def run(self, phase: str, bucket: Bucket, launches: Any) -> None:
         c = _Replays.counter
         if (phase, bucket) not in self._seen:

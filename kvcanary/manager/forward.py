@@ -30,14 +30,19 @@ from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
-from kvcanary.manager.graphs import Bucket, ForwardGraphs
+from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
 from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
 from kvcanary.plans import VerifyPlan, WritePlan
 
-_HEAD = Phase.HEAD.value  # the graphs' name of the HEAD phase (an enum's value is a Python call to read)
+_HEAD = Phase.HEAD.value  # the graphs' names of the phases (an enum's value is a Python call to read)
+_TAIL = Phase.TAIL.value
+_STAGED = "head_staged"  # the graphs' name of a kept batch's HEAD with its staging copy (one batch at a time)
+_ptr, _size = torch.Tensor.data_ptr, torch.Tensor.size  # what a staged graph's parts are compared by
+_Where = tuple[tuple[int, ...], tuple[torch.Size, ...]]
+"""Where a batch's staging parts are: their data pointers and sizes."""
 
 
 def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
@@ -109,64 +114,105 @@ class ForwardRunner:
         self.graphs = graphs
         """The HEAD and TAIL graphs per bucket (None: every forward runs unpadded and eagerly)."""
         self._bucket: Bucket | None = None
-        self._last_head: tuple[CanaryBatch, Bucket, Callable[[], None]] | None = None
-        """The previous bucketed forward's batch, its bucket and its HEAD launches."""
-        self._bucket_runs: dict[tuple[Phase, Bucket], Callable[[], None]] = {}
-        """Per phase and bucket: its launches on the bucket's views (what a first use runs and captures; made
+        self._last_head: tuple[CanaryBatch, Bucket, Callable[[], None], Callable[[], None]] | None = None
+        """The previous bucketed forward's batch, its bucket and its HEAD and TAIL launches."""
+        self._bucket_runs: dict[Bucket, tuple[Callable[[], None], Callable[[], None]]] = {}
+        """Per bucket: its HEAD and TAIL launches on the bucket's views (what a first use runs and captures; made
         once, not per forward)."""
+        self._tail_run: Callable[[], None] | None = None  # the current bucketed forward's TAIL launches
+        self._reuses = 0  # forwards of the kept batch (``_last_head``) since its first one
+        self._staged: tuple[_Where, Callable[[], None], StepViews] | None = None
+        """The kept batch's staged HEAD (:data:`~kvcanary.manager.graphs.STAGED_AFTER`): where its parts were at
+        the capture, its launches and the views they fill; None before its reuses reach the threshold."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         if compile:
             self._head_launches = torch.compile(self._plan_and_head, fullgraph=True, dynamic=True)
             self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
 
-    def head(self, batch: CanaryBatch) -> None:
+    def head(self, batch: CanaryBatch) -> bool:
         """Stage the batch, plan every group, then HEAD verify and write (K, then V): replayed from the
         bucket's graph when the forward has one. The very batch of the previous bucketed forward (an engine
         that hands the same batch again) keeps its bucket and launches: only its staging copy and the replay
-        run."""
+        run. Returns whether the forward runs on a bucket (then no graph capture is in progress on the current
+        stream: the manager counts the launches without asking again)."""
         g = self.graphs
         last = self._last_head
         if last is not None and last[0] is batch and g is not None and g.usable():
-            _, kept, launches = last
+            _, kept, launches, tail = last
+            self._bucket, self._tail_run = kept, tail
+            self._reuses += 1
+            if self._reuses >= STAGED_AFTER:
+                staged = self._staged_for(batch, kept, launches)
+                if staged is not None:
+                    self._views = staged[2]
+                    g.run(_STAGED, kept, staged[1])
+                    return True
             self._views = self.staging.load_padded(batch, kept.rows, kept.tokens)
-            self._bucket = kept
             g.run(_HEAD, kept, launches)
-            return
+            return True
         bs = batch.batch_size
         bucket: Bucket | None = None
         if g is not None:
             stride = self.budgets[0].budget.stride(bs) if self.budgets and bs > 0 else 0
             bucket = g.bucket(bs, batch.num_tokens, stride)
         self._bucket = bucket
+        if self._staged is not None:  # a new batch: the previous one's staged graph is done with
+            self._staged = None
+            if g is not None:
+                g.drop(_STAGED)
         if bucket is None:
             v = self.staging.load(batch)
             self._views = v
             self._head_launches(v, bs)
-            return
+            return False
         v = self.staging.load_padded(batch, bucket.rows, bucket.tokens)
         self._views = v
-        self.graphs_run(Phase.HEAD, bucket, v)
-        self._last_head = (batch, bucket, self._bucket_runs[(Phase.HEAD, bucket)])
+        head, tail = self._bucket_launches(bucket, v)
+        self._tail_run = tail
+        assert g is not None  # a bucket comes from the graphs
+        g.run(_HEAD, bucket, head)
+        self._last_head = (batch, bucket, head, tail)
+        self._reuses = 0
+        return True
 
-    def graphs_run(self, phase: Phase, bucket: Bucket, v: StepViews) -> None:
-        """``phase``'s launches on the padded views ``v`` of ``bucket`` (the bucket's own, fixed views),
-        through :attr:`graphs`."""
-        assert self.graphs is not None
-        launches = self._bucket_runs.get((phase, bucket))
-        if launches is None:
-            launches = self._bucket_runs[(phase, bucket)] = self._bucket_launches(phase, bucket, v)
-        self.graphs.run(phase.value, bucket, launches)
+    def _staged_for(self, batch: CanaryBatch, bucket: Bucket,
+                    launches: Callable[[], None]) -> tuple[_Where, Callable[[], None], StepViews] | None:
+        """The kept batch's staged HEAD launches (its staging copy, then the bucket's HEAD launches) and the views
+        they fill, made once per batch. The staged graph reads the batch's tensors at the addresses they had
+        when it was captured: where they are (data pointers and sizes) is compared at every forward, and a batch
+        whose tensors moved (or were resized) gets a new staged graph. None: the staging holds another batch."""
+        kept = self.staging.kept(batch, bucket.rows, bucket.tokens)
+        if kept is None:
+            return None
+        parts, packed = kept
+        where: _Where = (tuple(map(_ptr, parts)), tuple(map(_size, parts)))
+        staged = self._staged
+        if staged is not None and staged[0] == where:
+            return staged
+        if staged is not None:
+            assert self.graphs is not None
+            self.graphs.drop(_STAGED)
 
-    def _bucket_launches(self, phase: Phase, bucket: Bucket, v: StepViews) -> Callable[[], None]:
-        if phase is Phase.HEAD:
-            def launches() -> None:
+        def run() -> None:
+            torch.cat(parts, out=packed)
+            launches()
+        staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens))
+        return staged
+
+    def _bucket_launches(self, bucket: Bucket, v: StepViews) -> tuple[Callable[[], None], Callable[[], None]]:
+        """The bucket's HEAD and TAIL launches on its views (what a first use runs and captures; made on the
+        bucket's first use, not per forward)."""
+        runs = self._bucket_runs.get(bucket)
+        if runs is None:
+            def head() -> None:
                 self.staging.translate(v)
                 self._plan_and_head(v, bucket.rows, stride=bucket.stride or None)
-        else:
-            def launches() -> None:
+
+            def tail() -> None:
                 self._tail(v)
-        return launches
+            runs = self._bucket_runs[bucket] = (head, tail)
+        return runs
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         pool = self._state.expected_tokens_pool if self._check_token else None
@@ -193,17 +239,20 @@ class ForwardRunner:
                                                           stride=stride)
             self._launch(gi, gp.head, v)
 
-    def tail(self) -> None:
-        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows."""
+    def tail(self) -> bool:
+        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows.
+        Returns whether the forward ran on a bucket (its HEAD saw no graph capture in progress)."""
         v = self._views
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
-        if self._bucket is None:
+        bucket = self._bucket
+        if bucket is None:
             self._tail_launches(v)
         else:
-            self.graphs_run(Phase.TAIL, self._bucket, v)
-        self._views = None
-        self._bucket = None
+            assert self.graphs is not None and self._tail_run is not None
+            self.graphs.run(_TAIL, bucket, self._tail_run)
+        self._views = self._bucket = None
+        return bucket is not None
 
     def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):

@@ -5,6 +5,9 @@ verify and a write per endpoint, each through its launcher). With ``CanaryConfig
 manager pads each forward to a *bucket* (rows and tokens, each rounded up to a power of two, at most the
 capacities), stages it into static buffers with one device copy, and replays the HEAD and TAIL launches from
 graphs captured for that bucket, so the host's share per phase is one copy and one replay.
+The very batch object handed again (values refilled in place) replays, from its :data:`STAGED_AFTER`-th reuse,
+a *staged* HEAD graph with its staging copy inside: one replay per phase and no copy (the copy reads the batch's
+tensors where they were at the capture, which is checked at every forward).
 
 Padding is neutral, which keeps the results byte-identical to the unpadded eager launches: a padding row has
 ``req_pool_indices == 0`` (the plan gives it no verify entry, no write token and no seed) and a padding token
@@ -41,6 +44,11 @@ logger = logging.getLogger("kvcanary.manager")
 
 MAX_GRAPHS_PER_PHASE = 64
 """Buckets captured per forward slot and phase; forwards of further buckets run eagerly."""
+
+STAGED_AFTER = 2
+"""Reuses of one batch object (the engine hands the very batch again) before its forwards run the *staged* HEAD
+graph: the bucket's HEAD launches captured together with the staging copy of that batch's tensors, so a replay
+is the forward's one host call (the copy reads the batch's tensors where they were at the capture)."""
 
 
 def bucket_ladder(capacity: int) -> tuple[int, ...]:
@@ -122,14 +130,14 @@ class ForwardGraphs:
     def usable(self) -> bool:
         """Whether a forward may run on a bucket now (graphs on, and no graph capture in progress on the current
         stream): what :meth:`bucket` asks before it sizes the forward."""
-        return self.enabled and not (self.capture and torch.cuda.is_current_stream_capturing())
+        return self.enabled and not (self.capture and torch._C._cuda_isCurrentStreamCapturing())
 
     def bucket(self, batch_size: int, num_tokens: int, stride: int = 0) -> Bucket | None:
         """The forward's bucket, or None when it runs unpadded and eagerly (graphs off, an empty forward, one
         past the largest bucket, or a graph capture in progress on the current stream)."""
         if not self.enabled:
             return None
-        if self.capture and torch.cuda.is_current_stream_capturing():
+        if self.capture and torch._C._cuda_isCurrentStreamCapturing():  # torch.cuda's check, one frame less
             return None  # the engine captures this forward: the launches belong in its graph
         rows, tokens = _rung(batch_size, self.rows[-1]), _rung(num_tokens, self.tokens[-1])
         if rows is None or tokens is None:
@@ -184,6 +192,11 @@ class ForwardGraphs:
                 raise
             graph.capture_end()
         current.wait_stream(side)
+
+    def drop(self, phase: str) -> None:
+        """Drop ``phase``'s graphs (the staged HEAD graph of a batch the engine no longer hands)."""
+        for key in [k for k in self._graphs if k[0] == phase]:
+            del self._graphs[key]
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""

@@ -127,6 +127,7 @@ class CanaryManager:
         """The tags each phase launches (what the watchdog counts as issued)."""
         self._phase_ids = {p: tuple(int(t) for t in tags) for p, tags in self._phase_tags.items()}
         self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
+        self._head_ids, self._tail_ids = self._phase_ids[Phase.HEAD], self._phase_ids[Phase.TAIL]  # per forward
         self.step = 0
         self.init_finished = False
         self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
@@ -269,7 +270,7 @@ class CanaryManager:
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
-        if not 0 <= forward_index < len(self._forwards):
+        if not 0 <= forward_index < self.config.num_forward_slots:
             raise ValueError(f"kv-canary: forward_index must be in [0, {len(self._forwards)}) (num_forward_slots), "
                              f"got {forward_index}")
         return self._forwards[forward_index]
@@ -316,8 +317,9 @@ class CanaryManager:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
-        runner.head(batch)
-        self._count(Phase.HEAD)
+        # a forward on a bucket saw no capture in progress; an unpadded one asks (the watchdog's count)
+        if runner.head(batch) or not self._capturing():
+            self.health.count(self._head_ids)
         for observe in self._head_observers:
             observe(batch)
 
@@ -328,15 +330,18 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        self._runner(forward_index).tail()
-        self._count(Phase.TAIL)
+        if self._runner(forward_index).tail() or not self._capturing():
+            self.health.count(self._tail_ids)
+
+    def _capturing(self) -> bool:
+        """Whether a graph is being captured on the current stream (launches issued now run only when it is
+        replayed: the watchdog does not count them)."""
+        return self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()
 
     def _count(self, phase: Phase) -> None:
-        """The watchdog's host count of ``phase``'s launches, unless a graph is being captured (then they run
-        only when it is replayed)."""
-        if self._on_cuda and torch.cuda.is_current_stream_capturing():
-            return
-        self.health.count(self._phase_ids[phase])
+        """The watchdog's host count of ``phase``'s launches, unless a graph is being captured."""
+        if not self._capturing():
+            self.health.count(self._phase_ids[phase])
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:

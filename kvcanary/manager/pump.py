@@ -62,6 +62,14 @@ class SnapshotPump:
              (h[_BASE:], st.log.violation_ring.view(-1))] for h in self._host]
         self._done = ([torch.cuda.Event() for _ in range(2)]  # type: ignore[no-untyped-call]
                       if self._cuda else None)
+        # each event's own record / query / synchronize, bound once (the C methods under torch's wrappers, which
+        # add a Python frame per call and nothing else for a given stream)
+        self._record = [super(torch.cuda.Event, e).record for e in self._done or ()]
+        self._query = [super(torch.cuda.Event, e).query for e in self._done or ()]
+        self._wait = [super(torch.cuda.Event, e).synchronize for e in self._done or ()]
+        self._streams: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+        """The device's streams the copies ran on, by torch's stream triple (one object per stream, made once)."""
+        self._head_np = [n[:_BASE] for n in self._np]  # the header part of each host buffer (a view, made once)
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._next = 0
         self.rows: tuple[tuple[int, ...], ...] = ()
@@ -120,15 +128,26 @@ class SnapshotPump:
         else:  # the unpacked state (the compiled manager's): one copy per buffer, in stream order
             for dst, src in self._parts[k]:
                 dst.copy_(src, non_blocking=self._cuda)
-        if self._done is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
-            self._done[k].record(torch.cuda.current_stream(self._dev_index))
+        if self._record:  # behind the copy, on the stream it ran on (the state's device's current one)
+            self._record[k](self._current_stream())
         return k
 
+    def _current_stream(self) -> torch.cuda.Stream:
+        """The state's device's current stream: ``torch.cuda.current_stream(index)`` without building a new Stream
+        object at every step (the engine may switch streams between steps: each one gets its own, made once)."""
+        idx = self._dev_index
+        key: tuple[int, int, int] = torch._C._cuda_getCurrentStream(torch.cuda.current_device() if idx is None else idx)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = torch.cuda.Stream(  # type: ignore[no-untyped-call]
+                stream_id=key[0], device_index=key[1], device_type=key[2])
+        return stream
+
     def _read(self, step: int, k: int) -> list[int]:
-        if self._done is not None:
-            self._done[k].synchronize()
+        if self._query and not self._query[k]():  # a copy a step old is done: one query, no blocking wait
+            self._wait[k]()
         host = self._np[k]
-        v: list[int] = host[:_BASE].tolist()
+        v: list[int] = self._head_np[k].tolist()
         nrows = min(v[0], self._cap)
         if nrows or self.rows:  # rows once decoded are kept while their copied bytes are unchanged
             self._decode(host[_BASE : _BASE + nrows * VIOLATION_FIELDS].reshape(nrows, VIOLATION_FIELDS))

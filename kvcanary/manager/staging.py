@@ -154,6 +154,14 @@ class StepStaging:
         self._last_padded = (batch, rows, tokens, parts, packed, views)
         return views
 
+    def kept(self, batch: CanaryBatch, rows: int, tokens: int) -> tuple[list[torch.Tensor], torch.Tensor] | None:
+        """What the previous :meth:`load_padded` staged when it was ``batch`` into the bucket (``rows``,
+        ``tokens``): the parts and the part of :attr:`packed` their copy fills; None otherwise."""
+        last = self._last_padded
+        if last is None or last[0] is not batch or last[1] != rows or last[2] != tokens:
+            return None
+        return last[3], last[4]
+
     def _pad(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` zeros and ``n`` -1s (views of fixed buffers, made on the length's first use)."""
         pad = self._pads.get(n)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot
@@ -68,7 +68,16 @@ class StepStats:
                     watchdog_error: str | None) -> StepStats:
         """What :meth:`from_snapshot` makes of the snapshot whose pump header (``SnapshotPump.header``) is
         ``header``, without the snapshot (the manager's per-step path: the header is all the figures need)."""
-        kernel, slot = tuple(header[1 : 1 + NUM_LAUNCH_TAGS]), header[1 + NUM_LAUNCH_TAGS : HEADER_SKIPPED]
-        return cls(step, sum(slot), sweep_passes, header[0], sum([kernel[t] > 0 for t in tags]), len(tags),
-                   header[HEADER_SKIPPED], snapshot_step, ring_capacity, kernel, tuple(slot), tags, watchdog,
-                   watchdog_error)
+        kernel, slot = tuple(header[1 : 1 + NUM_LAUNCH_TAGS]), tuple(header[1 + NUM_LAUNCH_TAGS : HEADER_SKIPPED])
+        # built once per step: the fields go into the instance's dict in one call (a frozen dataclass's __init__
+        # sets them one object.__setattr__ at a time), the same object as cls(...) would make
+        out = object.__new__(cls)
+        out.__dict__.update(zip(_FIELDS, (
+            step, sum(slot), sweep_passes, header[0], sum([kernel[t] > 0 for t in tags]), len(tags),
+            header[HEADER_SKIPPED], snapshot_step, ring_capacity, kernel, slot, tags, watchdog, watchdog_error),
+            strict=True))
+        return out
+
+
+_FIELDS = tuple(f.name for f in fields(StepStats))
+"""StepStats' field names in order (:meth:`StepStats.from_header` fills them positionally)."""

@@ -14,6 +14,7 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig
+from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, make_world
 
@@ -176,3 +177,107 @@ def test_an_accepted_batch_is_checked_again_once_the_token_check_is_on() -> None
     w.manager.config = dataclasses.replace(w.manager.config, enable_verify_token=True)
     with pytest.raises(Exception, match="expected_tokens"):  # the same object, but the rule it passed changed
         w.manager.prepare(bare)
+
+
+def _move(t: torch.Tensor, *, fill: int | None = None) -> None:
+    """Point ``t`` (the same object) at new memory holding its values, or ``fill``."""
+    new = t.clone() if fill is None else torch.full_like(t, fill)
+    t.set_(new.untyped_storage(), 0, new.shape, new.stride())
+
+
+class _Phases(ForwardGraphs):
+    """The padded launches run eagerly every time (no capture), each run's phase and bucket recorded, with the
+    drops."""
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self.runs: list[str] = []
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        self.runs.append(phase)
+        super().run(phase, bucket, launches)
+
+    def drop(self, phase: str) -> None:
+        self.runs.append(f"drop {phase}")
+        super().drop(phase)
+
+
+def test_a_kept_batch_runs_its_staged_head_once_reused_enough() -> None:
+    """From its STAGED_AFTER-th reuse a kept batch's HEAD runs as one staged unit (its staging copy, then the
+    bucket's launches: what the staged graph replays); a batch whose tensors moved gets a new one, a new batch
+    drops it. The buffers end as fresh batches leave them (the parity test above runs the same path)."""
+    w, fresh = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
+                                                tokens_capacity=caps.write_token_capacity)
+    pad_eagerly(fresh.manager)
+    reuse = _Reusing(w)
+    a, a2 = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
+    b, b2 = Req(2, list(range(200, 230)), [4, 5]), Req(2, list(range(200, 230)), [4, 5])
+    for world, ra, rb in ((w, a, b), (fresh, a2, b2)):
+        world.forward([(ra, 0, 3), (rb, 0, 2)])
+        world.step()
+    g.runs.clear()
+    heads = []
+    for n in range(6):
+        for world, ra, rb in ((w, a, b), (fresh, a2, b2)):
+            ra.slots.append(20 + n)
+            rb.slots.append(30 + n)
+            if n == 4 and world is w:  # the kept batch's token ids move to new memory (same values)
+                assert reuse.kept is not None
+                _move(reuse.kept.input_ids)
+            world.forward([(ra, 3 + n, 1), (rb, 2 + n, 1)])
+            world.step()
+        heads.append([r for r in g.runs if r != "tail"])
+        g.runs.clear()
+    assert reuse.reused == 5
+    staged = "head_staged"
+    assert STAGED_AFTER == 2
+    assert heads[:4] == [["head"], ["head"], [staged], [staged]]  # the first decode, then STAGED_AFTER - 1 reuses
+    assert heads[4] == [f"drop {staged}", staged] and heads[5] == [staged]  # moved: a new staged unit
+    a.slots.append(40)
+    a2.slots.append(40)
+    for world, ra in ((w, a), (fresh, a2)):
+        world.forward([(ra, 9, 1)])
+        world.step()
+    assert g.runs[0] == f"drop {staged}" and "head" in g.runs  # a new batch: the staged unit is done with
+    w.manager.flush()
+    fresh.manager.flush()
+    assert differences(device_buffers(w.manager), device_buffers(fresh.manager)) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_kept_batch_replayed_from_its_staged_graph_equals_fresh_eager_batches() -> None:
+    """On a GPU, with real graphs: a kept batch's forwards replay its staged HEAD graph (the staging copy inside
+    it), one of its tensors moved to new memory mid-way (the graph made for the old address is not replayed),
+    and every buffer and report ends as fresh batches run eagerly leave them."""
+    graphed = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    fresh = make_world(config=dataclasses.replace(_config(), graphs=False), device="cuda")
+    reuse = _Reusing(graphed)
+    a, a2 = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
+    b, b2 = Req(2, list(range(200, 230)), [4, 5]), Req(2, list(range(200, 230)), [4, 5])
+    for world, ra, rb in ((graphed, a, b), (fresh, a2, b2)):
+        world.forward([(ra, 0, 3), (rb, 0, 2)])
+        world.step()
+    g = graphed.manager.graphs[0]
+    assert g is not None
+    for n in range(8):
+        for world, ra, rb in ((graphed, a, b), (fresh, a2, b2)):
+            ra.slots.append(20 + n)
+            rb.slots.append(30 + n)
+            if n == 5:
+                world.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes (a prompt slot of a)
+            if n == 4 and world is graphed:  # the kept batch's ids move (the refill writes the new memory)
+                assert reuse.kept is not None
+                _move(reuse.kept.input_ids, fill=-5)
+            world.forward([(ra, 3 + n, 1), (rb, 2 + n, 1)])
+            world.step()
+    assert reuse.reused == 7 and g.captures >= 4  # HEAD, TAIL, the staged HEAD, and again once moved
+    graphed.manager.flush()
+    fresh.manager.flush()
+    torch.cuda.synchronize()
+    assert fresh.manager.events, "the flip must show"
+    assert differences(device_buffers(graphed.manager), device_buffers(fresh.manager)) == []
+    assert [e.violation for e in graphed.manager.events] == [e.violation for e in fresh.manager.events]
+    assert graphed.manager.health.issued == fresh.manager.health.issued

@@ -14,6 +14,7 @@ import torch
 from benchmarks.bench_manager_graphs import OpCount
 from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.manager import CanaryConfig, VerifyBudget
+from kvcanary.manager.graphs import STAGED_AFTER
 from kvcanary.registry import REGISTRY, BackendError, Op
 from tests.manager.graph_parity import device_buffers, differences, workload
 from tests.manager.world import Req, World, chain_entries, make_world
@@ -143,6 +144,44 @@ def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
     assert head.ops == {"aten.cat.out": 1} and tail.ops == {}
 
 
+def test_a_replayed_forward_asks_about_capture_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Around a replayed bucket the host asks whether a graph is being captured once in prepare + head (the
+    bucket's check, which the watchdog's count reuses) and not at all in tail; the count is still one per phase."""
+    _backend_or_skip("cuda")
+    w = make_world(config=_config("cuda", True, real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False),
+                   device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    a.slots += [20, 21]
+    w.forward([(a, 10, 1)])  # the decode bucket's first use: eager, then captured
+    batch = w.build([(a, 11, 1)])
+    w.manager.prepare(batch)
+    w.manager.head(batch)
+    w.manager.tail()  # the batch's first forward: the bucket is looked up
+    real = torch._C._cuda_isCurrentStreamCapturing
+    calls: list[str] = []
+    phase = ["head"]
+
+    def counted() -> bool:
+        calls.append(phase[0])
+        return real()
+
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", counted)
+    issued = list(w.manager.health.issued)
+    g = w.manager.graphs[0]
+    assert g is not None
+    replays = g.replays
+    w.manager.prepare(batch)  # the very batch again: the kept bucket
+    w.manager.head(batch)
+    phase[0] = "tail"
+    w.manager.tail()
+    torch.cuda.synchronize()
+    assert calls == ["head"] and g.replays == replays + 2
+    grown = [n - o for n, o in zip(w.manager.health.issued, issued, strict=True)]
+    forward_tags = {int(t) for t in w.manager.active_tags if not t.name.startswith("SWEEP")}
+    assert grown == [int(i in forward_tags) for i in range(len(grown))]  # each HEAD and TAIL tag once
+
+
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
 def test_sweeps_replayed_from_the_graph_equal_eager_sweeps(backend: str) -> None:
     """The sweep's verify launches, captured after its first run and replayed by every later sweep (new entries
@@ -173,3 +212,29 @@ def test_sweeps_replayed_from_the_graph_equal_eager_sweeps(backend: str) -> None
     assert sorted(map(key, graphed.manager.events)) == sorted(map(key, eager.manager.events))
     assert {"SWEEP_K_FULL", "SWEEP_V_FULL"} <= {e.violation.tag_name for e in graphed.manager.events}
     assert graphed.manager.health.issued == eager.manager.health.issued
+
+
+def test_a_kept_batch_dispatches_nothing_around_its_staged_replay() -> None:
+    """The very batch handed again (its values refilled in place): from its STAGED_AFTER-th reuse its HEAD is one
+    replay of the staged graph, the staging copy inside it, so prepare + head + tail dispatch no torch operator."""
+    _backend_or_skip("cuda")
+    w = make_world(config=_config("cuda", True, real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False),
+                   device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    a.slots.append(20)
+    batch = w.build([(a, 10, 1)])
+    g = w.manager.graphs[0]
+    assert g is not None
+    for _ in range(STAGED_AFTER + 1):  # the batch's first forward, its reuses up to the staged graph's capture
+        w.manager.prepare(batch)
+        w.manager.head(batch)
+        w.manager.tail()
+    captures, replays = g.captures, g.replays
+    ops = OpCount()
+    with ops:
+        w.manager.prepare(batch)
+        w.manager.head(batch)
+        w.manager.tail()
+    torch.cuda.synchronize()
+    assert ops.ops == {} and g.replays == replays + 2 and g.captures == captures

@@ -99,3 +99,27 @@ def test_rows_follow_the_copy_when_a_kept_row_changes(device: str) -> None:
         _fill(st, rng, 1)
         snap = pump.step(step)
         assert snap is None or snap.rows == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_event_follows_the_stream_the_copy_ran_on() -> None:
+    """The engine may switch streams between steps: the copy's event is recorded on the stream it ran on, so the
+    read a step later waits for that stream's work, not the default stream's. Each stream's object is made once."""
+    st = _state(True, "cuda")
+    pump = SnapshotPump(st)
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    pump.advance(0)
+    for step in range(1, 4):
+        with torch.cuda.stream(side):
+            side.wait_stream(torch.cuda.default_stream())
+            torch.cuda._sleep(50_000_000)  # type: ignore[no-untyped-call]  # the copy below queues behind this
+            st.log.violation_write_index.add_(1)
+            assert pump._current_stream() == side and pump._current_stream() is pump._current_stream()
+            pump.advance(step)
+        # the copy just started on ``side`` is still queued behind the sleep: reading it must wait for it
+        torch.cuda.default_stream().wait_stream(side)
+        head = pump.advance(step + 100)
+        assert head is not None and head[0] == step
+        pump.drain(step + 200)
+    assert len(pump._streams) == 2  # the side stream and the default one, each made once

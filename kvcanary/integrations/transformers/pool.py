@@ -56,29 +56,8 @@ class _Views:
     locs: torch.Tensor
 
 
-@dataclass(frozen=True)
-class _Cast:
-    """How one step shape's token ids and positions are widened into the int64 rows ``out`` (made once)."""
-
-    copies: tuple[tuple[torch.Tensor, torch.Tensor], ...]
-    ids: torch.Tensor
-    pos: torch.Tensor
-
-    @staticmethod
-    def of(ids: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> _Cast:
-        n = int(ids.shape[0])
-        gap = pos.storage_offset() - ids.storage_offset()
-        same_rows = (ids.dtype == pos.dtype and ids.device == pos.device and ids.stride() == pos.stride() == (1,)
-                     and ids.untyped_storage().data_ptr() == pos.untyped_storage().data_ptr() and gap >= n)
-        if same_rows:  # rows of one tensor: one strided copy widens both
-            copies: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ((out, ids.as_strided((2, n), (gap, 1))),)
-        else:
-            copies = ((out[0], ids), (out[1], pos))
-        return _Cast(copies, out[0], out[1])
-
-
-_Inputs = tuple[torch.Tensor, torch.Tensor, _Cast | None, torch.Tensor | None]
-"""A step's flat token ids and positions, their cast to int64 (None: none needed), the engine's write slots."""
+_Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+"""A step's flat token ids and positions and the engine's write slots (None: none that fit)."""
 
 
 class PoolState:
@@ -131,12 +110,9 @@ class PoolState:
         self._device_in = torch.zeros_like(self._staging, device=dev)
         self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
         self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
-        self._tokens64 = torch.zeros(2, caps.write_token_capacity, dtype=torch.int64, device=dev)
-        """The step's token ids and positions widened to int64 (row 0, row 1) when the engine's are narrower."""
-        self._casts: dict[tuple[object, ...], _Cast] = {}  # the engine inputs' memory and shapes -> their cast
         self._inputs_of: dict[tuple[object, ...], _Inputs] = {}
         """The engine's input tensors' memory, shapes, strides, dtypes and devices (one step's key) -> the flat
-        ids and positions, their cast, and the kept write slots (:meth:`_inputs`)."""
+        ids and positions and the kept write slots (:meth:`_inputs`)."""
         self._last: tuple[tuple[torch.Tensor, ...], CanaryBatch] | None = None
         """The previous step's batch and its tensors: a step made of the very same tensor objects (same memory,
         shapes, dtypes: the cached views above) reuses it rather than build and check an identical one."""
@@ -162,7 +138,7 @@ class PoolState:
             self.guard.observe(rids, past, query)
             self.guard.seconds += time.perf_counter() - t0
         ntok = sum(query)
-        ids, pos, cast, engine_loc = self._inputs(batch_data, ntok)
+        ids, pos, engine_loc = self._inputs(batch_data, ntok)
         meta += past
         meta += query
         self._staging_np[: 3 * bs] = meta
@@ -181,10 +157,6 @@ class PoolState:
         if self.lut is not None and m:
             dev = v.device
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
-        if cast is not None:  # the engine's narrower ids and positions, widened
-            for dst, src in cast.copies:
-                dst.copy_(src)
-            ids, pos = cast.ids, cast.pos
         parts = (v.rows, v.prefix, v.extend, ids, pos, engine_loc if engine_loc is not None else v.locs)
         last = self._last
         if last is not None and all(map(operator.is_, parts, last[0])):
@@ -195,8 +167,9 @@ class PoolState:
         return batch
 
     def _inputs(self, batch_data: dict[str, Any], ntok: int) -> _Inputs:
-        """The engine's flat token ids and positions, how :meth:`_cast` widens them (None: they are int64
-        already), and the engine's own write slots of the full group (None where it passes none that fit). What
+        """The engine's flat token ids and positions (int32 in transformers: not widened here, since a kept batch's
+        staging copy runs inside the manager's staged HEAD graph, where the widening costs the host nothing) and
+        the engine's own write slots of the full group (None where it passes none that fit). What
         the engine inputs' memory, shapes, strides, dtypes and devices give is looked up once per step (the
         engine hands fresh views of its static buffers), not once per tensor."""
         ids_in, pos_in = batch_data["input_ids"], batch_data["position_ids"]
@@ -217,27 +190,8 @@ class PoolState:
             ids, pos = self._flat(ids_in, ntok), self._flat(pos_in, ntok)
             if len(self._inputs_of) >= 64:
                 self._inputs_of.clear()
-            known = self._inputs_of[key] = (ids, pos, self._cast(ids, pos), loc)
+            known = self._inputs_of[key] = (ids, pos, loc)
         return known
-
-    def _cast(self, ids: torch.Tensor, pos: torch.Tensor) -> _Cast | None:
-        """How the engine's token ids and positions are widened to int64 (made once per memory and shape), or None
-        when they are already int64 or past the capacity (the manager's prepare names that rule). transformers
-        hands int32 ones; the manager stages a forward's arrays into its int64 buffer with one ``torch.cat``,
-        which on CUDA is one kernel only when every part has the buffer's dtype (else one copy per part). So a
-        narrower pair is widened into a fixed buffer, with one copy when the two are rows of one engine tensor
-        (transformers' bulk input), else two."""
-        n = int(ids.shape[0])
-        if (ids.dtype == torch.int64 and pos.dtype == torch.int64) or n > self._tokens64.shape[1] \
-                or pos.shape != ids.shape:
-            return None
-        key = (ids.data_ptr(), pos.data_ptr(), n, ids.stride(), pos.stride(), ids.dtype, pos.dtype, ids.device)
-        cast = self._casts.get(key)
-        if cast is None:
-            if len(self._casts) >= 64:
-                self._casts.clear()
-            cast = self._casts[key] = _Cast.of(ids, pos, self._tokens64[:, :n])
-        return cast
 
     def _flat(self, t: torch.Tensor, ntok: int) -> torch.Tensor:
         """The engine's ``(1, tokens)`` input as its flat first ``ntok``. The engine hands a fresh view of its
