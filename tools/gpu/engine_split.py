@@ -99,24 +99,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine_split: kvcanary from {kvcanary.__file__}; {dev}, torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads; bs={args.bs} ctx={args.ctx} steps={args.steps}")
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, health_warmup_steps=10**6)
-    left = 3 * args.steps + 8  # the three arrangements, each warmed by one step, plus the profiled steps
+    left = 4 * args.steps + 8  # the arrangements, each warmed by one step, plus the profiled steps
     threads = torch.get_num_threads()
     results: dict[str, float] = {}
     for one_thread in (False, True):
         torch.set_num_threads(1 if one_thread else threads)
         off = prefilled(None, device=args.device, bs=args.bs, ctx=args.ctx, left=left, journal=False)
         others: list[Any] = []
-        for name, extra in (("alone", None), ("beside 1", (canary, False)), ("beside 2", (canary, True))):
+        arrangements = [("alone", None), ("beside 1", (canary, False)), ("beside 2", (canary, True))]
+        if not one_thread:
+            arrangements.append(("beside 2, gc off", None))
+        for name, extra in arrangements:
             if extra is not None:
                 others.append(prefilled(extra[0], device=args.device, bs=args.bs, ctx=args.ctx, left=left,
                                         journal=extra[1]))
             for eng in (off, *others):  # one untimed step each
                 timed(eng.step)
             times = []
+            if name.endswith("gc off"):
+                gc.disable()
             for _ in range(args.steps):
                 times.append(timed(off.step))
                 for eng in others:
                     timed(eng.step)
+            gc.enable()
             label = f"{name}{', 1 thread' if one_thread else ''}"
             results[label] = statistics.median(times)
             base = results["alone, 1 thread" if one_thread else "alone"]
