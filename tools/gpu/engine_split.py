@@ -71,7 +71,8 @@ def timed(step: Callable[[], object]) -> float:
 
 
 def runtime_calls(step: Callable[[], object]) -> str:
-    """The CUDA runtime and driver calls of one ``step`` under the profiler: count and host microseconds each."""
+    """The aten ops of one ``step`` under the profiler, and its CUDA runtime and driver calls (count and host
+    microseconds each, the 10 costliest)."""
     from torch.profiler import ProfilerActivity, profile
 
     _sync()
@@ -79,9 +80,10 @@ def runtime_calls(step: Callable[[], object]) -> str:
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
         step()
         _sync()
-    rows = [e for e in prof.key_averages() if e.key.startswith(("cuda", "cu"))]
-    rows.sort(key=lambda e: -e.self_cpu_time_total)
-    return "; ".join(f"{e.key} x{e.count} {e.self_cpu_time_total:.0f} us" for e in rows[:10])
+    events = prof.key_averages()
+    aten = sum(e.count for e in events if e.key.startswith("aten::"))
+    rows = sorted((e for e in events if e.key.startswith(("cuda", "cu"))), key=lambda e: -e.self_cpu_time_total)
+    return f"{aten} aten ops; " + "; ".join(f"{e.key} x{e.count} {e.self_cpu_time_total:.0f} us" for e in rows[:10])
 
 
 def main(argv: list[str] | None = None) -> int:
