@@ -184,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("budget_launches: --bs >= 1, --ctx >= 2 and --budget-frac >= 1 are required")
     dev = torch.device(args.device)
     live = args.bs * (args.ctx - 1)
-    variants = {"full": None, f"budget 1/{args.budget_frac}": VerifyBudget(max_entries=max(1, live // args.budget_frac))}
+    budget = VerifyBudget(max_entries=max(1, live // args.budget_frac))
+    variants: dict[str, VerifyBudget | None] = {"full": None, f"budget 1/{args.budget_frac}": budget}
     print(f"budget_launches on {dev}: bs={args.bs} ctx={args.ctx} ({live} live entries), one decode forward")
-    print(f"{'variant':<14} {'phase':<5} {'launches':>8} {'kernels':>7} {'ops':>4} {'elems':>10}  kernels / ops by name")
-    for name, budget in variants.items():
-        m, batch = build(bs=args.bs, ctx=args.ctx, budget=budget, backend=args.backend, device=dev)
+    print(f"{'variant':<14} {'phase':<5} {'launches':>8} {'kernels':>7} {'ops':>4} {'elems':>10}  "
+          "kernels / ops by name")
+    for name, b in variants.items():
+        m, batch = build(bs=args.bs, ctx=args.ctx, budget=b, backend=args.backend, device=dev)
         counts = count(m, batch)
         for phase, c in counts.items():
             by = ", ".join(f"{k} {n}" for k, n in sorted(c.kernels.items()))

@@ -63,7 +63,11 @@ class VerifyBudget:
 
 
 class BudgetFilter:
-    """The device-side filter of one forward slot's verify plan (buffers allocated once)."""
+    """The device-side filter of one forward slot's verify plan (buffers allocated once).
+
+    Its work is proportional to the batch and to its own capacity, never to the full plan's
+    (``full_capacity``, accepted for the callers' sake): each budget entry finds its full-plan entry by a
+    binary search over three runs per request, so a budget of 1/16 of the live entries reads 1/16 of them."""
 
     def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device,
                  max_batch: int = 1) -> None:
@@ -72,16 +76,17 @@ class BudgetFilter:
         # more when the batch is too large for every request's newest entries and one older one to fit
         cap = max(budget.max_entries, max_batch * (budget.newest_per_request + 1))
         self.capacity = cap
-        self._ext = [torch.zeros(cap + 1, dtype=torch.int64, device=device) for _ in range(4)]
+        self._ext = [torch.zeros(cap, dtype=torch.int64, device=device) for _ in range(4)]
         self._ext[1].fill_(-1)
         self.plan = VerifyPlan(
-            verify_slot_indices=self._ext[0][:cap], verify_expected_tokens=self._ext[1][:cap],
-            verify_expected_positions=self._ext[2][:cap], verify_prev_slot_indices=self._ext[3][:cap],
+            verify_slot_indices=self._ext[0], verify_expected_tokens=self._ext[1],
+            verify_expected_positions=self._ext[2], verify_prev_slot_indices=self._ext[3],
             verify_num_valid=torch.zeros(1, dtype=torch.int32, device=device),
             enable=torch.ones(1, dtype=torch.int32, device=device))
         self.cursor = torch.zeros(num_rows, dtype=torch.int64, device=device)
         """Per request row: where its older-entries window starts next step."""
-        self._iota = torch.arange(full_capacity, dtype=torch.int64, device=device)
+        self._iota = torch.arange(cap, dtype=torch.int64, device=device)
+        """The budget plan's indices: the filter's work is proportional to its capacity, not the full plan's."""
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
               advance: torch.Tensor | None = None, stride: int | None = None) -> VerifyPlan:
@@ -98,34 +103,41 @@ class BudgetFilter:
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
-        cap_in, cap_out = full.verify_capacity, self.capacity
+        cap_in = full.verify_capacity
         if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
             self.plan.verify_num_valid.zero_()
             self.plan.enable.copy_(full.enable)
             return self.plan
         newest = self.budget.newest_per_request
         stride = self.budget.stride(batch_size) if stride is None else stride
-        # per request: its entries [start, end) of the full plan; M = its older entries (at least 1)
-        start = scratch[:batch_size]
-        end = scratch[1 : batch_size + 1].clone()
-        end[-1] = scratch[batch_size]
-        count = (end - start).clamp_min(0)
-        older = (count - newest).clamp_min(1)
+        bs = batch_size
+        # per request: its entries [start, start + count) of the full plan; M = its older entries (at least 1)
+        count = torch.diff(scratch[: bs + 1]).clamp_min_(0)
+        older = (count - newest).clamp_min_(1)
+        kept = count.clamp_max(newest + stride)  # newest + min(stride, M), or all of a short request's
+        take = torch.minimum(older.clamp_max(stride), count)  # its older entries kept (its window)
+        cum = torch.cumsum(kept, 0)
         rows = req_pool_indices.to(torch.int64).clamp(0, self.cursor.numel() - 1)
         cur = self.cursor[rows]
-        # per entry: its request, its index within the request, and whether it is kept
-        i = self._iota[:cap_in]
-        n = full.verify_num_valid.to(torch.int64).clamp(0, cap_in)
-        r = (torch.searchsorted(start, i, right=True) - 1).clamp(0, batch_size - 1)
-        j = i - start[r]
-        keep = (i < n) & ((j >= count[r] - newest) | (torch.remainder(j - cur[r], older[r]) < stride))
-        dest = torch.cumsum(keep, 0) - 1
-        dest = torch.where(keep & (dest < cap_out), dest, cap_out)
-        src = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
-               full.verify_prev_slot_indices)
-        for out, values in zip(self._ext, src, strict=True):
-            out.scatter_(0, dest, values)
-        self.plan.verify_num_valid.copy_(keep.sum().clamp_max(cap_out))
+        first = torch.remainder(cur, older)  # the window's first older entry
+        gap = older - take  # older entries left out this step
+        wrap = (first - gap).clamp_min_(0)  # the window's entries past the end, taken from index 0
+        # the kept entries in plan order are three runs per request, each a shifted copy of the full plan:
+        # older [0, wrap), older [first, first + take - wrap), newest [M, count); breaks[3b + r] is where run r
+        # of request b starts in the budget's plan, shift[3b + r] what its budget index adds to a full index
+        koff = cum - kept
+        breaks = torch.stack((koff, koff + wrap, koff + take), 1).view(-1)
+        base = scratch[:bs] - koff
+        shift = torch.stack((base, base + (first - wrap), base + gap), 1).view(-1)
+        k = self._iota
+        src = k + shift[torch.searchsorted(breaks, k, right=True) - 1]
+        valid = (k < cum[-1:]) & (src < full.verify_num_valid)
+        self.plan.verify_num_valid.copy_(valid.sum())
+        src.clamp_(0, cap_in - 1)
+        values = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
+                  full.verify_prev_slot_indices)
+        for out, v in zip(self._ext, values, strict=True):
+            torch.index_select(v, 0, src, out=out)
         self.plan.enable.copy_(full.enable)
         step = stride if advance is None else advance * stride
         self.cursor.index_copy_(0, rows, torch.remainder(cur + step, older))
