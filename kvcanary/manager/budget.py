@@ -85,6 +85,7 @@ class BudgetFilter:
             enable=torch.ones(1, dtype=torch.int32, device=device))
         self.cursor = torch.zeros(num_rows, dtype=torch.int64, device=device)
         """Per request row: where its older-entries window starts next step."""
+        self._zero = torch.zeros(max(max_batch, num_rows), dtype=torch.int64, device=device)
         self._iota = torch.arange(cap, dtype=torch.int64, device=device)
         """The budget plan's indices: the filter's work is proportional to its capacity, not the full plan's."""
 
@@ -111,28 +112,32 @@ class BudgetFilter:
         newest = self.budget.newest_per_request
         stride = self.budget.stride(batch_size) if stride is None else stride
         bs = batch_size
-        # per request: its entries [start, start + count) of the full plan; M = its older entries (at least 1)
-        count = torch.diff(scratch[: bs + 1]).clamp_min_(0)
-        older = (count - newest).clamp_min_(1)
-        kept = count.clamp_max(newest + stride)  # newest + min(stride, M), or all of a short request's
-        take = torch.minimum(older.clamp_max(stride), count)  # its older entries kept (its window)
-        cum = torch.cumsum(kept, 0)
+        # per request: its entries [start, start + count) of the full plan, the older ones first: Mz of them
+        # (M = max(Mz, 1) for the cursor's modulus), `take` of those kept, `gap` left out
+        count = torch.diff(scratch[: bs + 1])
+        older = (count - newest).clamp_min_(0)
+        gap = (older - stride).clamp_min_(0)
+        take = older - gap
+        kept = count - gap
+        koff = torch.cumsum(kept, 0).sub_(kept)  # where the request's kept entries start in the budget plan
         rows = req_pool_indices.to(torch.int64).clamp(0, self.cursor.numel() - 1)
         cur = self.cursor[rows]
-        first = torch.remainder(cur, older)  # the window's first older entry
-        gap = older - take  # older entries left out this step
-        wrap = (first - gap).clamp_min_(0)  # the window's entries past the end, taken from index 0
+        modulus = older.clamp_min(1)
+        first = torch.remainder(cur, modulus)  # the window's first older entry
+        wrap = (first - gap).clamp_min_(0)  # the window's entries past the last older one, taken from index 0
         # the kept entries in plan order are three runs per request, each a shifted copy of the full plan:
-        # older [0, wrap), older [first, first + take - wrap), newest [M, count); breaks[3b + r] is where run r
-        # of request b starts in the budget's plan, shift[3b + r] what its budget index adds to a full index
-        koff = cum - kept
-        breaks = torch.stack((koff, koff + wrap, koff + take), 1).view(-1)
-        base = scratch[:bs] - koff
-        shift = torch.stack((base, base + (first - wrap), base + gap), 1).view(-1)
+        # older [0, wrap), older [first, first + take - wrap), newest [Mz, count); breaks[3b + r] is where run r
+        # of request b starts in the budget's plan, shift[3b + r] what a budget index adds to be a full index
+        if bs > self._zero.numel():  # more requests than rows or max_batch (a caller's own batch): grow once
+            self._zero = torch.zeros(bs, dtype=torch.int64, device=self._zero.device)
+        zero = self._zero[:bs]
+        breaks = torch.stack((zero, wrap, take), 1).add_(koff[:, None]).view(-1)[1:]
+        shift = torch.stack((zero, first - wrap, gap), 1).add_((scratch[:bs] - koff)[:, None]).view(-1)
         k = self._iota
-        src = k + shift[torch.searchsorted(breaks, k, right=True) - 1]
-        valid = (k < cum[-1:]) & (src < full.verify_num_valid)
-        self.plan.verify_num_valid.copy_(valid.sum())
+        src = shift[torch.searchsorted(breaks, k, right=True)].add_(k)
+        # past the kept entries src runs on past the batch's last entry, so src < num_valid counts exactly the
+        # kept entries the full plan holds (all of them, unless it overflowed)
+        torch.sum(src < full.verify_num_valid, 0, keepdim=True, dtype=torch.int32, out=self.plan.verify_num_valid)
         src.clamp_(0, cap_in - 1)
         values = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
                   full.verify_prev_slot_indices)
@@ -140,7 +145,7 @@ class BudgetFilter:
             torch.index_select(v, 0, src, out=out)
         self.plan.enable.copy_(full.enable)
         step = stride if advance is None else advance * stride
-        self.cursor.index_copy_(0, rows, torch.remainder(cur + step, older))
+        self.cursor.index_copy_(0, rows, torch.remainder(cur + step, modulus))
         return self.plan
 
 
