@@ -1,8 +1,9 @@
 """A verification budget: verify at most ``max_entries`` plan entries per launch, rotating through the live set.
 
 Full verification re-reads every live slot's records at HEAD and TAIL of every forward. With a budget, the
-plan the plan kernels build is filtered on the device (torch ops only: no host read, capturable) into a
-smaller plan that the verify launches of the step share. Each request keeps:
+plan the plan kernels build is filtered on the device (one launch of ``launch_verify_budget_kernel``, whose
+work is proportional to the entries kept: no host read, capturable) into a smaller plan that the verify
+launches of the step share. Each request keeps:
 
 - its newest ``newest_per_request`` entries, every step (the tokens attention has just started to read,
   and the write chain's seed);
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.constructors.budget import validate_verify_budget
+from kvcanary.launch.budget import launch_verify_budget_kernel
 from kvcanary.plans import VerifyPlan
 
 
@@ -65,12 +67,13 @@ class VerifyBudget:
 class BudgetFilter:
     """The device-side filter of one forward slot's verify plan (buffers allocated once).
 
-    Its work is proportional to the batch and to its own capacity, never to the full plan's
-    (``full_capacity``, accepted for the callers' sake): each budget entry finds its full-plan entry by a
-    binary search over three runs per request, so a budget of 1/16 of the live entries reads 1/16 of them."""
+    One launch per forward (``launch_verify_budget_kernel``, on ``backend``: None lets the registry pick),
+    whose work is proportional to the batch and to the entries kept, never to the full plan's
+    (``full_capacity``, accepted for the callers' sake): a budget of 1/16 of the live entries reads 1/16 of
+    them."""
 
     def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device,
-                 max_batch: int = 1) -> None:
+                 max_batch: int = 1, backend: str | None = None) -> None:
         self.budget = budget
         # room for the most one step keeps at any batch size up to max_batch (entries_bound): max_entries, or
         # more when the batch is too large for every request's newest entries and one older one to fit
@@ -85,9 +88,9 @@ class BudgetFilter:
             enable=torch.ones(1, dtype=torch.int32, device=device))
         self.cursor = torch.zeros(num_rows, dtype=torch.int64, device=device)
         """Per request row: where its older-entries window starts next step."""
-        self._zero = torch.zeros(max(max_batch, num_rows), dtype=torch.int64, device=device)
-        self._iota = torch.arange(cap, dtype=torch.int64, device=device)
-        """The budget plan's indices: the filter's work is proportional to its capacity, not the full plan's."""
+        self._one = torch.ones(1, dtype=torch.int64, device=device)
+        """``advance`` when the cursors move every step (no layer rotation)."""
+        self._backend = backend
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
               advance: torch.Tensor | None = None, stride: int | None = None) -> VerifyPlan:
@@ -104,48 +107,21 @@ class BudgetFilter:
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
-        cap_in = full.verify_capacity
         if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
             self.plan.verify_num_valid.zero_()
             self.plan.enable.copy_(full.enable)
             return self.plan
-        newest = self.budget.newest_per_request
         stride = self.budget.stride(batch_size) if stride is None else stride
-        bs = batch_size
-        # per request: its entries [start, start + count) of the full plan, the older ones first: Mz of them
-        # (M = max(Mz, 1) for the cursor's modulus), `take` of those kept, `gap` left out
-        count = torch.diff(scratch[: bs + 1])
-        older = (count - newest).clamp_min_(0)
-        gap = (older - stride).clamp_min_(0)
-        take = older - gap
-        kept = count - gap
-        koff = torch.cumsum(kept, 0).sub_(kept)  # where the request's kept entries start in the budget plan
-        rows = req_pool_indices.to(torch.int64).clamp(0, self.cursor.numel() - 1)
-        cur = self.cursor[rows]
-        modulus = older.clamp_min(1)
-        first = torch.remainder(cur, modulus)  # the window's first older entry
-        wrap = (first - gap).clamp_min_(0)  # the window's entries past the last older one, taken from index 0
-        # the kept entries in plan order are three runs per request, each a shifted copy of the full plan:
-        # older [0, wrap), older [first, first + take - wrap), newest [Mz, count); breaks[3b + r] is where run r
-        # of request b starts in the budget's plan, shift[3b + r] what a budget index adds to be a full index
-        if bs > self._zero.numel():  # more requests than rows or max_batch (a caller's own batch): grow once
-            self._zero = torch.zeros(bs, dtype=torch.int64, device=self._zero.device)
-        zero = self._zero[:bs]
-        breaks = torch.stack((zero, wrap, take), 1).add_(koff[:, None]).view(-1)[1:]
-        shift = torch.stack((zero, first - wrap, gap), 1).add_((scratch[:bs] - koff)[:, None]).view(-1)
-        k = self._iota
-        src = shift[torch.searchsorted(breaks, k, right=True)].add_(k)
-        # past the kept entries src runs on past the batch's last entry, so src < num_valid counts exactly the
-        # kept entries the full plan holds (all of them, unless it overflowed)
-        torch.sum(src < full.verify_num_valid, 0, keepdim=True, dtype=torch.int32, out=self.plan.verify_num_valid)
-        src.clamp_(0, cap_in - 1)
-        values = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
-                  full.verify_prev_slot_indices)
-        for out, v in zip(self._ext, values, strict=True):
-            torch.index_select(v, 0, src, out=out)
-        self.plan.enable.copy_(full.enable)
-        step = stride if advance is None else advance * stride
-        self.cursor.index_copy_(0, rows, torch.remainder(cur + step, modulus))
+        launch_verify_budget_kernel(
+            req_pool_indices=req_pool_indices[:batch_size].to(torch.int64), verify_offsets_scratch=scratch,
+            verify_slot_indices=full.verify_slot_indices, verify_expected_tokens=full.verify_expected_tokens,
+            verify_expected_positions=full.verify_expected_positions,
+            verify_prev_slot_indices=full.verify_prev_slot_indices, verify_num_valid=full.verify_num_valid,
+            verify_enable=full.enable, cursor=self.cursor, advance=self._one if advance is None else advance.view(1),
+            out_verify_slot_indices=self._ext[0], out_verify_expected_tokens=self._ext[1],
+            out_verify_expected_positions=self._ext[2], out_verify_prev_slot_indices=self._ext[3],
+            out_verify_num_valid=self.plan.verify_num_valid, out_verify_enable=self.plan.enable,
+            newest_per_request=self.budget.newest_per_request, stride=stride, backend=self._backend)
         return self.plan
 
 
