@@ -20,7 +20,7 @@ backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req
 torch_ref  *          10            10            10      10     10                     10    10             10
 triton     cuda       50            50            50      50     50                     50    50             50
 triton     cpu         1             1             1       1      1                      1     1              1
-cuda       cuda       60            40            40      60     60                     60     -              -
+cuda       cuda       60            40            40      60     60                     60     -             40
 """
 
 
