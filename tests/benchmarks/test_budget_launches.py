@@ -13,8 +13,8 @@ from kvcanary.manager import VerifyBudget
 def test_the_budget_adds_one_launch_and_no_work_outside_kernels() -> None:
     bs, ctx = 8, 48
     counts: dict[str, dict[str, bl.Counts]] = {}
-    for name, budget in (("full", None), ("budget", VerifyBudget(max_entries=bs * (ctx - 1) // 16))):
-        m, batch = bl.build(bs=bs, ctx=ctx, budget=budget, backend="torch_ref", device=torch.device("cpu"))
+    for name, vb in (("full", None), ("budget", VerifyBudget(max_entries=bs * (ctx - 1) // 16))):
+        m, batch = bl.build(bs=bs, ctx=ctx, budget=vb, backend="torch_ref", device=torch.device("cpu"))
         counts[name] = bl.count(m, batch)
         assert m.total_violations == 0
     full, budget = counts["full"], counts["budget"]
