@@ -70,7 +70,7 @@ def _budget_kernel(
     # comes before every entry (an empty plan), by the last program when it lies past the batch
     last = n - 1
     if (b == 0) & (last < start):
-        tl.store(out_num_valid, tl.zeros((), tl.int32))
+        tl.store(out_num_valid, (n * 0).to(tl.int32))
     elif ((start <= last) & (last < end)) | ((b == bs - 1) & (last >= end)):
         lim = tl.minimum(n - start, count)  # this request's entries below n
         below = (tl.minimum(wrap, lim) + tl.maximum(tl.minimum(lim, first + take - wrap) - first, 0)
