@@ -6,7 +6,8 @@ from torch import Tensor
 def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scratch: Tensor, verify_slot_indices: Tensor, verify_expected_tokens: Tensor, verify_expected_positions: Tensor, verify_prev_slot_indices: Tensor, verify_num_valid: Tensor, verify_enable: Tensor, cursor: Tensor, advance: Tensor, out_verify_slot_indices: Tensor, out_verify_expected_tokens: Tensor, out_verify_expected_positions: Tensor, out_verify_prev_slot_indices: Tensor, out_verify_num_valid: Tensor, out_verify_enable: Tensor, newest_per_request: int, stride: int, backend: str | None = None) -> None:
     """Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors by ``advance * stride``. No host read: capturable.
+    and enable, then advance the cursors of the requests with entries by ``advance * stride``. No host read:
+    capturable.
 
     Filter a verify plan down to a verification budget's entries and advance its cursors.
 
@@ -27,7 +28,7 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
             Checks: KVC-U029, KVC-U030, KVC-U031, KVC-U032, KVC-U089.
         verify_enable: The full plan's enable (0: it overflowed).
             Checks: KVC-U033, KVC-U034, KVC-U035, KVC-U036, KVC-U090.
-        cursor: Per request row: where its window of older entries starts; advanced in place. Rows repeated in one launch other than by requests of no entries (padding) leave their cursor to either request.
+        cursor: Per request row: where its window of older entries starts; advanced in place by requests with entries (padding rows, of none, never move it). Rows repeated by requests with entries: undefined.
             Checks: KVC-U037, KVC-U038, KVC-U039, KVC-U040, KVC-U091, KVC-U099.
         advance: 1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).
             Checks: KVC-U041, KVC-U042, KVC-U043, KVC-U044, KVC-U092.

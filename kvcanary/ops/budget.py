@@ -5,7 +5,8 @@ plan a :class:`~kvcanary.manager.budget.VerifyBudget` verifies this step, and mo
 cursors, in one launch: its work is proportional to the batch and to the entries it keeps, never to the full
 plan's. Request ``b`` of ``count`` entries ``[scratch[b], scratch[b + 1])``, ``M = max(count - newest, 0)``
 older ones, keeps its ``newest`` last entries and the older ``j`` with ``(j - cursor) mod max(M, 1) < stride``,
-in plan order; the cursor of its row then becomes ``(cursor + advance * stride) mod max(M, 1)``.
+in plan order; the cursor of its row then becomes ``(cursor + advance * stride) mod max(M, 1)``, unless the
+request has no entries (a padding row, a first chunk): then its row's cursor stays as it is.
 """
 
 from typing import Annotated, ClassVar
@@ -91,8 +92,8 @@ class VerifyBudgetLaunch(Contract):
     verify_enable: Annotated[torch.Tensor, TensorArg(dtype=_I32, shape=(1,))] = Field(
         description="The full plan's enable (0: it overflowed).")
     cursor: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("num_rows",))] = Field(
-        description="Per request row: where its window of older entries starts; advanced in place. Rows repeated "
-        "in one launch other than by requests of no entries (padding) leave their cursor to either request.")
+        description="Per request row: where its window of older entries starts; advanced in place by requests "
+        "with entries (padding rows, of none, never move it). Rows repeated by requests with entries: undefined.")
     advance: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=(1,))] = Field(
         description="1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).")
     out_verify_slot_indices: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(
@@ -146,7 +147,8 @@ VERIFY_BUDGET = OPERATION = Operation(
     "verify_budget", VerifyBudgetLaunch, constant="VERIFY_BUDGET", module="kvcanary.launch.budget",
     doc="""Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors by ``advance * stride``. No host read: capturable.""",
+    and enable, then advance the cursors of the requests with entries by ``advance * stride``. No host read:
+    capturable.""",
     examples=EXAMPLES, call=valid_call,
 )
 launch_verify_budget_kernel = OPERATION.launcher

@@ -2,7 +2,8 @@
 
 Random batches (requests of no entries, of only newest ones, of fewer older entries than the stride and of
 many), cursors past a request's older entries, a full plan cut short (overflow, enable 0), kept entries past
-the output's capacity and the cursors held back (``advance`` 0), with distinct rows. Compared with torch_ref on
+the output's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
+request's row. Compared with torch_ref on
 the CPU: the count, the enable, the cursors and the kept entries below the count (past it the output is
 undefined).
 """
@@ -22,6 +23,11 @@ Kwargs = dict[str, Any]
 
 def random_call(rng: random.Random, *, bs: int, cap_in: int, cap_out: int, rows: int) -> Kwargs:
     counts = [rng.choice([0, 1, 2, 3, 5, 9, rng.randint(10, 40)]) for _ in range(bs)]
+    rpi = rng.sample(range(rows), bs)
+    if bs and rng.random() < 0.5:  # padding rows (no entries) naming a real request's row, as a graph's bucket pads
+        pad = rng.randint(1, 3)
+        counts += [0] * pad
+        rpi += [rpi[rng.randrange(bs)]] * pad
     off = [0]
     for c in counts:
         off.append(off[-1] + c)
@@ -29,7 +35,7 @@ def random_call(rng: random.Random, *, bs: int, cap_in: int, cap_out: int, rows:
     n = min(total, cap_in, rng.choice([total, total, rng.randint(0, max(total, 1))]))
     g = torch.Generator().manual_seed(rng.getrandbits(62))
     kw: Kwargs = {
-        "req_pool_indices": torch.tensor(rng.sample(range(rows), bs), dtype=torch.int64),
+        "req_pool_indices": torch.tensor(rpi, dtype=torch.int64),
         "verify_offsets_scratch": torch.tensor(off + [rng.randint(0, 9)] * 3, dtype=torch.int64),
         "verify_num_valid": torch.tensor([n], dtype=torch.int32),
         "verify_enable": torch.tensor([int(n == min(total, cap_in) and total <= cap_in)], dtype=torch.int32),

@@ -175,7 +175,7 @@ def _reference_apply(full: VerifyPlan, *, batch_size: int, rows: torch.Tensor, c
     """The budget's definition, entry by entry over the whole full plan: entry ``j`` of a request of ``count``
     entries and ``M = max(count - newest, 1)`` older ones is kept when it is one of the newest, or when
     ``(j - cursor) mod M < stride``; kept entries stay in plan order, at most ``cap_out``; each cursor then
-    moves to ``(cursor + step) mod M``. Returns the kept entries and the cursors after."""
+    moves to ``(cursor + step) mod M``, but a request of no entries leaves it. Returns the kept entries and the cursors after."""
     off = full.verify_offsets_scratch
     assert off is not None
     n = int(full.verify_num_valid[0])
@@ -193,7 +193,8 @@ def _reference_apply(full: VerifyPlan, *, batch_size: int, rows: torch.Tensor, c
             i = start + j
             if i < n and (j >= count - newest or (j - c) % older < stride):
                 kept.append((cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
-        moved[row] = (c + int(step)) % older
+        if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
+            moved[row] = (c + int(step)) % older
     return kept[:cap_out], moved.tolist()
 
 

@@ -8,6 +8,10 @@ of the full plan: older ``[0, wrap)``, older ``[first, first + take - wrap)``, n
 budget index finds its run by a binary search over the runs' starts (``koff``: the kept entries of the requests
 before, plus the run's offset), so the work is proportional to the batch and the budget, not the full plan.
 
+The cursor of a request's row moves to ``(cursor + advance * stride) mod max(Mz, 1)``; a request of no
+entries (a padding row, a first chunk) leaves it, so padding rows that name a real request's row never touch
+that request's cursor.
+
 The count is of the kept entries whose full index is below the full plan's ``num_valid`` (all of them, unless
 the plan overflowed), at most the output's capacity.
 """
@@ -54,4 +58,7 @@ def verify_budget(call: VerifyBudgetLaunch) -> None:
     for values, out in pairs:
         torch.index_select(values, 0, src, out=out)
     call.out_verify_enable.copy_(call.verify_enable)
-    cursor.index_copy_(0, rows, torch.remainder(cur + call.advance * stride, modulus))
+    # a request of no entries (a padding row, a first chunk) leaves its row's cursor: added as a delta, so that
+    # padding rows naming a real request's row (row 0) never undo that request's move
+    moved = torch.remainder(cur + call.advance * stride, modulus).sub_(cur).mul_(count > 0)
+    cursor.index_add_(0, rows, moved)

@@ -3,11 +3,12 @@
 One program per request. Program ``b`` sums the kept entries of the requests before it (its offset in the
 budget's plan; ``kept = count - max(count - newest - stride, 0)`` from the offsets alone), reads its row's
 cursor, copies its kept entries (three runs of the full plan: the window's part wrapped to index 0, the rest
-of the window, the newest entries) to their places below the output's capacity, and moves its cursor. The
-program whose request holds the full plan's last entry (``num_valid - 1``) writes the count (program 0 when
-the plan is empty, the last program when ``num_valid`` lies past the batch), program 0 the enable. Work:
-the batch squared (the offsets' sums) plus the kept entries, never the full plan; grid ``(bs,)`` from shapes;
-no host read, no allocation: capturable.
+of the window, the newest entries) to their places below the output's capacity, and moves its cursor unless
+it has no entries (padding rows name row 0, where a real request's cursor may live: no two programs write
+one cursor). The program whose request holds the full plan's last entry (``num_valid - 1``) writes the count
+(program 0 when the plan is empty, the last program when ``num_valid`` lies past the batch), program 0 the
+enable. Work: the batch squared (the offsets' sums) plus the kept entries, never the full plan; grid
+``(bs,)`` from shapes; no host read, no allocation: capturable.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ def _budget_kernel(
         tl.store(out_num_valid, tl.minimum(koff + below, cap_out).to(tl.int32))
     if b == 0:
         tl.store(out_enable, tl.load(enable))
-    step = tl.load(advance) * stride
-    nxt = (cur + step) % modulus
-    tl.store(cursor + row, tl.where(nxt < 0, nxt + modulus, nxt))
+    if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
+        nxt = (cur + tl.load(advance) * stride) % modulus
+        tl.store(cursor + row, tl.where(nxt < 0, nxt + modulus, nxt))
 
 
 _LAUNCH = Launcher(_budget_kernel)

@@ -4,7 +4,8 @@
 // requests before it (kept = count - max(count - newest - stride, 0), from the offsets alone: a block-wide sum),
 // reads its row's cursor, copies its kept entries (three runs of the full plan: the window's part wrapped to
 // index 0, the rest of the window, the newest entries) below the output's capacity, then thread 0 moves the
-// cursor, writes the count when its request holds the full plan's last entry (block 0 when the plan is empty,
+// cursor (unless the request has no entries: padding rows name row 0, where a real request's cursor may live,
+// so no two blocks write one cursor), writes the count when its request holds the full plan's last entry (block 0 when the plan is empty,
 // the last block when num_valid lies past the batch) and block 0 the enable. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
@@ -72,6 +73,7 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
     out_num_valid[0] = (int)imin(koff + below, cap_out);
   }
   if (b == 0) out_enable[0] = enable[0];
+  if (count <= 0) return;  // a request of no entries (padding, a first chunk) leaves its row's cursor
   i64 next = (cur + advance[0] * stride) % modulus;
   if (next < 0) next += modulus;
   cursor[row] = next;
