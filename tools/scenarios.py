@@ -199,7 +199,8 @@ G = TypeVar("G", bound=Generator)
 GENERATORS: dict[Op, Generator] = {}
 """One random scenario generator per operation: ``GENERATORS[op](rng, hostile=...) -> Call`` (see
 :func:`scenario`)."""
-ELSEWHERE: dict[Op, str] = {Op.FOLD: "tests/distributed/test_digest.py"}
+ELSEWHERE: dict[Op, str] = {Op.FOLD: "tests/distributed/test_digest.py",
+                            Op.VERIFY_BUDGET: "tests/backends/triton/test_budget.py"}
 """The operations whose random parity scenarios live elsewhere, and where (a test holds every operation to
 one of the two)."""
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 from kvcanary.operation import Operation
 
 TABLE = """
-backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req_token_ids  fold
-torch_ref  *          10            10            10      10     10                     10    10
-triton     cuda       50            50            50      50     50                     50    50
-triton     cpu         1             1             1       1      1                      1     1
-cuda       cuda       60            40            40      60     60                     60     -
+backend    device   plan  plan_offsets  plan_entries  verify  write  scatter_req_token_ids  fold  verify_budget
+torch_ref  *          10            10            10      10     10                     10    10             10
+triton     cuda       50            50            50      50     50                     50    50             50
+triton     cpu         1             1             1       1      1                      1     1              1
+cuda       cuda       60            40            40      60     60                     60     -             40
 """
 
 

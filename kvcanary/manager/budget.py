@@ -1,8 +1,9 @@
 """A verification budget: verify at most ``max_entries`` plan entries per launch, rotating through the live set.
 
 Full verification re-reads every live slot's records at HEAD and TAIL of every forward. With a budget, the
-plan the plan kernels build is filtered on the device (torch ops only: no host read, capturable) into a
-smaller plan that the verify launches of the step share. Each request keeps:
+plan the plan kernels build is filtered on the device (one launch of ``launch_verify_budget_kernel``, whose
+work is proportional to the entries kept: no host read, capturable) into a smaller plan that the verify
+launches of the step share. Each request keeps:
 
 - its newest ``newest_per_request`` entries, every step (the tokens attention has just started to read,
   and the write chain's seed);
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcanary.constructors.budget import validate_verify_budget
+from kvcanary.launch.budget import launch_verify_budget_kernel
 from kvcanary.plans import VerifyPlan
 
 
@@ -63,25 +65,32 @@ class VerifyBudget:
 
 
 class BudgetFilter:
-    """The device-side filter of one forward slot's verify plan (buffers allocated once)."""
+    """The device-side filter of one forward slot's verify plan (buffers allocated once).
+
+    One launch per forward (``launch_verify_budget_kernel``, on ``backend``: None lets the registry pick),
+    whose work is proportional to the batch and to the entries kept, never to the full plan's
+    (``full_capacity``, accepted for the callers' sake): a budget of 1/16 of the live entries reads 1/16 of
+    them."""
 
     def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device,
-                 max_batch: int = 1) -> None:
+                 max_batch: int = 1, backend: str | None = None) -> None:
         self.budget = budget
         # room for the most one step keeps at any batch size up to max_batch (entries_bound): max_entries, or
         # more when the batch is too large for every request's newest entries and one older one to fit
         cap = max(budget.max_entries, max_batch * (budget.newest_per_request + 1))
         self.capacity = cap
-        self._ext = [torch.zeros(cap + 1, dtype=torch.int64, device=device) for _ in range(4)]
+        self._ext = [torch.zeros(cap, dtype=torch.int64, device=device) for _ in range(4)]
         self._ext[1].fill_(-1)
         self.plan = VerifyPlan(
-            verify_slot_indices=self._ext[0][:cap], verify_expected_tokens=self._ext[1][:cap],
-            verify_expected_positions=self._ext[2][:cap], verify_prev_slot_indices=self._ext[3][:cap],
+            verify_slot_indices=self._ext[0], verify_expected_tokens=self._ext[1],
+            verify_expected_positions=self._ext[2], verify_prev_slot_indices=self._ext[3],
             verify_num_valid=torch.zeros(1, dtype=torch.int32, device=device),
             enable=torch.ones(1, dtype=torch.int32, device=device))
         self.cursor = torch.zeros(num_rows, dtype=torch.int64, device=device)
         """Per request row: where its older-entries window starts next step."""
-        self._iota = torch.arange(full_capacity, dtype=torch.int64, device=device)
+        self._one = torch.ones(1, dtype=torch.int64, device=device)
+        """``advance`` when the cursors move every step (no layer rotation)."""
+        self._backend = backend
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
               advance: torch.Tensor | None = None, stride: int | None = None) -> VerifyPlan:
@@ -98,37 +107,21 @@ class BudgetFilter:
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
-        cap_in, cap_out = full.verify_capacity, self.capacity
         if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
             self.plan.verify_num_valid.zero_()
             self.plan.enable.copy_(full.enable)
             return self.plan
-        newest = self.budget.newest_per_request
         stride = self.budget.stride(batch_size) if stride is None else stride
-        # per request: its entries [start, end) of the full plan; M = its older entries (at least 1)
-        start = scratch[:batch_size]
-        end = scratch[1 : batch_size + 1].clone()
-        end[-1] = scratch[batch_size]
-        count = (end - start).clamp_min(0)
-        older = (count - newest).clamp_min(1)
-        rows = req_pool_indices.to(torch.int64).clamp(0, self.cursor.numel() - 1)
-        cur = self.cursor[rows]
-        # per entry: its request, its index within the request, and whether it is kept
-        i = self._iota[:cap_in]
-        n = full.verify_num_valid.to(torch.int64).clamp(0, cap_in)
-        r = (torch.searchsorted(start, i, right=True) - 1).clamp(0, batch_size - 1)
-        j = i - start[r]
-        keep = (i < n) & ((j >= count[r] - newest) | (torch.remainder(j - cur[r], older[r]) < stride))
-        dest = torch.cumsum(keep, 0) - 1
-        dest = torch.where(keep & (dest < cap_out), dest, cap_out)
-        src = (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
-               full.verify_prev_slot_indices)
-        for out, values in zip(self._ext, src, strict=True):
-            out.scatter_(0, dest, values)
-        self.plan.verify_num_valid.copy_(keep.sum().clamp_max(cap_out))
-        self.plan.enable.copy_(full.enable)
-        step = stride if advance is None else advance * stride
-        self.cursor.index_copy_(0, rows, torch.remainder(cur + step, older))
+        launch_verify_budget_kernel(
+            req_pool_indices=req_pool_indices[:batch_size].to(torch.int64), verify_offsets_scratch=scratch,
+            verify_slot_indices=full.verify_slot_indices, verify_expected_tokens=full.verify_expected_tokens,
+            verify_expected_positions=full.verify_expected_positions,
+            verify_prev_slot_indices=full.verify_prev_slot_indices, verify_num_valid=full.verify_num_valid,
+            verify_enable=full.enable, cursor=self.cursor, advance=self._one if advance is None else advance.view(1),
+            out_verify_slot_indices=self._ext[0], out_verify_expected_tokens=self._ext[1],
+            out_verify_expected_positions=self._ext[2], out_verify_prev_slot_indices=self._ext[3],
+            out_verify_num_valid=self.plan.verify_num_valid, out_verify_enable=self.plan.enable,
+            newest_per_request=self.budget.newest_per_request, stride=stride, backend=self._backend)
         return self.plan
 
 

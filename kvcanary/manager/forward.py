@@ -94,7 +94,7 @@ class ForwardRunner:
         ]
         rows = int(req_to_token.shape[0])
         self.budgets = [BudgetFilter(budget, full_capacity=capacities.verify_capacity, num_rows=rows, device=dev,
-                                     max_batch=capacities.write_req_capacity)
+                                     max_batch=capacities.write_req_capacity, backend=backend)
                         for _ in groups] if budget is not None else []
         """With a verification budget: per group, the filter whose smaller plan the step's verifies use."""
         self._verify = [gp.verify for gp in self.plans]

@@ -16,6 +16,7 @@ import torch
 
 import kvcanary as kc
 from kvcanary.distributed import launch_digest_fold_kernel
+from kvcanary.launch.budget import launch_verify_budget_kernel
 from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing import calls
 from kvcanary_backends import priority
@@ -32,6 +33,7 @@ LAUNCHERS: dict[Op, Callable[..., None]] = {
     Op.WRITE: kc.launch_canary_write_kernel,
     Op.SCATTER: kc.launch_scatter_req_token_ids_kernel,
     Op.FOLD: launch_digest_fold_kernel,
+    Op.VERIFY_BUDGET: launch_verify_budget_kernel,
 }
 
 

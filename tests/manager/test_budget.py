@@ -168,3 +168,69 @@ def test_an_empty_forward_under_a_budget_verifies_nothing() -> None:
     w.forward([])  # bs = 0: the engine had nothing to run this step
     w.step()
     assert w.events() == []
+
+
+def _reference_apply(full: VerifyPlan, *, batch_size: int, rows: torch.Tensor, cursor: torch.Tensor, newest: int,
+                     stride: int, step: torch.Tensor | int, cap_out: int) -> tuple[list[Entry], list[int]]:
+    """The budget's definition, entry by entry over the whole full plan: entry ``j`` of a request of ``count``
+    entries and ``M = max(count - newest, 1)`` older ones is kept when it is one of the newest, or when
+    ``(j - cursor) mod M < stride``; kept entries stay in plan order, at most ``cap_out``; each cursor then
+    moves to ``(cursor + step) mod M``, but a request of no entries leaves it. Returns the kept entries and the cursors after."""
+    off = full.verify_offsets_scratch
+    assert off is not None
+    n = int(full.verify_num_valid[0])
+    cols = [t.tolist() for t in (full.verify_slot_indices, full.verify_expected_tokens,
+                                 full.verify_expected_positions, full.verify_prev_slot_indices)]
+    cur = cursor.clone()
+    kept: list[Entry] = []
+    moved = cursor.clone()
+    for b in range(batch_size):
+        start, count = int(off[b]), max(int(off[b + 1]) - int(off[b]), 0)
+        older = max(count - newest, 1)
+        row = min(max(int(rows[b]), 0), cursor.numel() - 1)
+        c = int(cur[row])
+        for j in range(count):
+            i = start + j
+            if i < n and (j >= count - newest or (j - c) % older < stride):
+                kept.append((cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
+        if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
+            moved[row] = (c + int(step)) % older
+    return kept[:cap_out], moved.tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
+    """Byte for byte what the budget defines, over requests of no entries, of only newest ones, of fewer older
+    ones than the stride and of many, with cursors past a request's end (its older entries shrank), a full
+    plan cut short (overflow), more kept entries than the filter holds, rows repeated (padding) and the
+    cursor held back (layer rotation)."""
+    rng = random.Random(seed)
+    budget = VerifyBudget(max_entries=rng.choice([6, 24, 60]), newest_per_request=rng.choice([0, 1, 2, 3]))
+    cap_in, num_rows = 400, 12
+    flt = BudgetFilter(budget, full_capacity=cap_in, num_rows=num_rows, device=torch.device("cpu"), max_batch=8)
+    flt.cursor.copy_(torch.tensor([rng.randrange(0, 90) for _ in range(num_rows)]))
+    full = VerifyPlan.allocate(verify_capacity=cap_in, device="cpu")
+    for t in (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
+              full.verify_prev_slot_indices):
+        t.copy_(torch.randint(-5, 1 << 40, (cap_in,)))
+    for trial in range(40):
+        bs = rng.randint(1, 8)
+        counts = [rng.choice([0, 1, 2, 3, 5, 9, rng.randint(10, 60)]) for _ in range(bs)]
+        off = [0]
+        for c in counts:
+            off.append(off[-1] + c)
+        assert full.verify_offsets_scratch is not None
+        full.verify_offsets_scratch[: bs + 1] = torch.tensor(off)
+        full.verify_num_valid[0] = min(off[-1], cap_in, rng.choice([off[-1], rng.randint(0, max(off[-1], 1))]))
+        rows = torch.tensor([rng.randrange(0, num_rows + 2) for _ in range(bs)])  # past the end: clamped
+        stride = rng.choice([None, 1, 3])
+        advance = rng.choice([None, torch.tensor(0), torch.tensor(1)])
+        s = budget.stride(bs) if stride is None else stride
+        want, cursors = _reference_apply(full, batch_size=bs, rows=rows, cursor=flt.cursor, newest=budget.newest_per_request,
+                                         stride=s, step=s if advance is None else int(advance) * s, cap_out=flt.capacity)
+        got = plan_entries(flt.apply(full, batch_size=bs, req_pool_indices=rows, advance=advance, stride=stride))
+        assert got == want, (seed, trial, counts)
+        if len(set(rows.clamp(0, num_rows - 1).tolist())) == bs:  # a repeated row's cursor: either write may win
+            assert flt.cursor.tolist() == cursors, (seed, trial)
+        else:
+            flt.cursor.copy_(torch.tensor(cursors))

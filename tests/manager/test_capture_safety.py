@@ -39,6 +39,10 @@ def record_scatter(_call: object) -> None:
     CALLS.append("scatter")
 
 
+def record_budget(_call: object) -> None:
+    CALLS.append("budget")
+
+
 _HERE = "tests.manager.test_capture_safety"
 _NAME = "recording_test_backend"
 
@@ -46,7 +50,8 @@ _NAME = "recording_test_backend"
 @pytest.fixture
 def recording_backend() -> Iterator[str]:
     ops = {op: OpSupport(f"{_HERE}:record_{fn}", {"*": 0}, capture_safe=True)
-           for op, fn in ((Op.PLAN, "plan"), (Op.VERIFY, "verify"), (Op.WRITE, "write"), (Op.SCATTER, "scatter"))}
+           for op, fn in ((Op.PLAN, "plan"), (Op.VERIFY, "verify"), (Op.WRITE, "write"), (Op.SCATTER, "scatter"),
+                      (Op.VERIFY_BUDGET, "budget"))}
     register_backend(Backend(name=_NAME, description="records launches (test double)", ops=ops), replace=True)
     CALLS.clear()
     yield _NAME
@@ -131,3 +136,4 @@ def test_the_bucketed_path_does_no_host_reads(recording_backend: str, monkeypatc
         w.manager.tail()
     assert graphs[0].padded_eager == 4  # HEAD and TAIL of both forwards went through the bucket
     assert CALLS.count("plan") == 2 and CALLS.count("verify") == 8 and CALLS.count("write") == 8
+    assert CALLS.count("budget") == 2  # one filter launch per plan: the budget's HEAD and TAIL share it

@@ -106,6 +106,9 @@ TUNING: Tuning = Tuning({
     "digest_block": 256,  # slots per digest fold iteration
     "digest_warps": 4,
     "digest_waves": 4,  # persistent digest programs per SM (one launch; a decode batch needs one program)
+    "budget_block": 256,  # kept entries per verify_budget iteration (one program per request)
+    "budget_row_block": 1024,  # earlier requests summed per iteration (their kept entries: the program's offset)
+    "budget_warps": 4,
 })
 
 _INTERPRETER_TUNING: dict[str, int] = {
@@ -122,6 +125,8 @@ _INTERPRETER_TUNING: dict[str, int] = {
     "scatter_row_block": 4,
     "scatter_max_tiles": 2,
     "digest_block": 8,
+    "budget_block": 4,
+    "budget_row_block": 4,
 }
 if INTERPRET:
     # The interpreter runs every program one after another with numpy: small blocks keep it fast, and on

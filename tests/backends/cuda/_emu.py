@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from kvcanary.registry import Backend, Op, OpSupport
-from kvcanary_backends.cuda import plan, plan_entries, plan_offsets, scatter, verify, write
+from kvcanary_backends.cuda import budget, plan, plan_entries, plan_offsets, scatter, verify, write
 from kvcanary_backends.cuda._toolchain import KERNEL_DIR, Spec, headers_text, once
 
 EMU_DIR = Path(__file__).with_name("emulation")
@@ -124,7 +124,7 @@ def run(mod: ModuleType, call: Any) -> None:
 
 
 _MODULES = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
-            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
+            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter, Op.VERIFY_BUDGET: budget}
 _BY_CONTRACT = {typing.get_type_hints(m.pack)["call"]: m for m in _MODULES.values()}
 
 

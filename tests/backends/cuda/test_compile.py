@@ -28,6 +28,7 @@ from kvcanary.registry import REGISTRY, Op
 from kvcanary.testing.builders import context
 from kvcanary_backends.cuda import (
     BACKEND,
+    budget,
     plan,
     plan_entries,
     plan_offsets,
@@ -203,7 +204,7 @@ def test_specialization_tables_are_read_from_the_attached_kernels() -> None:
     hold exactly the operations the backend serves, each with its module's cache and keys; a cuda kernel
     attached without a cache (a replacement) drops its operation from the tables, and restoring it returns."""
     mods = {Op.VERIFY: verify, Op.WRITE: write, Op.PLAN: plan, Op.PLAN_OFFSETS: plan_offsets,
-            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter}
+            Op.PLAN_ENTRIES: plan_entries, Op.SCATTER: scatter, Op.VERIFY_BUDGET: budget}
     assert set(KEYS) == set(BACKEND.ops) == set(mods)
     for op, mod in mods.items():
         assert KEYS[op] == (mod.KERNELS, list(mod.KERNELS.preload)) and KEYS[op][1]
@@ -265,6 +266,7 @@ def _sample_calls() -> list[tuple[Any, dict[str, Any]]]:
     for op, mod in mods.items():
         for _ in range(12):
             out.append((mod, GENERATORS[op](rng, hostile=True).make("cpu")))
+    out.append((budget, Op.VERIFY_BUDGET.call("cpu")))
     return out
 
 

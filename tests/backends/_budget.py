@@ -1,0 +1,79 @@
+"""verify_budget's parity cases, shared by the Triton and CUDA tests: random calls and their comparison.
+
+Random batches (requests of no entries, of only newest ones, of fewer older entries than the stride and of
+many), cursors past a request's older entries, a full plan cut short (overflow, enable 0), kept entries past
+the output's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
+request's row. Compared with torch_ref on
+the CPU: the count, the enable, the cursors and the kept entries below the count (past it the output is
+undefined).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+from kvcanary.launch.budget import launch_verify_budget_kernel
+
+PLAN = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions", "verify_prev_slot_indices")
+Kwargs = dict[str, Any]
+
+
+def random_call(rng: random.Random, *, bs: int, cap_in: int, cap_out: int, rows: int) -> Kwargs:
+    counts = [rng.choice([0, 1, 2, 3, 5, 9, rng.randint(10, 40)]) for _ in range(bs)]
+    rpi = rng.sample(range(rows), bs)
+    if bs and rng.random() < 0.5:  # padding rows (no entries) naming a real request's row, as a graph's bucket pads
+        pad = rng.randint(1, 3)
+        counts += [0] * pad
+        rpi += [rpi[rng.randrange(bs)]] * pad
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    total = off[-1]
+    n = min(total, cap_in, rng.choice([total, total, rng.randint(0, max(total, 1))]))
+    g = torch.Generator().manual_seed(rng.getrandbits(62))
+    kw: Kwargs = {
+        "req_pool_indices": torch.tensor(rpi, dtype=torch.int64),
+        "verify_offsets_scratch": torch.tensor(off + [rng.randint(0, 9)] * 3, dtype=torch.int64),
+        "verify_num_valid": torch.tensor([n], dtype=torch.int32),
+        "verify_enable": torch.tensor([int(n == min(total, cap_in) and total <= cap_in)], dtype=torch.int32),
+        "cursor": torch.randint(0, 60, (rows,), dtype=torch.int64, generator=g),
+        "advance": torch.tensor([rng.choice([0, 1, 1])], dtype=torch.int64),
+        "out_verify_num_valid": torch.tensor([-7], dtype=torch.int32),
+        "out_verify_enable": torch.tensor([-7], dtype=torch.int32),
+        "newest_per_request": rng.choice([0, 1, 2, 3]), "stride": rng.choice([1, 2, 4, 7]),
+    }
+    for name in PLAN:
+        kw[name] = torch.randint(-(2**40), 2**40, (cap_in,), dtype=torch.int64, generator=g)
+        kw["out_" + name] = torch.full((cap_out,), -9, dtype=torch.int64)
+    return kw
+
+
+def run(kw: Kwargs, dev: torch.device, backend: str) -> Kwargs:
+    mine: Kwargs = {k: v.to(dev, copy=True) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    launch_verify_budget_kernel(**mine, backend=backend)
+    return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in mine.items()}
+
+
+
+
+def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: int, min_bs: int = 0) -> list[str]:
+    """``cases`` random calls run on ``backend`` (on ``dev``) and on torch_ref (CPU): what differs."""
+    out: list[str] = []
+    for case in range(cases):
+        bs = rng.choice([min_bs, 1, rng.randint(2, 9)])
+        kw = random_call(rng, bs=bs, cap_in=rng.choice([1, 50, 300]), cap_out=rng.choice([3, 24, 96]), rows=12)
+        want = run(kw, torch.device("cpu"), "torch_ref")
+        got = run(kw, dev, backend)
+        n = int(want["out_verify_num_valid"][0])
+        if int(got["out_verify_num_valid"][0]) != n:
+            out.append(f"case {case}: count {int(got['out_verify_num_valid'][0])} != {n}")
+        for name in ("out_verify_enable", "cursor"):
+            if not torch.equal(got[name], want[name]):
+                out.append(f"case {case}: {name} {got[name].tolist()} != {want[name].tolist()}")
+        for name in PLAN:
+            if not torch.equal(got["out_" + name][:n], want["out_" + name][:n]):
+                out.append(f"case {case}: out_{name} differs below the count")
+    return out

@@ -1,0 +1,42 @@
+"""verify_budget: the Triton kernel against torch_ref (cases: tests/backends/_budget.py), on the device under
+test (the interpreter on the CPU), and one decode step worked by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.backends import _budget as b
+from tests.backends.triton._support import device
+
+DEV = device()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_triton_matches_torch_ref(seed: int) -> None:
+    assert b.mismatches(random.Random(seed), DEV, "triton", cases=6 if DEV.type == "cpu" else 60) == []
+
+
+def test_a_decode_step_keeps_the_newest_and_a_moving_window() -> None:
+    """By hand: 2 requests of 10 and 3 entries, newest 2, stride 3, cursors 6 and 0 (rows 1 and 2). Request 0
+    keeps older 6, 7 and, wrapped, 0 (in plan order: 0, 6, 7) and its newest 8, 9; request 1 (1 older entry)
+    keeps all 3. The cursors move to (6 + 3) mod 8 = 1 and (0 + 3) mod 1 = 0."""
+    plan = torch.arange(100, 113, dtype=torch.int64)
+    kw: b.Kwargs = {
+        "req_pool_indices": torch.tensor([1, 2]), "verify_offsets_scratch": torch.tensor([0, 10, 13]),
+        "verify_num_valid": torch.tensor([13], dtype=torch.int32), "verify_enable": torch.tensor([1], dtype=torch.int32),
+        "cursor": torch.tensor([5, 6, 0]), "advance": torch.tensor([1]),
+        "out_verify_num_valid": torch.zeros(1, dtype=torch.int32), "out_verify_enable": torch.zeros(1, dtype=torch.int32),
+        "newest_per_request": 2, "stride": 3,
+    }
+    for name in b.PLAN:
+        kw[name] = plan.clone()
+        kw["out_" + name] = torch.zeros(16, dtype=torch.int64)
+    for backend, dev in (("torch_ref", torch.device("cpu")), ("triton", DEV)):
+        got = b.run(kw, dev, backend)
+        n = int(got["out_verify_num_valid"][0])
+        assert got["out_verify_slot_indices"][:n].tolist() == [100, 106, 107, 108, 109, 110, 111, 112], backend
+        assert got["cursor"].tolist() == [5, 1, 0], backend
+        assert int(got["out_verify_enable"][0]) == 1, backend

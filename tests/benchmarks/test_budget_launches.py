@@ -1,0 +1,30 @@
+"""budget_launches counts a decode forward's launches on the CPU: the budget costs one launch over full
+verification (its filter), and its work outside kernels is no larger than full verification's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import budget_launches as bl
+from kvcanary.manager import VerifyBudget
+
+
+def test_the_budget_adds_one_launch_and_no_work_outside_kernels() -> None:
+    bs, ctx = 8, 48
+    counts: dict[str, dict[str, bl.Counts]] = {}
+    for name, vb in (("full", None), ("budget", VerifyBudget(max_entries=bs * (ctx - 1) // 16))):
+        m, batch = bl.build(bs=bs, ctx=ctx, budget=vb, backend="torch_ref", device=torch.device("cpu"))
+        counts[name] = bl.count(m, batch)
+        assert m.total_violations == 0
+    full, budget = counts["full"], counts["budget"]
+    assert budget["head"].kernels - full["head"].kernels == {"verify_budget": 1}
+    assert budget["head"].launches() == full["head"].launches() + 1
+    assert budget["tail"].launches() == full["tail"].launches()
+    assert budget["head"].elems <= full["head"].elems  # nothing outside kernels walks the full plan
+
+
+def test_main_prints_both_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bl.main(["--bs", "4", "--ctx", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "full           total" in out and "budget 1/16    total" in out
