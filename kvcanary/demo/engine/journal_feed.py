@@ -3,20 +3,30 @@
 :class:`JournalFeed` wraps the engine's request table, KV memory, radix cache and forward builder on the
 instance (the engine's code is unchanged): a slot handed to a request (``reserve``, a PD transfer) is
 ALLOCATED, a prefix hit SHARED, a radix insert CACHED, a radix eviction RELEASED by the cache, every return
-to the free list FREED, a request leaving RELEASED, and each forward's writes WRITTEN: one event per request
-row and run of consecutive positions in one block (:func:`write_runs`), the whole forward's in one
-:meth:`~kvcanary.guard.SlotJournal.record_each` call per journal; an SWA slot's return to the SWA free list
-is FREED in the SWA journal. The demo pool has one slot per block, so a prefill's run is one token per slot
-(each also an ALLOCATED block); a decode row writes one run per step.
+to the free list FREED, a request leaving RELEASED; an SWA slot's return to the SWA free list is FREED in the
+SWA journal.
+
+Writes are recorded per block entered, never per token (:func:`forward_events`): a forward that writes a
+block its request was handed for it (the reservation just before the forward) files the allocation and the
+write as one ALLOCATED event carrying the positions written; a write into a block the request did not write
+in the engine's previous forward is a WRITTEN event with its positions (a misdirected write, a draft past its
+allocation); a write into a block the request wrote in the previous forward adds nothing (a draft rewrite).
+The demo pool has one slot per block and hands each decode token a fresh slot, so a decode row is one
+ALLOCATED event per step (its ownership change, the write folded in), a prefill chunk one per slot.
+A forward whose rows write exactly the slots just reserved for them, in order (every decode and prefill
+forward of a correct engine), takes a path with no per-row Python loop: the events are made with ``map``
+over the rows and filed in one :meth:`~kvcanary.guard.SlotJournal.record_each` call per journal.
 
 The journals are the managers' own (:attr:`CanaryManager.journal`, read at each event, so a journal the
 manager replaces is followed): the evidence bundles read them, and the write-time owner check's map frees
-and locks slots from their events.
+and locks slots from their events (FREED, RELEASED, QUARANTINED, REINSTATED: none of them is deferred).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, repeat
+from operator import attrgetter
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -28,58 +38,132 @@ if TYPE_CHECKING:
 
 CACHE_OWNER = Owner(OwnerKind.CACHE, "radix")
 
-
-_OWNERS: dict[int, Owner] = {}
-"""Request id -> its journal owner, made once (a frozen dataclass is slow to build on every step); bounded:
-cleared when it grows past ``_MAX_OWNERS`` (it is only a cache)."""
 _MAX_OWNERS = 1 << 16
 
 
+class _Owners(dict[int, Owner]):
+    """Request id -> its journal owner, made once (a frozen dataclass is slow to build on every step); bounded:
+    cleared when it grows past ``_MAX_OWNERS`` (it is only a cache). Indexing makes a missing one."""
+
+    def __missing__(self, rid: int) -> Owner:
+        if len(self) >= _MAX_OWNERS:
+            self.clear()
+        owner = self[rid] = Owner(OwnerKind.REQUEST, str(rid))
+        return owner
+
+
+_OWNERS = _Owners()
+_owner_of = _OWNERS.__getitem__
+_REQ = attrgetter("req")
+_RID = attrgetter("rid")
+_LOCS = attrgetter("locs")
+_POSITIONS = attrgetter("positions")
+
+
 def _req(r: Request) -> Owner:
-    owner = _OWNERS.get(r.rid)
-    if owner is None:
-        if len(_OWNERS) >= _MAX_OWNERS:
-            _OWNERS.clear()
-        owner = _OWNERS[r.rid] = Owner(OwnerKind.REQUEST, str(r.rid))
-    return owner
+    return _owner_of(r.rid)
 
 
-def write_runs(rows: Sequence[Any], block_size: int) -> tuple[list[int], list[Owner | None], list[int | None],
-                                                             list[int | None]]:
-    """One forward's writes as journal entries (blocks, owners, first and last positions): one entry per
-    request row and run of consecutive positions written into one block (a decode row's token is one run; a
-    prefill's tokens one run per block they fill). Padding rows and slot 0 are left out."""
-    blocks: list[int] = []
-    owners: list[Owner | None] = []
-    firsts: list[int | None] = []
-    lasts: list[int | None] = []
+Entries = tuple[list[int], list[Owner | None], list[int | None], list[int | None]]
+"""Parallel lists of journal entries: blocks, owners, first and last positions."""
+
+
+def _runs(row: Any, block_size: int) -> list[tuple[int, int, int]]:
+    """``row``'s writes as (block, first, last position) runs: cut where the block changes, the positions
+    jump or slot 0 (padding) comes; slots <= 0 are left out."""
+    out: list[tuple[int, int, int]] = []
+    run, last = -1, -2
+    for pos, loc in zip(row.positions, row.locs, strict=True):
+        if loc <= 0:
+            run = -1
+            continue
+        b = loc // block_size
+        if b == run and pos == last + 1:
+            out[-1] = (b, out[-1][1], pos)
+            last = pos
+            continue
+        out.append((b, pos, pos))
+        run, last = b, pos
+    return out
+
+
+def forward_events(reserved: Sequence[tuple[Request, Sequence[int]]], rows: Sequence[Any],
+                   previous: Sequence[Any], block_size: int) -> tuple[Entries, Entries]:
+    """One forward's journal entries (ALLOCATED, WRITTEN), the general way (one loop over the rows).
+
+    ``reserved``: the (request, slots) reservations made since the last forward, in order: one ALLOCATED
+    entry per block each names, carrying the positions of the first run its own request writes into that
+    block in this forward (without positions where it writes none). ``rows``: the forward's rows (``req``,
+    ``positions``, ``locs``; ``req`` None is padding). A run into a block its request neither was just
+    handed nor wrote in ``previous`` (the engine's previous forward's rows) is a WRITTEN entry, one per
+    request and block (first and last position of its runs there); a run into a block it wrote in
+    ``previous`` adds nothing. Slots <= 0 are left out."""
+    a_blocks: list[int] = []
+    a_owners: list[Owner | None] = []
+    a_firsts: list[int | None] = []
+    a_lasts: list[int | None] = []
+    handed: dict[tuple[int, int], int] = {}
+    for req, slots in reserved:
+        owner = _owner_of(req.rid)
+        for s in slots:
+            if s <= 0:
+                continue
+            b = s // block_size
+            if (req.rid, b) in handed:
+                continue
+            handed[req.rid, b] = len(a_blocks)
+            a_blocks.append(b)
+            a_owners.append(owner)
+            a_firsts.append(None)
+            a_lasts.append(None)
+    before: set[tuple[int, int]] | None = None
+    wrote: dict[tuple[int, int], list[int]] = {}  # (request, block) -> [first, last], in first-write order
     for row in rows:
-        if row.req is None:
+        req = row.req
+        if req is None:
             continue
-        owner = _req(row.req)
-        locs = row.locs
-        if len(locs) == 1:  # a decode row: one token, one run
-            if locs[0] > 0:
-                blocks.append(locs[0] // block_size)
-                owners.append(owner)
-                firsts.append(row.positions[0])
-                lasts.append(row.positions[0])
-            continue
-        run, last = -1, -2
-        for pos, loc in zip(row.positions, locs, strict=True):
-            if loc <= 0:
-                run = -1
+        rid = req.rid
+        for b, first, last in _runs(row, block_size):
+            key = (rid, b)
+            i = handed.get(key)
+            if i is not None:
+                if a_firsts[i] is None:
+                    a_firsts[i], a_lasts[i] = first, last
                 continue
-            b = loc // block_size
-            if b == run and pos == last + 1:
-                lasts[-1] = last = pos
+            span = wrote.get(key)
+            if span is not None:  # another run of the same request into the same block: one entry
+                span[0], span[1] = min(first, span[0]), max(last, span[1])
                 continue
-            blocks.append(b)
-            owners.append(owner)
-            firsts.append(pos)
-            lasts.append(pos)
-            run, last = b, pos
-    return blocks, owners, firsts, lasts
+            if before is None:
+                before = {(p.req.rid, pb) for p in previous if p.req is not None
+                          for pb, _, _ in _runs(p, block_size)}
+            if key not in before:
+                wrote[key] = [first, last]
+    written: Entries = ([b for _, b in wrote], [_owner_of(rid) for rid, _ in wrote],
+                        [f for f, _ in wrote.values()], [la for _, la in wrote.values()])
+    return (a_blocks, a_owners, a_firsts, a_lasts), written
+
+
+def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Entries | None:
+    """The ALLOCATED entries of a forward whose rows write exactly the slots just reserved for them (the
+    same requests, in the same order, the same slot lists: every correct decode and prefill forward), with
+    the positions each row writes, in one block per slot; None when the forward is not that one (then
+    :func:`forward_events` decides). No per-row Python loop: ``map`` over the rows and list comparisons."""
+    if len(reqs) != len(rows):
+        return None
+    if list(map(_REQ, rows)) != reqs:
+        return None
+    locs = list(map(_LOCS, rows))
+    if locs != slots:
+        return None
+    blocks = list(chain.from_iterable(locs))
+    positions: list[int | None] = list(chain.from_iterable(map(_POSITIONS, rows)))
+    if len(positions) != len(blocks) or (blocks and min(blocks) <= 0):
+        return None
+    owners: list[Owner | None] = list(map(_owner_of, map(_RID, reqs)))
+    if len(blocks) != len(owners):  # rows of several slots (prefill chunks): each slot its row's owner
+        owners = list(chain.from_iterable(map(repeat, owners, map(len, locs))))
+    return blocks, owners, positions, positions
 
 
 class JournalFeed:
@@ -88,15 +172,28 @@ class JournalFeed:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.seconds = 0.0
-        """Host time spent recording into the journals so far (what the feed adds to the engine's step)."""
+        """Host time spent making and recording journal events so far (what the feed adds to the engine's
+        step; a reservation's wrapper, which only keeps the request and its slot list, is not timed)."""
+        self._reqs: list[Request] = []
+        self._slots: list[list[int]] = []
+        """The reservations since the last forward (request, slot list), filed with that forward's writes."""
+        self._step = -1
+        """The step the kept reservations were made at."""
+        self._previous: list[Any] = []
+        """The engine's previous forward's rows (a reference: read only when a forward needs the general path)."""
         table, mem = engine.requests, engine.memory
         rec = self._record
 
         orig_reserve = table.reserve
+        reqs, kept = self._reqs, self._slots
 
         def reserve(req: Request, slots: list[int]) -> None:
             orig_reserve(req, slots)
-            rec(JournalKind.ALLOCATED, slots, _req(req))
+            if reqs and self._step != engine.step_index:
+                self._flush()
+            self._step = engine.step_index
+            reqs.append(req)
+            kept.append(slots)
 
         orig_admit = table.admit
 
@@ -160,23 +257,58 @@ class JournalFeed:
         orig_build = runner.build
 
         def build(rows: list[Any], **kwargs: Any) -> Any:
-            managers = engine.managers
-            if managers:
+            if engine.managers:
                 t0 = perf_counter()
-                sizes: dict[int, tuple[list[int], list[Owner | None], list[int | None], list[int | None]]] = {}
-                for m in managers:
-                    j = m.journal
-                    runs = sizes.get(j.block_size)
-                    if runs is None:
-                        runs = sizes[j.block_size] = write_runs(rows, j.block_size)
-                    if runs[0]:
-                        j.record_each(engine.step_index, JournalKind.WRITTEN, *runs)
+                self._forward(rows)
                 self.seconds += perf_counter() - t0
+            else:
+                self._reqs.clear()
+                self._slots.clear()
             return orig_build(rows, **kwargs)
 
         runner.build = build  # type: ignore[method-assign]
 
+    def _forward(self, rows: list[Any]) -> None:
+        """File the kept reservations and ``rows``' writes (one forward) into every journal."""
+        journals = [m.journal for m in self.engine.managers]
+        reqs, slots = self._reqs, self._slots
+        step = self._step if reqs else self.engine.step_index
+        fast = reqs and all(j.block_size == 1 for j in journals) and reserved_writes(reqs, slots, rows)
+        if fast:
+            for j in journals:
+                j.record_each(step, JournalKind.ALLOCATED, *fast)
+        else:
+            sizes: dict[int, tuple[Entries, Entries]] = {}
+            for j in journals:
+                made = sizes.get(j.block_size)
+                if made is None:
+                    made = sizes[j.block_size] = forward_events(list(zip(reqs, slots, strict=True)), rows,
+                                                               self._previous, j.block_size)
+                allocated, written = made
+                if allocated[0]:
+                    j.record_each(step, JournalKind.ALLOCATED, *allocated)
+                if written[0]:
+                    j.record_each(self.engine.step_index, JournalKind.WRITTEN, *written)
+        reqs.clear()
+        slots.clear()
+        self._previous = rows
+
+    def _flush(self) -> None:
+        """File the kept reservations as ALLOCATED events without positions (another event comes before
+        their forward: it must not overtake them)."""
+        t0 = perf_counter()
+        reqs, slots = self._reqs, self._slots
+        for j in (m.journal for m in self.engine.managers):
+            made = forward_events(list(zip(reqs, slots, strict=True)), (), (), j.block_size)[0]
+            if made[0]:
+                j.record_each(self._step, JournalKind.ALLOCATED, *made)
+        reqs.clear()
+        slots.clear()
+        self.seconds += perf_counter() - t0
+
     def _record(self, kind: JournalKind, slots: Sequence[int], owner: Owner | None, *, swa: bool = False) -> None:
+        if self._reqs:
+            self._flush()
         t0 = perf_counter()
         blocks = [s for s in slots if s > 0]
         if blocks:
