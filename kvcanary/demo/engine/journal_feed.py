@@ -87,35 +87,45 @@ def _runs(row: Any, block_size: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def forward_events(reserved: Sequence[tuple[Request, Sequence[int]]], rows: Sequence[Any],
-                   previous: Sequence[Any], block_size: int) -> tuple[Entries, Entries]:
+Reservation = tuple[Request, Sequence[int], int | None]
+"""A reservation: the request, its slots, and the position of its first slot in the request's table (None:
+not known any more)."""
+
+
+def forward_events(reserved: Sequence[Reservation], rows: Sequence[Any], previous: Sequence[Any],
+                   block_size: int, held: set[tuple[int, int]] | None = None) -> tuple[Entries, Entries]:
     """One forward's journal entries (ALLOCATED, WRITTEN), the general way (one loop over the rows).
 
-    ``reserved``: the (request, slots) reservations made since the last forward, in order: one ALLOCATED
-    entry per block each names, carrying the positions of the first run its own request writes into that
-    block in this forward (without positions where it writes none). ``rows``: the forward's rows (``req``,
-    ``positions``, ``locs``; ``req`` None is padding). A run into a block its request neither was just
-    handed nor wrote in ``previous`` (the engine's previous forward's rows) is a WRITTEN entry, one per
-    request and block (first and last position of its runs there); a run into a block it wrote in
-    ``previous`` adds nothing. Slots <= 0 are left out."""
+    ``reserved``: the reservations made since the last forward, in order: one ALLOCATED entry per block
+    each names, carrying the positions of the first run its own request writes into that block in this
+    forward, else the positions the reservation gives its slots there. ``rows``: the forward's rows (``req``,
+    ``positions``, ``locs``; ``req`` None is padding). A run into a block its request was handed (in
+    ``reserved``, or in ``held``: the (request id, block) pairs handed earlier in the step, updated here) or
+    wrote in ``previous`` (the engine's previous forward's rows) adds nothing; any other run is a WRITTEN
+    entry, one per request and block (the first and last position of its runs there). Slots <= 0 are left
+    out."""
     a_blocks: list[int] = []
     a_owners: list[Owner | None] = []
     a_firsts: list[int | None] = []
     a_lasts: list[int | None] = []
     handed: dict[tuple[int, int], int] = {}
-    for req, slots in reserved:
+    for req, slots, start in reserved:
         owner = _owner_of(req.rid)
-        for s in slots:
+        for i, s in enumerate(slots):
             if s <= 0:
                 continue
             b = s // block_size
-            if (req.rid, b) in handed:
+            pos = None if start is None else start + i
+            at = handed.get((req.rid, b))
+            if at is not None:
+                a_lasts[at] = pos
                 continue
             handed[req.rid, b] = len(a_blocks)
             a_blocks.append(b)
             a_owners.append(owner)
-            a_firsts.append(None)
-            a_lasts.append(None)
+            a_firsts.append(pos)
+            a_lasts.append(pos)
+    wrote_first: set[int] = set()  # allocation entries whose positions are now the first write's
     before: set[tuple[int, int]] | None = None
     wrote: dict[tuple[int, int], list[int]] = {}  # (request, block) -> [first, last], in first-write order
     for row in rows:
@@ -125,23 +135,43 @@ def forward_events(reserved: Sequence[tuple[Request, Sequence[int]]], rows: Sequ
         rid = req.rid
         for b, first, last in _runs(row, block_size):
             key = (rid, b)
-            i = handed.get(key)
-            if i is not None:
-                if a_firsts[i] is None:
-                    a_firsts[i], a_lasts[i] = first, last
+            at = handed.get(key)
+            if at is not None:
+                if at not in wrote_first:
+                    wrote_first.add(at)
+                    a_firsts[at], a_lasts[at] = first, last
                 continue
             span = wrote.get(key)
             if span is not None:  # another run of the same request into the same block: one entry
                 span[0], span[1] = min(first, span[0]), max(last, span[1])
+                continue
+            if held is not None and key in held:
                 continue
             if before is None:
                 before = {(p.req.rid, pb) for p in previous if p.req is not None
                           for pb, _, _ in _runs(p, block_size)}
             if key not in before:
                 wrote[key] = [first, last]
+    if held is not None:
+        held.update(handed)
     written: Entries = ([b for _, b in wrote], [_owner_of(rid) for rid, _ in wrote],
                         [f for f, _ in wrote.values()], [la for _, la in wrote.values()])
     return (a_blocks, a_owners, a_firsts, a_lasts), written
+
+
+def starts(reqs: Sequence[Request], slots: Sequence[Sequence[int]]) -> list[int | None]:
+    """The table position of each reservation's first slot, read after the reservations (a request's
+    reservations end at its ``alloc_len``, each one after the one before); None where that is gone (the
+    request left before a forward wrote the slots)."""
+    end: dict[int, int] = {}
+    out: list[int | None] = [None] * len(reqs)
+    for i in range(len(reqs) - 1, -1, -1):
+        r = reqs[i]
+        e = end.get(r.rid, r.alloc_len) - len(slots[i])
+        end[r.rid] = e
+        if e >= 0 and not r.row_released:
+            out[i] = e
+    return out
 
 
 def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Entries | None:
@@ -179,21 +209,21 @@ class JournalFeed:
         """The reservations since the last forward (request, slot list), filed with that forward's writes."""
         self._step = -1
         """The step the kept reservations were made at."""
+        self._filed: list[tuple[list[Request], list[list[int]]]] = []
+        """The reservations filed so far in step ``_step`` (read only when a forward needs the general path)."""
         self._previous: list[Any] = []
         """The engine's previous forward's rows (a reference: read only when a forward needs the general path)."""
         table, mem = engine.requests, engine.memory
         rec = self._record
 
         orig_reserve = table.reserve
-        reqs, kept = self._reqs, self._slots
 
         def reserve(req: Request, slots: list[int]) -> None:
             orig_reserve(req, slots)
-            if reqs and self._step != engine.step_index:
-                self._flush()
-            self._step = engine.step_index
-            reqs.append(req)
-            kept.append(slots)
+            if self._step != engine.step_index:
+                self._new_step()
+            self._reqs.append(req)
+            self._slots.append(slots)
 
         orig_admit = table.admit
 
@@ -262,48 +292,70 @@ class JournalFeed:
                 self._forward(rows)
                 self.seconds += perf_counter() - t0
             else:
-                self._reqs.clear()
-                self._slots.clear()
+                self._reqs, self._slots = [], []
             return orig_build(rows, **kwargs)
 
         runner.build = build  # type: ignore[method-assign]
 
+    def _new_step(self) -> None:
+        """A reservation in a new step: file what is kept of the last one, forget what it filed."""
+        if self._reqs:
+            self._flush()
+        self._filed.clear()
+        self._step = self.engine.step_index
+
+    def _take(self) -> tuple[list[Request], list[list[int]]]:
+        """The kept reservations, handed over (and kept as filed in this step)."""
+        taken = self._reqs, self._slots
+        self._reqs, self._slots = [], []
+        self._filed.append(taken)
+        return taken
+
+    def _held(self, block_size: int, earlier: bool) -> set[tuple[int, int]]:
+        """(request id, block) pairs handed out earlier in this step (``earlier``: reservations were filed
+        before this forward's; the last filed are this forward's own)."""
+        if not earlier:
+            return set()
+        return {(r.rid, s // block_size) for reqs, slots in self._filed[:-1]
+                for r, ss in zip(reqs, slots, strict=True) for s in ss if s > 0}
+
     def _forward(self, rows: list[Any]) -> None:
         """File the kept reservations and ``rows``' writes (one forward) into every journal."""
+        if self.engine.step_index != self._step:
+            self._new_step()
         journals = [m.journal for m in self.engine.managers]
-        reqs, slots = self._reqs, self._slots
-        step = self._step if reqs else self.engine.step_index
+        step = self._step
+        earlier = bool(self._filed)
+        reqs, slots = self._take()
         fast = reqs and all(j.block_size == 1 for j in journals) and reserved_writes(reqs, slots, rows)
         if fast:
             for j in journals:
                 j.record_each(step, JournalKind.ALLOCATED, *fast)
         else:
+            reserved = list(zip(reqs, slots, starts(reqs, slots), strict=True))
             sizes: dict[int, tuple[Entries, Entries]] = {}
             for j in journals:
                 made = sizes.get(j.block_size)
                 if made is None:
-                    made = sizes[j.block_size] = forward_events(list(zip(reqs, slots, strict=True)), rows,
-                                                               self._previous, j.block_size)
+                    held = self._held(j.block_size, earlier)
+                    made = sizes[j.block_size] = forward_events(reserved, rows, self._previous, j.block_size, held)
                 allocated, written = made
                 if allocated[0]:
                     j.record_each(step, JournalKind.ALLOCATED, *allocated)
                 if written[0]:
-                    j.record_each(self.engine.step_index, JournalKind.WRITTEN, *written)
-        reqs.clear()
-        slots.clear()
+                    j.record_each(step, JournalKind.WRITTEN, *written)
         self._previous = rows
 
     def _flush(self) -> None:
-        """File the kept reservations as ALLOCATED events without positions (another event comes before
-        their forward: it must not overtake them)."""
+        """File the kept reservations as ALLOCATED events with the positions they give their slots (another
+        event comes before their forward: it must not overtake them)."""
         t0 = perf_counter()
-        reqs, slots = self._reqs, self._slots
+        reqs, slots = self._take()
+        reserved = list(zip(reqs, slots, starts(reqs, slots), strict=True))
         for j in (m.journal for m in self.engine.managers):
-            made = forward_events(list(zip(reqs, slots, strict=True)), (), (), j.block_size)[0]
+            made = forward_events(reserved, (), (), j.block_size)[0]
             if made[0]:
                 j.record_each(self._step, JournalKind.ALLOCATED, *made)
-        reqs.clear()
-        slots.clear()
         self.seconds += perf_counter() - t0
 
     def _record(self, kind: JournalKind, slots: Sequence[int], owner: Owner | None, *, swa: bool = False) -> None:
