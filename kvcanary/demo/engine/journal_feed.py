@@ -174,6 +174,11 @@ def starts(reqs: Sequence[Request], slots: Sequence[Sequence[int]]) -> list[int 
     return out
 
 
+_last_owners: list[Any] = [[], []]
+"""The requests of the last forward :func:`reserved_writes` took and their owners (a steady decode batch
+names the same requests step after step: their owners are not looked up again)."""
+
+
 def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Entries | None:
     """The ALLOCATED entries of a forward whose rows write exactly the slots just reserved for them (the
     same requests, in the same order, the same slot lists: every correct decode and prefill forward), with
@@ -190,7 +195,11 @@ def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[
     positions: list[int | None] = list(chain.from_iterable(map(_POSITIONS, rows)))
     if len(positions) != len(blocks) or (blocks and min(blocks) <= 0):
         return None
-    owners: list[Owner | None] = list(map(_owner_of, map(_RID, reqs)))
+    if reqs == _last_owners[0]:  # the same requests as the last forward's (a steady decode batch)
+        owners = _last_owners[1]
+    else:
+        owners = list(map(_owner_of, map(_RID, reqs)))
+        _last_owners[:] = reqs, owners
     if len(blocks) != len(owners):  # rows of several slots (prefill chunks): each slot its row's owner
         owners = list(chain.from_iterable(map(repeat, owners, map(len, locs))))
     return blocks, owners, positions, positions
