@@ -6,16 +6,17 @@ ALLOCATED, a prefix hit SHARED, a radix insert CACHED, a radix eviction RELEASED
 to the free list FREED, a request leaving RELEASED; an SWA slot's return to the SWA free list is FREED in the
 SWA journal.
 
-Writes are recorded per block entered, never per token (:func:`forward_events`): a forward that writes a
-block its request was handed for it (the reservation just before the forward) files the allocation and the
-write as one ALLOCATED event carrying the positions written; a write into a block the request did not write
-in the engine's previous forward is a WRITTEN event with its positions (a misdirected write, a draft past its
-allocation); a write into a block the request wrote in the previous forward adds nothing (a draft rewrite).
-The demo pool has one slot per block and hands each decode token a fresh slot, so a decode row is one
-ALLOCATED event per step (its ownership change, the write folded in), a prefill chunk one per slot.
-A forward whose rows write exactly the slots just reserved for them, in order (every decode and prefill
-forward of a correct engine), takes a path with no per-row Python loop: the events are made with ``map``
-over the rows and filed in one :meth:`~kvcanary.guard.SlotJournal.record_each` call per journal.
+Writes are recorded per block entered, never per token (:func:`forward_events`). A reservation is filed at
+the forward after it (or before any other event, which must not overtake it): one ALLOCATED event per slot,
+carrying the positions its request writes there in that forward, else the positions the reservation gives
+the slot (so the allocation and the write are one event). A write into a block the request was handed
+earlier in the step, or wrote in the engine's previous forward, adds nothing (a draft or verify pass over the
+step's slots, a rewrite); any other write is a WRITTEN event with its positions (a misdirected write, a draft
+past its allocation). The demo pool has one slot per block and hands each decode token a fresh slot, so a
+decode row is one ALLOCATED event per step (its ownership change, the write folded in), a prefill chunk one
+per slot. A forward whose rows write exactly the slots just reserved for them, in order (every decode and
+prefill forward of a correct engine), takes a path with no per-row Python loop: the events are made with
+``map`` over the rows and filed in one :meth:`~kvcanary.guard.SlotJournal.record_each` call per journal.
 
 The journals are the managers' own (:attr:`CanaryManager.journal`, read at each event, so a journal the
 manager replaces is followed): the evidence bundles read them, and the write-time owner check's map frees
