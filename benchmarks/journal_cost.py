@@ -1,11 +1,13 @@
 """The slot journal's and the bundle sink's host cost per decode step, beside their floor.
 
 ``JOURNAL_FEED`` is the hook: what one decode step records into the manager's journal, the way the engines'
-feeds record it. It stands for the heavier of the two (the demo engine's ``JournalFeed``): for ``bs``
-requests decoding one token each into blocks of ``block_size`` slots, one WRITTEN entry per request (its
-block and position) and an ALLOCATED entry when a request enters a new block, each kind filed for the
-whole step in one :meth:`SlotJournal.record_each` call, with the request ids the engine holds already. The
-transformers guard records a subset: only the ALLOCATED entries (from its rows' change list; no WRITTEN).
+feeds record it. It stands for the demo engine's ``JournalFeed``: for ``bs`` requests decoding one token
+each into blocks of ``block_size`` slots, one ALLOCATED entry per request that enters a new block, carrying
+the position it writes there (the allocation and the write filed as one), the step's in one
+:meth:`SlotJournal.record_each` call, with the request ids the engine holds already; nothing for a request
+that goes on writing into its block. The demo pool's blocks are one slot each (``block_size=1``: an entry
+per request and step). The transformers guard records the same entries without positions (from its rows'
+change list).
 The floor is the least host bookkeeping that keeps the same events: appending their tuples to a list.
 The sink figure is a :class:`BundleSink`'s per-step cost when nothing fires (the ``on_step`` the manager
 hands it). The goal for both together: under 2 % of the canary's own per-step host time.
@@ -32,17 +34,18 @@ _OWNERS: dict[int, list[Owner]] = {}
 
 
 def decode_step_feed(journal: SlotJournal, step: int, bs: int, block_size: int) -> None:
-    """One decode step of ``bs`` requests: request ``i`` writes position ``step`` in its block."""
+    """One decode step of ``bs`` requests: request ``i`` writes position ``step`` in its block; a request
+    entering a new block (every ``block_size`` steps) records its allocation with that position."""
+    if step % block_size:
+        return
     owners = _OWNERS.get(bs)
     if owners is None:  # built once per batch size: the engine's request ids exist already
         owners = _OWNERS[bs] = _owners(bs)
     blocks_per_req = 1 << 12
     at = step // block_size
-    blocks = [i * blocks_per_req + at for i in range(bs)]
-    if step % block_size == 0:
-        journal.record_each(step, JournalKind.ALLOCATED, blocks, owners)
     positions = [step] * bs
-    journal.record_each(step, JournalKind.WRITTEN, blocks, owners, positions, positions)
+    journal.record_each(step, JournalKind.ALLOCATED, [i * blocks_per_req + at for i in range(bs)], owners,
+                        positions, positions)
 
 
 JOURNAL_FEED: JournalFeed = decode_step_feed
@@ -61,10 +64,9 @@ def allocated_step_feed(journal: SlotJournal, step: int, bs: int, block_size: in
 
 
 def _floor_step(events: list[tuple[object, ...]], step: int, bs: int, block_size: int) -> None:
-    for i in range(bs):
-        if step % block_size == 0:
-            events.append((step, JournalKind.ALLOCATED, i))
-        events.append((step, JournalKind.WRITTEN, i, step, step))
+    if step % block_size == 0:
+        for i in range(bs):
+            events.append((step, JournalKind.ALLOCATED, i, step, step))
 
 
 def _floor_allocated(events: list[tuple[object, ...]], step: int, bs: int, block_size: int) -> None:

@@ -150,12 +150,13 @@ def first_anomaly(history: Sequence[JournalEvent]) -> Anomaly | None:
 
 
 def last_write(history: Sequence[JournalEvent], step: int) -> JournalEvent | None:
-    """The last WRITTEN event at or before ``step``."""
+    """The last write at or before ``step``: a WRITTEN event, or an ALLOCATED one that carries the positions
+    its owner wrote (:attr:`JournalEvent.wrote`)."""
     out = None
     for e in history:
         if e.step > step:
             break
-        if e.kind is JournalKind.WRITTEN:
+        if e.wrote:
             out = e
     return out
 

@@ -36,7 +36,7 @@ class Owner:
 class JournalKind(str, Enum):
     """One ownership change of a block."""
 
-    ALLOCATED = "allocated"  # handed to ``owner`` (a fresh block)
+    ALLOCATED = "allocated"  # handed to ``owner`` (a fresh block); with positions: and written by it there
     SHARED = "shared"  # ``owner`` holds it too (a prefix hit, a fork)
     WRITTEN = "written"  # ``owner`` wrote positions ``[first_position, last_position]`` into it
     CACHED = "cached"  # the prefix cache keeps it (``owner`` is the cache entry)
@@ -59,6 +59,13 @@ class JournalEvent(NamedTuple):
     owner: Owner | None = None
     first_position: int | None = None
     last_position: int | None = None
+
+    @property
+    def wrote(self) -> bool:
+        """Whether the event is a write: WRITTEN, or an ALLOCATED that carries the positions its owner wrote
+        into the block in the same step (a feed that files the allocation and the first write as one)."""
+        return self.kind is JournalKind.WRITTEN or (self.kind is JournalKind.ALLOCATED
+                                                    and self.first_position is not None)
 
 
 _Entry = tuple[int, JournalKind, int, Owner | None, int | None, int | None]

@@ -24,6 +24,20 @@ def test_the_transformers_feed_records_an_allocation_per_request_on_a_new_block_
     assert {k for h in heard for k in h} == {JournalKind.ALLOCATED}
 
 
+def test_the_demo_engines_feed_records_an_allocation_with_its_position_per_request_on_a_new_block_only() -> None:
+    journal = SlotJournal(block_size=4)
+    heard = _kinds(journal_cost.decode_step_feed, bs=3, block=4, steps=9)
+    assert [len(h) for h in heard] == [3, 0, 0, 0, 3, 0, 0, 0, 3]
+    assert {k for h in heard for k in h} == {JournalKind.ALLOCATED}
+    for s in range(9):
+        journal_cost.decode_step_feed(journal, s, 3, 4)
+    # request 1's second block (entered at step 4) holds one event: its allocation, at the position written
+    (e,) = journal.history(((1 << 12) + 1) * 4)
+    assert (e.step, e.kind, e.first_position, e.last_position) == (4, JournalKind.ALLOCATED, 4, 4) and e.wrote
+    # in one-slot blocks (the demo pool's) every request enters a block every step
+    assert [len(h) for h in _kinds(journal_cost.decode_step_feed, bs=3, block=1, steps=4)] == [3, 3, 3, 3]
+
+
 def test_each_feed_is_timed_beside_the_floor_of_its_own_events() -> None:
     events: list[tuple[object, ...]] = []
     for s in range(8):

@@ -30,6 +30,22 @@ def test_an_allocation_while_another_request_holds_the_block_is_a_double_allocat
     assert att.anomaly_step == 4
 
 
+def test_an_allocation_carrying_positions_is_the_blocks_write() -> None:
+    # the demo engine's feed files a decode token's fresh slot and its write as one ALLOCATED event
+    j = SlotJournal(block_size=1)
+    j.record(1, JournalKind.ALLOCATED, [5], A, first_position=3, last_position=3)
+    j.record(4, JournalKind.ALLOCATED, [5], B, first_position=0, last_position=0)
+    j.record(6, JournalKind.ALLOCATED, [6], B)  # no positions: an allocation only
+    (first, second) = j.history(5)
+    assert first.wrote and second.wrote and not j.history(6)[0].wrote
+    att = attribute([_row(RECORD)], j.history(5), step=5, slot=5)
+    assert att.bug_class is BugClass.DOUBLE_ALLOCATION and att.anomaly_step == 4
+    assert (att.writer, att.write_step, att.written_positions) == ("request:b", 4, (0, 0))
+    assert att.holders == ("request:a",)
+    att = attribute([_row(RECORD, slot=6)], j.history(6), step=7, slot=6)
+    assert att.writer is None and att.written_positions is None
+
+
 def test_a_free_under_the_cache_then_a_reallocation_is_a_use_after_free() -> None:
     j = SlotJournal(block_size=1)
     j.record(1, JournalKind.ALLOCATED, [5], A)
