@@ -24,11 +24,11 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
             Checks: KVC-U019, KVC-U020, KVC-U021, KVC-U022, KVC-U023, KVC-U087.
         verify_prev_slot_indices: The full plan's predecessor slots.
             Checks: KVC-U024, KVC-U025, KVC-U026, KVC-U027, KVC-U028, KVC-U088.
-        verify_num_valid: The full plan's entry count (min(total, verify_capacity)).
+        verify_num_valid: The full plan's entry count (min(total, verify_capacity)); a count past the capacity keeps nothing beyond it.
             Checks: KVC-U029, KVC-U030, KVC-U031, KVC-U032, KVC-U089.
         verify_enable: The full plan's enable (0: it overflowed).
             Checks: KVC-U033, KVC-U034, KVC-U035, KVC-U036, KVC-U090.
-        cursor: Per request row: where its window of older entries starts; advanced in place by requests with entries (padding rows, of none, never move it). Rows repeated by requests with entries: undefined.
+        cursor: Per request row: where its window of older entries starts; advanced in place by requests with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).
             Checks: KVC-U037, KVC-U038, KVC-U039, KVC-U040, KVC-U091, KVC-U099.
         advance: 1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).
             Checks: KVC-U041, KVC-U042, KVC-U043, KVC-U044, KVC-U092.

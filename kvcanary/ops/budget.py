@@ -88,12 +88,14 @@ class VerifyBudgetLaunch(Contract):
     verify_prev_slot_indices: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("verify_capacity",))] = Field(
         description="The full plan's predecessor slots.")
     verify_num_valid: Annotated[torch.Tensor, TensorArg(dtype=_I32, shape=(1,))] = Field(
-        description="The full plan's entry count (min(total, verify_capacity)).")
+        description="The full plan's entry count (min(total, verify_capacity)); a count past the capacity keeps "
+        "nothing beyond it.")
     verify_enable: Annotated[torch.Tensor, TensorArg(dtype=_I32, shape=(1,))] = Field(
         description="The full plan's enable (0: it overflowed).")
     cursor: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("num_rows",))] = Field(
         description="Per request row: where its window of older entries starts; advanced in place by requests "
-        "with entries (padding rows, of none, never move it). Rows repeated by requests with entries: undefined.")
+        "with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine "
+        "bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).")
     advance: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=(1,))] = Field(
         description="1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).")
     out_verify_slot_indices: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(

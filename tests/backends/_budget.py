@@ -2,7 +2,7 @@
 
 Random batches (requests of no entries, of only newest ones, of fewer older entries than the stride and of
 many), cursors past a request's older entries, a full plan cut short (overflow, enable 0), kept entries past
-the output's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
+the output's capacity, a count past the plan's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
 request's row. Compared with torch_ref on
 the CPU: the count, the enable, the cursors and the kept entries below the count (past it the output is
 undefined).
@@ -33,6 +33,8 @@ def random_call(rng: random.Random, *, bs: int, cap_in: int, cap_out: int, rows:
         off.append(off[-1] + c)
     total = off[-1]
     n = min(total, cap_in, rng.choice([total, total, rng.randint(0, max(total, 1))]))
+    if rng.random() < 0.15:  # a count past the plan's capacity (no entry exists there: none may be kept)
+        n = cap_in + rng.randint(1, 20)
     g = torch.Generator().manual_seed(rng.getrandbits(62))
     kw: Kwargs = {
         "req_pool_indices": torch.tensor(rpi, dtype=torch.int64),
@@ -68,6 +70,8 @@ def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: in
         want = run(kw, torch.device("cpu"), "torch_ref")
         got = run(kw, dev, backend)
         n = int(want["out_verify_num_valid"][0])
+        if n > int(kw["verify_slot_indices"].shape[0]):
+            out.append(f"case {case}: torch_ref keeps {n} entries, past the plan's capacity")
         if int(got["out_verify_num_valid"][0]) != n:
             out.append(f"case {case}: count {int(got['out_verify_num_valid'][0])} != {n}")
         for name in ("out_verify_enable", "cursor"):

@@ -48,7 +48,8 @@ def verify_budget(call: VerifyBudgetLaunch) -> None:
     shift = torch.stack((zero, first - wrap, gap), 1).add_((scratch[:bs] - koff)[:, None]).view(-1)
     k = torch.arange(call.out_verify_slot_indices.shape[0], dtype=torch.int64, device=dev)
     src = shift[torch.searchsorted(breaks, k, right=True)].add_(k)
-    inside = (src < call.verify_num_valid) & (k < koff[-1] + kept[-1])
+    n = call.verify_num_valid.clamp(max=call.verify_slot_indices.shape[0])  # nothing past the plan
+    inside = (src < n) & (k < koff[-1] + kept[-1])
     torch.sum(inside, 0, keepdim=True, dtype=torch.int32, out=call.out_verify_num_valid)
     src.clamp_(0, call.verify_slot_indices.shape[0] - 1)
     pairs = ((call.verify_slot_indices, call.out_verify_slot_indices),

@@ -53,7 +53,7 @@ def _budget_kernel(
     first = cur % modulus
     first = tl.where(first < 0, first + modulus, first)  # torch.remainder: the divisor's sign
     wrap = tl.maximum(first - gap, 0)
-    n = tl.load(num_valid).to(tl.int64)
+    n = tl.minimum(tl.load(num_valid).to(tl.int64), cap_in)  # a count past the plan names nothing beyond it
     lanes = tl.arange(0, BLOCK).to(tl.int64)
     for k0 in range(0, kept, BLOCK):
         kk = k0 + lanes

@@ -51,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   i64 first = cur % modulus;
   if (first < 0) first += modulus;  // torch.remainder: the divisor's sign
   const i64 wrap = imax(first - gap, 0);
-  const i64 n = (i64)num_valid[0];
+  const i64 n = imin((i64)num_valid[0], cap_in);  // a count past the plan names no entry beyond it
   for (i64 k = tid; k < kept; k += KVC_BUDGET_THREADS) {
     const i64 j = k < wrap ? k : (k < take ? first + k - wrap : older + k - take);
     const i64 src = start + j;
