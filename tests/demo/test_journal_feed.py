@@ -5,11 +5,13 @@ wrote in the engine's previous forward, and a WRITTEN event only for a write int
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from kvcanary.demo.engine import Engine, EngineConfig, demo_engine_config
 from kvcanary.demo.engine.forward_batch import RowWork
 from kvcanary.demo.engine.journal_feed import forward_events, reserved_writes
 from kvcanary.demo.engine.requests import Request
+from kvcanary.evidence.attribution import BugClass, first_anomaly, last_write
 from kvcanary.guard import JournalKind, Owner, OwnerKind, SlotJournal
 from tests.demo.harness import canary_config
 
@@ -178,3 +180,58 @@ def test_speculative_decoding_records_the_slots_handed_out_and_nothing_for_the_d
                 e = m.journal.history(slot)[-1]
                 assert (e.step, e.kind, e.owner) == (step, JournalKind.ALLOCATED, _owner(r))
                 assert e.first_position == e.last_position == kv[r.rid] + i
+
+
+def _decoded_engine(*prompts: list[int]) -> tuple[Engine, list[Any]]:
+    cfg = EngineConfig(num_slots=1024, req_rows=9, max_running=8, chunk_size=32, graph_buckets=(1, 2, 4, 8))
+    eng = Engine(cfg, canary=canary_config(), journal=True)
+    eng.warmup()
+    reqs = [eng.submit(p, 8) for p in prompts]
+    while any(r.state.value in ("waiting", "prefill") for r in reqs):
+        eng.step()
+    return eng, reqs
+
+
+def _one_token_row(r: Any, slot: int) -> RowWork:
+    return RowWork(r, r.kv_len, 1, [r.tokens[r.kv_len]], [r.next_position], [slot])
+
+
+def test_a_write_into_a_slot_freed_since_the_request_wrote_it_is_written() -> None:
+    """A request wrote a slot, the slot was freed (a rollback), the request writes it again: a WRITTEN event (the
+    earlier write no longer makes the block the request's)."""
+    eng, (r,) = _decoded_engine(list(range(1, 20)))
+    j = eng.canary.journal  # type: ignore[union-attr]
+    [s] = eng.memory.alloc_slots(1)
+    eng.requests.reserve(r, [s])
+    eng.runner.build([_one_token_row(r, s)])
+    eng.memory.free_slots([s])
+    eng.runner.build([_one_token_row(r, s)])
+    kinds = [e.kind for e in j.history(s)]
+    assert kinds[-2:] == [JournalKind.FREED, JournalKind.WRITTEN], kinds
+    anomaly = first_anomaly(j.history(s))
+    assert anomaly is not None and anomaly.bug_class is BugClass.WRONG_CACHE_LOCATION
+
+
+def test_a_stale_write_into_a_slot_handed_to_another_request_names_its_writer() -> None:
+    """R writes s, s is freed and handed to R2, whose forward writes it, then R writes s: the last writer is R."""
+    eng, (r, r2) = _decoded_engine(list(range(1, 20)), list(range(40, 60)))
+    j = eng.canary.journal  # type: ignore[union-attr]
+    [s] = eng.memory.alloc_slots(1)
+    eng.requests.reserve(r, [s])
+    eng.runner.build([_one_token_row(r, s)])
+    eng.memory.free_slots([s])
+    eng.requests.reserve(r2, [s])
+    eng.runner.build([_one_token_row(r2, s)])
+    eng.runner.build([_one_token_row(r, s)])
+    w = last_write(j.history(s), eng.step_index)
+    assert w is not None and w.owner is not None and w.owner.id == str(r.rid), w
+
+
+def test_reserved_writes_gives_each_slot_its_rows_owner() -> None:
+    """A row of two slots beside a row of none (the totals match the rows): both slots are the first row's."""
+    eng = Engine(demo_engine_config(), canary=canary_config(), journal=True)
+    a, b = eng.submit([1, 2, 3], 2), eng.submit([4, 5], 2)
+    rows = [RowWork(a, 0, 2, [0, 0], [0, 1], [17, 18]), RowWork(b, 0, 0, [], [], [])]
+    got = reserved_writes([a, b], [[17, 18], []], rows)
+    assert got is not None
+    assert [o.id for o in got[1] if o is not None] == [str(a.rid), str(a.rid)]

@@ -32,7 +32,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from kvcanary.demo.engine.requests import Request
-from kvcanary.guard.journal import JournalKind, Owner, OwnerKind
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine.engine import Engine
@@ -94,7 +94,8 @@ not known any more)."""
 
 
 def forward_events(reserved: Sequence[Reservation], rows: Sequence[Any], previous: Sequence[Any],
-                   block_size: int, held: set[tuple[int, int]] | None = None) -> tuple[Entries, Entries]:
+                   block_size: int, held: set[tuple[int, int]] | None = None,
+                   holds: Callable[[int, int], bool] | None = None) -> tuple[Entries, Entries]:
     """One forward's journal entries (ALLOCATED, WRITTEN), the general way (one loop over the rows).
 
     ``reserved``: the reservations made since the last forward, in order: one ALLOCATED entry per block
@@ -102,9 +103,10 @@ def forward_events(reserved: Sequence[Reservation], rows: Sequence[Any], previou
     forward, else the positions the reservation gives its slots there. ``rows``: the forward's rows (``req``,
     ``positions``, ``locs``; ``req`` None is padding). A run into a block its request was handed (in
     ``reserved``, or in ``held``: the (request id, block) pairs handed earlier in the step, updated here) or
-    wrote in ``previous`` (the engine's previous forward's rows) adds nothing; any other run is a WRITTEN
-    entry, one per request and block (the first and last position of its runs there). Slots <= 0 are left
-    out."""
+    wrote in ``previous`` (the engine's previous forward's rows) adds nothing while the request still holds
+    it (``holds(request id, block)``: the journal's holders; a block freed or handed to another request since
+    is not its any more); any other run is a WRITTEN entry, one per request and block (the first and last
+    position of its runs there). Slots <= 0 are left out."""
     a_blocks: list[int] = []
     a_owners: list[Owner | None] = []
     a_firsts: list[int | None] = []
@@ -147,11 +149,13 @@ def forward_events(reserved: Sequence[Reservation], rows: Sequence[Any], previou
                 span[0], span[1] = min(first, span[0]), max(last, span[1])
                 continue
             if held is not None and key in held:
-                continue
-            if before is None:
-                before = {(p.req.rid, pb) for p in previous if p.req is not None
-                          for pb, _, _ in _runs(p, block_size)}
-            if key not in before:
+                known = True
+            else:
+                if before is None:
+                    before = {(p.req.rid, pb) for p in previous if p.req is not None
+                              for pb, _, _ in _runs(p, block_size)}
+                known = key in before
+            if not known or (holds is not None and not holds(rid, b)):
                 wrote[key] = [first, last]
     if held is not None:
         held.update(handed)
@@ -201,9 +205,20 @@ def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[
     else:
         owners = list(map(_owner_of, map(_RID, reqs)))
         _last_owners[:] = reqs, owners
-    if len(blocks) != len(owners):  # rows of several slots (prefill chunks): each slot its row's owner
-        owners = list(chain.from_iterable(map(repeat, owners, map(len, locs))))
+    lens = list(map(len, locs))
+    if lens.count(1) != len(lens):  # rows of other than one slot (prefill chunks): each slot its row's owner
+        owners = list(chain.from_iterable(map(repeat, owners, lens)))
     return blocks, owners, positions, positions
+
+
+def _holds(journal: SlotJournal) -> Callable[[int, int], bool]:
+    """Whether ``journal`` has request ``rid`` holding ``block`` now (allocated, shared or written to it and not
+    released or freed since)."""
+    size = journal.block_size
+
+    def holds(rid: int, block: int) -> bool:
+        return _owner_of(rid) in journal.holders(block * size)
+    return holds
 
 
 class JournalFeed:
@@ -348,7 +363,8 @@ class JournalFeed:
                 made = sizes.get(j.block_size)
                 if made is None:
                     held = self._held(j.block_size, earlier)
-                    made = sizes[j.block_size] = forward_events(reserved, rows, self._previous, j.block_size, held)
+                    made = sizes[j.block_size] = forward_events(reserved, rows, self._previous, j.block_size, held,
+                                                                _holds(j))
                 allocated, written = made
                 if allocated[0]:
                     j.record_each(step, JournalKind.ALLOCATED, *allocated)
