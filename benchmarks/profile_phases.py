@@ -11,8 +11,9 @@ the same workload (its GPU defaults) once more under two profilers and prints, p
 
 Both profilers slow the host down; the counts and the ranking are what this is for. ``--drain-rounds N`` also
 times each phase without a profiler in alternating runs, as the engine's launch queue leaves it and after a
-device sync (the canary's own host time, apart from waiting for queue space behind the engine's work). Usage (repository root, a
-GPU machine)::
+device sync (the canary's own host time, apart from waiting for queue space behind the engine's work).
+
+Usage (repository root, a GPU machine)::
 
     python benchmarks/profile_phases.py [--bs 32] [--new-tokens 64] [--top 25]
 """
@@ -84,7 +85,8 @@ class Phases:
             if not self._window():
                 yield
             elif self.profiler in ("timer", "drain"):
-                if self.profiler == "drain" and torch.cuda.is_available():  # the device idle and its launch queue empty when the phase starts
+                if self.profiler == "drain" and torch.cuda.is_available():
+                    # the device idle and its launch queue empty when the phase starts
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 try:
