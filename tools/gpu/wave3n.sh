@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wave 3, session 5, last GPU call: the verify budget's new one-launch filter (verify_budget: cuda and Triton
-# kernels against torch_ref on the GPU, under compute-sanitizer memcheck (the kernel keeps no shared memory); the launches a budgeted
-# forward makes; the fast engine step's budget row) and the manager's graphs after the merges.
+# kernels against torch_ref on the GPU, under compute-sanitizer memcheck, the cuda kernel's block sum under racecheck; the launches a budgeted
+# forward makes) and the manager's graphs after the merges.
 set -u
 mkdir -p "$OUT"
 rc=0
@@ -21,7 +21,6 @@ step memcheck 50 compute-sanitizer --tool memcheck --report-api-errors no --erro
     -p no:cacheprovider -x
 step budget_launches 20 python3 benchmarks/budget_launches.py --device cuda
 tail -6 "$OUT/budget_launches.log" | cut -c1-150
-step bench_fast_step ${FAST_SECS:-80} python3 benchmarks/bench_fast_step.py --device cuda --bs 64 --ctx 2048 --steps 10 \
-    --out "$OUT/bench_fast_step.json"
-grep -E "share of the step,|budget" "$OUT/bench_fast_step.log" | cut -c1-150 | tail -12
+step racecheck 35 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 -m pytest tests/backends/cuda/test_budget.py -o addopts="" -q -p no:cacheprovider -x -k gpu
 exit $rc
