@@ -62,13 +62,13 @@ def _load_builtin() -> None:
 
 
 def operations() -> list[Operation]:
-    """Every declared operation: the built-in ones (by module name), then any declared elsewhere (as declared).
+    """Every declared operation: the built-in ones (by name), then any declared elsewhere (as declared).
 
     The order does not depend on which module a program imported first: pages and tables generated from it
     must not."""
     _load_builtin()
     ops = list(_DECLARED.values())
-    builtin = sorted((op for op in ops if op.module.startswith(BUILTIN_PACKAGE + ".")), key=lambda op: op.module)
+    builtin = sorted((op for op in ops if op.module.startswith(BUILTIN_PACKAGE + ".")), key=lambda op: op.value)
     return builtin + [op for op in ops if op not in builtin]
 
 
