@@ -68,11 +68,10 @@ class BudgetFilter:
     """The device-side filter of one forward slot's verify plan (buffers allocated once).
 
     One launch per forward (``launch_verify_budget_kernel``, on ``backend``: None lets the registry pick),
-    whose work is proportional to the batch and to the entries kept, never to the full plan's
-    (``full_capacity``, accepted for the callers' sake): a budget of 1/16 of the live entries reads 1/16 of
-    them."""
+    whose work is proportional to the batch and to the entries kept, never to the full plan's: a budget of 1/16
+    of the live entries reads 1/16 of them."""
 
-    def __init__(self, budget: VerifyBudget, *, full_capacity: int, num_rows: int, device: torch.device,
+    def __init__(self, budget: VerifyBudget, *, num_rows: int, device: torch.device,
                  max_batch: int = 1, backend: str | None = None) -> None:
         self.budget = budget
         # room for the most one step keeps at any batch size up to max_batch (entries_bound): max_entries, or

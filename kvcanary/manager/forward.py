@@ -93,7 +93,7 @@ class ForwardRunner:
             for g in groups
         ]
         rows = int(req_to_token.shape[0])
-        self.budgets = [BudgetFilter(budget, full_capacity=capacities.verify_capacity, num_rows=rows, device=dev,
+        self.budgets = [BudgetFilter(budget, num_rows=rows, device=dev,
                                      max_batch=capacities.write_req_capacity, backend=backend)
                         for _ in groups] if budget is not None else []
         """With a verification budget: per group, the filter whose smaller plan the step's verifies use."""

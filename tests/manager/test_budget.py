@@ -87,7 +87,7 @@ class Workload:
 def test_every_live_entry_is_verified_within_the_period(seed: int) -> None:
     budget = VerifyBudget(max_entries=80, newest_per_request=2)
     w = Workload(seed)
-    flt = BudgetFilter(budget, full_capacity=w.cap, num_rows=w.rows, device=torch.device("cpu"))
+    flt = BudgetFilter(budget, num_rows=w.rows, device=torch.device("cpu"))
     # the bound: the largest batch the workload makes and its longest request
     period = budget.period(batch_size=w.rows - 1, max_verify_len=w.max_len)
     waiting: dict[tuple[int, int, int], int] = {}  # (row, generation, position) -> steps since last verified
@@ -207,7 +207,7 @@ def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
     rng = random.Random(seed)
     budget = VerifyBudget(max_entries=rng.choice([6, 24, 60]), newest_per_request=rng.choice([0, 1, 2, 3]))
     cap_in, num_rows = 400, 12
-    flt = BudgetFilter(budget, full_capacity=cap_in, num_rows=num_rows, device=torch.device("cpu"), max_batch=8)
+    flt = BudgetFilter(budget, num_rows=num_rows, device=torch.device("cpu"), max_batch=8)
     flt.cursor.copy_(torch.tensor([rng.randrange(0, 90) for _ in range(num_rows)]))
     full = VerifyPlan.allocate(verify_capacity=cap_in, device="cpu")
     for t in (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
