@@ -7,12 +7,7 @@
 # Run (about 8 minutes at most): PHASE_SECONDS=590 ./tools/gpu_session.sh i36h5
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, its exit status
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r)); echo "$name: rc=$r"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 step tests 200 python3 -m pytest tests/manager/test_gpu_graphs.py tests/integrations/transformers/test_gpu.py \
     -o addopts="" -q -rfEs -p no:cacheprovider --durations=5
 grep -E "passed|failed|error|SKIP" "$OUT/tests.log" | tail -6

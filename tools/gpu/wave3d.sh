@@ -7,12 +7,7 @@
 # host path (host_launch). One verdict line per step; logs in $OUT. Each step is bounded so the whole fits.
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r)); echo "$name: rc=$r  $(grep -E '[0-9]+ (passed|failed)|ERROR SUMMARY' "$OUT/$name.log" | tail -1)"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
 step tests 180 python3 -m pytest tests/manager/test_gpu_graphs.py tests/gpu/test_owner_map_gpu.py \
     tests/gpu/test_extensions_gpu.py tests/backends/cuda/test_gpu_parity.py tests/backends/cuda/test_gpu_graph.py \

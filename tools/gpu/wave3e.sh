@@ -3,12 +3,7 @@
 # to finish, the manager's host time per step (bench_transformers, one round), racecheck over the same kernels.
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r)); echo "$name: rc=$r  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tail -1)"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 step memcheck_triton 110 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 tests/gpu/sanitize.py --backend triton --quick --ops plan,write
 step bench_transformers 170 python3 benchmarks/bench_transformers.py --device cuda --rounds 1 \

@@ -7,14 +7,7 @@
 # writes beside a PARTIAL probe with its third dependent round.
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r))
-    echo "$name: rc=$r in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tail -1)"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
 step tests 150 python3 -m pytest tests/backends/triton/test_direct_params.py tests/backends/triton/test_direct_gpu.py \
     tests/backends/triton/test_plan_pool_variants.py tests/backends/triton/test_golden.py \

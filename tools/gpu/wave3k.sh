@@ -5,14 +5,7 @@
 # host phase of the transformers integration spends its time (benchmarks/profile_phases.py).
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r))
-    echo "$name: rc=$r in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tail -1)"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
 step tests 250 python3 -m pytest tests/integrations/transformers/test_gpu.py tests/manager/test_gpu_graphs.py \
     tests/manager/test_batch_reuse.py tests/manager/test_pump.py tests/manager/test_sweep.py \

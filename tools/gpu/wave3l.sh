@@ -4,14 +4,7 @@
 # the engine's launch queue leaves it and after a device sync, alternating runs (benchmarks/profile_phases.py).
 set -u
 mkdir -p "$OUT"
-rc=0
-step() {  # step NAME SECONDS CMD...: run CMD bounded, its output to $OUT/NAME.log, one verdict line
-    local name=$1 secs=$2; shift 2
-    local t0=$SECONDS
-    timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?; rc=$((rc | r))
-    echo "$name: rc=$r in $((SECONDS - t0)) s  $(grep -E '[0-9]+ (passed|failed)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$name.log" | tail -1)"
-}
+source "$(dirname "$0")/step.sh"  # rc and step
 python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
 for b in triton cuda; do
     KVCANARY_BACKEND=$b step "tf_gpu_$b" 90 python3 -m pytest tests/integrations/transformers/test_gpu.py \
