@@ -50,6 +50,29 @@ BENCH = "bench_engine"
 
 
 # -- the canary's per-step work ------------------------------------------------------------------------------
+def token_batch(rows: torch.Tensor, r2t: torch.Tensor, tokens: torch.Tensor, start: int, n: int) -> CanaryBatch:
+    """The benchmarks' square workload: request ``i`` (row ``rows[i]``) holds row ``i + 1`` of ``r2t`` and the
+    tokens ``tokens[i]``; the batch is every request's tokens ``[start, start + n)``."""
+    bs = int(rows.shape[0])
+    zeros = torch.zeros(bs, dtype=torch.int64, device=rows.device)
+    return CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + start, extend_lens=zeros + n,
+                       input_ids=tokens[:, start : start + n].reshape(-1),
+                       positions=torch.arange(start, start + n, device=rows.device).repeat(bs),
+                       out_cache_loc=r2t[1:, start : start + n].reshape(-1).to(torch.int64))
+
+
+def chunked_prefill(manager: CanaryManager, rows: torch.Tensor, r2t: torch.Tensor, tokens: torch.Tensor,
+                    chunk: int, *, end_steps: bool = False) -> None:
+    """Stamp every record before each request's last token (``tokens.shape[1] - 1`` of them) through
+    ``manager``, in forwards of ``chunk`` tokens (:func:`token_batch`); ``end_steps``: a step ends after each."""
+    ctx = int(tokens.shape[1])
+    for start in range(0, ctx - 1, chunk):
+        with manager.forward(token_batch(rows, r2t, tokens, start, min(chunk, ctx - 1 - start))):
+            pass
+        if end_steps:
+            manager.end_step()
+
+
 class CanaryWorld:
     """A paged pool of ``bs`` requests x ``ctx`` tokens (shuffled slots), its manager, and a decode batch."""
 
@@ -73,24 +96,8 @@ class CanaryWorld:
         self.manager = CanaryManager.attach(pool=pool, capacities=caps, config=cfg)
         self.manager.mark_init_finished()
         rows = torch.arange(1, bs + 1, dtype=torch.int64, device=device)
-        for start in range(0, ctx - 1, chunk):  # stamp every record (a chunked prefill through the manager)
-            e = min(chunk, ctx - 1 - start)
-            self._forward(rows, start, e)
-        self.decode = self._batch(rows, ctx - 1, 1)
-
-    def _batch(self, rows: torch.Tensor, start: int, e: int) -> CanaryBatch:
-        bs = self.bs
-        pos = torch.arange(start, start + e, device=self.device).repeat(bs)
-        loc = self.r2t[1:, start : start + e].reshape(-1).to(torch.int64)
-        ids = self.tokens[:, start : start + e].reshape(-1)
-        full = torch.full((bs,), 0, dtype=torch.int64, device=self.device)
-        return CanaryBatch(req_pool_indices=rows, prefix_lens=full + start, extend_lens=full + e, input_ids=ids,
-                           positions=pos, out_cache_loc=loc)
-
-    def _forward(self, rows: torch.Tensor, start: int, e: int) -> None:
-        b = self._batch(rows, start, e)
-        with self.manager.forward(b):
-            pass
+        chunked_prefill(self.manager, rows, self.r2t, self.tokens, chunk)
+        self.decode = token_batch(rows, self.r2t, self.tokens, ctx - 1, 1)
 
     def step(self) -> None:
         """One decode step's canary work (prepare is a host-side shape check)."""

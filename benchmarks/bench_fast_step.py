@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import floors, timing
-from benchmarks.bench_engine import canary_bytes
+from benchmarks.bench_engine import canary_bytes, chunked_prefill
 from benchmarks.report import Report, machine
 from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS, CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.manager import (
@@ -235,16 +235,9 @@ def attach_canary(pool: Pool, *, budget: VerifyBudget | None, backend: str | Non
                        verify_budget=budget)
     manager = CanaryManager.attach(pool=spec, capacities=caps, config=cfg)
     manager.mark_init_finished()
-    zeros = torch.zeros(bs, dtype=torch.int64, device=dev)
-    for start in range(0, ctx - 1, chunk):
-        e = min(chunk, ctx - 1 - start)
-        prefill = CanaryBatch(req_pool_indices=pool.rows, prefix_lens=zeros + start, extend_lens=zeros + e,
-                              input_ids=pool.tokens[:, start : start + e].reshape(-1),
-                              positions=torch.arange(start, start + e, device=dev).repeat(bs),
-                              out_cache_loc=pool.r2t[1:, start : start + e].reshape(-1).to(torch.int64))
-        with manager.forward(prefill):
-            pass
+    chunked_prefill(manager, pool.rows, pool.r2t, pool.tokens, chunk)
     manager.end_step()
+    zeros = torch.zeros(bs, dtype=torch.int64, device=dev)
     decode = CanaryBatch(req_pool_indices=pool.rows, prefix_lens=zeros + (ctx - 1), extend_lens=zeros + 1,
                          input_ids=pool.input_ids, positions=pool.positions, out_cache_loc=pool.loc)
     return manager, decode

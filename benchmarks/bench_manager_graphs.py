@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.bench_engine import chunked_prefill, token_batch
 from benchmarks.report import Report, machine
 from kvcanary.consts import PoolKind, RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig, CanaryManager, KvPoolSpec, PoolGroupSpec
@@ -105,21 +106,9 @@ def build(args: argparse.Namespace, graphs: bool | str) -> tuple[CanaryManager, 
         for runner in mgr._forwards:
             runner.graphs = StubbedReplays(rows_capacity=bs, tokens_capacity=bs * chunk)
     rows = torch.arange(1, bs + 1, dtype=torch.int64, device=dev)
-    zeros = torch.zeros(bs, dtype=torch.int64, device=dev)
     tokens = torch.randint(1, 32000, (bs, ctx), dtype=torch.int64, device=dev)
-    for start in range(0, ctx - 1, chunk):
-        e = min(chunk, ctx - 1 - start)
-        prefill = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + start, extend_lens=zeros + e,
-                              input_ids=tokens[:, start : start + e].reshape(-1),
-                              positions=torch.arange(start, start + e, device=dev).repeat(bs),
-                              out_cache_loc=r2t[1:, start : start + e].reshape(-1).to(torch.int64))
-        with mgr.forward(prefill):
-            pass
-        mgr.end_step()
-    decode = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + (ctx - 1), extend_lens=zeros + 1,
-                         input_ids=tokens[:, ctx - 1].contiguous(),
-                         positions=torch.full((bs,), ctx - 1, dtype=torch.int64, device=dev),
-                         out_cache_loc=r2t[1:, ctx - 1].to(torch.int64))
+    chunked_prefill(mgr, rows, r2t, tokens, chunk, end_steps=True)
+    decode = token_batch(rows, r2t, tokens, ctx - 1, 1)
     return mgr, decode
 
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.bench_engine import chunked_prefill, token_batch
 from kvcanary.consts import CanaryMode, PoolKind, RealKvHashMode
 from kvcanary.manager import (
     CanaryBatch,
@@ -133,19 +134,9 @@ def build(*, bs: int, ctx: int, budget: VerifyBudget | None, backend: str | None
                        verify_budget=budget, graphs=False)
     m = CanaryManager.attach(pool=spec, capacities=caps, config=cfg)
     m.mark_init_finished()
-    zeros = torch.zeros(bs, dtype=torch.int64, device=device)
-    for start in range(0, ctx - 1, chunk):
-        e = min(chunk, ctx - 1 - start)
-        prefill = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + start, extend_lens=zeros + e,
-                              input_ids=tokens[:, start : start + e].reshape(-1),
-                              positions=torch.arange(start, start + e, device=device).repeat(bs),
-                              out_cache_loc=r2t[1:, start : start + e].reshape(-1).to(torch.int64))
-        with m.forward(prefill):
-            pass
+    chunked_prefill(m, rows, r2t, tokens, chunk)
     m.end_step()
-    decode = CanaryBatch(req_pool_indices=rows, prefix_lens=zeros + (ctx - 1), extend_lens=zeros + 1,
-                         input_ids=tokens[:, ctx - 1].contiguous(), positions=zeros + (ctx - 1),
-                         out_cache_loc=r2t[1:, ctx - 1].to(torch.int64))
+    decode = token_batch(rows, r2t, tokens, ctx - 1, 1)
     return m, decode
 
 
