@@ -155,6 +155,17 @@ def run(model: Any, prompts: list[list[int]], args: argparse.Namespace) -> Trans
     return session
 
 
+def profiled_run(kind: str, model: Any, prompts: list[list[int]], args: argparse.Namespace) -> Phases:
+    """One run with the phases' entry points wrapped for ``kind`` (see :class:`Phases`), unwrapped after."""
+    phases = Phases(kind, args.first, args.count)
+    phases.install()
+    try:
+        run(model, prompts, args)
+    finally:
+        phases.remove()
+    return phases
+
+
 def torch_table(prof: Any, steps: int, top: int) -> None:
     """Self CPU time and count per (phase, event name), per step, from the phase ranges' descendants."""
     agg: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
@@ -229,12 +240,7 @@ def main() -> None:
                                                     "drain": collections.defaultdict(list)}
         for _ in range(args.drain_rounds):
             for kind in ("timer", "drain"):
-                phases = Phases(kind, args.first, args.count)
-                phases.install()
-                try:
-                    run(model, prompts, args)
-                finally:
-                    phases.remove()
+                phases = profiled_run(kind, model, prompts, args)
                 for name, cells in phases.timed.items():
                     timed[kind][name] += cells
         print("\nmedian host time per steady step (us), as the session's queue leaves it / after a device sync:")
@@ -248,12 +254,7 @@ def main() -> None:
     for kind in args.profilers.split(","):
         if kind in ("", "none"):
             continue
-        phases = Phases(kind, args.first, args.count)
-        phases.install()
-        try:
-            run(model, prompts, args)
-        finally:
-            phases.remove()
+        phases = profiled_run(kind, model, prompts, args)
         if kind == "torch":
             if phases.torch_prof is None:
                 raise SystemExit("the torch profiler never started: fewer steps than --first")
