@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.bench_manager_graphs import OpCount
 from kvcanary.consts import FailReason, RealKvHashMode
-from kvcanary.manager import CanaryConfig, VerifyBudget
+from kvcanary.manager import CanaryBatch, CanaryConfig, VerifyBudget
 from kvcanary.manager.graphs import STAGED_AFTER
 from kvcanary.registry import REGISTRY, BackendError, Op
 from tests.manager.graph_parity import device_buffers, differences, workload
@@ -119,9 +119,9 @@ def test_a_forward_the_engine_captures_goes_into_the_engine_graph() -> None:
     assert bool((w.manager.state.kernel_run_counters > counters).any())
 
 
-def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
-    """With real graphs: once a bucket is captured, a forward of it dispatches one torch operator on the host (the
-    padded staging copy) in prepare + head, and none in tail: everything else is the two replays."""
+def _captured_decode() -> tuple[World, CanaryBatch]:
+    """A cuda world with the graphs on whose decode bucket is captured (its first use ran eagerly), and a next
+    decode batch of that bucket."""
     _backend_or_skip("cuda")
     w = make_world(config=_config("cuda", True, real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False),
                    device="cuda")
@@ -130,6 +130,13 @@ def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
     a.slots += [20, 21]
     w.forward([(a, 10, 1)])  # the decode bucket's first use: eager, then captured
     batch = w.build([(a, 11, 1)])
+    return w, batch
+
+
+def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
+    """With real graphs: once a bucket is captured, a forward of it dispatches one torch operator on the host (the
+    padded staging copy) in prepare + head, and none in tail: everything else is the two replays."""
+    w, batch = _captured_decode()
     g = w.manager.graphs[0]
     assert g is not None
     replays = g.replays
@@ -147,14 +154,7 @@ def test_a_replayed_forward_dispatches_only_its_staging_copy() -> None:
 def test_a_replayed_forward_asks_about_capture_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Around a replayed bucket the host asks whether a graph is being captured once in prepare + head (the
     bucket's check, which the watchdog's count reuses) and not at all in tail; the count is still one per phase."""
-    _backend_or_skip("cuda")
-    w = make_world(config=_config("cuda", True, real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=False),
-                   device="cuda")
-    a = Req(1, list(range(100, 130)), list(range(1, 11)))
-    w.forward([(a, 0, 10)])
-    a.slots += [20, 21]
-    w.forward([(a, 10, 1)])  # the decode bucket's first use: eager, then captured
-    batch = w.build([(a, 11, 1)])
+    w, batch = _captured_decode()
     w.manager.prepare(batch)
     w.manager.head(batch)
     w.manager.tail()  # the batch's first forward: the bucket is looked up
