@@ -317,9 +317,7 @@ class CanaryManager:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
-        # a forward on a bucket saw no capture in progress; an unpadded one asks (the watchdog's count)
-        if runner.head(batch) or not self._capturing():
-            self.health.count(self._head_ids)
+        self._count(self._head_ids, bucketed=runner.head(batch))
         for observe in self._head_observers:
             observe(batch)
 
@@ -330,18 +328,14 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        if self._runner(forward_index).tail() or not self._capturing():
-            self.health.count(self._tail_ids)
+        self._count(self._tail_ids, bucketed=self._runner(forward_index).tail())
 
-    def _capturing(self) -> bool:
-        """Whether a graph is being captured on the current stream (launches issued now run only when it is
-        replayed: the watchdog does not count them)."""
-        return self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()
-
-    def _count(self, phase: Phase) -> None:
-        """The watchdog's host count of ``phase``'s launches, unless a graph is being captured."""
-        if not self._capturing():
-            self.health.count(self._phase_ids[phase])
+    def _count(self, tags: tuple[int, ...], *, bucketed: bool = False) -> None:
+        """The watchdog's host count of a phase's launches (``tags``), unless a graph is being captured on the
+        current stream (they run only when it is replayed). A forward that ran on a bucket saw no capture in
+        progress (the bucket's own check): it is not asked again."""
+        if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
+            self.health.count(tags)
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
@@ -361,7 +355,7 @@ class CanaryManager:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
         n = self._sweep.run(entries, self.step)
-        self._count(Phase.SWEEP)
+        self._count(self._phase_ids[Phase.SWEEP])
         return n
 
     @property
