@@ -81,3 +81,35 @@ def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: in
             if not torch.equal(got["out_" + name][:n], want["out_" + name][:n]):
                 out.append(f"case {case}: out_{name} differs below the count")
     return out
+
+
+GUARD = 64
+"""Elements of sentinel on each side of a guarded output (what :func:`writes_outside` watches)."""
+
+
+def writes_outside(rng: random.Random, dev: torch.device, backend: str, *, cases: int) -> list[str]:
+    """``cases`` calls with garbage offsets (decreasing, negative, huge: no plan builds them; the launcher cannot
+    read device values to refuse them) and a huge stride, each output a slice of a larger buffer: what
+    ``backend`` wrote outside its outputs, or a count outside ``[0, capacity]``."""
+    out: list[str] = []
+    for case in range(cases):
+        bs = rng.randint(1, 9)
+        cap_out = rng.choice([3, 24])
+        kw = random_call(rng, bs=bs, cap_in=rng.choice([1, 50]), cap_out=cap_out, rows=12)
+        kw["verify_offsets_scratch"] = torch.tensor(
+            [rng.choice([rng.randint(-40, 40), rng.randint(0, 2**62)]) for _ in range(bs + 4)], dtype=torch.int64)
+        kw["stride"] = rng.choice([1, 3, 2**62])
+        kw = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        whole = {name: torch.full((cap_out + 2 * GUARD,), -5, dtype=torch.int64, device=dev) for name in PLAN}
+        for name in PLAN:
+            kw["out_" + name] = whole[name][GUARD : GUARD + cap_out]
+        launch_verify_budget_kernel(**kw, backend=backend)
+        for name in PLAN:
+            w = whole[name].cpu()
+            if bool((w[:GUARD] != -5).any()) or bool((w[GUARD + cap_out :] != -5).any()):
+                out.append(f"case {case}: out_{name} written outside its {cap_out} elements")
+        n = int(kw["out_verify_num_valid"][0])
+        if not 0 <= n <= cap_out:
+            out.append(f"case {case}: count {n} outside [0, {cap_out}]")
+    return out
+

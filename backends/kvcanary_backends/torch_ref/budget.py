@@ -32,7 +32,7 @@ def verify_budget(call: VerifyBudgetLaunch) -> None:
         return
     scratch, cursor, newest, stride = call.verify_offsets_scratch, call.cursor, call.newest_per_request, call.stride
     dev = scratch.device
-    count = torch.diff(scratch[: bs + 1])
+    count = torch.diff(scratch[: bs + 1]).clamp_min_(0)  # a request holds no fewer than no entries
     older = (count - newest).clamp_min_(0)
     gap = (older - stride).clamp_min_(0)
     take = older - gap

@@ -36,13 +36,13 @@ def _budget_kernel(
     for c0 in range(0, b, ROW_BLOCK):
         r = c0 + rl
         m = r < b
-        cnt = tl.load(scratch + r + 1, mask=m, other=0) - tl.load(scratch + r, mask=m, other=0)
+        cnt = tl.maximum(tl.load(scratch + r + 1, mask=m, other=0) - tl.load(scratch + r, mask=m, other=0), 0)
         gap_r = tl.maximum(tl.maximum(cnt - newest, 0) - stride, 0)
-        before += tl.where(m, cnt - gap_r, 0)
+        before += tl.where(m, tl.minimum(cnt - gap_r, cap_out), 0)  # past cap_out: no entry lands, no overflow
     koff = tl.sum(before, 0)
     start = tl.load(scratch + b)
     end = tl.load(scratch + b + 1)
-    count = end - start
+    count = tl.maximum(end - start, 0)  # a request holds no fewer than no entries
     older = tl.maximum(count - newest, 0)
     gap = tl.maximum(older - stride, 0)
     take = older - gap
@@ -55,12 +55,12 @@ def _budget_kernel(
     wrap = tl.maximum(first - gap, 0)
     n = tl.minimum(tl.load(num_valid).to(tl.int64), cap_in)  # a count past the plan names nothing beyond it
     lanes = tl.arange(0, BLOCK).to(tl.int64)
-    for k0 in range(0, kept, BLOCK):
+    for k0 in range(0, tl.minimum(kept, cap_out - koff), BLOCK):  # the entries that land below cap_out
         kk = k0 + lanes
         j = tl.where(kk < wrap, kk, tl.where(kk < take, first + kk - wrap, older + kk - take))
         src = start + j
         dest = koff + kk
-        ok = (kk < kept) & (dest < cap_out) & (src < n) & (src >= 0) & (src < cap_in)
+        ok = (kk < kept) & (dest >= 0) & (dest < cap_out) & (src < n) & (src >= 0) & (src < cap_in)
         s = tl.where(ok, src, 0)
         d = tl.where(ok, dest, 0)
         tl.store(out_slots + d, tl.load(slots + s, mask=ok, other=0), mask=ok)
@@ -76,7 +76,7 @@ def _budget_kernel(
         lim = tl.minimum(n - start, count)  # this request's entries below n
         below = (tl.minimum(wrap, lim) + tl.maximum(tl.minimum(lim, first + take - wrap) - first, 0)
                  + tl.maximum(lim - older, 0))
-        tl.store(out_num_valid, tl.minimum(koff + below, cap_out).to(tl.int32))
+        tl.store(out_num_valid, tl.minimum(koff + tl.minimum(tl.maximum(below, 0), cap_out), cap_out).to(tl.int32))
     if b == 0:
         tl.store(out_enable, tl.load(enable))
     if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor

@@ -28,6 +28,11 @@ def test_emulated_kernel_matches_torch_ref(seed: int, emulated: str) -> None:
     assert b.mismatches(random.Random(seed), torch.device("cpu"), emulated, cases=5, min_bs=1) == []
 
 
+@pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+def test_emulated_kernel_writes_nothing_outside_the_outputs(emulated: str) -> None:
+    assert b.writes_outside(random.Random(7), torch.device("cpu"), emulated, cases=20) == []
+
+
 _SKIP = _support.cuda_skip_reason()
 
 
@@ -36,3 +41,9 @@ _SKIP = _support.cuda_skip_reason()
 @pytest.mark.parametrize("seed", range(4))
 def test_gpu_kernel_matches_torch_ref(seed: int) -> None:
     assert b.mismatches(random.Random(seed), torch.device("cuda"), "cuda", cases=60) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")
+def test_gpu_kernel_writes_nothing_outside_the_outputs() -> None:
+    assert b.writes_outside(random.Random(7), torch.device("cuda"), "cuda", cases=200) == []

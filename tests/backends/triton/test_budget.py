@@ -19,6 +19,12 @@ def test_triton_matches_torch_ref(seed: int) -> None:
     assert b.mismatches(random.Random(seed), DEV, "triton", cases=6 if DEV.type == "cpu" else 60) == []
 
 
+@pytest.mark.parametrize("backend", ["torch_ref", "triton"])
+def test_garbage_offsets_write_nothing_outside_the_outputs(backend: str) -> None:
+    dev = torch.device("cpu") if backend == "torch_ref" else DEV
+    assert b.writes_outside(random.Random(7), dev, backend, cases=20 if DEV.type == "cpu" else 200) == []
+
+
 def test_a_decode_step_keeps_the_newest_and_a_moving_window() -> None:
     """By hand: 2 requests of 10 and 3 entries, newest 2, stride 3, cursors 6 and 0 (rows 1 and 2). Request 0
     keeps older 6, 7 and, wrapped, 0 (in plan order: 0, 6, 7) and its newest 8, 9; request 1 (1 older entry)

@@ -28,8 +28,8 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   const int tid = threadIdx.x;
   i64 before = 0;  // kept entries of the requests before this one: where this one's start in the budget's plan
   for (i64 r = tid; r < b; r += KVC_BUDGET_THREADS) {
-    const i64 cnt = scratch[r + 1] - scratch[r];
-    before += cnt - imax(imax(cnt - newest, 0) - stride, 0);
+    const i64 cnt = imax(scratch[r + 1] - scratch[r], 0);
+    before += imin(cnt - imax(imax(cnt - newest, 0) - stride, 0), cap_out);  // past cap_out: none lands, no overflow
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) before += (i64)__shfl_xor_sync(kFullMask, before, off);
@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   for (int w = 0; w < KVC_BUDGET_THREADS / 32; ++w) koff += warp_sum[w];
   const i64 start = scratch[b];
   const i64 end = scratch[b + 1];
-  const i64 count = end - start;
+  const i64 count = imax(end - start, 0);  // a request holds no fewer than no entries
   const i64 older = imax(count - newest, 0);
   const i64 gap = imax(older - stride, 0);
   const i64 take = older - gap;
@@ -52,11 +52,12 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   if (first < 0) first += modulus;  // torch.remainder: the divisor's sign
   const i64 wrap = imax(first - gap, 0);
   const i64 n = imin((i64)num_valid[0], cap_in);  // a count past the plan names no entry beyond it
-  for (i64 k = tid; k < kept; k += KVC_BUDGET_THREADS) {
+  const i64 stop = imin(kept, cap_out - koff);  // the entries that land below cap_out
+  for (i64 k = tid; k < stop; k += KVC_BUDGET_THREADS) {
     const i64 j = k < wrap ? k : (k < take ? first + k - wrap : older + k - take);
     const i64 src = start + j;
     const i64 dest = koff + k;
-    if (dest < cap_out && src >= 0 && src < n && src < cap_in) {
+    if (dest >= 0 && dest < cap_out && src >= 0 && src < n && src < cap_in) {
       out_slots[dest] = slots[src];
       out_tokens[dest] = tokens[src];
       out_positions[dest] = positions[src];
@@ -70,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   } else if ((start <= last && last < end) || (b == bs - 1 && last >= end)) {
     const i64 lim = imin(n - start, count);  // this request's entries below n
     const i64 below = imin(wrap, lim) + imax(imin(lim, first + take - wrap) - first, 0) + imax(lim - older, 0);
-    out_num_valid[0] = (int)imin(koff + below, cap_out);
+    out_num_valid[0] = (int)imin(koff + iclamp(below, 0, cap_out), cap_out);
   }
   if (b == 0) out_enable[0] = enable[0];
   if (count <= 0) return;  // a request of no entries (padding, a first chunk) leaves its row's cursor
