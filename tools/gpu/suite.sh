@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue 36's "nothing slower" list run before and after on one machine: for each benchmark named in $BENCHES
-# (default: all eight), the before tree (.gpucache/before.tgz, a git archive of the commit before round 4,
+# (default: all eight), the before tree ($BEFORE_TGZ, default .gpucache/before.tgz, a git archive of the commit before round 4,
 # unpacked into /tmp/before with its own entry points) and then this tree, back to back, each bounded in time.
 # Records go to $OUT/{before,after}/<name>.json, logs beside them; prints each run's wall time and status.
 set -u
 AFTER=$PWD
 mkdir -p "$OUT/before" "$OUT/after" /tmp/before
 if [ ! -f /tmp/before/pyproject.toml ]; then
-    tar -xzf .gpucache/before.tgz -C /tmp/before || exit 1
+    tar -xzf "${BEFORE_TGZ:-.gpucache/before.tgz}" -C /tmp/before || exit 1
     (cd /tmp/before && PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation \
         --no-compile --target /tmp/kvc-before . >/dev/null 2>&1) || echo "warning: before tree's entry points"
 fi
