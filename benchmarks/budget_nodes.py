@@ -14,7 +14,10 @@ the manager's own graphs off), split into the groups of nodes they launch:
 
 Variants: ``all`` (the manager's own ``head()`` + ``tail()``), ``all, composed`` (the groups' launches in the
 manager's order, through the forward runner's own methods: it must match ``all``), then per group ``without G``
-(every other group) and ``G alone``. Each variant is captured into a CUDA graph and timed with CUDA events two
+(every other group) and ``G alone``; two what-ifs: ``K only`` (the V endpoints' launches left out: what a K and
+V verify, and a K and V write, as one launch each would approach; their bytes left out too, so a lower bound) and
+``V on a second branch`` (the V launches on a forked stream: the graph's critical path if K and V ran side by
+side). Each variant is captured into a CUDA graph and timed with CUDA events two
 ways: ``warm``, ``--rounds`` rounds back to back in one graph (the records stay in L2), per round; ``cold``, one
 round per replay with L2 flushed before each (a memset of ``--flush-mib`` MiB outside the events), as in a model's
 step. Each row prints its nodes (the graph's, counted through the CUDA runtime where it answers, else the
@@ -60,6 +63,8 @@ class Node:
 
     group: str
     fn: Fn
+    half: str = ""
+    """``k`` or ``v`` for an endpoint's verify or write, else empty."""
 
 
 def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
@@ -81,9 +86,37 @@ def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
 
     for eps in (gp.head, gp.tail):
         for ep in eps:
-            nodes += [Node("verify", verify(ep)), Node("write", write(ep))]
+            nodes += [Node("verify", verify(ep), ep.half.value), Node("write", write(ep), ep.half.value)]
     nodes.append(Node("counters", lambda: runner._count_skipped(0)))
     return nodes
+
+
+def v_branch(nodes: list[Node], device: torch.device) -> Fn:
+    """The forward with its V endpoints' launches on a second stream, forked after the plan and the filter and
+    joined before the overflow count: the critical path if K and V ran side by side (eager and in order on the
+    CPU)."""
+    pre = [n.fn for n in nodes if n.group in ("staging", "plan", "verify_budget")]
+    k = [n.fn for n in nodes if n.half == "k"]
+    v = [n.fn for n in nodes if n.half == "v"]
+    post = [n.fn for n in nodes if n.group == "counters"]
+    if device.type != "cuda":
+        return run_all(pre + k + v + post)
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+
+    def each() -> None:
+        for f in pre:
+            f()
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for f in v:
+                f()
+        for f in k:
+            f()
+        main.wait_stream(side)
+        for f in post:
+            f()
+    return each
 
 
 def run_all(fns: list[Fn]) -> Fn:
@@ -134,26 +167,16 @@ def host_launches(fn: Fn) -> int:
     return kernels + sum(n for op, n in counts.ops.items() if op not in bl._VIEWS)
 
 
-def _cudart() -> ctypes.CDLL | None:
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
-
-
 def graph_nodes(graph: torch.cuda.CUDAGraph) -> int | None:
-    """The captured graph's node count (``cudaGraphGetNodes``), or None where the runtime does not answer."""
-    lib = _cudart()
+    """The captured graph's node count (the driver's ``cuGraphGetNodes``; a ``cudaGraph_t`` is a ``CUgraph``), or
+    None where the driver or torch does not answer."""
     try:
         raw = graph.raw_cuda_graph()
-    except (AttributeError, RuntimeError):
-        return None
-    if lib is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except (AttributeError, RuntimeError, OSError):
         return None
     count = ctypes.c_size_t(0)
-    if lib.cudaGraphGetNodes(ctypes.c_void_p(raw), None, ctypes.byref(count)) != 0:
+    if lib.cuGraphGetNodes(ctypes.c_void_p(raw), None, ctypes.byref(count)) != 0:
         return None
     return int(count.value)
 
@@ -282,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     for g in GROUPS:
         variants[f"without {g}"] = (run_all([n.fn for n in nodes if n.group != g]), [x for x in GROUPS if x != g])
         variants[f"{g} alone"] = (run_all([n.fn for n in nodes if n.group == g]), [g])
+    # what-ifs: K and V as one launch each (the V launches left out: a lower bound, their bytes left out too),
+    # and K and V as two branches of the graph
+    variants["what if: K only"] = (run_all([n.fn for n in nodes if n.half != "v"]), list(GROUPS))
+    variants["what if: V on a second branch"] = (v_branch(nodes, dev), list(GROUPS))
     results: dict[str, Timed] = {}
     for name, (fn, groups) in variants.items():
         t = time_variant(fn, dev, rounds=args.rounds, reps=reps, flush=flush)
