@@ -12,12 +12,14 @@ the manager's own graphs off), split into the groups of nodes they launch:
 - ``write``: the HEAD and TAIL writes, K and V (4 launches);
 - ``counters``: the overflow count of TAIL (``skipped_verifies``).
 
-Variants: ``all`` (the manager's own ``head()`` + ``tail()``), ``all, composed`` (the groups' launches in the
-manager's order, through the forward runner's own methods: it must match ``all``), then per group ``without G``
-(every other group) and ``G alone``; two what-ifs: ``K only`` (the V endpoints' launches left out: what a K and
-V verify, and a K and V write, as one launch each would approach; their bytes left out too, so a lower bound) and
-``V on a second branch`` (the V launches on a forked stream: the graph's critical path if K and V ran side by
-side). Each variant is captured into a CUDA graph and timed with CUDA events two
+Variants: ``all`` (the manager's own ``head()`` + ``tail()``; while a graph is captured the manager forks each
+phase's V endpoints onto a second stream, so in the graph they are a branch beside K's); ``all, in turn`` (the
+groups' launches in the manager's order, one after another, through the forward runner's own methods: the same
+launches and graph nodes as ``all``, which is checked, without the branch); per group ``without G`` (every other
+group, in turn) and ``G alone``; ``V on a second branch`` (``all, in turn`` with the V launches forked as the
+manager forks them: its figure should match ``all``'s); and a what-if, ``K only`` (the V endpoints' launches left
+out: what a K and V verify, and a K and V write, as one launch each would approach; their bytes left out too, so
+a lower bound). Each variant is captured into a CUDA graph and timed with CUDA events two
 ways: ``warm``, ``--rounds`` rounds back to back in one graph (the records stay in L2), per round; ``cold``, one
 round per replay with L2 flushed before each (a memset of ``--flush-mib`` MiB outside the events), as in a model's
 step. Each row prints its nodes (the graph's, counted through the CUDA runtime where it answers, else the
@@ -65,6 +67,8 @@ class Node:
     fn: Fn
     half: str = ""
     """``k`` or ``v`` for an endpoint's verify or write, else empty."""
+    phase: str = ""
+    """``head`` or ``tail`` for an endpoint's verify or write, else empty."""
 
 
 def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
@@ -86,37 +90,44 @@ def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
 
     for eps in (gp.head, gp.tail):
         for ep in eps:
-            nodes += [Node("verify", verify(ep), ep.half.value), Node("write", write(ep), ep.half.value)]
+            h, ph = ep.half.value, ep.phase.value
+            nodes += [Node("verify", verify(ep), h, ph), Node("write", write(ep), h, ph)]
     nodes.append(Node("counters", lambda: runner._count_skipped(0)))
     return nodes
 
 
 def v_branch(nodes: list[Node], device: torch.device) -> Fn:
-    """The forward with its V endpoints' launches on a second stream, forked after the plan and the filter and
-    joined before the overflow count: the critical path if K and V ran side by side (eager and in order on the
-    CPU)."""
-    pre = [n.fn for n in nodes if n.group in ("staging", "plan", "verify_budget")]
-    k = [n.fn for n in nodes if n.half == "k"]
-    v = [n.fn for n in nodes if n.half == "v"]
-    post = [n.fn for n in nodes if n.group == "counters"]
+    """The forward in turn but for each phase's V endpoint launches, on a second stream forked before the phase's
+    K launches and joined after them, as ``ForwardRunner._launch`` forks them under capture (eager and in order
+    on the CPU)."""
     if device.type != "cuda":
-        return run_all(pre + k + v + post)
+        return run_all([n.fn for n in nodes])
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
 
-    def each() -> None:
-        for f in pre:
-            f()
-        main = torch.cuda.current_stream()
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for f in v:
+    def phase(name: str) -> Fn:
+        k = [n.fn for n in nodes if n.phase == name and n.half == "k"]
+        v = [n.fn for n in nodes if n.phase == name and n.half == "v"]
+
+        def run() -> None:
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for f in v:
+                    f()
+            for f in k:
                 f()
-        for f in k:
-            f()
-        main.wait_stream(side)
-        for f in post:
-            f()
-    return each
+            main.wait_stream(side)
+        return run
+
+    steps: list[Fn] = []
+    seen: set[str] = set()
+    for n in nodes:  # the nodes outside the phases' endpoints in place, each phase's at its first node
+        if not n.phase:
+            steps.append(n.fn)
+        elif n.phase not in seen:
+            seen.add(n.phase)
+            steps.append(phase(n.phase))
+    return run_all(steps)
 
 
 def run_all(fns: list[Fn]) -> Fn:
@@ -301,14 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         m.tail()
 
     variants: dict[str, tuple[Fn, list[str]]] = {"all": (manager_forward, list(GROUPS)),
-                                                  "all, composed": (run_all([n.fn for n in nodes]), list(GROUPS))}
+                                                  "all, in turn": (run_all([n.fn for n in nodes]), list(GROUPS))}
     for g in GROUPS:
         variants[f"without {g}"] = (run_all([n.fn for n in nodes if n.group != g]), [x for x in GROUPS if x != g])
         variants[f"{g} alone"] = (run_all([n.fn for n in nodes if n.group == g]), [g])
-    # what-ifs: K and V as one launch each (the V launches left out: a lower bound, their bytes left out too),
-    # and K and V as two branches of the graph
+    variants["V on a second branch"] = (v_branch(nodes, dev), list(GROUPS))  # as the manager captures it
+    # what-if: K and V as one launch each (the V launches left out: a lower bound, their bytes left out too)
     variants["what if: K only"] = (run_all([n.fn for n in nodes if n.half != "v"]), list(GROUPS))
-    variants["what if: V on a second branch"] = (v_branch(nodes, dev), list(GROUPS))
     results: dict[str, Timed] = {}
     for name, (fn, groups) in variants.items():
         t = time_variant(fn, dev, rounds=args.rounds, reps=reps, flush=flush)
@@ -336,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     m.end_step()
     m.flush()
     r.write(args.out)
-    comp = results["all, composed"]
+    comp = results["all, in turn"]
     if (allt.nodes, allt.graph_nodes) != (comp.nodes, comp.graph_nodes):
         print(f"{BENCH}: the composed forward launches {comp.nodes} ({comp.graph_nodes} graph nodes), the "
               f"manager's {allt.nodes} ({allt.graph_nodes}): the groups above are not the manager's forward")

@@ -39,6 +39,7 @@ def test_groups_compose_the_managers_forward() -> None:
     assert bn.host_launches(manager) == bn.host_launches(bn.run_all([n.fn for n in nodes])) == 13
     assert bn.host_launches(bn.v_branch(nodes, torch.device("cpu"))) == 13
     assert [n.half for n in nodes if n.group in ("verify", "write")] == ["k", "k", "v", "v"] * 2
+    assert [n.phase for n in nodes if n.group in ("verify", "write")] == ["head"] * 4 + ["tail"] * 4
     m.end_step()
     m.flush()
     assert m.total_violations == 0
@@ -51,8 +52,8 @@ def test_cpu_quick_run_writes_every_variant(tmp_path: Path) -> None:
     run = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     cases = [rec["case"] for rec in json.loads(out.read_text())]
-    names = ["all", "all, composed"] + [f"{w} {g}" if w == "without" else f"{g} {w}"
+    names = ["all", "all, in turn"] + [f"{w} {g}" if w == "without" else f"{g} {w}"
                                         for g in bn.GROUPS for w in ("without", "alone")]
-    names += ["what if: K only", "what if: V on a second branch"]
+    names += ["V on a second branch", "what if: K only"]
     assert cases == [f"HEAD + TAIL eager, {n} bs=2 ctx=32" for n in names]
     assert "staging 1, plan 1, verify_budget 1, verify 4, write 4, counters 2" in run.stdout
