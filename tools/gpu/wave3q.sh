@@ -12,6 +12,8 @@ step tests 90 python3 -m pytest tests/manager/test_gpu_graphs.py tests/manager/t
     tests/benchmarks/test_budget_nodes.py -o addopts="" -q -rfE -p no:cacheprovider --durations=3
 step budget_nodes 80 python3 benchmarks/budget_nodes.py --device cuda --out "$OUT/budget_nodes.json"
 sed -n '/all: /,/^$/p' "$OUT/budget_nodes.log" | cut -c1-150
+sed -n '/^== budget_nodes/,$p' "$OUT/budget_nodes.log" | grep -E ", (all|all, in turn|V on a second branch|what if: K only)," \
+    | cut -c1-120
 step budget_launches 20 python3 benchmarks/budget_launches.py --device cuda
 tail -6 "$OUT/budget_launches.log" | cut -c1-150
 step bench_fast_step 280 python3 benchmarks/bench_fast_step.py --device cuda --out "$OUT/bench_fast_step.json"
