@@ -221,18 +221,18 @@ class Model:
         return weights + p.kv_read_bytes(s)
 
 
-def attach_canary(pool: Pool, *, budget: VerifyBudget | None, backend: str | None, chunk: int
-                  ) -> tuple[CanaryManager, CanaryBatch]:
+def attach_canary(pool: Pool, *, budget: VerifyBudget | None, backend: str | None, chunk: int,
+                  graphs: bool | None = None) -> tuple[CanaryManager, CanaryBatch]:
     """A manager over the pool (layer 0's K and V fingerprinted), every record of the ``ctx - 1`` tokens
     before the decode stamped by a chunked prefill through it, and the decode's batch over the step's
-    static inputs."""
+    static inputs. ``graphs``: ``CanaryConfig.graphs`` (None: the manager's default)."""
     bs, ctx, dev = pool.bs, pool.ctx, pool.device
     caps = CanaryCapacities(verify_capacity=bs * ctx, write_req_capacity=bs, write_token_capacity=bs * chunk,
                             sweep_capacity=bs * ctx + 1)
     spec = KvPoolSpec(groups=(PoolGroupSpec(kind=PoolKind.FULL, k_layer0=pool.k[0], v_layer0=pool.v[0]),),
                       req_to_token=pool.r2t)
     cfg = CanaryConfig(mode=CanaryMode.LOG, real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, backend=backend,
-                       verify_budget=budget)
+                       verify_budget=budget, graphs=graphs)
     manager = CanaryManager.attach(pool=spec, capacities=caps, config=cfg)
     manager.mark_init_finished()
     chunked_prefill(manager, pool.rows, pool.r2t, pool.tokens, chunk)

@@ -126,6 +126,10 @@ class ForwardRunner:
         the capture, its launches and the views they fill; None before its reuses reach the threshold."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
+        self._branch: torch.cuda.Stream | None = None
+        """The second stream a captured forward forks each phase's V endpoints onto (CUDA, not compiled)."""
+        if dev.type == "cuda" and not compile:
+            self._branch = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         if compile:
             self._head_launches = torch.compile(self._plan_and_head, fullgraph=True, dynamic=True)
             self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
@@ -215,29 +219,43 @@ class ForwardRunner:
         return runs
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
-        pool = self._state.expected_tokens_pool if self._check_token else None
-        if self._owners is not None:  # the write-time owner check: free slots go to their first writer
+        """The HEAD launches after staging: the owner claim, then per group its plan, the budget's filter and
+        the HEAD endpoints' verify and write (:meth:`_launch`)."""
+        self._claim(v)
+        for gi, gp in enumerate(self.plans):
+            self._plan(gi, v)
+            if self.budgets:
+                self._filter(gi, v, batch_size, stride)
+            self._launch(gi, gp.head, v)
+
+    def _claim(self, v: StepViews) -> None:
+        """The write-time owner check: free slots go to their first writer (nothing without the extension)."""
+        if self._owners is not None:
             self._owners.claim(req_pool_indices=v.req_pool_indices, extend_lens=v.extend_lens,
                                out_cache_loc=v.out_cache_loc, swa_out_cache_loc=v.swa_out_cache_loc)
-        for gi, gp in enumerate(self.plans):
-            g = gp.group
-            launch_canary_plan_kernels(
-                verify_plan_out=gp.verify, write_plan_out=gp.write, req_pool_indices=v.req_pool_indices,
-                prefix_lens=v.prefix_lens, extend_seq_lens=v.extend_lens, req_to_token=self._r2t,
-                swa_window_size=g.swa_window_size, full_to_swa_index_mapping=g.swa_index_lut,
-                verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
-                req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
-                kv_token_id_vs_position_offset=self._offset, extensions=self._ext, backend=self._backend)
-            mask = self._seed_masks[gi]
-            if mask is not None:
-                restart_unslotted_seeds(gp.write.write_seed_slot_indices, mask)
-            if self.budgets:
-                rot = self._rotations[gi]
-                self._verify[gi] = self.budgets[gi].apply(gp.verify, batch_size=batch_size,
-                                                          req_pool_indices=v.req_pool_indices,
-                                                          advance=None if rot is None else rot.round_ends(),
-                                                          stride=stride)
-            self._launch(gi, gp.head, v)
+
+    def _plan(self, gi: int, v: StepViews) -> None:
+        """Group ``gi``'s verify and write plans (one plan launch; an SWA group's unslotted seeds restarted)."""
+        gp = self.plans[gi]
+        g = gp.group
+        pool = self._state.expected_tokens_pool if self._check_token else None
+        launch_canary_plan_kernels(
+            verify_plan_out=gp.verify, write_plan_out=gp.write, req_pool_indices=v.req_pool_indices,
+            prefix_lens=v.prefix_lens, extend_seq_lens=v.extend_lens, req_to_token=self._r2t,
+            swa_window_size=g.swa_window_size, full_to_swa_index_mapping=g.swa_index_lut,
+            verify_capacity=gp.verify.verify_capacity, req_to_verify_expected_tokens=pool,
+            req_to_verify_expected_tokens_valid_lens=v.valid_lens if pool is not None else None,
+            kv_token_id_vs_position_offset=self._offset, extensions=self._ext, backend=self._backend)
+        mask = self._seed_masks[gi]
+        if mask is not None:
+            restart_unslotted_seeds(gp.write.write_seed_slot_indices, mask)
+
+    def _filter(self, gi: int, v: StepViews, batch_size: int, stride: int | None) -> None:
+        """The verification budget's filter of group ``gi``'s plan: the step's verifies use the smaller plan."""
+        rot = self._rotations[gi]
+        self._verify[gi] = self.budgets[gi].apply(self.plans[gi].verify, batch_size=batch_size,
+                                                  req_pool_indices=v.req_pool_indices,
+                                                  advance=None if rot is None else rot.round_ends(), stride=stride)
 
     def tail(self) -> bool:
         """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows.
@@ -255,32 +273,67 @@ class ForwardRunner:
         return bucket is not None
 
     def _tail(self, v: StepViews) -> None:
+        """The TAIL launches: per group the TAIL endpoints' verify and write, the layer rotation's TAIL, and
+        the overflow count."""
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
-            rot = self._rotations[gi]
-            if rot is not None:
-                loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
-                assert loc is not None
-                rot.tail(self._verify[gi], gp.write, input_ids=v.input_ids, positions=v.positions,
-                         out_cache_loc=loc, backend=self._backend, extensions=self._ext)
-            # a plan that overflowed skipped its verifies: count it on the device (never read here)
-            self._state.skipped_verifies.add_(1).sub_(gp.verify.enable)
+            self._rotate(gi, v)
+            self._count_skipped(gi)
+
+    def _rotate(self, gi: int, v: StepViews) -> None:
+        """Group ``gi``'s layer rotation at TAIL (nothing without rotation)."""
+        rot = self._rotations[gi]
+        if rot is not None:
+            gp = self.plans[gi]
+            loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
+            assert loc is not None
+            rot.tail(self._verify[gi], gp.write, input_ids=v.input_ids, positions=v.positions,
+                     out_cache_loc=loc, backend=self._backend, extensions=self._ext)
+
+    def _count_skipped(self, gi: int) -> None:
+        """A plan that overflowed skipped its verifies: count it on the device (never read here)."""
+        self._state.skipped_verifies.add_(1).sub_(self.plans[gi].verify.enable)
 
     def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
+        """Each endpoint's verify (on the step's plan: the budget's when there is one) then its write.
+
+        While a CUDA graph is being captured (the engine's forward, or the manager's own graphs) the endpoints
+        after the first (V after K) go onto a second stream forked here and joined before this returns: in the
+        graph they are a branch beside K's, so a replay's critical path holds one endpoint's verify and write,
+        not two. K and V share no buffer they write but the violation ring, which their kernels append to with
+        atomics (in no fixed order, as the blocks of one kernel already do); eager forwards run them in turn."""
+        side = self._branch
+        if side is not None and len(endpoints) > 1 and torch._C._cuda_isCurrentStreamCapturing():
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for ep in endpoints[1:]:
+                    self._verify_one(gi, ep)
+                    self._write_one(gi, ep, v)
+            self._verify_one(gi, endpoints[0])
+            self._write_one(gi, endpoints[0], v)
+            main.wait_stream(side)
+            return
+        for ep in endpoints:
+            self._verify_one(gi, ep)
+            self._write_one(gi, ep, v)
+
+    def _verify_one(self, gi: int, ep: Endpoint) -> None:
+        launch_canary_verify_kernel(context=ep.context, plan=self._verify[gi],
+                                    check_verify_expected_token=self._check_token, extensions=self._ext,
+                                    backend=self._backend)
+
+    def _write_one(self, gi: int, ep: Endpoint, v: StepViews) -> None:
         gp = self.plans[gi]
         loc = v.swa_out_cache_loc if gp.group.kind is PoolKind.SWA else v.out_cache_loc
         assert loc is not None
         slot_check = write_slot_on(self._ext)  # the write-slot check reads the batch's rows and the table
         owners = self._owners.slot_owner(gp.group.kind) if self._owners is not None else None
-        for ep in endpoints:
-            launch_canary_verify_kernel(context=ep.context, plan=self._verify[gi],
-                                        check_verify_expected_token=self._check_token, extensions=self._ext,
-                                        backend=self._backend)
-            launch_canary_write_kernel(
-                context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,
-                enable_write_input_assert=self._write_input_assert, expected_input_tokens=v.expected_input_tokens,
-                expected_input_positions=v.expected_input_positions,
-                req_pool_indices=v.req_pool_indices if slot_check or owners is not None else None,
-                req_to_token=self._r2t if slot_check else None,
-                full_to_swa_index_mapping=gp.group.swa_index_lut if slot_check else None, slot_owner=owners,
-                extensions=self._ext, backend=self._backend)
+        launch_canary_write_kernel(
+            context=ep.context, plan=gp.write, input_ids=v.input_ids, positions=v.positions, out_cache_loc=loc,
+            enable_write_input_assert=self._write_input_assert, expected_input_tokens=v.expected_input_tokens,
+            expected_input_positions=v.expected_input_positions,
+            req_pool_indices=v.req_pool_indices if slot_check or owners is not None else None,
+            req_to_token=self._r2t if slot_check else None,
+            full_to_swa_index_mapping=gp.group.swa_index_lut if slot_check else None, slot_owner=owners,
+            extensions=self._ext, backend=self._backend)

@@ -89,31 +89,27 @@ class StepStaging:
     def load(self, batch: CanaryBatch) -> StepViews:
         """Copy ``batch`` in (device-to-device, dtype cast included) and return views sized to it.
 
-        ``valid_lens`` is not touched: :meth:`load_expected` fills it, outside the graph, before the forward.
+        The inputs go into :attr:`packed` laid out as a bucket of exactly the batch (:meth:`_views_of`) by one
+        ``torch.cat``: one device copy when every input is int64 (a GPU's cat casts no dtype in its one-launch
+        path: int32 inputs are copied one by one). Inside an engine's captured forward that is one node of its
+        graph instead of one per input. ``valid_lens`` is not touched: :meth:`load_expected` fills it, outside
+        the graph, before the forward.
         """
         bs, n = batch.batch_size, batch.num_tokens
-        self.rpi[:bs].copy_(batch.req_pool_indices)
-        self.prefix[:bs].copy_(batch.prefix_lens)
-        self.extend[:bs].copy_(batch.extend_lens)
-        self.ids[:n].copy_(batch.input_ids)
-        self.pos[:n].copy_(batch.positions)
-        self.loc[:n].copy_(batch.out_cache_loc)
-        swa = None
-        if self.swa_lut is not None and self.swa_loc is not None:
-            swa = translate_slots(self.loc[:n], self.swa_lut, out=self.swa_loc[:n], tmp=self._tmp[:n],
-                                  mask=self._mask[:n], oob=self._oob)
-        exp_tok = exp_pos = None
-        if self.exp_tok is not None and self.exp_pos is not None:
+        parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, batch.input_ids, batch.positions,
+                 batch.out_cache_loc]
+        if self.exp_tok is not None:
             # the write launch's own rule (KVC-W083), checked before anything of this forward is launched
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
             assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
-            exp_tok = self.exp_tok[:n]
-            exp_pos = self.exp_pos[:n]
-            exp_tok.copy_(batch.expected_input_tokens)
-            exp_pos.copy_(batch.expected_input_positions)
-        return StepViews(self.rpi[:bs], self.prefix[:bs], self.extend[:bs], self.valid_lens[:bs], self.ids[:n],
-                         self.pos[:n], self.loc[:n], swa, exp_tok, exp_pos)
+            parts += [batch.expected_input_tokens, batch.expected_input_positions]
+        torch.cat(parts, out=self.packed[: 3 * bs + self._token_arrays * n])
+        v = self._views_of(bs, n)
+        if v.swa_out_cache_loc is not None and self.swa_lut is not None:
+            translate_slots(v.out_cache_loc, self.swa_lut, out=v.swa_out_cache_loc, tmp=self._tmp[:n],
+                            mask=self._mask[:n], oob=self._oob)
+        return v
 
     def load_padded(self, batch: CanaryBatch, rows: int, tokens: int) -> StepViews:
         """Stage ``batch`` padded to ``rows`` request rows and ``tokens`` tokens with one copy into

@@ -22,6 +22,9 @@ def test_the_budget_adds_one_launch_and_no_work_outside_kernels() -> None:
     assert budget["head"].launches() == full["head"].launches() + 1
     assert budget["tail"].launches() == full["tail"].launches()
     assert budget["head"].elems <= full["head"].elems  # nothing outside kernels walks the full plan
+    for c in (full, budget):  # outside kernels: the staging copy (one cat) at HEAD, the overflow count at TAIL
+        assert {k: n for k, n in c["head"].ops.items() if k not in bl._VIEWS} == {"cat": 1}
+        assert {k: n for k, n in c["tail"].ops.items() if k not in bl._VIEWS} == {"add_": 1, "sub_": 1}
 
 
 def test_main_prints_both_variants(capsys: pytest.CaptureFixture[str]) -> None:
