@@ -4,7 +4,8 @@ Each variant runs on the host emulation against torch_ref byte for byte: decode-
 variants change) over 0 to 4 sources, pages that are and are not powers of two (the fold's shift or its
 division), a source short of the buffer (the strips' range check), first tiles where only lane 0 advances
 before a second tile (the lean chain's hand-over), varied and hostile writes, random scenarios. NVRTC compiles
-each variant; the default specialization carries no variant define.
+each variant; the default specialization carries no variant define. On a GPU (skipped without one) the same
+cases and random writes run each variant's compiled kernel (``write.prepare_variant``) against torch_ref.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ import pytest
 import torch
 
 import kvcanary as kc
+from kvcanary.ops.write import WriteLaunch
 from kvcanary.registry import REGISTRY, Op, register_backend
+from kvcanary.testing import builders
 from kvcanary.testing.builders import Call
-from kvcanary.testing.parity import check_call
+from kvcanary.testing.parity import check_call, compare_outputs, run_call, without_unspecified
 from kvcanary_backends.cuda import write
 from kvcanary_backends.cuda._toolchain import Spec
 from tests.backends.cuda import _emu, _nvrtc, _support
-from tools.scenarios import fuzz, large_write_call
+from tools.scenarios import GENERATORS, fuzz, large_write_call
 
-pytestmark = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+needs_cxx = pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 EMU = "cuda_emu"
 CANDIDATES = [v for v in write.VARIANTS if v != 0]
 
@@ -52,7 +55,11 @@ def _with_pages(call: Call, pages: tuple[int, ...]) -> Call:
             data = torch.randint(0, 256, (rows, page * src.num_bytes_per_token), dtype=torch.uint8, generator=g)
             out.append(kc.RealKvSource(tensor=data.to(dev), page_size=page, num_bytes_per_token=src.num_bytes_per_token,
                                        read_bytes=src.read_bytes))
-        kw["context"] = ctx.model_copy(update={"real_kv_sources": tuple(out)})
+        kw["context"] = builders.context(
+            canary_buf=ctx.canary_buf, sources=out, mode=ctx.real_kv_hash_mode, ring=ctx.violation_ring,
+            write_index=int(ctx.violation_write_index[0]), slot_counter=int(ctx.slot_run_counter[0]),
+            kernel_counter=int(ctx.kernel_run_counter[0]), chain_assert=bool(ctx.enable_chain_position_assert[0]),
+            kind=ctx.kernel_kind)
         return kw
 
     return dataclasses.replace(call, make=make, label=f"{call.label} pages {pages}")
@@ -96,6 +103,7 @@ CASES: dict[str, Callable[[], Call]] = {
 }
 
 
+@needs_cxx
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("variant", CANDIDATES)
 def test_variant_matches_the_reference(variant: int, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,6 +111,7 @@ def test_variant_matches_the_reference(variant: int, name: str, monkeypatch: pyt
     assert check_call(CASES[name](), "cpu", EMU) == []
 
 
+@needs_cxx
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
 def test_both_bits_on_random_writes(hostile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Variant 3 holds both changed paths (the chain's and the fold's)."""
@@ -157,3 +166,42 @@ def test_nvrtc_compiles_each_variant(nvrtc: Any, variant: int) -> None:
         opts = ["--gpu-architecture=sm_90", "-std=c++17", f"-I{spec.path().parent}",
                 *[f"-D{k}={v}" for k, v in spec.define_list()]]
         assert _nvrtc.compile_source(nvrtc, spec.path().read_text(), spec.source, opts, ptx=False), spec.label()
+
+
+# -- on a GPU: each variant's compiled kernel ------------------------------------------------------------------
+_GPU_SKIP = _support.cuda_skip_reason()
+_NO_GPU = f"cuda backend unavailable: {_GPU_SKIP}"
+
+
+def _gpu_differences(call: Call, variant: int) -> list[str]:
+    """``call`` launched on the GPU by ``variant``'s kernel against torch_ref on the CPU."""
+    call = without_unspecified(call)
+    want = run_call(call, "cpu", "torch_ref")
+    kw = call.make("cuda")
+    write.prepare_variant(WriteLaunch(**kw), variant)()
+    got = {k: v.detach().cpu().clone() for k, v in call.outputs(kw).items()}
+    return compare_outputs(got, want, base=call.ring_base, order_sensitive=call.order_sensitive)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_GPU_SKIP is not None, reason=_NO_GPU)
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("variant", CANDIDATES)
+def test_gpu_variant_matches_the_reference(variant: int, name: str) -> None:
+    assert _gpu_differences(CASES[name](), variant) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_GPU_SKIP is not None, reason=_NO_GPU)
+@pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
+@pytest.mark.parametrize("variant", CANDIDATES)
+def test_gpu_variant_on_random_writes(variant: int, hostile: bool) -> None:
+    seed = _support.fuzz_seed()
+    rng = random.Random(seed)
+    failures = []
+    for i in range(_support.fuzz_count(25)):
+        call = GENERATORS[Op.WRITE](rng, hostile=hostile)
+        bad = _gpu_differences(call, variant)
+        if bad:
+            failures.append(f"call {i} ({call.label}): " + "; ".join(bad))
+    assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
