@@ -5,7 +5,7 @@
 # write and over variant 3 (it holds both changed paths; 1 and 2 are each one of them), racecheck over variant 3,
 # memcheck over Triton's write, then the figures: every variant side by side, each beside its floor probe and
 # checked to store the default's bytes (bench_write_variants), and bench_decode_write with the Triton decode fold
-# tiles 16 and 64 beside the default 32. One verdict line per step; logs in $OUT. About 390 s at most.
+# tiles 16 and 64 beside the default 32. One verdict line per step; logs in $OUT. About 410 s at most.
 set -u
 mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc and step
@@ -16,24 +16,26 @@ python3 -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__ve
 SANITIZE_VARIANT='import runpy, sys
 from kvcanary_backends.cuda import write
 write.VARIANT = int(sys.argv[1])
+print("cuda write built as", write.KERNELS.spec(2, True, False, True).label(), flush=True)
 sys.argv = ["tests/gpu/sanitize.py", *sys.argv[2:]]
 runpy.run_path("tests/gpu/sanitize.py", run_name="__main__")'
 SAN_ENV=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVCANARY_CUDA_LINEINFO=1)
 
-step tests 80 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \
-    tests/backends/triton/test_write_fold_tile.py tests/backends/triton/test_gpu.py -m gpu -k "write or Write" \
-    -o addopts="" -q -rfE -p no:cacheprovider --durations=5
+step tests_cuda 70 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \
+    -m gpu -k "write or Write" -o addopts="" -q -rfE -p no:cacheprovider --durations=5
+step tests_triton 50 python3 -m pytest tests/backends/triton/test_write_fold_tile.py tests/backends/triton/test_gpu.py \
+    -o addopts="" -q -rfE -p no:cacheprovider --durations=3
 step memcheck_cuda 30 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 tests/gpu/sanitize.py --backend cuda --quick --ops write
 step memcheck_cuda_v3 35 "${SAN_ENV[@]}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
     --print-limit 20 python3 -c "$SANITIZE_VARIANT" 3 --backend cuda --quick --ops write
-step racecheck_cuda_v3 60 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
+step racecheck_cuda_v3 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
     python3 -c "$SANITIZE_VARIANT" 3 --backend cuda --quick --count 2 --ops write
 step memcheck_triton 35 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 tests/gpu/sanitize.py --backend triton --quick --ops write
 step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"
 sed -n '/^== /,$p' "$OUT/bench_write_variants.log" | cut -c1-170 | head -130
-step bench_decode_write 90 python3 benchmarks/bench_decode_write.py --fold-tiles 16,64 \
+step bench_decode_write 80 python3 benchmarks/bench_decode_write.py --fold-tiles 16,64 \
     --out "$OUT/bench_decode_write.json"
 sed -n '/^== /,$p' "$OUT/bench_decode_write.log" | grep -E "triton|probe|==" | cut -c1-170 | head -100
 exit $rc

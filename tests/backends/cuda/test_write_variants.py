@@ -199,7 +199,7 @@ def test_gpu_variant_on_random_writes(variant: int, hostile: bool) -> None:
     seed = _support.fuzz_seed()
     rng = random.Random(seed)
     failures = []
-    for i in range(_support.fuzz_count(25)):
+    for i in range(_support.fuzz_count(12)):
         call = GENERATORS[Op.WRITE](rng, hostile=hostile)
         bad = _gpu_differences(call, variant)
         if bad:
