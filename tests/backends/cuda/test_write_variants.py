@@ -65,6 +65,29 @@ def _with_pages(call: Call, pages: tuple[int, ...]) -> Call:
     return dataclasses.replace(call, make=make, label=f"{call.label} pages {pages}")
 
 
+def _short_at_a_written_slot(call: Call) -> Call:
+    """``call`` with two sources (pages 1 and 4) whose rows end exactly at a slot the write stores (rounded down
+    to a page for the second): that slot's strips are out of range, the slot before it in range."""
+    def make(dev: Any) -> dict[str, Any]:
+        kw = call.make(dev)
+        ctx = kw["context"]
+        locs = [x for x in kw["out_cache_loc"].tolist() if x >= 8]
+        target = locs[len(locs) // 2] // 4 * 4
+        kw["out_cache_loc"][0] = target
+        g = torch.Generator().manual_seed(target)
+        out = [kc.RealKvSource(tensor=torch.randint(0, 256, (target // page, page * 32), dtype=torch.uint8,
+                                                    generator=g).to(dev),
+                               page_size=page, num_bytes_per_token=32, read_bytes=32) for page in (1, 4)]
+        kw["context"] = builders.context(
+            canary_buf=ctx.canary_buf, sources=out, mode=ctx.real_kv_hash_mode, ring=ctx.violation_ring,
+            write_index=int(ctx.violation_write_index[0]), slot_counter=int(ctx.slot_run_counter[0]),
+            kernel_counter=int(ctx.kernel_run_counter[0]), chain_assert=bool(ctx.enable_chain_position_assert[0]),
+            kind=ctx.kernel_kind)
+        return kw
+
+    return dataclasses.replace(call, make=make, label=f"{call.label} short at a written slot")
+
+
 def _lane0_first(call: Call) -> Call:
     """``call`` with tokens 1 to 31 of every request longer than 32 skipped (slot -1): its first tile advances
     lane 0 alone and a second tile continues the chain."""
@@ -91,6 +114,8 @@ CASES: dict[str, Callable[[], Call]] = {
         large_write_call(33, requests=10, length=1, sources=3, mode=1), (3, 16, 5)),
     "decode PARTIAL x4 pages 16, 1, 8, 2": lambda: _with_pages(
         large_write_call(34, requests=10, length=1, sources=4, mode=1, hostile=True), (16, 1, 8, 2)),
+    "decode PARTIAL x2 short at a written slot": lambda: _short_at_a_written_slot(
+        large_write_call(39, requests=12, length=1, sources=2, mode=1)),
     "decode ALL x2": lambda: large_write_call(35, requests=7, length=1, sources=2, mode=2),
     "0-1 tokens PARTIAL x2": lambda: S.large_write(17, requests=40, length=1, sources=2, mode=1,
                                                    assert_inputs=False),
@@ -118,6 +143,21 @@ def test_both_bits_on_random_writes(hostile: bool, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(write, "VARIANT", 3)
     seed = _support.fuzz_seed()
     failures = fuzz(Op.WRITE, "cpu", EMU, seed=seed, count=_support.fuzz_count(12), hostile=hostile)
+    assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
+
+
+@needs_cxx
+def test_both_bits_with_every_extension_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extension checks (slot and owner) read the hash and position the lean chain hands them."""
+    from tests.backends._extensions import with_extensions
+
+    monkeypatch.setattr(write, "VARIANT", 3)
+    seed = _support.fuzz_seed()
+    rng = random.Random(seed)
+    calls = [large_write_call(rng.getrandbits(32), requests=9, length=1, sources=2, mode=1, hostile=True),
+             *(GENERATORS[Op.WRITE](rng, hostile=True) for _ in range(5))]
+    failures = [f"call {i} ({c.label}): {bad}" for i, c in enumerate(calls)
+                if (bad := check_call(with_extensions(c, rng), "cpu", EMU))]
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
 
 
