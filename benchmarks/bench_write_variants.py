@@ -1,9 +1,10 @@
 """The cuda write's candidate kernels side by side: decode-shaped writes, each variant beside its floor probe.
 
 ``KVC_WRITE_VARIANT`` (``backends/cuda/write.py``, ``kernels/write.cu`` says what each bit changes) builds the
-write kernel with the lean decode chain (bit 1), the fold's early strips (bit 2) or both; variant 0 is today's
-kernel. The cases are bench_decode_write's: ``bs`` one-token requests continuing their chains (bs 1, 8, 64,
-256, 1024), real-KV off and PARTIAL over 1, 2 and 4 sources, each launch replayed from a CUDA graph. Beside
+write kernel with the lean decode chain (bit 1), the fold's early strips (bit 2), with those the one-token fold
+(bit 4), or several; variant 0 is today's kernel. The cases are bench_decode_write's: ``bs`` one-token
+requests continuing their chains (bs 1, 8, 64, 256, 1024), real-KV off and PARTIAL over 1, 2 and 4 sources,
+each launch replayed from a CUDA graph. Beside
 each figure its floor from the same run (benchmarks/floors_cuda.py): the two-dependent-load probe with real-KV
 off (goal 2x), the probe plus each source's strip at the loaded slot with PARTIAL (a third dependent round,
 goal 1.5x). The variants are timed in turn, then again in the reverse order (the lower of the two is kept), so

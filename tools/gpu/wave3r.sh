@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Wave 3, issue 36 item 4: the cuda write's candidate kernels (KVC_WRITE_VARIANT: 1 the lean decode chain, 2 the
-# fold's early strips, 3 both; 0 today's). The write's GPU parity tests (cuda: every variant's kernel and the
+# Wave 3, issue 36 item 4: the cuda write's candidate kernels (KVC_WRITE_VARIANT bits: 1 the lean decode chain,
+# 2 the fold's early strips, 4 with 2 the one-token fold; 0 today's). The write's GPU parity tests (cuda: every variant's kernel and the
 # default against torch_ref; Triton: both fold tiles, graph replay), compute-sanitizer memcheck over the default
-# write and over variant 3 (it holds both changed paths; 1 and 2 are each one of them), racecheck over variant 3,
+# write and over variant 7 (every changed path; the other variants are subsets of it), racecheck over variant 7,
 # memcheck over Triton's write, then the figures: every variant side by side, each beside its floor probe and
 # checked to store the default's bytes (bench_write_variants), and bench_decode_write with the Triton decode fold
 # tiles 16 and 64 beside the default 32. One verdict line per step; logs in $OUT. About 410 s at most.
@@ -27,10 +27,10 @@ step tests_triton 50 python3 -m pytest tests/backends/triton/test_write_fold_til
     -o addopts="" -q -rfE -p no:cacheprovider --durations=3
 step memcheck_cuda 30 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 tests/gpu/sanitize.py --backend cuda --quick --ops write
-step memcheck_cuda_v3 35 "${SAN_ENV[@]}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
-    --print-limit 20 python3 -c "$SANITIZE_VARIANT" 3 --backend cuda --quick --ops write
-step racecheck_cuda_v3 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
-    python3 -c "$SANITIZE_VARIANT" 3 --backend cuda --quick --count 2 --ops write
+step memcheck_cuda_v7 35 "${SAN_ENV[@]}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+    --print-limit 20 python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --ops write
+step racecheck_cuda_v7 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --count 2 --ops write
 step memcheck_triton 35 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 tests/gpu/sanitize.py --backend triton --quick --ops write
 step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"

@@ -9,8 +9,9 @@ and long requests slow down; one-token requests pay a little for the extra block
 not care (the sweep: docs/tuning.md, "cuda backend: write").
 
 ``VARIANT`` picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` (0: today's kernel; bit 1 the lean decode
-chain, bit 2 the fold's early strips), candidates ``benchmarks/bench_write_variants.py`` times side by side
-(:func:`prepare_variant` launches any of them); each stores the same bytes.
+chain, bit 2 the fold's early strips, bit 4 with it the one-token fold), candidates
+``benchmarks/bench_write_variants.py`` times side by side (:func:`prepare_variant` launches any of them); each
+stores the same bytes.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ Key = tuple[int, bool, bool, bool, bool, bool, bool]
 """sources, partial, input assert, 16-byte records, slot check, its LUT, owner check."""
 
 
-VARIANTS = (0, 1, 2, 3)
-"""``KVC_WRITE_VARIANT`` values ``kernels/write.cu`` takes (bits: 1 the lean decode chain, 2 early strips)."""
+VARIANTS = (0, 1, 2, 3, 6, 7)
+"""``KVC_WRITE_VARIANT`` values ``kernels/write.cu`` takes (bits: 1 the lean decode chain, 2 early strips, 4 the
+one-token fold, only with 2)."""
 VARIANT = 0  # the default kernels' KVC_WRITE_VARIANT: making a candidate the default is this line
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
 THREADS = 32 * WARPS

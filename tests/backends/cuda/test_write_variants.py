@@ -88,6 +88,17 @@ def _short_at_a_written_slot(call: Call) -> Call:
     return dataclasses.replace(call, make=make, label=f"{call.label} short at a written slot")
 
 
+def _no_total(call: Call) -> Call:
+    """``call`` with the plan's total (the offset at the number of valid requests) made 0: the reference's early
+    exit, nothing written, though every other offset is one token a request."""
+    def make(dev: Any) -> dict[str, Any]:
+        kw = call.make(dev)
+        kw["plan"].write_offsets[int(kw["plan"].write_num_valid_reqs[0])] = 0
+        return kw
+
+    return dataclasses.replace(call, make=make, label=f"{call.label} no total")
+
+
 def _lane0_first(call: Call) -> Call:
     """``call`` with tokens 1 to 31 of every request longer than 32 skipped (slot -1): its first tile advances
     lane 0 alone and a second tile continues the chain."""
@@ -116,6 +127,7 @@ CASES: dict[str, Callable[[], Call]] = {
         large_write_call(34, requests=10, length=1, sources=4, mode=1, hostile=True), (16, 1, 8, 2)),
     "decode PARTIAL x2 short at a written slot": lambda: _short_at_a_written_slot(
         large_write_call(39, requests=12, length=1, sources=2, mode=1)),
+    "decode PARTIAL x2 no total": lambda: _no_total(large_write_call(40, requests=9, length=1, sources=2, mode=1)),
     "decode ALL x2": lambda: large_write_call(35, requests=7, length=1, sources=2, mode=2),
     "0-1 tokens PARTIAL x2": lambda: S.large_write(17, requests=40, length=1, sources=2, mode=1,
                                                    assert_inputs=False),
@@ -138,20 +150,20 @@ def test_variant_matches_the_reference(variant: int, name: str, monkeypatch: pyt
 
 @needs_cxx
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
-def test_both_bits_on_random_writes(hostile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Variant 3 holds both changed paths (the chain's and the fold's)."""
-    monkeypatch.setattr(write, "VARIANT", 3)
+def test_every_bit_on_random_writes(hostile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Variant 7 holds every changed path (the chain's, the fold's early strips and its one-token test)."""
+    monkeypatch.setattr(write, "VARIANT", 7)
     seed = _support.fuzz_seed()
     failures = fuzz(Op.WRITE, "cpu", EMU, seed=seed, count=_support.fuzz_count(12), hostile=hostile)
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
 
 
 @needs_cxx
-def test_both_bits_with_every_extension_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_bit_with_every_extension_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """The extension checks (slot and owner) read the hash and position the lean chain hands them."""
     from tests.backends._extensions import with_extensions
 
-    monkeypatch.setattr(write, "VARIANT", 3)
+    monkeypatch.setattr(write, "VARIANT", 7)
     seed = _support.fuzz_seed()
     rng = random.Random(seed)
     calls = [large_write_call(rng.getrandbits(32), requests=9, length=1, sources=2, mode=1, hostile=True),
@@ -179,7 +191,7 @@ def test_default_spec_has_no_variant_define_and_bad_variants_are_refused() -> No
         assert write.spec(1, True, False, True, variant=v).defines == (*base.defines, ("KVC_WRITE_VARIANT", v))
         assert write.variant_kernels(v) is write.variant_kernels(v)
         assert write.variant_kernels(v).spec(1, True, False, True) == write.spec(1, True, False, True, variant=v)
-    for bad in (-1, 4, 7):
+    for bad in (-1, 4, 5, 8):
         with pytest.raises(ValueError, match="KVC_WRITE_VARIANT must be one of"):
             write.spec(0, True, False, True, variant=bad)
         with pytest.raises(ValueError, match="KVC_WRITE_VARIANT must be one of"):

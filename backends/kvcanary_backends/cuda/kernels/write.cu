@@ -38,16 +38,21 @@
 //   soon as the first round returns it, before the offsets are decoded (the decode's branches and the strips'
 //   divisions sat between the two rounds), and a power-of-two page (every paged source) locates its strip by a
 //   shift and a mask instead of a division.
+// - bit 4, the one-token fold (with bit 2): where a fold column's offsets are exactly one token a request
+//   (r0 .. r0 + 4, inside the token count and the capacity: a test the whole block takes alike), each of its
+//   first KVC_WRITE_WARPS workers folds the slot the first round loaded straight away, its strips issued with
+//   the total, none of the general decoding of the offsets (about 110 instructions) before them.
 #include "kvcanary_common.cuh"
 
 #ifndef KVC_WRITE_VARIANT
 #define KVC_WRITE_VARIANT 0
 #endif
-#if KVC_WRITE_VARIANT < 0 || KVC_WRITE_VARIANT > 3
-#error "KVC_WRITE_VARIANT must be in [0, 3] (bit 1: the lean decode chain, bit 2: early strips)"
+#if KVC_WRITE_VARIANT < 0 || KVC_WRITE_VARIANT > 7 || KVC_WRITE_VARIANT == 4 || KVC_WRITE_VARIANT == 5
+#error "KVC_WRITE_VARIANT: bit 1 the lean decode chain, bit 2 early strips, bit 4 the one-token fold (with bit 2)"
 #endif
 #define KVC_LEAN_CHAIN ((KVC_WRITE_VARIANT & 1) != 0)
 #define KVC_EARLY_STRIPS ((KVC_WRITE_VARIANT & 2) != 0 && KVC_PARTIAL != 0 && KVC_NSRC > 0)
+#define KVC_ONE_TOKEN_FOLD ((KVC_WRITE_VARIANT & 4) != 0 && KVC_EARLY_STRIPS && KVC_WRITE_WARPS == 4)
 
 #ifndef KVC_ASSERT
 #define KVC_ASSERT 0
@@ -479,6 +484,20 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
   loc_guess = guess < a.ntok ? (i64)ld_now(a.out_cache_loc + guess) : -1;
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
+#endif
+#if KVC_ONE_TOKEN_FOLD
+  // the column's requests hold one token each, at flat indices r0 .. r0 + 3 (the same test in every thread):
+  // worker w < 4 folds request r0 + w's token, at the slot loaded as its guess
+  if (off[0] == r0 && off[1] == r0 + 1 && off[2] == r0 + 2 && off[3] == r0 + 3 && off[4] == r0 + 4 &&
+      r0 + 4 <= a.ntok && r0 + 4 <= a.capacity) {
+    const i64 nreq1 = iclamp(nv, 0, a.capacity);
+    const bool mine1 = worker < KVC_WRITE_WARPS && r0 + worker < nreq1 && loc_guess >= 0 && loc_guess < a.num_slots;
+    const Strips strips = load_strips(src, loc_guess, mine1);
+    const i64 total1 = (i64)ld_now(a.offsets + nreq1);  // the reference's early exit
+    const u64 rkv1 = fold_strips(strips);
+    if (mine1 && total1 > 0) st_u64(a.buf + loc_guess * a.stride + 8 * kCanaryFieldRealKvHash, rkv1);
+    return;
+  }
 #endif
 #if KVC_EARLY_STRIPS
   // a decode write's token of request r0 + worker (only the first KVC_WRITE_WARPS workers' guesses can be
