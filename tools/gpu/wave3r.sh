@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Wave 3, issue 36 item 4: the cuda write's candidate kernels (KVC_WRITE_VARIANT bits: 1 the lean decode chain,
 # 2 the fold's early strips, 4 with 2 the one-token fold; 0 today's). The write's GPU parity tests (cuda: every variant's kernel and the
-# default against torch_ref; Triton: both fold tiles, graph replay), compute-sanitizer memcheck over the default
-# write and over variant 7 (every changed path; the other variants are subsets of it), racecheck over variant 7,
+# default against torch_ref; Triton: both fold tiles, graph replay), compute-sanitizer memcheck and racecheck over
+# variant 7 (every changed path; the other variants are subsets of it; variant 0's PTX is byte for byte the kernel
+# the last pass sanitized),
 # memcheck over Triton's write, then the figures: every variant side by side, each beside its floor probe and
 # checked to store the default's bytes (bench_write_variants), and bench_decode_write with the Triton decode fold
 # tiles 16 and 64 beside the default 32. One verdict line per step; logs in $OUT. About 410 s at most.
@@ -21,12 +22,17 @@ sys.argv = ["tests/gpu/sanitize.py", *sys.argv[2:]]
 runpy.run_path("tests/gpu/sanitize.py", run_name="__main__")'
 SAN_ENV=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVCANARY_CUDA_LINEINFO=1)
 
-step tests_cuda 70 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \
+# every variant of every default write specialization, compiled into the on-disk cache by worker processes
+step compile 40 python3 -c "
+from kvcanary_backends.cuda import write
+from kvcanary_backends.cuda._toolchain import arch_of, compile_all
+specs = [write.spec(*k, variant=v) for v in write.VARIANTS for k in write.KERNELS.preload]
+compile_all(specs, arch_of(0))
+print(len(specs), 'write specializations compiled')"
+step tests_cuda 80 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \
     -m gpu -k "write or Write" -o addopts="" -q -rfE -p no:cacheprovider --durations=5
-step tests_triton 50 python3 -m pytest tests/backends/triton/test_write_fold_tile.py tests/backends/triton/test_gpu.py \
+step tests_triton 40 python3 -m pytest tests/backends/triton/test_write_fold_tile.py tests/backends/triton/test_gpu.py \
     -o addopts="" -q -rfE -p no:cacheprovider --durations=3
-step memcheck_cuda 30 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
-    python3 tests/gpu/sanitize.py --backend cuda --quick --ops write
 step memcheck_cuda_v7 35 "${SAN_ENV[@]}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
     --print-limit 20 python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --ops write
 step racecheck_cuda_v7 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -35,7 +41,7 @@ step memcheck_triton 35 compute-sanitizer --tool memcheck --report-api-errors no
     python3 tests/gpu/sanitize.py --backend triton --quick --ops write
 step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"
 sed -n '/^== /,$p' "$OUT/bench_write_variants.log" | cut -c1-170 | head -130
-step bench_decode_write 80 python3 benchmarks/bench_decode_write.py --fold-tiles 16,64 \
+step bench_decode_write 70 python3 benchmarks/bench_decode_write.py --fold-tiles 16,64 \
     --out "$OUT/bench_decode_write.json"
 sed -n '/^== /,$p' "$OUT/bench_decode_write.log" | grep -E "triton|probe|==" | cut -c1-170 | head -100
 exit $rc
