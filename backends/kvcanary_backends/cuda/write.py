@@ -7,9 +7,17 @@ hash the strips. Every size comes from shapes (capacity, token count), so the la
 Four chain warps per block, one per SM sub-partition's scheduler: more warps put two chains on one scheduler
 and long requests slow down; one-token requests pay a little for the extra blocks; a single long chain does
 not care (the sweep: docs/tuning.md, "cuda backend: write").
+
+``VARIANT`` picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` (0: today's kernel; bit 1 the lean decode
+chain, bit 2 the fold's early strips, bit 4 with it the one-token fold), candidates
+``benchmarks/bench_write_variants.py`` times side by side (:func:`prepare_variant` launches any of them); each
+stores the same bytes.
 """
 
 from __future__ import annotations
+
+import functools
+import threading
 
 from kvcanary.extensions import write_owner_on, write_slot_on
 from kvcanary.ops.write import WRITE, WriteLaunch
@@ -26,12 +34,16 @@ from kvcanary_backends.cuda._pack import (
     ptr,
     vec16,
 )
-from kvcanary_backends.cuda._toolchain import Spec, cdiv
+from kvcanary_backends.cuda._toolchain import Spec, cdiv, once
 
 Key = tuple[int, bool, bool, bool, bool, bool, bool]
 """sources, partial, input assert, 16-byte records, slot check, its LUT, owner check."""
 
 
+VARIANTS = (0, 1, 2, 3, 6, 7)
+"""``KVC_WRITE_VARIANT`` values ``kernels/write.cu`` takes (bits: 1 the lean decode chain, 2 early strips, 4 the
+one-token fold, only with 2)."""
+VARIANT = 0  # the default kernels' KVC_WRITE_VARIANT: making a candidate the default is this line
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
 THREADS = 32 * WARPS
 FOLD_TOKENS_PER_ROW = 2048
@@ -44,11 +56,15 @@ def fold_rows(nsrc: int, ntok: int) -> int:
 
 
 def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: bool = False,
-         slot_lut: bool = False, owner_check: bool = False) -> Spec:
+         slot_lut: bool = False, owner_check: bool = False, variant: int | None = None) -> Spec:
     """The specialization; the WRITE_SLOT_MISMATCH and WRITE_SLOT_OWNER_MISMATCH extensions add defines (off:
-    today's exact Spec)."""
+    today's exact Spec), and so does a ``variant`` other than 0 (None: :data:`VARIANT`)."""
+    v = VARIANT if variant is None else variant
+    if v not in VARIANTS:
+        raise ValueError(f"variant: KVC_WRITE_VARIANT must be one of {VARIANTS}, not {v!r}")
     ext: tuple[tuple[str, int], ...] = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
     ext += (("KVC_OWNER_CHECK", 1),) if owner_check else ()
+    ext += (("KVC_WRITE_VARIANT", v),) if v else ()
     return Spec("write.cu", "kvc_write", (
         ("KVC_NSRC", nsrc), ("KVC_PARTIAL", int(partial)), ("KVC_ASSERT", int(assert_inputs)),
         ("KVC_VEC16", int(vec)), ("KVC_WRITE_WARPS", WARPS), *ext), THREADS)
@@ -108,6 +124,25 @@ def prepare(call: WriteLaunch) -> Launch:
     """The launch of ``call``, packed once (:attr:`kvcanary.registry.OpSupport.prepare`)."""
     key, sizes, args = pack(call)
     return prepare_launch(KERNELS, call.context.canary_buf.get_device(), key, sizes, args, shape)
+
+
+_VARIANT_CACHES: dict[int, KernelCache] = {}
+_variant_lock = threading.Lock()
+
+
+def variant_kernels(variant: int) -> KernelCache:
+    """A kernel cache whose every specialization is built with ``KVC_WRITE_VARIANT=variant``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: KVC_WRITE_VARIANT must be one of {VARIANTS}, not {variant!r}")
+    return once(_VARIANT_CACHES, variant, _variant_lock,
+                lambda: KernelCache(functools.partial(spec, variant=variant)))
+
+
+def prepare_variant(call: WriteLaunch, variant: int) -> Launch:
+    """:func:`prepare` with the kernel of ``variant`` (the default's packing and grid; the benchmark's
+    candidates)."""
+    key, sizes, args = pack(call)
+    return prepare_launch(variant_kernels(variant), call.context.canary_buf.get_device(), key, sizes, args, shape)
 
 
 @KERNELS.kernel(WRITE, notes=notes(), prepare=prepare)

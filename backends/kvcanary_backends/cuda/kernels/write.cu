@@ -25,7 +25,34 @@
 // request rows and req_to_token; 0: the default kernel, its parameters and code unchanged), KVC_SLOT_LUT (with
 // the check: translate req_to_token through the full->SWA LUT), KVC_OWNER_CHECK (the WRITE_SLOT_OWNER_MISMATCH
 // extension: three more parameters after those, the request rows and the owner map; 0: absent).
+//
+// KVC_WRITE_VARIANT (bits; 0: the default, its code unchanged), candidates a benchmark times beside the
+// default (benchmarks/bench_write_variants.py), every one storing the same bytes:
+// - bit 1, the lean decode chain: a request whose first tile advances at most lane 0 (a decode step) skips the
+//   tile: every lane already holds the hash before lane 0's token (the running hash) and the position before
+//   it, so no shared-memory round trip, __syncwarp or shuffle sits between the seed's mix3 and the stores (and
+//   the mix3 of lane 0's own token, needed only by a later tile, is not computed before them). The strips'
+//   range check before a store (INDEX_OUT_OF_RANGE) is made before the chain, without a division where a
+//   source's rows and page are below 2^31 (slot / page < rows is slot < rows * page).
+// - bit 2, early strips (PARTIAL only): a fold worker issues each source's 16-byte load at the guessed slot as
+//   soon as the first round returns it, before the offsets are decoded (the decode's branches and the strips'
+//   divisions sat between the two rounds), and a power-of-two page (every paged source) locates its strip by a
+//   shift and a mask instead of a division.
+// - bit 4, the one-token fold (with bit 2): where a fold column's offsets are exactly one token a request
+//   (r0 .. r0 + 4, inside the token count and the capacity: a test the whole block takes alike), each of its
+//   first KVC_WRITE_WARPS workers folds the slot the first round loaded straight away, its strips issued with
+//   the total, none of the general decoding of the offsets (about 110 instructions) before them.
 #include "kvcanary_common.cuh"
+
+#ifndef KVC_WRITE_VARIANT
+#define KVC_WRITE_VARIANT 0
+#endif
+#if KVC_WRITE_VARIANT < 0 || KVC_WRITE_VARIANT > 7 || KVC_WRITE_VARIANT == 4 || KVC_WRITE_VARIANT == 5
+#error "KVC_WRITE_VARIANT: bit 1 the lean decode chain, bit 2 early strips, bit 4 the one-token fold (with bit 2)"
+#endif
+#define KVC_LEAN_CHAIN ((KVC_WRITE_VARIANT & 1) != 0)
+#define KVC_EARLY_STRIPS ((KVC_WRITE_VARIANT & 2) != 0 && KVC_PARTIAL != 0 && KVC_NSRC > 0)
+#define KVC_ONE_TOKEN_FOLD ((KVC_WRITE_VARIANT & 4) != 0 && KVC_EARLY_STRIPS && KVC_WRITE_WARPS == 4)
 
 #ifndef KVC_ASSERT
 #define KVC_ASSERT 0
@@ -143,6 +170,87 @@ __device__ __forceinline__ i64 wanted_slot(const WriteArgs& a, i64 rp, i64 pos) 
 }
 #endif
 
+#if KVC_WRITE_VARIANT != 0 && KVC_NSRC > 0
+// strip_offset(s, slot) < 0 for slot >= 0, without its division where rows and page are below 2^31 (their
+// product is then exact): floor(slot / page) < rows exactly when slot < rows * page.
+__device__ __forceinline__ bool strip_oob_fast(const Source& s, i64 slot) {
+  if ((u64)s.rows < (1ULL << 31) && (u64)s.page - 1ULL < (1ULL << 31) - 1ULL) return slot >= s.rows * s.page;
+  return strip_offset(s, slot) < 0;
+}
+
+template <int kNsrc>
+__device__ __forceinline__ bool sources_oob_fast(const Source* src, i64 slot) {
+  bool oob = false;
+#pragma unroll
+  for (int i = 0; i < kNsrc; ++i) oob |= strip_oob_fast(src[i], slot);
+  return oob;
+}
+#endif
+
+#if KVC_EARLY_STRIPS
+// Whether a page is a power of two below 2^31: its strips are then located by a shift and a mask.
+__device__ __forceinline__ bool page_pow2(i64 page) { return page >= 1 && page < (1LL << 31) && (page & (page - 1)) == 0; }
+
+// strip_offset(s, slot) for slot >= 0 and a page_pow2 page, without branches: the same quotient and remainder
+// as its division.
+__device__ __forceinline__ i64 strip_offset_pow2(const Source& s, i64 slot) {
+  const i64 row = slot >> __popc((u32)(s.page - 1));
+  return row < s.rows ? row * s.row_stride + (slot & (s.page - 1)) * s.nbpt : (i64)-1;
+}
+
+#ifndef KVC_HOST_EMULATION
+// ld_nc_v2 issued where it stands (volatile, like ld_now): not sunk into the branch that first uses it.
+__device__ __forceinline__ U64x2 ld_now_v2(const void* p) {
+  U64x2 v;
+  asm volatile("ld.global.nc.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p) : "memory");
+  return v;
+}
+#else
+__device__ __forceinline__ U64x2 ld_now_v2(const void* p) { return ld_nc_v2(p); }
+#endif
+
+// PARTIAL's 16 bytes of every source at a slot; ok[i]: the strip lies inside source i (else it folds as 0).
+struct Strips {
+  U64x2 v[KVC_NSRC];
+  bool ok[KVC_NSRC];
+};
+
+// The strips of `slot` (none where !live), every load issued before any is used. Where every page is a power
+// of two (the test is the same for every thread) the offsets are straight-line code, no branch between loads.
+__device__ __forceinline__ Strips load_strips(const Source* src, i64 slot, bool live) {
+  bool pow2 = true;
+#pragma unroll
+  for (int i = 0; i < KVC_NSRC; ++i) pow2 &= page_pow2(src[i].page);
+  i64 off[KVC_NSRC];
+  if (pow2) {
+#pragma unroll
+    for (int i = 0; i < KVC_NSRC; ++i) off[i] = strip_offset_pow2(src[i], slot);
+  } else {
+#pragma unroll
+    for (int i = 0; i < KVC_NSRC; ++i) off[i] = live ? strip_offset(src[i], slot) : (i64)-1;
+  }
+  Strips s;
+#pragma unroll
+  for (int i = 0; i < KVC_NSRC; ++i) {
+    s.ok[i] = live && off[i] >= 0;
+    s.v[i] = U64x2{0, 0};
+    if (s.ok[i]) s.v[i] = ld_now_v2(src[i].base + off[i]);
+  }
+  return s;
+}
+
+// fold_sources<KVC_NSRC, true> of the loaded strips: the same hash, byte for byte.
+__device__ __forceinline__ u64 fold_strips(const Strips& s) {
+  u64 acc = 0;
+#pragma unroll
+  for (int i = 0; i < KVC_NSRC; ++i) {
+    const u64 h = s.ok[i] ? splitmix64(splitmix64(s.v[i].x) ^ s.v[i].y) : 0;
+    acc = splitmix64(acc ^ h);
+  }
+  return acc;
+}
+#endif
+
 // One warp's tile in shared memory: the tokens and positions lane 0's chain reads, the hashes it hands back.
 struct Tile {
   u64 tok[32];
@@ -211,6 +319,23 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
     const u32 amask = __ballot_sync(kFullMask, adv);
     const u64 mytok = (u64)in.tok;
     const u64 mypos = (u64)in.pos;
+#if KVC_LEAN_CHAIN && KVC_NSRC > 0
+    const bool strips_oob = store && sources_oob_fast<KVC_NSRC>(src, in.loc);  // before the chain, off its path
+#endif
+#if KVC_LEAN_CHAIN
+    u64 myh;
+    i64 prev_pos;
+    if (t0 == 0 && amask <= 1u) {
+      // at most lane 0 advances in the first tile (a decode step): every lane holds the hash before lane 0's
+      // token and the position before it; a later tile (warp-uniform test) continues from lane 0's token
+      myh = running;
+      prev_pos = carry_pos;
+      if (amask != 0 && count > 32) {
+        carry_pos = __shfl_sync(kFullMask, in.pos, 0);
+        running = mix3(running, mytok, mypos);  // lane 0's is the one the tiles use
+      }
+    } else {
+#endif
 
     // the chain, by lane 0 alone over the tile staged in shared memory: its broadcast reads do not depend on
     // the chain (ptxas issues them ahead), and the hash before each token goes back through shared memory
@@ -235,14 +360,25 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
       }
     }
     __syncwarp();
+#if KVC_LEAN_CHAIN
+    myh = tile.hash[lane];
+#else
     const u64 myh = tile.hash[lane];  // the hash this lane's record stores (the running hash before its token)
+#endif
 
     // the position of the previous advancing token, for the chain-position assert
     const u32 below = amask & ((1u << lane) - 1u);
     const i64 ppos = __shfl_sync(kFullMask, in.pos, below ? 31 - __clz((int)below) : 0);
+#if KVC_LEAN_CHAIN
+    prev_pos = below ? ppos : carry_pos;
+#else
     const i64 prev_pos = below ? ppos : carry_pos;
+#endif
     const i64 hi_pos = __shfl_sync(kFullMask, in.pos, amask ? 31 - __clz((int)amask) : 0);
     if (amask) carry_pos = hi_pos;
+#if KVC_LEAN_CHAIN
+    }
+#endif
     written += (u64)__popc(__ballot_sync(kFullMask, store));
 
     if (loc_oob) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, in.pos, kIndexOutOfRange);
@@ -253,7 +389,9 @@ __device__ __forceinline__ u64 chain_request(const WriteArgs& a, const Ring& rin
 #endif
       const i64 want = wadd(prev_pos, 1);
       if (pos_assert && in.pos != want) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, want, kWritePositionMismatch);
-#if KVC_NSRC > 0
+#if KVC_NSRC > 0 && KVC_LEAN_CHAIN
+      if (strips_oob) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, in.pos, kIndexOutOfRange);
+#elif KVC_NSRC > 0
       if (sources_oob<KVC_NSRC>(src, in.loc)) ring.push(in.loc, in.pos, in.tok, in.tok, (i64)myh, in.pos, kIndexOutOfRange);
 #endif
       unsigned char* p = a.buf + in.loc * a.stride;
@@ -347,6 +485,26 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
 #pragma unroll
   for (int k = 0; k <= KVC_WRITE_WARPS; ++k) off[k] = (i64)ld_now(a.offsets + imin(r0 + k, a.capacity));
 #endif
+#if KVC_ONE_TOKEN_FOLD
+  // the column's requests hold one token each, at flat indices r0 .. r0 + 3 (the same test in every thread):
+  // worker w < 4 folds request r0 + w's token, at the slot loaded as its guess
+  if (off[0] == r0 && off[1] == r0 + 1 && off[2] == r0 + 2 && off[3] == r0 + 3 && off[4] == r0 + 4 &&
+      r0 + 4 <= a.ntok && r0 + 4 <= a.capacity) {
+    const i64 nreq1 = iclamp(nv, 0, a.capacity);
+    const bool mine1 = worker < KVC_WRITE_WARPS && r0 + worker < nreq1 && loc_guess >= 0 && loc_guess < a.num_slots;
+    const Strips strips = load_strips(src, loc_guess, mine1);
+    const i64 total1 = (i64)ld_now(a.offsets + nreq1);  // the reference's early exit
+    const u64 rkv1 = fold_strips(strips);
+    if (mine1 && total1 > 0) st_u64(a.buf + loc_guess * a.stride + 8 * kCanaryFieldRealKvHash, rkv1);
+    return;
+  }
+#endif
+#if KVC_EARLY_STRIPS
+  // a decode write's token of request r0 + worker (only the first KVC_WRITE_WARPS workers' guesses can be
+  // right with one token a request: no strips loaded for the others)
+  const bool early_live = worker < KVC_WRITE_WARPS && loc_guess >= 0 && loc_guess < a.num_slots;
+  const Strips early = load_strips(src, loc_guess, early_live);
+#endif
   i64 start[KVC_WRITE_WARPS], first[KVC_WRITE_WARPS + 1];  // request k: tokens [start, +count) at flat first[k]
   first[0] = 0;
   // without branches up to the reload below: a load the compiler finds used only past a branch may be moved
@@ -363,7 +521,13 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
   i64 loc0 = mine ? loc_guess : -1;
   if (mine && at != guess) loc0 = (i64)ld_now(a.out_cache_loc + at);
   const i64 nreq = iclamp(nv, 0, a.capacity);
+#if KVC_EARLY_STRIPS
+  // no early exit while the early strips are in flight (ptxas sinks a load past an exit its value is used
+  // after): a column past nreq has no live token below, and its fold of the early strips is discarded
+  const u64 early_rkv = fold_strips(early);
+#else
   if (r0 >= nreq) return;
+#endif
   // the total (the reference's early exit) loaded with this worker's first strips, not before them
   const i64 total = (i64)ld_now(a.offsets + nreq);
   i64 live = 0;  // the column's live tokens: those of requests r0 + k < nreq
@@ -373,8 +537,12 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
   const bool first_ok = worker < live && loc0 >= 0 && loc0 < a.num_slots;
   u64 rkv0 = 0;
   if (first_ok) {
+#if KVC_EARLY_STRIPS
+    rkv0 = early_live && loc0 == loc_guess ? early_rkv : fold_strips(load_strips(src, loc0, true));
+#else
     bool oob = false;
     rkv0 = fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc0, oob);
+#endif
   }
 #ifndef KVC_HOST_EMULATION
   asm volatile("" ::"l"(rkv0));  // the strips' loads stay above the total's test (not sunk into its branch)
@@ -383,8 +551,12 @@ __device__ __forceinline__ void fold_requests(const WriteArgs& a, const Source* 
   for (i64 j = worker; j < live; j += workers) {
     const i64 loc = j == worker ? loc0 : (i64)ld_nc(a.out_cache_loc + flat_at(start, first, j));
     if (loc < 0 || loc >= a.num_slots) continue;
+#if KVC_EARLY_STRIPS
+    const u64 rkv = j == worker ? rkv0 : fold_strips(load_strips(src, loc, true));
+#else
     bool oob = false;
     const u64 rkv = j == worker ? rkv0 : fold_sources<KVC_NSRC, KVC_PARTIAL != 0>(src, loc, oob);
+#endif
     st_u64(a.buf + loc * a.stride + 8 * kCanaryFieldRealKvHash, rkv);
   }
 }
