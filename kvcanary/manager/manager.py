@@ -39,6 +39,7 @@ from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
+from kvcanary.manager.pinned import PinnedInputs
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
@@ -275,6 +276,24 @@ class CanaryManager:
                              f"got {forward_index}")
         return self._forwards[forward_index]
 
+    def pinned_inputs(self, size: int, *, forward_index: int = 0) -> PinnedInputs:
+        """Double-buffered pinned host inputs for the forward slot ``forward_index`` (made once per slot; a
+        later call returns the same object, which must be at least ``size`` values): the engine's map writes a
+        step's values into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
+        :attr:`PinnedInputs.device`; this slot's HEAD copies them in (inside its staged graph when the batch
+        is kept), before anything reads them. The host never waits in the usual step: a buffer comes back two
+        steps after its copy, which the read-back has seen finished by then."""
+        runner = self._runner(forward_index)
+        p = runner.pinned
+        if p is None:
+            p = runner.pinned = PinnedInputs(size, self.device,
+                                             fence=self._pump.wait_through if self._on_cuda else None,
+                                             current_step=lambda: self.step)
+        elif p.size < size:
+            raise ValueError(f"kv-canary: pinned_inputs(size={size}) for forward_index {forward_index}, whose "
+                             f"pinned inputs already hold {p.size} values (one per slot: ask for the largest first)")
+        return p
+
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
@@ -293,6 +312,8 @@ class CanaryManager:
             self._checked[forward_index], self._checked_token[forward_index] = batch, check_token
         if check_token:
             assert exp is not None
+            if runner.pinned is not None:  # the scatter reads the batch's rows: the pinned inputs copied first
+                runner.pinned.flush()
             self._scatter_expected(runner, batch, exp.flat, exp.lens)
         self._prepared[forward_index] = True
 
@@ -406,7 +427,7 @@ class CanaryManager:
         that must see the very step that recorded its rows). ``during_step``: called inside a step (after
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
-        snap = self._pump.drain(self.step if during_step else self.step - 1)
+        snap = self._pump.drain(self.step if during_step else self.step - 1, ended=not during_step)
         seen = len(self.reporter.events)
         try:
             return self.reporter.process(snap, self.step)

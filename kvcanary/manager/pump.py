@@ -80,6 +80,8 @@ class SnapshotPump:
         slot_run_counters, skipped]``; :data:`HEADER_SKIPPED` indexes the last), or None before any read."""
         self.read_step = -1
         """The step whose copy the last read was (-1 before any)."""
+        self._finished = -1
+        """The last step whose work the device is known to have finished (a read behind that step's end)."""
         self._snap: HostSnapshot | None = None  # the last read as a snapshot, once asked for
 
     def step(self, step: int) -> HostSnapshot | None:
@@ -92,16 +94,38 @@ class SnapshotPump:
         built only when asked for (:meth:`snapshot`): the usual step reads a header and nothing else."""
         prev = self._pending
         self._pending = (step, self._start())
-        return self._read(*prev) if prev is not None else None
+        if prev is None:
+            return None
+        head = self._read(*prev)
+        self._finished = max(self._finished, prev[0])
+        return head
 
-    def drain(self, step: int) -> HostSnapshot:
+    def drain(self, step: int, *, ended: bool = False) -> HostSnapshot:
         """Copy now and wait for it: the current state as of ``step``, no lag (discards the pending one, once
-        its copy is done: the next step writes its buffer again)."""
+        its copy is done: the next step writes its buffer again). ``ended``: ``step`` has ended (no more of its
+        work comes), so the device is known to have finished it."""
         if self._pending is not None and self._done is not None:
             self._done[self._pending[1]].synchronize()
         self._pending = None
         self._read(step, self._start())
+        # what was queued so far is done; unless ``ended``, ``step`` may be in progress (a read during it)
+        self._finished = max(self._finished, step if ended else step - 1)
         return self.last()
+
+    def wait_through(self, step: int) -> None:
+        """Return once the device finished the work queued on the copies' stream up to the end of ``step``: at
+        once when a read already covered it (the usual case, no CUDA call), else the query of the copy recorded
+        at that step's end (a wait only when it is still queued), else (the step has not ended) a wait for the
+        stream. What :class:`~kvcanary.manager.pinned.PinnedInputs` asks before it rewrites a host buffer."""
+        if step <= self._finished or self._done is None:
+            return
+        pend = self._pending
+        if pend is not None and pend[0] >= step:
+            k = pend[1]
+            if not self._query[k]():
+                self._wait[k]()
+            return
+        self._current_stream().synchronize()
 
     def snapshot(self) -> HostSnapshot | None:
         """The last read as a :class:`HostSnapshot` (made once per read, when first asked for)."""
