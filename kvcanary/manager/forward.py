@@ -33,6 +33,7 @@ from kvcanary.manager.endpoints import Endpoint, Phase
 from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
 from kvcanary.manager.owners import OwnerMap
 from kvcanary.manager.pinned import PinnedInputs
+from kvcanary.manager.pump import SnapshotPump
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
@@ -125,6 +126,11 @@ class ForwardRunner:
         self._staged: tuple[_Where, Callable[[], None], StepViews] | None = None
         """The kept batch's staged HEAD (:data:`~kvcanary.manager.graphs.STAGED_AFTER`): where its parts were at
         the capture, its launches and the views they fill; None before its reuses reach the threshold."""
+        self.readback: SnapshotPump | None = None
+        """The manager's read-back pump, when its TAIL graphs copy for it (the packed state, graphs on): set by the
+        manager."""
+        self._tail_runs: dict[Bucket, tuple[tuple[str, Callable[[], None]], ...]] = {}
+        """Per bucket: the TAIL launches and the read-back copy, per pump host buffer (:meth:`_tail_copies`)."""
         self._staged_runs: dict[tuple[int, int], tuple[str, Callable[[], None]]] = {}
         """The kept batch's staged HEAD after the pinned inputs' copy, per (host buffer, length)."""
         self.pinned: PinnedInputs | None = None
@@ -140,9 +146,10 @@ class ForwardRunner:
         """Stage the batch, plan every group, then HEAD verify and write (K, then V): replayed from the
         bucket's graph when the forward has one. The very batch of the previous bucketed forward (an engine
         that hands the same batch again) keeps its bucket and launches: only its staging copy and the replay
-        run. The slot's pinned inputs' committed copy (:attr:`pinned`) comes first: inside the kept batch's staged
-        graph (one per host buffer), else eagerly. Returns whether the forward runs on a bucket (then no graph capture is in progress on the current
-        stream: the manager counts the launches without asking again)."""
+        run. The slot's pinned inputs' committed copy (:attr:`pinned`) comes first: inside the kept batch's
+        staged graph (one per host buffer), else eagerly. Returns whether the forward runs on a bucket (then no
+        graph capture is in progress on the current stream: the manager counts the launches without asking
+        again)."""
         g = self.graphs
         last = self._last_head
         pinned = self.pinned
@@ -284,13 +291,41 @@ class ForwardRunner:
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
         bucket = self._bucket
+        pump = self.readback
         if bucket is None:
             self._tail_launches(v)
+            if pump is not None:
+                pump.disarm()
         else:
             assert self.graphs is not None and self._tail_run is not None
-            self.graphs.run(_TAIL, bucket, self._tail_run)
+            if pump is None:
+                self.graphs.run(_TAIL, bucket, self._tail_run)
+            else:  # the TAIL graph ends with the read-back copy into the pump's next host buffer
+                k = pump.next_index
+                name, run = self._tail_copies(bucket, pump)[k]
+                self.graphs.run(name, bucket, run)
+                pump.arm(k)
         self._views = self._bucket = None
         return bucket is not None
+
+    def _tail_copies(self, bucket: Bucket, pump: SnapshotPump) -> tuple[tuple[str, Callable[[], None]], ...]:
+        """Per pump host buffer: the graph name and the bucket's TAIL launches followed by the read-back copy into
+        that buffer (made on the bucket's first use)."""
+        runs = self._tail_runs.get(bucket)
+        if runs is None:
+            tail = self._tail_run
+            assert tail is not None
+
+            def with_copy(k: int) -> tuple[str, Callable[[], None]]:
+                copy = pump.tail_copy(k)
+                assert copy is not None and tail is not None
+
+                def run() -> None:
+                    tail()
+                    copy()
+                return f"{_TAIL}/{k}", run
+            runs = self._tail_runs[bucket] = (with_copy(0), with_copy(1))
+        return runs
 
     def _tail(self, v: StepViews) -> None:
         for gi, gp in enumerate(self.plans):

@@ -106,6 +106,9 @@ class CanaryManager:
             self._exp_dev = torch.zeros(size, dtype=torch.int64, device=self.device)
             self._exp_h2d = HostStaging(size, self.device)
         self._pump = SnapshotPump(self.state)
+        if self.state.packed is not None:  # a bucketed forward's TAIL graph ends with the read-back copy
+            for runner in self._forwards:
+                runner.readback = self._pump
         self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
         self.journal = SlotJournal(block_size=1)
         """Who held each full-pool block when (the engine's adapter records into it; :meth:`set_adapter`)."""
@@ -338,6 +341,7 @@ class CanaryManager:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
+        self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
         self._count(self._head_ids, bucketed=runner.head(batch))
         for observe in self._head_observers:
             observe(batch)
@@ -375,6 +379,7 @@ class CanaryManager:
             if self._sweep_source is None:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
+        self._pump.disarm()
         n = self._sweep.run(entries, self.step)
         self._count(self._phase_ids[Phase.SWEEP])
         return n
