@@ -124,15 +124,17 @@ class PoolState:
         self.swept += len(entries)
         return entries
 
-    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any]) -> CanaryBatch:
+    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any], *,
+              written: list[int]) -> CanaryBatch:
         """The step as a CanaryBatch: rows, prefix and extend lengths (and the write slots, when the engine
-        passes no ``write_index`` of its own) staged in one copy; token ids and positions are the engine's own
-        input tensors. Per request only its row is looked up (re-mapped when its block list changed); the
-        write slots are gathered from the synced rows with tensor ops."""
+        passes no ``write_index`` of its own) written into the manager's pinned inputs, copied in by its HEAD;
+        token ids and positions are the engine's own input tensors. Per request only its row is looked up
+        (re-mapped when its block list changed); the write slots are gathered from the synced rows with tensor
+        ops. ``written``: each request's ``past + query`` (the engine's position offsets, as read)."""
         rows = self.rows
         rows.release_finished()
         bs = len(rids)
-        meta = rows.sync_many(rids, [p + q for p, q in zip(past, query, strict=True)])
+        meta = rows.sync_many(rids, written)
         if self.guard is not None:  # the journal: what the syncs changed
             t0 = time.perf_counter()
             self.guard.observe(rids, past, query)
