@@ -240,7 +240,7 @@ def test_a_staged_graph_copying_from_pinned_inputs_equals_fresh_eager_batches() 
     g = graphed.manager.graphs[0]
     assert g is not None and g.enabled
     # HEAD and TAIL of the two buckets, and the kept batch's two staged HEAD graphs (one per host buffer)
-    assert g.captures >= 6 and g.replays >= 2 * 10
+    assert g.captures >= 6 and g.replays >= 2 * 8
     assert pinned.reused == 11 and pinned.pinned.pending == 0
     _same(graphed, fresh)
 
