@@ -106,7 +106,10 @@ class CanaryManager:
             self._exp_dev = torch.zeros(size, dtype=torch.int64, device=self.device)
             self._exp_h2d = HostStaging(size, self.device)
         self._pump = SnapshotPump(self.state)
-        if self.state.packed is not None:  # a bucketed forward's TAIL graph ends with the read-back copy
+        self._pump_folded = self.state.packed is not None
+        """Whether a bucketed forward's TAIL graph ends with the read-back copy (until the engine captures the
+        manager's launches into a graph of its own: :meth:`_unfold_readback`)."""
+        if self._pump_folded:
             for runner in self._forwards:
                 runner.readback = self._pump
         self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
@@ -361,6 +364,17 @@ class CanaryManager:
         progress (the bucket's own check): it is not asked again."""
         if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
             self.health.count(tags)
+        elif self._pump_folded:
+            self._unfold_readback()
+
+    def _unfold_readback(self) -> None:
+        """The engine captures the manager's launches into a graph of its own, which it replays without telling
+        the manager: a replay between a bucketed TAIL and the step's end would write after that TAIL's read-back
+        copy. From here on every step's end copies itself (the TAIL graphs copy nothing more)."""
+        self._pump_folded = False
+        for runner in self._forwards:
+            runner.readback = None
+        self._pump.disarm()
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:

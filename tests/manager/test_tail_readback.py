@@ -107,6 +107,25 @@ def test_a_head_without_its_tail_makes_the_step_end_copy() -> None:
     assert pump.copies == before + 1
 
 
+def test_a_capture_seen_by_the_watchdogs_count_turns_the_fold_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launches of a phase issued while a graph is being captured (the engine's) are not counted, and from
+    then on the TAIL copies nothing for the pump: every step's end copies itself."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    issued = list(w.manager.health.issued)
+    with monkeypatch.context() as m:
+        m.setattr(w.manager, "_on_cuda", True)
+        m.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+        w.manager._count(w.manager._tail_ids)
+    assert w.manager.health.issued == issued
+    assert all(r.readback is None for r in w.manager._forwards)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    before = w.manager._pump.copies
+    w.manager.end_step()
+    assert w.manager._pump.copies == before + 1 and w.manager.events == []
+
+
 def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
     w = make_world(config=_config())
     pad_eagerly(w.manager)
@@ -166,3 +185,32 @@ def test_a_step_ending_on_another_stream_than_its_tail_copies() -> None:
             assert pump.copies == before + 1
     torch.cuda.synchronize()
     assert w.events() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_engine_capturing_the_managers_launches_turns_the_fold_off() -> None:
+    """An engine that captures the manager's launches into its own graph replays them unseen, possibly after a
+    bucketed TAIL of the same step: from its capture on, every step's end copies itself."""
+    w = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    pump = w.manager._pump
+    w.forward([(a, 0, 10)])
+    w.manager.end_step()
+    a.slots.append(20)
+    batch = w.forward([(a, 10, 1)])
+    before = pump.copies
+    w.manager.end_step()
+    assert pump.copies == before  # folded into the TAIL
+    engine_graph = torch.cuda.CUDAGraph()
+    w.manager.prepare(batch)
+    with torch.cuda.graph(engine_graph):
+        w.manager.head(batch)
+        w.manager.tail()
+    assert w.manager._forwards[0].readback is None
+    a.slots.append(21)
+    w.forward([(a, 11, 1)])  # a bucketed forward, then the engine's replay in the same step
+    engine_graph.replay()
+    before = pump.copies
+    w.manager.end_step()
+    assert pump.copies == before + 1
