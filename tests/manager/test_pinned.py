@@ -281,3 +281,41 @@ def test_a_pinned_copy_inside_an_engine_capture_is_refused() -> None:
     assert p.pending == 2  # nothing taken: the step's copy is still to come
     p.flush()
     assert p.device[:2].tolist() == [3, 4]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_fence_waits_for_a_step_it_has_not_read() -> None:
+    """A buffer handed out again within the step that copied it waits for the stream; once that step ended (its
+    read-back pending, not read yet) it asks the read-back's event. Every copy reads what the host wrote for it."""
+    dev = torch.device("cuda")
+    w = make_world(config=_config(), device="cuda")
+    n = 1 << 16
+    p = w.manager.pinned_inputs(n)
+    pump = w.manager._pump
+    asked: list[int] = []
+    queries = list(pump._query)
+
+    def counted(k: int) -> Callable[[], bool]:
+        def query() -> bool:
+            asked.append(k)
+            return bool(queries[k]())
+        return query
+
+    pump._query = [counted(k) for k in range(len(queries))]
+    out = torch.zeros(4, n, dtype=torch.int64, device=dev)
+    busy = torch.zeros(4096, 4096, device=dev)
+    for i in range(4):
+        if i == 3:
+            w.manager.end_step()  # step 0 ends: its read-back pending, not read
+            assert asked == []
+        host = p.host()
+        host[:] = i
+        p.commit(n)
+        for _ in range(4):
+            busy.mul_(1.0001)
+        p.flush()
+        out[i].copy_(p.device)
+    assert pump._pending is not None and asked == [pump._pending[1]]  # step 0's read-back event, once
+    torch.cuda.synchronize()
+    assert (out == torch.arange(4, device=dev)[:, None]).all()
