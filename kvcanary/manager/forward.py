@@ -32,6 +32,8 @@ from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.endpoints import Endpoint, Phase
 from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
 from kvcanary.manager.owners import OwnerMap
+from kvcanary.manager.pinned import PinnedInputs
+from kvcanary.manager.pump import SnapshotPump
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.staging import StepStaging, StepViews
 from kvcanary.manager.state import CanaryDeviceState
@@ -124,6 +126,16 @@ class ForwardRunner:
         self._staged: tuple[_Where, Callable[[], None], StepViews] | None = None
         """The kept batch's staged HEAD (:data:`~kvcanary.manager.graphs.STAGED_AFTER`): where its parts were at
         the capture, its launches and the views they fill; None before its reuses reach the threshold."""
+        self.readback: SnapshotPump | None = None
+        """The manager's read-back pump, when its TAIL graphs copy for it (the packed state, graphs on): set by the
+        manager."""
+        self._tail_runs: dict[Bucket, tuple[tuple[str, Callable[[], None]], ...]] = {}
+        """Per bucket: the TAIL launches and the read-back copy, per pump host buffer (:meth:`_tail_copies`)."""
+        self._staged_runs: dict[tuple[int, int], tuple[str, Callable[[], None]]] = {}
+        """The kept batch's staged HEAD after the pinned inputs' copy, per (host buffer, length)."""
+        self.pinned: PinnedInputs | None = None
+        """The slot's pinned host inputs (:meth:`CanaryManager.pinned_inputs`): their committed copy is issued
+        first, in the staged graph or eagerly."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
         self._branch: torch.cuda.Stream | None = None
@@ -138,10 +150,13 @@ class ForwardRunner:
         """Stage the batch, plan every group, then HEAD verify and write (K, then V): replayed from the
         bucket's graph when the forward has one. The very batch of the previous bucketed forward (an engine
         that hands the same batch again) keeps its bucket and launches: only its staging copy and the replay
-        run. Returns whether the forward runs on a bucket (then no graph capture is in progress on the current
-        stream: the manager counts the launches without asking again)."""
+        run. The slot's pinned inputs' committed copy (:attr:`pinned`) comes first: inside the kept batch's
+        staged graph (one per host buffer), else eagerly. Returns whether the forward runs on a bucket (then no
+        graph capture is in progress on the current stream: the manager counts the launches without asking
+        again)."""
         g = self.graphs
         last = self._last_head
+        pinned = self.pinned
         if last is not None and last[0] is batch and g is not None and g.usable():
             _, kept, launches, tail = last
             self._bucket, self._tail_run = kept, tail
@@ -150,8 +165,14 @@ class ForwardRunner:
                 staged = self._staged_for(batch, kept, launches)
                 if staged is not None:
                     self._views = staged[2]
-                    g.run(_STAGED, kept, staged[1])
+                    if pinned is not None and pinned.pending:  # the map's copy, a memcpy node of the graph
+                        name, run = self._staged_h2d(staged, pinned, *pinned.take())
+                        g.run(name, kept, run)
+                    else:
+                        g.run(_STAGED, kept, staged[1])
                     return True
+            if pinned is not None:
+                pinned.flush()
             self._views = self.staging.load_padded(batch, kept.rows, kept.tokens)
             g.run(_HEAD, kept, launches)
             return True
@@ -161,10 +182,10 @@ class ForwardRunner:
             stride = self.budgets[0].budget.stride(bs) if self.budgets and bs > 0 else 0
             bucket = g.bucket(bs, batch.num_tokens, stride)
         self._bucket = bucket
-        if self._staged is not None:  # a new batch: the previous one's staged graph is done with
-            self._staged = None
-            if g is not None:
-                g.drop(_STAGED)
+        if self._staged is not None:  # a new batch: the previous one's staged graphs are done with
+            self._drop_staged()
+        if pinned is not None:
+            pinned.flush()
         if bucket is None:
             v = self.staging.load(batch)
             self._views = v
@@ -195,14 +216,38 @@ class ForwardRunner:
         if staged is not None and staged[0] == where:
             return staged
         if staged is not None:
-            assert self.graphs is not None
-            self.graphs.drop(_STAGED)
+            self._drop_staged()
 
         def run() -> None:
             torch.cat(parts, out=packed)
             launches()
         staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens))
         return staged
+
+    def _staged_h2d(self, staged: tuple[_Where, Callable[[], None], StepViews], pinned: PinnedInputs, k: int,
+                    n: int) -> tuple[str, Callable[[], None]]:
+        """The graph name and the launches of the kept batch's staged HEAD after the copy of ``pinned``'s host
+        buffer ``k`` (``n`` values): a graph per host buffer, its first node a memcpy from the pinned buffer
+        (made once per staged batch, buffer and length)."""
+        got = self._staged_runs.get((k, n))
+        if got is None:
+            copy, launches = pinned.copy(k, n), staged[1]
+
+            def run() -> None:
+                copy()
+                launches()
+            got = self._staged_runs[(k, n)] = (f"{_STAGED}/{k}/{n}", run)
+        return got
+
+    def _drop_staged(self) -> None:
+        """Forget the kept batch's staged HEAD and its graphs (with and without the pinned inputs' copy)."""
+        self._staged = None
+        g = self.graphs
+        if g is not None:
+            g.drop(_STAGED)
+            for name, _ in self._staged_runs.values():
+                g.drop(name)
+        self._staged_runs.clear()
 
     def _bucket_launches(self, bucket: Bucket, v: StepViews) -> tuple[Callable[[], None], Callable[[], None]]:
         """The bucket's HEAD and TAIL launches on its views (what a first use runs and captures; made on the
@@ -264,13 +309,41 @@ class ForwardRunner:
         if v is None:
             raise RuntimeError("kv-canary: tail() called without a preceding head() for this forward slot")
         bucket = self._bucket
+        pump = self.readback
         if bucket is None:
             self._tail_launches(v)
+            if pump is not None:
+                pump.disarm()
         else:
             assert self.graphs is not None and self._tail_run is not None
-            self.graphs.run(_TAIL, bucket, self._tail_run)
+            if pump is None:
+                self.graphs.run(_TAIL, bucket, self._tail_run)
+            else:  # the TAIL graph ends with the read-back copy into the pump's next host buffer
+                k = pump.next_index
+                name, run = self._tail_copies(bucket, pump)[k]
+                self.graphs.run(name, bucket, run)
+                pump.arm(k)
         self._views = self._bucket = None
         return bucket is not None
+
+    def _tail_copies(self, bucket: Bucket, pump: SnapshotPump) -> tuple[tuple[str, Callable[[], None]], ...]:
+        """Per pump host buffer: the graph name and the bucket's TAIL launches followed by the read-back copy into
+        that buffer (made on the bucket's first use)."""
+        runs = self._tail_runs.get(bucket)
+        if runs is None:
+            tail = self._tail_run
+            assert tail is not None
+
+            def with_copy(k: int) -> tuple[str, Callable[[], None]]:
+                copy = pump.tail_copy(k)
+                assert copy is not None and tail is not None
+
+                def run() -> None:
+                    tail()
+                    copy()
+                return f"{_TAIL}/{k}", run
+            runs = self._tail_runs[bucket] = (with_copy(0), with_copy(1))
+        return runs
 
     def _tail(self, v: StepViews) -> None:
         """The TAIL launches: per group the TAIL endpoints' verify and write, the layer rotation's TAIL, and

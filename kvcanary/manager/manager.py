@@ -39,6 +39,7 @@ from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
+from kvcanary.manager.pinned import PinnedInputs
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
@@ -105,6 +106,12 @@ class CanaryManager:
             self._exp_dev = torch.zeros(size, dtype=torch.int64, device=self.device)
             self._exp_h2d = HostStaging(size, self.device)
         self._pump = SnapshotPump(self.state)
+        self._pump_folded = self.state.packed is not None
+        """Whether a bucketed forward's TAIL graph ends with the read-back copy (until the engine captures the
+        manager's launches into a graph of its own: :meth:`_unfold_readback`)."""
+        if self._pump_folded:
+            for runner in self._forwards:
+                runner.readback = self._pump
         self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
         self.journal = SlotJournal(block_size=1)
         """Who held each full-pool block when (the engine's adapter records into it; :meth:`set_adapter`)."""
@@ -275,6 +282,24 @@ class CanaryManager:
                              f"got {forward_index}")
         return self._forwards[forward_index]
 
+    def pinned_inputs(self, size: int, *, forward_index: int = 0) -> PinnedInputs:
+        """Double-buffered pinned host inputs for the forward slot ``forward_index`` (made once per slot; a
+        later call returns the same object, which must be at least ``size`` values): the engine's map writes a
+        step's values into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
+        :attr:`PinnedInputs.device`; this slot's HEAD copies them in (inside its staged graph when the batch
+        is kept), before anything reads them. The host never waits in the usual step: a buffer comes back two
+        steps after its copy, which the read-back has seen finished by then."""
+        runner = self._runner(forward_index)
+        p = runner.pinned
+        if p is None:
+            p = runner.pinned = PinnedInputs(size, self.device,
+                                             fence=self._pump.wait_through if self._on_cuda else None,
+                                             current_step=lambda: self.step)
+        elif p.size < size:
+            raise ValueError(f"kv-canary: pinned_inputs(size={size}) for forward_index {forward_index}, whose "
+                             f"pinned inputs already hold {p.size} values (one per slot: ask for the largest first)")
+        return p
+
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
@@ -293,6 +318,8 @@ class CanaryManager:
             self._checked[forward_index], self._checked_token[forward_index] = batch, check_token
         if check_token:
             assert exp is not None
+            if runner.pinned is not None:  # the scatter reads the batch's rows: the pinned inputs copied first
+                runner.pinned.flush()
             self._scatter_expected(runner, batch, exp.flat, exp.lens)
         self._prepared[forward_index] = True
 
@@ -317,6 +344,7 @@ class CanaryManager:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
         self._prepared[forward_index] = False
+        self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
         self._count(self._head_ids, bucketed=runner.head(batch))
         for observe in self._head_observers:
             observe(batch)
@@ -336,6 +364,17 @@ class CanaryManager:
         progress (the bucket's own check): it is not asked again."""
         if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
             self.health.count(tags)
+        elif self._pump_folded:
+            self._unfold_readback()
+
+    def _unfold_readback(self) -> None:
+        """The engine captures the manager's launches into a graph of its own, which it replays without telling
+        the manager: a replay between a bucketed TAIL and the step's end would write after that TAIL's read-back
+        copy. From here on every step's end copies itself (the TAIL graphs copy nothing more)."""
+        self._pump_folded = False
+        for runner in self._forwards:
+            runner.readback = None
+        self._pump.disarm()
 
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
@@ -354,6 +393,7 @@ class CanaryManager:
             if self._sweep_source is None:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
+        self._pump.disarm()
         n = self._sweep.run(entries, self.step)
         self._count(self._phase_ids[Phase.SWEEP])
         return n
@@ -406,7 +446,7 @@ class CanaryManager:
         that must see the very step that recorded its rows). ``during_step``: called inside a step (after
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
-        snap = self._pump.drain(self.step if during_step else self.step - 1)
+        snap = self._pump.drain(self.step if during_step else self.step - 1, ended=not during_step)
         seen = len(self.reporter.events)
         try:
             return self.reporter.process(snap, self.step)

@@ -10,10 +10,15 @@ the host; a step's host work is one copy and one event record (the unpacked stat
 copy per buffer, five) and the header read: the :class:`HostSnapshot` is made only when asked for (the manager
 asks when the header shows something new, or the watchdog is due). :meth:`SnapshotPump.drain` is the one
 synchronous read (end of run, tests).
+
+With the manager's graphs, the copy is folded into the step's TAIL graph (a memcpy node at its end, one TAIL
+graph per host buffer: :meth:`SnapshotPump.tail_copy`): when nothing was launched between that TAIL and the step's
+end (no sweep, no other forward), the step's end records the event and issues no copy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +76,11 @@ class SnapshotPump:
         """The device's streams the copies ran on, by torch's stream triple (one object per stream, made once)."""
         self._head_np = [n[:_BASE] for n in self._np]  # the header part of each host buffer (a view, made once)
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
+        self._tail_copies: list[Callable[[], None] | None] = [None, None]  # per host buffer (:meth:`tail_copy`)
+        self._armed = -1  # the host buffer the last TAIL copied into, nothing launched since (-1: none)
+        self._armed_on: torch.cuda.Stream | None = None  # the stream that TAIL ran on (None: not CUDA)
+        self.copies = 0
+        """Read-back copies issued by the pump itself (a step whose TAIL copied for it issues none)."""
         self._next = 0
         self.rows: tuple[tuple[int, ...], ...] = ()
         """The ring rows of the last read, decoded (kept from read to read while their bytes are unchanged)."""
@@ -80,6 +90,8 @@ class SnapshotPump:
         slot_run_counters, skipped]``; :data:`HEADER_SKIPPED` indexes the last), or None before any read."""
         self.read_step = -1
         """The step whose copy the last read was (-1 before any)."""
+        self._finished = -1
+        """The last step whose work the device is known to have finished (a read behind that step's end)."""
         self._snap: HostSnapshot | None = None  # the last read as a snapshot, once asked for
 
     def step(self, step: int) -> HostSnapshot | None:
@@ -92,16 +104,38 @@ class SnapshotPump:
         built only when asked for (:meth:`snapshot`): the usual step reads a header and nothing else."""
         prev = self._pending
         self._pending = (step, self._start())
-        return self._read(*prev) if prev is not None else None
+        if prev is None:
+            return None
+        head = self._read(*prev)
+        self._finished = max(self._finished, prev[0])
+        return head
 
-    def drain(self, step: int) -> HostSnapshot:
+    def drain(self, step: int, *, ended: bool = False) -> HostSnapshot:
         """Copy now and wait for it: the current state as of ``step``, no lag (discards the pending one, once
-        its copy is done: the next step writes its buffer again)."""
+        its copy is done: the next step writes its buffer again). ``ended``: ``step`` has ended (no more of its
+        work comes), so the device is known to have finished it."""
         if self._pending is not None and self._done is not None:
             self._done[self._pending[1]].synchronize()
         self._pending = None
-        self._read(step, self._start())
+        self._read(step, self._start(force=True))
+        # what was queued so far is done; unless ``ended``, ``step`` may be in progress (a read during it)
+        self._finished = max(self._finished, step if ended else step - 1)
         return self.last()
+
+    def wait_through(self, step: int) -> None:
+        """Return once the device finished the work queued on the copies' stream up to the end of ``step``: at
+        once when a read already covered it (the usual case, no CUDA call), else the query of the copy recorded
+        at that step's end (a wait only when it is still queued), else (the step has not ended) a wait for the
+        stream. What :class:`~kvcanary.manager.pinned.PinnedInputs` asks before it rewrites a host buffer."""
+        if step <= self._finished or self._done is None:
+            return
+        pend = self._pending
+        if pend is not None and pend[0] >= step:
+            k = pend[1]
+            if not self._query[k]():
+                self._wait[k]()
+            return
+        self._current_stream().synchronize()
 
     def snapshot(self) -> HostSnapshot | None:
         """The last read as a :class:`HostSnapshot` (made once per read, when first asked for)."""
@@ -119,17 +153,54 @@ class SnapshotPump:
             raise RuntimeError("kv-canary: no read-back yet (the pump's first copy is read at the next step)")
         return snap
 
-    def _start(self) -> int:
+    @property
+    def next_index(self) -> int:
+        """The host buffer the next copy fills (what a TAIL graph that copies for the pump must copy into)."""
+        return self._next
+
+    def tail_copy(self, k: int) -> Callable[[], None] | None:
+        """The read-back copy into host buffer ``k``, for the end of a TAIL graph (a memcpy node: the packed state
+        to a pinned buffer at a fixed address); made once per buffer. None with the unpacked state (one copy per
+        buffer: not folded)."""
+        if self._state.packed is None:
+            return None
+        run = self._tail_copies[k]
+        if run is None:
+            src, dst, nb = self._state.packed, self._host[k], self._cuda
+
+            def run() -> None:
+                dst.copy_(src, non_blocking=nb)
+            self._tail_copies[k] = run
+        return run
+
+    def arm(self, k: int) -> None:
+        """A TAIL just queued the copy into host buffer ``k`` (:meth:`tail_copy`) behind its launches: the next
+        step's end only records the event, unless something is launched before it (:meth:`disarm`) or the step
+        ends on another stream (the event must follow the copy)."""
+        self._armed = k
+        self._armed_on = self._current_stream() if self._record else None
+
+    def disarm(self) -> None:
+        """Something that changes the device state was launched since the TAIL's copy: the step's end copies."""
+        self._armed = -1
+
+    def _start(self, *, force: bool = False) -> int:
         k = self._next
         self._next ^= 1
+        armed, self._armed = self._armed, -1
+        stream = self._current_stream() if self._record else None
         # the buffer's previous copy was read by the host a step ago (or waited for by drain): free to write
-        if self._parts is None:
+        if armed == k and not force and stream is self._armed_on:
+            pass  # the step's last TAIL copied the state into this buffer, on this stream, and nothing came since
+        elif self._parts is None:
+            self.copies += 1
             self._host[k].copy_(self._state.packed, non_blocking=self._cuda)  # type: ignore[arg-type]
         else:  # the unpacked state (the compiled manager's): one copy per buffer, in stream order
+            self.copies += 1
             for dst, src in self._parts[k]:
                 dst.copy_(src, non_blocking=self._cuda)
-        if self._record:  # behind the copy, on the stream it ran on (the state's device's current one)
-            self._record[k](self._current_stream())
+        if stream is not None:  # behind the copy, on the stream it ran on (the state's device's current one)
+            self._record[k](stream)
         return k
 
     def _current_stream(self) -> torch.cuda.Stream:

@@ -4,6 +4,8 @@
 has sized it) and turns each step into a :class:`~kvcanary.manager.CanaryBatch`: the rows, prefix and
 extend lengths and write slots staged in one host-to-device copy, the engine's own token and position
 tensors, and, for a sliding-window group, the full-slot to ring-slot table refreshed from the engine's ring.
+The host values go into the manager's pinned inputs (:meth:`~kvcanary.manager.CanaryManager.pinned_inputs`)
+with numpy: the map issues no CUDA call of its own unless a sliding group's table must be refreshed.
 """
 
 from __future__ import annotations
@@ -46,10 +48,8 @@ class ScheduledRequest:
 
 @dataclass(frozen=True)
 class _Views:
-    """The staging slices of one step shape, made once (a slice is a dispatched op each time it is made)."""
+    """The device slices of one step shape, made once (a slice is a dispatched op each time it is made)."""
 
-    host: torch.Tensor
-    device: torch.Tensor
     rows: torch.Tensor
     prefix: torch.Tensor
     extend: torch.Tensor
@@ -103,12 +103,12 @@ class PoolState:
         write-time owner check on (the manager's owner map gets slots back through the journal)."""
         if config.policy is ViolationPolicy.ISOLATE or write_owner_on(config.extensions):
             self.guard = TfGuard(self.manager, lay, self.rows)
-        self._staging = torch.zeros(caps.write_req_capacity * 3 + caps.write_token_capacity + lut_room,
-                                    dtype=torch.int64,
-                                    pin_memory=dev.type == "cuda")
-        self._staging_np = self._staging.numpy()  # the same memory: the step's lists are written with numpy
-        self._device_in = torch.zeros_like(self._staging, device=dev)
-        self._views: dict[tuple[int, int, int], _Views] = {}  # (bs, tokens, staged length) -> its slices
+        self._pinned = self.manager.pinned_inputs(caps.write_req_capacity * 3 + caps.write_token_capacity
+                                                  + lut_room)
+        """The step's rows, lengths, write slots and LUT entries: written with numpy into a pinned host buffer,
+        copied in by the manager's HEAD (inside its staged graph for the usual decode step)."""
+        self._device_in = self._pinned.device
+        self._views: dict[tuple[int, int], _Views] = {}  # (bs, tokens) -> its slices
         self._flats: dict[tuple[object, ...], torch.Tensor] = {}  # an engine input's memory and shape -> flat view
         self._inputs_of: dict[tuple[object, ...], _Inputs] = {}
         """The engine's input tensors' memory, shapes, strides, dtypes and devices (one step's key) -> the flat
@@ -124,15 +124,17 @@ class PoolState:
         self.swept += len(entries)
         return entries
 
-    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any]) -> CanaryBatch:
+    def batch(self, rids: list[str], past: list[int], query: list[int], batch_data: dict[str, Any], *,
+              written: list[int]) -> CanaryBatch:
         """The step as a CanaryBatch: rows, prefix and extend lengths (and the write slots, when the engine
-        passes no ``write_index`` of its own) staged in one copy; token ids and positions are the engine's own
-        input tensors. Per request only its row is looked up (re-mapped when its block list changed); the
-        write slots are gathered from the synced rows with tensor ops."""
+        passes no ``write_index`` of its own) written into the manager's pinned inputs, copied in by its HEAD;
+        token ids and positions are the engine's own input tensors. Per request only its row is looked up
+        (re-mapped when its block list changed); the write slots are gathered from the synced rows with tensor
+        ops. ``written``: each request's ``past + query`` (the engine's position offsets, as read)."""
         rows = self.rows
         rows.release_finished()
         bs = len(rids)
-        meta = rows.sync_many(rids, [p + q for p, q in zip(past, query, strict=True)])
+        meta = rows.sync_many(rids, written)
         if self.guard is not None:  # the journal: what the syncs changed
             t0 = time.perf_counter()
             self.guard.observe(rids, past, query)
@@ -141,21 +143,24 @@ class PoolState:
         ids, pos, engine_loc = self._inputs(batch_data, ntok)
         meta += past
         meta += query
-        self._staging_np[: 3 * bs] = meta
+        pinned = self._pinned
+        host = pinned.host()  # the step's pinned buffer (the other one may still be read by a queued copy)
+        host[: 3 * bs] = meta
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
-            self._staging[at : at + ntok] = rows.locs(meta[:bs], past, query)
+            host[at : at + ntok] = rows.locs(meta[:bs], past, query).numpy()
             at += ntok
-        m = self._lut_updates(rids, past, query, self._staging_np[at:]) if self.lut is not None else 0
+        m = self._lut_updates(rids, past, query, host[at:]) if self.lut is not None else 0
         end = at + 2 * m
-        v = self._views.get((bs, ntok, end))
+        pinned.commit(end)  # the manager's HEAD copies it in, before anything reads the device buffer
+        v = self._views.get((bs, ntok))
         if v is None:
             if len(self._views) >= 256:  # many prefill shapes: start over rather than grow without end
                 self._views.clear()
-            v = self._views[(bs, ntok, end)] = self._slices(bs, ntok, end)
-        v.device.copy_(v.host, non_blocking=True)
-        if self.lut is not None and m:
-            dev = v.device
+            v = self._views[(bs, ntok)] = self._slices(bs, ntok)
+        if self.lut is not None and m:  # the LUT's entries are read here: the copy cannot wait for the HEAD
+            pinned.flush()
+            dev = self._device_in
             self.lut.index_copy_(0, dev[at : at + m], dev[at + m : end])
         parts = (v.rows, v.prefix, v.extend, ids, pos, engine_loc if engine_loc is not None else v.locs)
         last = self._last
@@ -217,10 +222,9 @@ class PoolState:
             kept = self._flats[key] = t
         return kept
 
-    def _slices(self, bs: int, ntok: int, end: int) -> _Views:
+    def _slices(self, bs: int, ntok: int) -> _Views:
         dev = self._device_in
-        return _Views(self._staging[:end], dev[:end], dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs],
-                      dev[3 * bs : 3 * bs + ntok])
+        return _Views(dev[:bs], dev[bs : 2 * bs], dev[2 * bs : 3 * bs], dev[3 * bs : 3 * bs + ntok])
 
     def _lut_updates(self, rids: list[str], pasts: list[int], queries: list[int], out: np.ndarray[Any, Any]) -> int:
         """Stage ``full slot -> ring slot`` for each request's verified window and new tokens, from the

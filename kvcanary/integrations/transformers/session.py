@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable
@@ -314,16 +315,19 @@ class TransformersCanary:
             self._pools[id(runner.cache)] = pool
         return pool
 
-    def _requests(self, runner: Any) -> tuple[list[str], list[int], list[int]]:
-        """The step's scheduled requests in token order: ids, tokens already cached, tokens this step."""
+    def _requests(self, runner: Any) -> tuple[list[str], list[int], list[int], list[int]]:
+        """The step's scheduled requests in token order: ids, tokens already cached, tokens this step, and tokens
+        cached once the step is done (the engine's position offsets, read once: the map's rows sync takes them
+        as they are)."""
         states = runner.inputs_and_outputs.requests_in_batch
         rids = [fs.state.request_id for fs in states]
         query = [fs.query_length for fs in states]
-        return rids, [fs.state.position_offset - q for fs, q in zip(states, query, strict=True)], query
+        written = [fs.state.position_offset for fs in states]
+        return rids, list(map(operator.sub, written, query)), query, written
 
     def _step(self, runner: Any, model: Any, batch_data: dict[str, Any], original: Any) -> None:
         t_read = time.perf_counter()
-        rids, past, query = self._requests(runner)
+        rids, past, query, written = self._requests(runner)
         t_read = time.perf_counter() - t_read  # part of the map (as is the seen-request check below)
         made: list[tuple[ScheduledRequest, ...]] = []
 
@@ -355,7 +359,7 @@ class TransformersCanary:
         clock = self.host_seconds
         with ctx:
             t0 = time.perf_counter()
-            batch = pool.batch(rids, past, query, batch_data)
+            batch = pool.batch(rids, past, query, batch_data, written=written)
             t1 = time.perf_counter()
             manager.prepare(batch)
             manager.head(batch)

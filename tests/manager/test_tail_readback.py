@@ -1,0 +1,216 @@
+"""The read-back folded into the TAIL graph: a bucketed forward's TAIL ends with the pump's copy into its next host
+buffer (one TAIL graph per buffer), and a step's end whose TAIL copied, with nothing launched since, records the
+event and copies nothing. A sweep or another forward after that TAIL makes the step's end copy again. Every step's
+stats and snapshot, and every buffer and report, equal those of the same steps run eagerly; the pump still reads
+each step a step later."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kvcanary.consts import RealKvHashMode
+from kvcanary.manager import CanaryConfig, StepStats
+from kvcanary.manager.pump import HostSnapshot
+from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
+from tests.manager.world import Req, World, chain_entries, make_world
+
+
+def _config(*, sweep: int = 0) -> CanaryConfig:
+    return CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_v=True, enable_verify_token=False, sweep_interval=sweep,
+                        health_warmup_steps=2, health_every=1)
+
+
+_Step = tuple[StepStats, HostSnapshot | None, int]
+
+
+def _run(w: World, *, second_forward_at: int = -1) -> list[_Step]:
+    """Two requests prefilled, then ten decodes of both, a K byte flipped at the fourth; at
+    ``second_forward_at`` a second forward (a decode of the first request alone) in the same step. Per step:
+    the stats, the snapshot read and the copies the pump issued itself."""
+    a, b = Req(1, list(range(100, 130)), [1, 2, 3]), Req(2, list(range(200, 230)), [4, 5])
+    if w.manager._sweep.enabled:
+        w.manager.set_sweep_source(lambda: chain_entries([a, b]))
+    out: list[_Step] = []
+    pump = w.manager._pump
+
+    def step() -> None:
+        before = pump.copies
+        stats = w.manager.end_step()
+        out.append((stats, w.manager.last_snapshot, pump.copies - before))
+
+    w.forward([(a, 0, 3), (b, 0, 2)])
+    step()
+    for n in range(10):
+        a.slots.append(20 + n)
+        b.slots.append(30 + n)
+        if n == 3:
+            w.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes (a prompt slot of a)
+        w.forward([(a, 3 + n, 1), (b, 2 + n, 1)])
+        if n == second_forward_at:
+            w.forward([(a, 3 + n, 1)])  # the same decode again: its HEAD comes after the first TAIL's copy
+        step()
+    return out
+
+
+def _compare(graphed: list[_Step], eager: list[_Step]) -> None:
+    assert [(s, snap) for s, snap, _ in graphed] == [(s, snap) for s, snap, _ in eager]
+    assert any(s.violations for s, _, _ in eager), "the flip must show"
+    assert all(snap is None or s.step - snap.step == 1 for s, snap, _ in graphed)  # read a step later
+
+
+@pytest.mark.parametrize("sweep", [0, 3], ids=["no-sweep", "sweep-every-3"])
+def test_a_bucketed_step_copies_in_its_tail_and_ends_as_eager_steps_do(sweep: int) -> None:
+    graphed, eager = make_world(config=_config(sweep=sweep)), make_world(config=_config(sweep=sweep))
+    pad_eagerly(graphed.manager)
+    g_steps, e_steps = _run(graphed), _run(eager)
+    _compare(g_steps, e_steps)
+    assert all(c == 1 for _, _, c in e_steps)  # eager forwards: the step's end copies
+    swept = [sweep > 0 and i % sweep == 0 for i in range(len(g_steps))]  # first step, then every ``sweep``
+    assert [c for _, _, c in g_steps] == [int(s) for s in swept]  # the TAIL copied, unless a sweep came after it
+    assert graphed.manager.sweep_passes == sum(swept)
+    graphed.manager.flush()
+    eager.manager.flush()
+    assert differences(device_buffers(graphed.manager), device_buffers(eager.manager)) == []
+
+
+def test_a_forward_after_the_tails_copy_makes_the_step_end_copy() -> None:
+    graphed, eager = make_world(config=_config()), make_world(config=_config())
+    pad_eagerly(graphed.manager)
+    g_steps, e_steps = _run(graphed, second_forward_at=5), _run(eager, second_forward_at=5)
+    _compare(g_steps, e_steps)
+    # the second forward's own TAIL copied again: still no copy at the step's end
+    assert [c for _, _, c in g_steps] == [0] * len(g_steps)
+    graphed.manager._forwards[0].graphs = None  # an eager forward after a bucketed one: its TAIL copies nothing
+    a = Req(3, list(range(300, 330)), [6])
+    graphed.forward([(a, 0, 1)])
+    before = graphed.manager._pump.copies
+    graphed.manager.end_step()
+    assert graphed.manager._pump.copies == before + 1
+
+
+def test_a_head_without_its_tail_makes_the_step_end_copy() -> None:
+    """A forward that failed between HEAD and TAIL (the engine's model raised): the HEAD's launches came after the
+    previous TAIL's copy, so the step's end copies."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    batch = w.build([(a, 0, 3)])
+    w.manager.prepare(batch)
+    w.manager.head(batch)
+    pump = w.manager._pump
+    before = pump.copies
+    w.manager.end_step()
+    assert pump.copies == before + 1
+
+
+def test_a_capture_seen_by_the_watchdogs_count_turns_the_fold_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launches of a phase issued while a graph is being captured (the engine's) are not counted, and from
+    then on the TAIL copies nothing for the pump: every step's end copies itself."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    issued = list(w.manager.health.issued)
+    with monkeypatch.context() as m:
+        m.setattr(w.manager, "_on_cuda", True)
+        m.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+        w.manager._count(w.manager._tail_ids)
+    assert w.manager.health.issued == issued
+    assert all(r.readback is None for r in w.manager._forwards)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    before = w.manager._pump.copies
+    w.manager.end_step()
+    assert w.manager._pump.copies == before + 1 and w.manager.events == []
+
+
+def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    pump = w.manager._pump
+    before = pump.copies
+    w.manager.flush(during_step=True)  # after the TAIL's copy: the drain copies itself
+    assert pump.copies == before + 1
+    w.manager.end_step()  # the drain used the TAIL's buffer: the step's end copies into the other
+    assert pump.copies == before + 2
+    assert w.manager.flush() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sweep", [0, 3], ids=["no-sweep", "sweep-every-3"])
+def test_tail_graphs_with_the_readback_copy_equal_eager_steps(sweep: int) -> None:
+    """On a GPU with real graphs: the TAIL graphs (one per pump buffer) end with the read-back memcpy node; every
+    step's stats and snapshot equal the eager manager's, and a step's end copies only after a sweep."""
+    graphed = make_world(config=dataclasses.replace(_config(sweep=sweep), graphs=True), device="cuda")
+    eager = make_world(config=dataclasses.replace(_config(sweep=sweep), graphs=False), device="cuda")
+    g_steps, e_steps = _run(graphed), _run(eager)
+    g = graphed.manager.graphs[0]
+    assert g is not None and g.enabled and g.replays > 0
+    assert {"tail/0", "tail/1"} <= {phase for phase, _ in g._graphs}
+    _compare(g_steps, e_steps)
+    assert sum(c for _, _, c in g_steps) == graphed.manager.sweep_passes  # only a sweep after the TAIL copies
+    graphed.manager.flush()
+    eager.manager.flush()
+    torch.cuda.synchronize()
+    assert differences(device_buffers(graphed.manager), device_buffers(eager.manager)) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_step_ending_on_another_stream_than_its_tail_copies() -> None:
+    """The event must follow the copy: a TAIL on one stream and the step's end on another make the end copy."""
+    w = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    pump = w.manager._pump
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    for n in range(4):
+        a.slots.append(20 + n)
+        same = n % 2 == 0
+        with torch.cuda.stream(side):
+            side.wait_stream(torch.cuda.default_stream())
+            w.forward([(a, 0, 3)] if n == 0 else [(a, 2 + n, 1)])
+            if same:
+                before = pump.copies
+                w.manager.end_step()
+                assert pump.copies == before  # the TAIL's copy, on this stream
+        if not same:
+            torch.cuda.default_stream().wait_stream(side)
+            before = pump.copies
+            w.manager.end_step()
+            assert pump.copies == before + 1
+    torch.cuda.synchronize()
+    assert w.events() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_engine_capturing_the_managers_launches_turns_the_fold_off() -> None:
+    """An engine that captures the manager's launches into its own graph replays them unseen, possibly after a
+    bucketed TAIL of the same step: from its capture on, every step's end copies itself."""
+    w = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    a = Req(1, list(range(100, 130)), list(range(1, 11)))
+    pump = w.manager._pump
+    w.forward([(a, 0, 10)])
+    w.manager.end_step()
+    a.slots.append(20)
+    batch = w.forward([(a, 10, 1)])
+    before = pump.copies
+    w.manager.end_step()
+    assert pump.copies == before  # folded into the TAIL
+    engine_graph = torch.cuda.CUDAGraph()
+    w.manager.prepare(batch)
+    with torch.cuda.graph(engine_graph):
+        w.manager.head(batch)
+        w.manager.tail()
+    assert w.manager._forwards[0].readback is None
+    a.slots.append(21)
+    w.forward([(a, 11, 1)])  # a bucketed forward, then the engine's replay in the same step
+    engine_graph.replay()
+    before = pump.copies
+    w.manager.end_step()
+    assert pump.copies == before + 1
