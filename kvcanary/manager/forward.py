@@ -138,10 +138,6 @@ class ForwardRunner:
         first, in the staged graph or eagerly."""
         self._head_launches = self._plan_and_head
         self._tail_launches = self._tail
-        self._branch: torch.cuda.Stream | None = None
-        """The second stream a captured forward forks each phase's V endpoints onto (CUDA, not compiled)."""
-        if dev.type == "cuda" and not compile:
-            self._branch = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
         if compile:
             self._head_launches = torch.compile(self._plan_and_head, fullgraph=True, dynamic=True)
             self._tail_launches = torch.compile(self._tail, fullgraph=True, dynamic=True)
@@ -368,25 +364,7 @@ class ForwardRunner:
         self._state.skipped_verifies.add_(1).sub_(self.plans[gi].verify.enable)
 
     def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
-        """Each endpoint's verify (on the step's plan: the budget's when there is one) then its write.
-
-        While a CUDA graph is being captured (the engine's forward, or the manager's own graphs) the endpoints
-        after the first (V after K) go onto a second stream forked here and joined before this returns: in the
-        graph they are a branch beside K's, so a replay's critical path holds one endpoint's verify and write,
-        not two. K and V share no buffer they write but the violation ring, which their kernels append to with
-        atomics (in no fixed order, as the blocks of one kernel already do); eager forwards run them in turn."""
-        side = self._branch
-        if side is not None and len(endpoints) > 1 and torch._C._cuda_isCurrentStreamCapturing():
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                for ep in endpoints[1:]:
-                    self._verify_one(gi, ep)
-                    self._write_one(gi, ep, v)
-            self._verify_one(gi, endpoints[0])
-            self._write_one(gi, endpoints[0], v)
-            main.wait_stream(side)
-            return
+        """Each endpoint's verify (on the step's plan: the budget's when there is one) then its write."""
         for ep in endpoints:
             self._verify_one(gi, ep)
             self._write_one(gi, ep, v)
