@@ -1,7 +1,7 @@
 """On a GPU: a budgeted forward the engine captures in its own graph (the manager's launches unbucketed inside
-it: the staging ``torch.cat``, the plan, the filter, the verifies and writes with V on a branch beside K, the
-overflow count), replayed, leaves every device buffer byte-identical to the same forwards run eagerly (the ring's
-rows as a multiset), on the cuda and Triton backends."""
+it: the staging ``torch.cat``, the plan, the filter, the verifies and writes, the overflow count), replayed,
+leaves every device buffer byte-identical to the same forwards run eagerly (the ring's rows as a multiset), on
+the cuda and Triton backends."""
 
 from __future__ import annotations
 
