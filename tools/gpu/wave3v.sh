@@ -26,8 +26,8 @@ grep -E "steady" "$OUT/bench_transformers.log" | tail -6 | cut -c1-160
 step bench_fast_step 70 python3 benchmarks/bench_fast_step.py --device cuda --quick --out "$OUT/bench_fast_step.json"
 sed -n '/^== bench_fast_step/,$p' "$OUT/bench_fast_step.log" | grep -E "canary device (time|share of the step,)|alone|host" \
     | cut -c1-150
-step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"
+step bench_write_variants 75 python3 benchmarks/bench_write_variants.py --variants 0,1,3,7 --out "$OUT/bench_write_variants.json"
 sed -n '/^== /,$p' "$OUT/bench_write_variants.log" | cut -c1-170 | head -70
-step budget_nodes 70 python3 benchmarks/budget_nodes.py --device cuda --out "$OUT/budget_nodes.json"
+step budget_nodes 60 python3 benchmarks/budget_nodes.py --device cuda --out "$OUT/budget_nodes.json"
 sed -n '/^== budget_nodes/,$p' "$OUT/budget_nodes.log" | cut -c1-150 | head -40
 exit $rc
