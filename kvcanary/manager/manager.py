@@ -376,6 +376,14 @@ class CanaryManager:
             runner.readback = None
         self._pump.disarm()
 
+    def state_launched(self) -> None:
+        """Say that device work touching the manager's state (:attr:`state`, the kernels of :attr:`endpoints`:
+        the violation ring, its write index, the run counters) was launched outside :meth:`head`, :meth:`tail`
+        and the sweep, e.g. a :class:`~kvcanary.distributed.TransferVerifier` verify. Anyone who launches on
+        them must call it after the launch, before :meth:`end_step`: a bucketed TAIL may already have queued
+        the step's read-back copy, and this step's end then copies again (the copy sees the new rows)."""
+        self._pump.disarm()
+
     @contextlib.contextmanager
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
         """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""

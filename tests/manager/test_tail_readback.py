@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kvcanary.consts import RealKvHashMode
+from kvcanary.distributed import TransferVerifier
 from kvcanary.manager import CanaryConfig, StepStats
 from kvcanary.manager.pump import HostSnapshot
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
@@ -138,6 +139,47 @@ def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
     w.manager.end_step()  # the drain used the TAIL's buffer: the step's end copies into the other
     assert pump.copies == before + 2
     assert w.manager.flush() == []
+
+
+def _transfer_steps(*, padded: bool) -> list[tuple[int, int | None, int | None, int]]:
+    """A transfer verified between a forward's TAIL and the step's end (slots never written: violations now),
+    then three step ends: per step (stats.step, snapshot.step, snapshot.write_index, violations)."""
+    w = make_world(config=_config())
+    if padded:
+        pad_eagerly(w.manager)
+    tv = TransferVerifier(w.manager, 16)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    w.manager.end_step()
+    a.slots.append(4)
+    w.forward([(a, 3, 1)])  # a bucketed TAIL queues the read-back copy (padded)
+    tv.verify([7, 8], first_position=0)
+    out = []
+    for _ in range(3):
+        st, snap = w.manager.end_step(), w.manager.last_snapshot
+        out.append((st.step, None if snap is None else snap.step, None if snap is None else snap.write_index,
+                    st.violations))
+    return out
+
+
+def test_a_transfer_verified_after_a_bucketed_tail_is_in_that_steps_snapshot() -> None:
+    """The verifier launches on the manager's endpoints after the TAIL's read-back copy: the step's end copies
+    again (``CanaryManager.state_launched``), so the step's snapshot holds the transfer's rows, as eagerly."""
+    eager, padded = _transfer_steps(padded=False), _transfer_steps(padded=True)
+    assert eager[1][2] and eager[1][3]  # the rows are in step 1's snapshot
+    assert padded == eager
+
+
+def test_state_launched_makes_the_step_end_copy() -> None:
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    pump = w.manager._pump
+    before = pump.copies
+    w.manager.state_launched()
+    w.manager.end_step()
+    assert pump.copies == before + 1
 
 
 @pytest.mark.gpu
