@@ -283,12 +283,15 @@ class CanaryManager:
         return self._forwards[forward_index]
 
     def pinned_inputs(self, size: int, *, forward_index: int = 0) -> PinnedInputs:
-        """Double-buffered pinned host inputs for the forward slot ``forward_index`` (made once per slot; a
-        later call returns the same object, which must be at least ``size`` values): the engine's map writes a
-        step's values into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
+        """Pinned host inputs for the forward slot ``forward_index`` (made once per slot; a later call returns
+        the same object, which must be at least ``size`` values): the engine's map writes a forward's values
+        into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
         :attr:`PinnedInputs.device`; this slot's HEAD copies them in (inside its staged graph when the batch
-        is kept), before anything reads them. The host never waits in the usual step: a buffer comes back two
-        steps after its copy, which the read-back has seen finished by then."""
+        is kept), before anything reads them. Each forward of a step gets its own host buffer per step parity
+        (up to :data:`~kvcanary.manager.pinned.FORWARDS_PER_STEP` forwards a step), so a buffer comes back two
+        steps after its copy, which the read-back has seen finished by then: the host asks the device nothing
+        in the usual step. More forwards in a step, or steps that never end, make the host wait for the
+        device before it reuses a buffer."""
         runner = self._runner(forward_index)
         p = runner.pinned
         if p is None:

@@ -122,20 +122,25 @@ class SnapshotPump:
         self._finished = max(self._finished, step if ended else step - 1)
         return self.last()
 
-    def wait_through(self, step: int) -> None:
-        """Return once the device finished the work queued on the copies' stream up to the end of ``step``: at
-        once when a read already covered it (the usual case, no CUDA call), else the query of the copy recorded
-        at that step's end (a wait only when it is still queued), else (the step has not ended) a wait for the
-        stream. What :class:`~kvcanary.manager.pinned.PinnedInputs` asks before it rewrites a host buffer."""
-        if step <= self._finished or self._done is None:
-            return
+    def wait_through(self, step: int) -> str:
+        """Return once the device finished the work queued on the copies' stream up to the end of ``step``, and
+        say how that was known: ``"read"``, at once, when a read already covered it (the usual case, no CUDA
+        call); ``"sync"``, at once, on a device without a queue (the work ran when issued); ``"event"``, the
+        query of the copy recorded at that step's end (a wait only when it is still queued); ``"stream"``, a
+        wait for the stream (the step has not ended). What :class:`~kvcanary.manager.pinned.PinnedInputs` asks
+        before it rewrites a host buffer."""
+        if step <= self._finished:
+            return "read"
+        if self._done is None:
+            return "sync"
         pend = self._pending
         if pend is not None and pend[0] >= step:
             k = pend[1]
             if not self._query[k]():
                 self._wait[k]()
-            return
+            return "event"
         self._current_stream().synchronize()
+        return "stream"
 
     def snapshot(self) -> HostSnapshot | None:
         """The last read as a :class:`HostSnapshot` (made once per read, when first asked for)."""
