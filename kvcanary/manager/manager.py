@@ -373,10 +373,10 @@ class CanaryManager:
     def _unfold_readback(self) -> None:
         """The engine captures the manager's launches into a graph of its own, which it replays without telling
         the manager: a replay between a bucketed TAIL and the step's end would write after that TAIL's read-back
-        copy. From here on every step's end copies itself (the TAIL graphs copy nothing more)."""
+        copy. From here on every step's end copies itself (the TAIL graphs with the copy are dropped)."""
         self._pump_folded = False
         for runner in self._forwards:
-            runner.readback = None
+            runner.drop_readback()
         self._pump.disarm()
 
     def state_launched(self) -> None:

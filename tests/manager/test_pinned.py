@@ -18,6 +18,7 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryConfig
+from kvcanary.manager.forward import STAGED_LENGTHS
 from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.pinned import FORWARDS_PER_STEP, PinnedInputs
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
@@ -291,6 +292,37 @@ def test_a_kept_batch_runs_the_pinned_copy_inside_its_staged_head_one_unit_per_h
         else:
             assert heads == ["head", "head", "head"] + ["head_staged/1/6", "head_staged/0/6"] * 3 + ["head"]
         _same(w, fresh)
+
+
+class _Lengths(_Pinned):
+    """Commits a different length each forward (six in turn; the values past the batch's rows are unused)."""
+
+    def __init__(self, w: World) -> None:
+        super().__init__(w)
+        self.n = 0
+
+    def build(self, *a: Any, **k: Any) -> CanaryBatch:
+        batch = super().build(*a, **k)
+        self.pinned.commit(3 * batch.batch_size + self.n % 6)
+        self.n += 1
+        return batch
+
+
+def test_a_kept_batch_holds_staged_graphs_for_a_few_committed_lengths_only() -> None:
+    """Past STAGED_LENGTHS committed lengths the copy is issued eagerly before the plain staged HEAD: the kept
+    batch's staged graphs stay bounded, and every buffer ends as fresh batches leave it."""
+    w, fresh = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
+                                                tokens_capacity=caps.write_token_capacity)
+    pad_eagerly(fresh.manager)
+    _Lengths(w)
+    _decodes([w, fresh], steps=14)
+    staged = [r for r in g.runs if r.startswith("head_staged")]
+    lengths = {int(r.split("/")[2]) for r in staged if r.count("/") == 2}
+    assert len(lengths) == STAGED_LENGTHS and "head_staged" in staged  # the other lengths: the plain staged HEAD
+    assert len(w.manager._forwards[0]._staged_runs) <= 2 * STAGED_LENGTHS
+    _same(w, fresh)
 
 
 @pytest.mark.gpu

@@ -7,6 +7,7 @@ each step a step later."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch
 from kvcanary.consts import RealKvHashMode
 from kvcanary.distributed import TransferVerifier
 from kvcanary.manager import CanaryConfig, StepStats
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.pump import HostSnapshot
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, chain_entries, make_world
@@ -125,6 +127,55 @@ def test_a_capture_seen_by_the_watchdogs_count_turns_the_fold_off(monkeypatch: p
     before = w.manager._pump.copies
     w.manager.end_step()
     assert w.manager._pump.copies == before + 1 and w.manager.events == []
+
+
+class _KeptLaunches(ForwardGraphs):
+    """Graphs whose "capture" keeps the launches of a phase's first use and whose replay runs them (a CPU's
+    stand-in for the CUDA graphs: which phases hold a graph is what the test looks at)."""
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self._kept: dict[tuple[str, Bucket], Callable[[], None]] = {}
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        kept = self._kept.get((phase, bucket))
+        if kept is None:
+            launches()
+            self._kept[(phase, bucket)] = launches
+        else:
+            kept()
+
+    def drop(self, phase: str) -> None:
+        self._kept = {k: v for k, v in self._kept.items() if k[0] != phase}
+
+
+def test_turning_the_fold_off_drops_the_tail_graphs_with_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    w, eager = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    runner = w.manager._forwards[0]
+    g = runner.graphs = _KeptLaunches(rows_capacity=caps.write_req_capacity,
+                                      tokens_capacity=caps.write_token_capacity)
+    a, b = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
+    for world, r in ((w, a), (eager, b)):
+        world.forward([(r, 0, 3)])
+        world.manager.end_step()
+        r.slots.append(4)
+        world.forward([(r, 3, 1)])
+        world.manager.end_step()
+    assert {p for p, _ in g._kept} == {"head", "tail/0", "tail/1"} and runner._tail_runs
+    with monkeypatch.context() as m:
+        m.setattr(w.manager, "_on_cuda", True)
+        m.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+        w.manager._count(w.manager._tail_ids)
+    assert {p for p, _ in g._kept} == {"head"} and runner._tail_runs == {} and runner.readback is None
+    for world, r in ((w, a), (eager, b)):
+        r.slots.append(5)
+        world.forward([(r, 4, 1)])
+        world.manager.end_step()
+    assert {p for p, _ in g._kept} == {"head", "tail"}
+    w.manager.flush()
+    eager.manager.flush()
+    assert differences(device_buffers(w.manager), device_buffers(eager.manager)) == []
 
 
 def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
