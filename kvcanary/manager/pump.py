@@ -78,7 +78,8 @@ class SnapshotPump:
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._tail_copies: list[Callable[[], None] | None] = [None, None]  # per host buffer (:meth:`tail_copy`)
         self._armed = -1  # the host buffer the last TAIL copied into, nothing launched since (-1: none)
-        self._armed_on: torch.cuda.Stream | None = None  # the stream that TAIL ran on (None: not CUDA)
+        self._armed_on: list[torch.cuda.Stream] = []
+        """Every stream a TAIL copied on since the last copy started (:meth:`arm`; empty: none, or not CUDA)."""
         self.copies = 0
         """Read-back copies issued by the pump itself (a step whose TAIL copied for it issues none)."""
         self._next = 0
@@ -180,13 +181,18 @@ class SnapshotPump:
 
     def arm(self, k: int) -> None:
         """A TAIL just queued the copy into host buffer ``k`` (:meth:`tail_copy`) behind its launches: the next
-        step's end only records the event, unless something is launched before it (:meth:`disarm`) or the step
-        ends on another stream (the event must follow the copy)."""
+        step's end only records the event, unless something is launched before it (:meth:`disarm`) or a TAIL of
+        the step ran on another stream than the step's end (which then waits for each such stream and copies:
+        no TAIL's copy may land in the buffer after the event the host waits for)."""
         self._armed = k
-        self._armed_on = self._current_stream() if self._record else None
+        if self._record:
+            stream = self._current_stream()
+            if stream not in self._armed_on:
+                self._armed_on.append(stream)
 
     def disarm(self) -> None:
-        """Something that changes the device state was launched since the TAIL's copy: the step's end copies."""
+        """Something that changes the device state was launched since the TAIL's copy: the step's end copies
+        (still after the TAILs' copies, on every stream they ran on)."""
         self._armed = -1
 
     def _start(self, *, force: bool = False) -> int:
@@ -194,9 +200,17 @@ class SnapshotPump:
         self._next ^= 1
         armed, self._armed = self._armed, -1
         stream = self._current_stream() if self._record else None
+        joined = False  # whether a TAIL's copy ran on another stream: this copy and the event follow it
+        if self._armed_on:
+            assert stream is not None
+            for other in self._armed_on:
+                if other is not stream:
+                    stream.wait_stream(other)
+                    joined = True
+            self._armed_on.clear()
         # the buffer's previous copy was read by the host a step ago (or waited for by drain): free to write
-        if armed == k and not force and stream is self._armed_on:
-            pass  # the step's last TAIL copied the state into this buffer, on this stream, and nothing came since
+        if armed == k and not force and not joined:
+            pass  # the step's TAILs copied the state into this buffer, on this stream, and nothing came since
         elif self._parts is None:
             self.copies += 1
             self._host[k].copy_(self._state.packed, non_blocking=self._cuda)  # type: ignore[arg-type]

@@ -129,6 +129,44 @@ def test_a_capture_seen_by_the_watchdogs_count_turns_the_fold_off(monkeypatch: p
     assert w.manager._pump.copies == before + 1 and w.manager.events == []
 
 
+class _FakeStream:
+    """A stream that records which streams it was made to wait for."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.waited: list[str] = []
+
+    def wait_stream(self, other: _FakeStream) -> None:
+        self.waited.append(other.name)
+
+
+@pytest.mark.parametrize("tails_on", [["A"], ["B"], ["A", "B"], ["B", "A", "B"]], ids="-".join)
+def test_a_step_end_waits_for_every_stream_a_tail_copied_on(tails_on: list[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """TAILs of one step copy into the same read-back buffer, each on the stream it ran on: the step's end (on A)
+    waits for every other one before its copy and event, and copies itself unless every TAIL ran on A."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    pump = w.manager._pump
+    streams = {n: _FakeStream(n) for n in "AB"}
+    on = ["A"]
+    monkeypatch.setattr(pump, "_record", [lambda s: None] * 2)  # as on a CUDA device: events recorded per stream
+    monkeypatch.setattr(pump, "_current_stream", lambda: streams[on[0]])
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    for i, name in enumerate(tails_on):
+        on[0] = name
+        a.slots.append(10 + i)
+        w.forward([(a, 0, 3)] if i == 0 else [(a, 2 + i, 1)])
+    on[0] = "A"
+    before = pump.copies
+    w.manager.end_step()
+    others = sorted({n for n in tails_on if n != "A"})
+    assert streams["A"].waited == others and streams["B"].waited == []
+    assert pump.copies == before + (1 if others else 0)
+    w.manager.end_step()  # nothing armed: no wait
+    assert streams["A"].waited == others
+
+
 class _KeptLaunches(ForwardGraphs):
     """Graphs whose "capture" keeps the launches of a phase's first use and whose replay runs them (a CPU's
     stand-in for the CUDA graphs: which phases hold a graph is what the test looks at)."""
@@ -278,6 +316,45 @@ def test_a_step_ending_on_another_stream_than_its_tail_copies() -> None:
             assert pump.copies == before + 1
     torch.cuda.synchronize()
     assert w.events() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_tail_on_a_busy_side_stream_is_in_its_steps_snapshot_without_a_join() -> None:
+    """The forwards run on a side stream kept busy between HEAD and TAIL, and the step ends on the default stream
+    without the test joining the two: the step's end waits for the side stream, so each step's snapshot (read a
+    step later) holds its TAIL's work, as the same steps run on one stream."""
+    graphed = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    eager = make_world(config=dataclasses.replace(_config(), graphs=False), device="cuda")
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    busy, scratch = torch.zeros(4096, 4096, device="cuda"), torch.zeros(4096, 4096, device="cuda")
+    steps: dict[int, list[tuple[StepStats, HostSnapshot | None]]] = {0: [], 1: []}
+    for i, w in enumerate((graphed, eager)):
+        a = Req(1, list(range(100, 130)), [1, 2, 3])
+        w.forward([(a, 0, 3)])
+        w.manager.end_step()
+        for n in range(6):
+            a.slots.append(20 + n)
+            batch = w.build([(a, 3 + n, 1)])
+            w.write_kv([20 + n])
+            if n == 3:
+                w.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes: the TAIL's verify records it
+            if w is graphed:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    w.manager.prepare(batch)
+                    w.manager.head(batch)
+                    for _ in range(40):
+                        torch.mm(busy, busy, out=scratch)  # queued work: the TAIL runs long after end_step
+                    w.manager.tail()
+            else:
+                with w.manager.forward(batch):
+                    pass
+            steps[i].append((w.manager.end_step(), w.manager.last_snapshot))
+    torch.cuda.synchronize()
+    assert steps[0] == steps[1]
+    assert any(s.violations for s, _ in steps[1])
+    assert graphed.manager._pump._armed_on == []
 
 
 @pytest.mark.gpu
