@@ -94,3 +94,4 @@ class TransferVerifier:
         for ep in self.endpoints:
             launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=tok is not None,
                                         backend=self.manager.config.backend)
+        self.manager.state_launched()  # the ring and counters changed after any TAIL's read-back copy

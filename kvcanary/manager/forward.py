@@ -42,6 +42,9 @@ from kvcanary.plans import VerifyPlan, WritePlan
 _HEAD = Phase.HEAD.value  # the graphs' names of the phases (an enum's value is a Python call to read)
 _TAIL = Phase.TAIL.value
 _STAGED = "head_staged"  # the graphs' name of a kept batch's HEAD with its staging copy (one batch at a time)
+STAGED_LENGTHS = 4
+"""Committed lengths of the pinned inputs whose copy a kept batch's staged HEAD graphs hold (per host buffer);
+the copy of any other length is issued eagerly before the staged HEAD without it."""
 _ptr, _size = torch.Tensor.data_ptr, torch.Tensor.size  # what a staged graph's parts are compared by
 _Where = tuple[tuple[int, ...], tuple[torch.Size, ...]]
 """Where a batch's staging parts are: their data pointers and sizes."""
@@ -132,7 +135,8 @@ class ForwardRunner:
         self._tail_runs: dict[Bucket, tuple[tuple[str, Callable[[], None]], ...]] = {}
         """Per bucket: the TAIL launches and the read-back copy, per pump host buffer (:meth:`_tail_copies`)."""
         self._staged_runs: dict[tuple[int, int], tuple[str, Callable[[], None]]] = {}
-        """The kept batch's staged HEAD after the pinned inputs' copy, per (host buffer, length)."""
+        """The kept batch's staged HEAD after the pinned inputs' copy, per (host buffer, length): at most
+        :data:`STAGED_LENGTHS` lengths (a further one is copied eagerly before the plain staged HEAD)."""
         self.pinned: PinnedInputs | None = None
         """The slot's pinned host inputs (:meth:`CanaryManager.pinned_inputs`): their committed copy is issued
         first, in the staged graph or eagerly."""
@@ -147,7 +151,8 @@ class ForwardRunner:
         bucket's graph when the forward has one. The very batch of the previous bucketed forward (an engine
         that hands the same batch again) keeps its bucket and launches: only its staging copy and the replay
         run. The slot's pinned inputs' committed copy (:attr:`pinned`) comes first: inside the kept batch's
-        staged graph (one per host buffer), else eagerly. Returns whether the forward runs on a bucket (then no
+        staged graph (one per host buffer and committed length, up to :data:`STAGED_LENGTHS` lengths), else
+        eagerly. Returns whether the forward runs on a bucket (then no
         graph capture is in progress on the current stream: the manager counts the launches without asking
         again)."""
         g = self.graphs
@@ -161,11 +166,15 @@ class ForwardRunner:
                 staged = self._staged_for(batch, kept, launches)
                 if staged is not None:
                     self._views = staged[2]
+                    name, run = _STAGED, staged[1]
                     if pinned is not None and pinned.pending:  # the map's copy, a memcpy node of the graph
-                        name, run = self._staged_h2d(staged, pinned, *pinned.take())
-                        g.run(name, kept, run)
-                    else:
-                        g.run(_STAGED, kept, staged[1])
+                        k, n = pinned.take()
+                        with_copy = self._staged_h2d(staged, pinned, k, n)
+                        if with_copy is None:  # a length past STAGED_LENGTHS: copied eagerly, in stream order
+                            pinned.copy(k, n)()
+                        else:
+                            name, run = with_copy
+                    g.run(name, kept, run)
                     return True
             if pinned is not None:
                 pinned.flush()
@@ -221,12 +230,16 @@ class ForwardRunner:
         return staged
 
     def _staged_h2d(self, staged: tuple[_Where, Callable[[], None], StepViews], pinned: PinnedInputs, k: int,
-                    n: int) -> tuple[str, Callable[[], None]]:
+                    n: int) -> tuple[str, Callable[[], None]] | None:
         """The graph name and the launches of the kept batch's staged HEAD after the copy of ``pinned``'s host
         buffer ``k`` (``n`` values): a graph per host buffer, its first node a memcpy from the pinned buffer
-        (made once per staged batch, buffer and length)."""
+        (made once per staged batch, buffer and length). None for a length past the :data:`STAGED_LENGTHS`
+        the kept batch already has graphs for."""
         got = self._staged_runs.get((k, n))
         if got is None:
+            lengths = {m for _, m in self._staged_runs}
+            if n not in lengths and len(lengths) >= STAGED_LENGTHS:
+                return None
             copy, launches = pinned.copy(k, n), staged[1]
 
             def run() -> None:
@@ -321,6 +334,16 @@ class ForwardRunner:
                 pump.arm(k)
         self._views = self._bucket = None
         return bucket is not None
+
+    def drop_readback(self) -> None:
+        """The TAIL copies nothing more for the read-back pump: forget the pump, the TAIL launches with its copy
+        and their graphs (``tail/0``, ``tail/1``)."""
+        self.readback = None
+        self._tail_runs.clear()
+        g = self.graphs
+        if g is not None:
+            for k in range(2):
+                g.drop(f"{_TAIL}/{k}")
 
     def _tail_copies(self, bucket: Bucket, pump: SnapshotPump) -> tuple[tuple[str, Callable[[], None]], ...]:
         """Per pump host buffer: the graph name and the bucket's TAIL launches followed by the read-back copy into

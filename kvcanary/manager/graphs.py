@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("kvcanary.manager")
 
 MAX_GRAPHS_PER_PHASE = 64
-"""Buckets captured per forward slot and phase; forwards of further buckets run eagerly."""
+"""Graphs captured per forward slot and phase; forwards of further buckets run eagerly. A phase's variants
+(``tail/0`` and ``tail/1``, ``head_staged/<buffer>/<n>``: the name before the first ``/``) share its cap."""
 
 STAGED_AFTER = 2
 """Reuses of one batch object (the engine hands the very batch again) before its forwards run the *staged* HEAD
@@ -154,8 +155,13 @@ class ForwardGraphs:
             return
         launches()
         self.padded_eager += 1
-        if self.capture and self.enabled and sum(p == phase for p, _ in self._graphs) < MAX_GRAPHS_PER_PHASE:
+        if self.capture and self.enabled and self.count(phase) < MAX_GRAPHS_PER_PHASE:
             self._capture(phase, bucket, launches)
+
+    def count(self, phase: str) -> int:
+        """Graphs held of ``phase``'s base phase (its name before the first ``/``), every variant together."""
+        base = phase.partition("/")[0]
+        return sum(p.partition("/")[0] == base for p, _ in self._graphs)
 
     def _capture(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
         graph = torch.cuda.CUDAGraph()

@@ -283,12 +283,15 @@ class CanaryManager:
         return self._forwards[forward_index]
 
     def pinned_inputs(self, size: int, *, forward_index: int = 0) -> PinnedInputs:
-        """Double-buffered pinned host inputs for the forward slot ``forward_index`` (made once per slot; a
-        later call returns the same object, which must be at least ``size`` values): the engine's map writes a
-        step's values into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
+        """Pinned host inputs for the forward slot ``forward_index`` (made once per slot; a later call returns
+        the same object, which must be at least ``size`` values): the engine's map writes a forward's values
+        into :meth:`PinnedInputs.host`, commits them, and builds the batch from views of
         :attr:`PinnedInputs.device`; this slot's HEAD copies them in (inside its staged graph when the batch
-        is kept), before anything reads them. The host never waits in the usual step: a buffer comes back two
-        steps after its copy, which the read-back has seen finished by then."""
+        is kept), before anything reads them. Each forward of a step gets its own host buffer per step parity
+        (up to :data:`~kvcanary.manager.pinned.FORWARDS_PER_STEP` forwards a step), so a buffer comes back two
+        steps after its copy, which the read-back has seen finished by then: the host asks the device nothing
+        in the usual step. More forwards in a step, or steps that never end, make the host wait for the
+        device before it reuses a buffer."""
         runner = self._runner(forward_index)
         p = runner.pinned
         if p is None:
@@ -370,10 +373,18 @@ class CanaryManager:
     def _unfold_readback(self) -> None:
         """The engine captures the manager's launches into a graph of its own, which it replays without telling
         the manager: a replay between a bucketed TAIL and the step's end would write after that TAIL's read-back
-        copy. From here on every step's end copies itself (the TAIL graphs copy nothing more)."""
+        copy. From here on every step's end copies itself (the TAIL graphs with the copy are dropped)."""
         self._pump_folded = False
         for runner in self._forwards:
-            runner.readback = None
+            runner.drop_readback()
+        self._pump.disarm()
+
+    def state_launched(self) -> None:
+        """Say that device work touching the manager's state (:attr:`state`, the kernels of :attr:`endpoints`:
+        the violation ring, its write index, the run counters) was launched outside :meth:`head`, :meth:`tail`
+        and the sweep, e.g. a :class:`~kvcanary.distributed.TransferVerifier` verify. Anyone who launches on
+        them must call it after the launch, before :meth:`end_step`: a bucketed TAIL may already have queued
+        the step's read-back copy, and this step's end then copies again (the copy sees the new rows)."""
         self._pump.disarm()
 
     @contextlib.contextmanager

@@ -7,11 +7,12 @@ the map writes the step's values into :meth:`PinnedInputs.host` (no CUDA call), 
 (a memcpy node reading the pinned buffer at its fixed address) or eagerly, before anything reads
 :attr:`PinnedInputs.device`.
 
-Two pinned buffers alternate per step, so the host never rewrites bytes a queued copy has not read yet: a
-buffer is handed out again only once the device finished the step that last copied it. That is known without a
-CUDA call in the usual step: the read-back pump reads step ``s`` at the end of step ``s + 1`` (after its event),
-and a buffer is handed out again two steps after its use. Otherwise :attr:`fence` checks (an event query, a wait
-only when the work is still queued).
+Each forward of a step writes its own host buffer, chosen by the step's parity and the forward's number in the
+step (:data:`FORWARDS_PER_STEP` per parity, made when first needed), so a buffer is handed out again two steps
+after its last use and the host never rewrites bytes a queued copy has not read yet. That is known without a
+CUDA call in the usual step: the read-back pump reads step ``s`` at the end of step ``s + 1`` (after its
+event). Otherwise (more forwards in a step than buffers, or no step end for a while) :attr:`fence` checks (an
+event query, a wait only when the work is still queued).
 """
 
 from __future__ import annotations
@@ -22,15 +23,25 @@ from typing import Any
 import numpy as np
 import torch
 
+FORWARDS_PER_STEP = 4
+"""Forwards per step (of one slot) with host buffers of their own: ``2 * FORWARDS_PER_STEP`` buffers at most; a
+further forward in the same step reuses the step's first buffer (after the fence)."""
+
+_CAPTURING = ("kv-canary: the pinned inputs were {what} while a CUDA graph is being captured (the graph would read "
+              "one host buffer at every replay); an engine that captures its forward builds its batches from device "
+              "tensors, not from pinned_inputs()")
+
 
 class PinnedInputs:
-    """Two pinned int64 host buffers and one device buffer of ``size`` values.
+    """Pinned int64 host buffers (two per forward of a step, made when first used) and one device buffer of
+    ``size`` values.
 
-    ``fence(step)`` returns once the device has finished the work queued up to the end of ``step`` (None: no
-    fence, the copies are synchronous: a CPU device); ``current_step()`` is the step a copy belongs to.
+    ``fence(step)`` returns once the device has finished the work queued up to the end of ``step``, and may say
+    how it knew (its result is counted in :attr:`waits`; None: no fence, the copies are synchronous: a CPU
+    device); ``current_step()`` is the step a copy belongs to.
     """
 
-    def __init__(self, size: int, device: torch.device, *, fence: Callable[[int], None] | None,
+    def __init__(self, size: int, device: torch.device, *, fence: Callable[[int], object] | None,
                  current_step: Callable[[], int]) -> None:
         if size < 1:
             raise ValueError(f"kv-canary: pinned inputs need size >= 1, got {size}")
@@ -38,14 +49,17 @@ class PinnedInputs:
         self.size = size
         self.device = torch.zeros(size, dtype=torch.int64, device=device)
         """What the batch's tensors view: valid once the manager's HEAD copied the committed values in."""
-        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
-        self._np = [h.numpy() for h in self._host]  # the same memory: the map writes it without torch ops
+        self._pin = cuda
+        self._host: list[torch.Tensor] = []
+        self._np: list[np.ndarray[Any, np.dtype[np.int64]]] = []  # the same memory: the map writes it, no torch op
+        self._used: list[int] = []
+        """Per host buffer: the step whose forward last copied it (-1: never)."""
         self._fence = fence
         self._step = current_step
-        self._used = [-1, -1]
-        """Per host buffer: the step whose forward last copied it (-1: never)."""
-        self.index = 1
-        """The host buffer the current step writes (the next :meth:`host` takes the other one)."""
+        self._host_step = -1  # the step of the last :meth:`host`
+        self._nth = 0  # how many :meth:`host` calls that step made before the last one
+        self.index = 0
+        """The host buffer the current forward writes (what the last :meth:`host` returned)."""
         self.pending = 0
         """Values of the current host buffer committed and not yet copied (0: none)."""
         self._non_blocking = cuda
@@ -53,15 +67,39 @@ class PinnedInputs:
         """Per (host buffer, length): the copy (its two slices made once, not per step)."""
         self.fenced = 0
         """How many times :meth:`host` asked the fence (a buffer handed out again after a copy read it)."""
+        self.waits: dict[str, int] = {}
+        """What the fence answered, counted (the read-back pump's :meth:`~kvcanary.manager.pump.SnapshotPump.
+        wait_through`: ``"read"`` when no CUDA call was needed, ``"event"`` or ``"stream"`` when it asked)."""
+        self._buffer(1)  # the two buffers of one forward per step
+
+    def _buffer(self, k: int) -> None:
+        """Make host buffers up to ``k`` (a forward number the step reaches for the first time)."""
+        while len(self._host) <= k:
+            h = torch.zeros(self.size, dtype=torch.int64, pin_memory=self._pin)
+            self._host.append(h)
+            self._np.append(h.numpy())
+            self._used.append(-1)
 
     def host(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The next step's host buffer, free to write (numpy, the pinned memory itself). A commit that no HEAD
-        copied (a step abandoned before its forward) is dropped."""
-        k = self.index ^ 1
+        """This forward's host buffer, free to write (numpy, the pinned memory itself): the step's ``n``-th call
+        gets buffer ``2 * n + step % 2``, so a buffer comes back two steps later. A commit that no HEAD copied
+        (a forward abandoned before its HEAD) is dropped. Refused while a CUDA graph is being captured on the
+        current stream (the capture would freeze one buffer)."""
+        if self._non_blocking and torch._C._cuda_isCurrentStreamCapturing():
+            raise RuntimeError(_CAPTURING.format(what="asked for a host buffer (host())"))
+        step = self._step()
+        if step != self._host_step:
+            self._host_step, self._nth = step, 0
+        else:
+            self._nth += 1
+        k = 2 * (self._nth % FORWARDS_PER_STEP) + (step & 1)
+        if k >= len(self._host):
+            self._buffer(k)
         used = self._used[k]
         if used >= 0 and self._fence is not None:
             self.fenced += 1
-            self._fence(used)
+            how = str(self._fence(used))
+            self.waits[how] = self.waits.get(how, 0) + 1
             self._used[k] = -1
         self.index, self.pending = k, 0
         return self._np[k]
@@ -97,11 +135,9 @@ class PinnedInputs:
     def flush(self) -> None:
         """Issue the committed copy now (eagerly, in stream order), if one is pending. Refused while a CUDA graph
         is being captured on the current stream (an engine capturing its forward with the manager's launches):
-        that graph would read the same host buffer at every replay, while the host alternates."""
+        that graph would read the same host buffer at every replay, while the host changes buffers."""
         if self.pending and self._non_blocking and torch._C._cuda_isCurrentStreamCapturing():
-            raise RuntimeError("kv-canary: the pinned inputs' copy was issued while a CUDA graph is being captured "
-                               "(the graph would read one host buffer at every replay); an engine that captures its "
-                               "forward builds its batches from device tensors, not from pinned_inputs()")
+            raise RuntimeError(_CAPTURING.format(what="copied (their copy was issued)"))
         k, n = self.take()
         if n:
             self.copy(k, n)()

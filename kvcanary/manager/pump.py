@@ -78,7 +78,8 @@ class SnapshotPump:
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._tail_copies: list[Callable[[], None] | None] = [None, None]  # per host buffer (:meth:`tail_copy`)
         self._armed = -1  # the host buffer the last TAIL copied into, nothing launched since (-1: none)
-        self._armed_on: torch.cuda.Stream | None = None  # the stream that TAIL ran on (None: not CUDA)
+        self._armed_on: list[torch.cuda.Stream] = []
+        """Every stream a TAIL copied on since the last copy started (:meth:`arm`; empty: none, or not CUDA)."""
         self.copies = 0
         """Read-back copies issued by the pump itself (a step whose TAIL copied for it issues none)."""
         self._next = 0
@@ -122,20 +123,25 @@ class SnapshotPump:
         self._finished = max(self._finished, step if ended else step - 1)
         return self.last()
 
-    def wait_through(self, step: int) -> None:
-        """Return once the device finished the work queued on the copies' stream up to the end of ``step``: at
-        once when a read already covered it (the usual case, no CUDA call), else the query of the copy recorded
-        at that step's end (a wait only when it is still queued), else (the step has not ended) a wait for the
-        stream. What :class:`~kvcanary.manager.pinned.PinnedInputs` asks before it rewrites a host buffer."""
-        if step <= self._finished or self._done is None:
-            return
+    def wait_through(self, step: int) -> str:
+        """Return once the device finished the work queued on the copies' stream up to the end of ``step``, and
+        say how that was known: ``"read"``, at once, when a read already covered it (the usual case, no CUDA
+        call); ``"sync"``, at once, on a device without a queue (the work ran when issued); ``"event"``, the
+        query of the copy recorded at that step's end (a wait only when it is still queued); ``"stream"``, a
+        wait for the stream (the step has not ended). What :class:`~kvcanary.manager.pinned.PinnedInputs` asks
+        before it rewrites a host buffer."""
+        if step <= self._finished:
+            return "read"
+        if self._done is None:
+            return "sync"
         pend = self._pending
         if pend is not None and pend[0] >= step:
             k = pend[1]
             if not self._query[k]():
                 self._wait[k]()
-            return
+            return "event"
         self._current_stream().synchronize()
+        return "stream"
 
     def snapshot(self) -> HostSnapshot | None:
         """The last read as a :class:`HostSnapshot` (made once per read, when first asked for)."""
@@ -175,13 +181,18 @@ class SnapshotPump:
 
     def arm(self, k: int) -> None:
         """A TAIL just queued the copy into host buffer ``k`` (:meth:`tail_copy`) behind its launches: the next
-        step's end only records the event, unless something is launched before it (:meth:`disarm`) or the step
-        ends on another stream (the event must follow the copy)."""
+        step's end only records the event, unless something is launched before it (:meth:`disarm`) or a TAIL of
+        the step ran on another stream than the step's end (which then waits for each such stream and copies:
+        no TAIL's copy may land in the buffer after the event the host waits for)."""
         self._armed = k
-        self._armed_on = self._current_stream() if self._record else None
+        if self._record:
+            stream = self._current_stream()
+            if stream not in self._armed_on:
+                self._armed_on.append(stream)
 
     def disarm(self) -> None:
-        """Something that changes the device state was launched since the TAIL's copy: the step's end copies."""
+        """Something that changes the device state was launched since the TAIL's copy: the step's end copies
+        (still after the TAILs' copies, on every stream they ran on)."""
         self._armed = -1
 
     def _start(self, *, force: bool = False) -> int:
@@ -189,9 +200,17 @@ class SnapshotPump:
         self._next ^= 1
         armed, self._armed = self._armed, -1
         stream = self._current_stream() if self._record else None
+        joined = False  # whether a TAIL's copy ran on another stream: this copy and the event follow it
+        if self._armed_on:
+            assert stream is not None
+            for other in self._armed_on:
+                if other is not stream:
+                    stream.wait_stream(other)
+                    joined = True
+            self._armed_on.clear()
         # the buffer's previous copy was read by the host a step ago (or waited for by drain): free to write
-        if armed == k and not force and stream is self._armed_on:
-            pass  # the step's last TAIL copied the state into this buffer, on this stream, and nothing came since
+        if armed == k and not force and not joined:
+            pass  # the step's TAILs copied the state into this buffer, on this stream, and nothing came since
         elif self._parts is None:
             self.copies += 1
             self._host[k].copy_(self._state.packed, non_blocking=self._cuda)  # type: ignore[arg-type]

@@ -5,6 +5,8 @@ every device buffer byte-identical to the unpadded launches; the capture itself 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -13,7 +15,14 @@ from kvcanary.consts import FailReason, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.manager import CanaryBatch, CanaryConfig, VerifyBudget
 from kvcanary.manager.capacities import CanaryCapacities
-from kvcanary.manager.graphs import Bucket, ForwardGraphs, bucket_for, bucket_ladder, graphs_wanted
+from kvcanary.manager.graphs import (
+    MAX_GRAPHS_PER_PHASE,
+    Bucket,
+    ForwardGraphs,
+    bucket_for,
+    bucket_ladder,
+    graphs_wanted,
+)
 from kvcanary.manager.staging import StepStaging
 from kvcanary_contracts import ContractError, ContractTypeError
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly, workload
@@ -188,3 +197,31 @@ def test_around_its_replays_a_forward_dispatches_only_the_staging_copy() -> None
         assert head.ops == {"aten.cat.out": 1} and tail.ops == {}
     views = w.manager._forwards[0].staging.padded_views(4, 4)
     assert views is w.manager._forwards[0].staging.padded_views(4, 4)
+
+
+class _Replay:
+    """A captured graph's stand-in: its replay runs the launches it was captured from."""
+
+    def __init__(self, launches: Callable[[], None]) -> None:
+        self.replay = launches
+
+
+class _FakeCaptures(ForwardGraphs):
+    """Graphs whose capture keeps the launches (what a CPU can run in place of a CUDA graph)."""
+
+    def _capture(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        self._graphs[(phase, bucket)] = _Replay(launches)  # type: ignore[assignment]
+        self.captures += 1
+
+
+def test_a_phases_variants_share_its_graph_cap() -> None:
+    """``tail/0`` and ``tail/1`` (and ``head_staged/<buffer>/<n>``) count against one cap per base phase."""
+    g = _FakeCaptures(rows_capacity=1 << 10, tokens_capacity=1, capture=True, strict=True)
+    runs: list[str] = []
+    for i in range(MAX_GRAPHS_PER_PHASE):
+        for phase in ("tail/0", "tail/1", "head"):
+            g.run(phase, Bucket(i + 1, 1), lambda p=phase: runs.append(p))  # type: ignore[misc]
+    assert g.count("tail/0") == g.count("tail") == MAX_GRAPHS_PER_PHASE
+    assert g.count("head") == MAX_GRAPHS_PER_PHASE and g.count("head_staged/0/3") == 0
+    assert g.captures == 2 * MAX_GRAPHS_PER_PHASE
+    assert len(runs) == 3 * MAX_GRAPHS_PER_PHASE  # every first use ran its launches, captured or not

@@ -1,7 +1,7 @@
 """The manager's pinned host inputs: a map writes a step's rows and lengths with numpy, the HEAD copies them in.
 
-Two host buffers alternate; a buffer is handed out again only once the step that last copied it is known
-finished (the fence); a kept batch's staged HEAD runs the copy first (one unit per host buffer: what the staged
+Each forward of a step has its own host buffer per step parity; a buffer is handed out again only once the step
+that last copied it is known finished (the fence, which in the steady state needs no CUDA call); a kept batch's staged HEAD runs the copy first (one unit per host buffer: what the staged
 graph replays, a memcpy node from the pinned buffer); every device buffer and report ends as fresh batches
 leave them, eager, bucketed and on a GPU with real graphs.
 """
@@ -18,8 +18,9 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryConfig
+from kvcanary.manager.forward import STAGED_LENGTHS
 from kvcanary.manager.graphs import Bucket, ForwardGraphs
-from kvcanary.manager.pinned import PinnedInputs
+from kvcanary.manager.pinned import FORWARDS_PER_STEP, PinnedInputs
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, make_world
 
@@ -31,7 +32,8 @@ def _inputs(size: int = 8, *, fence: Callable[[int], None] | None = None, step: 
 
 
 def test_host_buffers_alternate_and_a_commit_is_copied_once() -> None:
-    p = _inputs()
+    step = [0]
+    p = _inputs(step=step)
     a = p.host()
     a[:3] = [7, 8, 9]
     p.commit(3)
@@ -39,6 +41,7 @@ def test_host_buffers_alternate_and_a_commit_is_copied_once() -> None:
     p.flush()
     assert p.device[:3].tolist() == [7, 8, 9] and p.pending == 0
     p.flush()  # nothing pending: nothing copied
+    step[0] = 1
     b = p.host()
     assert not np.shares_memory(a, b)
     b[:2] = [1, 2]
@@ -47,14 +50,33 @@ def test_host_buffers_alternate_and_a_commit_is_copied_once() -> None:
     assert n == 2 and p.pending == 0 and p.device[:3].tolist() == [7, 8, 9]  # taken, not copied yet
     p.copy(k, n)()
     assert p.device[:3].tolist() == [1, 2, 9]
-    assert np.shares_memory(p.host(), a)  # back to the first buffer
+    step[0] = 2
+    assert np.shares_memory(p.host(), a)  # back to the first buffer, two steps later
+
+
+def test_each_forward_of_a_step_has_its_own_buffer_per_step_parity() -> None:
+    """The step's n-th forward writes buffer ``2 n + step % 2``: a buffer comes back two steps later, never
+    within the step (up to FORWARDS_PER_STEP forwards; a further one reuses the step's first buffer)."""
+    step = [0]
+    p = _inputs(step=step)
+    got: list[list[int]] = []
+    for s in range(4):
+        step[0] = s
+        got.append([])
+        for _ in range(FORWARDS_PER_STEP + 1):
+            p.host()
+            got[-1].append(p.index)
+    per_step = [2 * f for f in range(FORWARDS_PER_STEP)]
+    assert got[0] == got[2] == [*per_step, 0]
+    assert got[1] == got[3] == [k + 1 for k in per_step] + [1]
+    assert len(p._host) == 2 * FORWARDS_PER_STEP  # made when first needed, bounded
 
 
 def test_an_uncopied_commit_is_dropped_by_the_next_step() -> None:
     p = _inputs()
     p.host()[:1] = [5]
     p.commit(1)
-    p.host()[:1] = [6]  # the step was abandoned before its HEAD: its commit is gone
+    p.host()[:1] = [6]  # the forward was abandoned before its HEAD: its commit is gone
     assert p.pending == 0
     p.flush()
     assert p.device[0].item() == 0
@@ -70,13 +92,57 @@ def test_a_buffer_is_fenced_on_the_step_that_last_copied_it() -> None:
         p.commit(1)
         p.flush()
     # steps 0 and 1 used the two buffers first (never copied before: no fence); 2 and 3 reuse them
-    assert asked == [0, 1] and p.fenced == 2
+    assert asked == [0, 1] and p.fenced == 2 and p.waits == {"None": 2}
+    p.host()  # step 3's second forward: a buffer of its own, never copied
+    assert asked == [0, 1]
+    for _ in range(FORWARDS_PER_STEP - 1):
+        p.host()  # the step's fifth forward reuses the step's first buffer: fenced on step 3
+    assert asked == [0, 1, 3]
+    step[0] = 5
     p.host()
-    assert asked == [0, 1, 2]
-    p.host()
-    assert asked == [0, 1, 2, 3]
-    p.host()
-    assert asked == [0, 1, 2, 3]  # this buffer's last hand-out committed nothing: nothing to wait for
+    assert asked == [0, 1, 3]  # this buffer's last hand-out committed nothing: nothing to wait for
+
+
+def _forwards_per_step(per_step: int, steps: int = 6) -> PinnedInputs:
+    """``per_step`` bucketed forwards of one slot per step, each through the pinned inputs, the pump's
+    ``wait_through`` as the fence (what the manager gives on a GPU)."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    p = w.manager.pinned_inputs(64)
+    p._fence = w.manager._pump.wait_through
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    w.step()
+    for n in range(steps):
+        a.slots.append(10 + n)
+        for _ in range(per_step):
+            host = p.host()
+            host[:3] = [1, 3 + n, 1]
+            p.commit(3)
+            b = dataclasses.replace(w.build([(a, 3 + n, 1)]), req_pool_indices=p.device[:1],
+                                    prefix_lens=p.device[1:2], extend_lens=p.device[2:3])
+            with w.manager.forward(b):
+                w.write_kv(b.out_cache_loc.tolist())
+        w.step()
+    assert w.manager.flush() == []
+    return p
+
+
+@pytest.mark.parametrize("per_step", [1, 2, 3])
+def test_forwards_of_a_step_reuse_buffers_without_asking_the_device(per_step: int) -> None:
+    """In the steady state every buffer handed out again was copied two steps before, which the read-back has
+    already seen finished: the fence answers from what was read (no event query, no stream wait)."""
+    p = _forwards_per_step(per_step)
+    assert p.waits == {"read": p.fenced} and p.fenced == 6 * per_step - 2 * per_step
+
+
+def test_asking_for_a_host_buffer_during_a_capture_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = _inputs()
+    p._non_blocking = True  # as on a CUDA device
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+    with pytest.raises(RuntimeError, match=r"\(host\(\)\) while a CUDA graph is being captured.*pinned_inputs\(\)"):
+        p.host()
+    assert p.fenced == 0 and p.pending == 0
 
 
 def test_bad_sizes_name_the_argument() -> None:
@@ -100,7 +166,8 @@ def test_the_pump_knows_a_step_finished_once_it_read_it() -> None:
     w.step()
     w.step()
     assert pump._finished == 0  # step 0's copy was read at step 1's end
-    pump.wait_through(0)  # covered: returns at once
+    assert pump.wait_through(0) == "read"  # covered: returns at once
+    assert pump.wait_through(1) == "sync"  # not read, but a CPU device has no queue
     w.manager.flush()
     assert pump._finished == 1  # a read after step 1 ended
     w.manager.flush(during_step=True)
@@ -227,6 +294,37 @@ def test_a_kept_batch_runs_the_pinned_copy_inside_its_staged_head_one_unit_per_h
         _same(w, fresh)
 
 
+class _Lengths(_Pinned):
+    """Commits a different length each forward (six in turn; the values past the batch's rows are unused)."""
+
+    def __init__(self, w: World) -> None:
+        super().__init__(w)
+        self.n = 0
+
+    def build(self, *a: Any, **k: Any) -> CanaryBatch:
+        batch = super().build(*a, **k)
+        self.pinned.commit(3 * batch.batch_size + self.n % 6)
+        self.n += 1
+        return batch
+
+
+def test_a_kept_batch_holds_staged_graphs_for_a_few_committed_lengths_only() -> None:
+    """Past STAGED_LENGTHS committed lengths the copy is issued eagerly before the plain staged HEAD: the kept
+    batch's staged graphs stay bounded, and every buffer ends as fresh batches leave it."""
+    w, fresh = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
+                                                tokens_capacity=caps.write_token_capacity)
+    pad_eagerly(fresh.manager)
+    _Lengths(w)
+    _decodes([w, fresh], steps=14)
+    staged = [r for r in g.runs if r.startswith("head_staged")]
+    lengths = {int(r.split("/")[2]) for r in staged if r.count("/") == 2}
+    assert len(lengths) == STAGED_LENGTHS and "head_staged" in staged  # the other lengths: the plain staged HEAD
+    assert len(w.manager._forwards[0]._staged_runs) <= 2 * STAGED_LENGTHS
+    _same(w, fresh)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_staged_graph_copying_from_pinned_inputs_equals_fresh_eager_batches() -> None:
@@ -245,28 +343,52 @@ def test_a_staged_graph_copying_from_pinned_inputs_equals_fresh_eager_batches() 
     _same(graphed, fresh)
 
 
+def _slow_copies(w: World, rounds: int, *, end_every: int) -> torch.Tensor:
+    """``rounds`` forwards' inputs written on the host (round ``i``: every value ``i``), each copy queued behind
+    device work (it runs long after the host moved on) and saved on the device; the step ends after every
+    ``end_every`` rounds (0: never)."""
+    dev = torch.device("cuda")
+    n = 1 << 16
+    p = w.manager.pinned_inputs(n)
+    out = torch.zeros(rounds, n, dtype=torch.int64, device=dev)
+    busy = torch.zeros(4096, 4096, device=dev)
+    for i in range(rounds):
+        host = p.host()
+        host[:] = i
+        p.commit(n)
+        for _ in range(4):
+            busy.mul_(1.0001)
+        p.flush()
+        out[i].copy_(p.device)
+        if end_every and (i + 1) % end_every == 0:
+            w.manager.end_step()
+    torch.cuda.synchronize()
+    return out
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_double_buffering_never_tears_with_a_slow_queue() -> None:
-    """The host writes step after step while the device is kept busy behind each copy: every copy reads the
-    values the host wrote for its step, never the next step's (each buffer is handed out again only once the
-    fence says its last copy ran)."""
-    dev = torch.device("cuda")
+def test_buffers_handed_out_again_within_a_step_never_tear_with_a_slow_queue() -> None:
+    """No step end: the step's forwards wrap around its buffers, and a buffer comes back while its copy is still
+    queued behind the device's work. The fence waits for the stream (asserted), so every copy reads the values
+    the host wrote for it, never a later forward's."""
     w = make_world(config=_config(), device="cuda")
-    p = w.manager.pinned_inputs(1 << 16)
-    out = torch.zeros(20, 1 << 16, dtype=torch.int64, device=dev)
-    busy = torch.zeros(4096, 4096, device=dev)
-    for s in range(20):
-        host = p.host()
-        host[:] = s
-        p.commit(1 << 16)
-        for _ in range(4):
-            busy.mul_(1.0001)  # device work queued ahead of the copy: the copy runs long after the host moved on
-        p.flush()
-        out[s].copy_(p.device)
-        w.manager.end_step()
-    torch.cuda.synchronize()
-    assert (out == torch.arange(20, device=dev)[:, None]).all()
+    out = _slow_copies(w, 20, end_every=0)
+    p = w.manager._forwards[0].pinned
+    assert p is not None and p.waits == {"stream": 20 - FORWARDS_PER_STEP}
+    assert (out == torch.arange(20, device=out.device)[:, None]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_two_forwards_a_step_never_tear_and_never_wait() -> None:
+    """Two forwards per step, each copy behind device work: a buffer comes back two steps later, which the
+    read-back has seen finished (the fence answers from the read, asserted), and no copy reads a later value."""
+    w = make_world(config=_config(), device="cuda")
+    out = _slow_copies(w, 20, end_every=2)
+    p = w.manager._forwards[0].pinned
+    assert p is not None and p.waits == {"read": 20 - 4}
+    assert (out == torch.arange(20, device=out.device)[:, None]).all()
 
 
 @pytest.mark.gpu
@@ -281,41 +403,21 @@ def test_a_pinned_copy_inside_an_engine_capture_is_refused() -> None:
     assert p.pending == 2  # nothing taken: the step's copy is still to come
     p.flush()
     assert p.device[:2].tolist() == [3, 4]
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match=r"\(host\(\)\) while a CUDA graph.*pinned_inputs\(\)"), \
+            torch.cuda.graph(graph):
+        p.host()
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_fence_waits_for_a_step_it_has_not_read() -> None:
-    """A buffer handed out again within the step that copied it waits for the stream; once that step ended (its
-    read-back pending, not read yet) it asks the read-back's event. Every copy reads what the host wrote for it."""
-    dev = torch.device("cuda")
+def test_the_pump_says_how_it_knew_a_step_finished() -> None:
+    """``wait_through``: a step already read needs no CUDA call; an ended step whose read-back is pending asks that
+    read-back's event; a step in progress waits for the stream."""
     w = make_world(config=_config(), device="cuda")
-    n = 1 << 16
-    p = w.manager.pinned_inputs(n)
     pump = w.manager._pump
-    asked: list[int] = []
-    queries = list(pump._query)
-
-    def counted(k: int) -> Callable[[], bool]:
-        def query() -> bool:
-            asked.append(k)
-            return bool(queries[k]())
-        return query
-
-    pump._query = [counted(k) for k in range(len(queries))]
-    out = torch.zeros(4, n, dtype=torch.int64, device=dev)
-    busy = torch.zeros(4096, 4096, device=dev)
-    for i in range(4):
-        if i == 3:
-            w.manager.end_step()  # step 0 ends: its read-back pending, not read
-            assert asked == []
-        host = p.host()
-        host[:] = i
-        p.commit(n)
-        for _ in range(4):
-            busy.mul_(1.0001)
-        p.flush()
-        out[i].copy_(p.device)
-    assert pump._pending is not None and asked == [pump._pending[1]]  # step 0's read-back event, once
-    torch.cuda.synchronize()
-    assert (out == torch.arange(4, device=dev)[:, None]).all()
+    w.manager.end_step()  # step 0 ends: its read-back pending, not read
+    assert pump.wait_through(0) == "event"
+    assert pump.wait_through(1) == "stream"  # step 1 is in progress
+    w.manager.end_step()  # step 1 ends: step 0's read-back read
+    assert pump.wait_through(0) == "read"

@@ -7,12 +7,15 @@ each step a step later."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from kvcanary.consts import RealKvHashMode
+from kvcanary.distributed import TransferVerifier
 from kvcanary.manager import CanaryConfig, StepStats
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.pump import HostSnapshot
 from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, chain_entries, make_world
@@ -126,6 +129,93 @@ def test_a_capture_seen_by_the_watchdogs_count_turns_the_fold_off(monkeypatch: p
     assert w.manager._pump.copies == before + 1 and w.manager.events == []
 
 
+class _FakeStream:
+    """A stream that records which streams it was made to wait for."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.waited: list[str] = []
+
+    def wait_stream(self, other: _FakeStream) -> None:
+        self.waited.append(other.name)
+
+
+@pytest.mark.parametrize("tails_on", [["A"], ["B"], ["A", "B"], ["B", "A", "B"]], ids="-".join)
+def test_a_step_end_waits_for_every_stream_a_tail_copied_on(tails_on: list[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """TAILs of one step copy into the same read-back buffer, each on the stream it ran on: the step's end (on A)
+    waits for every other one before its copy and event, and copies itself unless every TAIL ran on A."""
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    pump = w.manager._pump
+    streams = {n: _FakeStream(n) for n in "AB"}
+    on = ["A"]
+    monkeypatch.setattr(pump, "_record", [lambda s: None] * 2)  # as on a CUDA device: events recorded per stream
+    monkeypatch.setattr(pump, "_current_stream", lambda: streams[on[0]])
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    for i, name in enumerate(tails_on):
+        on[0] = name
+        a.slots.append(10 + i)
+        w.forward([(a, 0, 3)] if i == 0 else [(a, 2 + i, 1)])
+    on[0] = "A"
+    before = pump.copies
+    w.manager.end_step()
+    others = sorted({n for n in tails_on if n != "A"})
+    assert streams["A"].waited == others and streams["B"].waited == []
+    assert pump.copies == before + (1 if others else 0)
+    w.manager.end_step()  # nothing armed: no wait
+    assert streams["A"].waited == others
+
+
+class _KeptLaunches(ForwardGraphs):
+    """Graphs whose "capture" keeps the launches of a phase's first use and whose replay runs them (a CPU's
+    stand-in for the CUDA graphs: which phases hold a graph is what the test looks at)."""
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self._kept: dict[tuple[str, Bucket], Callable[[], None]] = {}
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        kept = self._kept.get((phase, bucket))
+        if kept is None:
+            launches()
+            self._kept[(phase, bucket)] = launches
+        else:
+            kept()
+
+    def drop(self, phase: str) -> None:
+        self._kept = {k: v for k, v in self._kept.items() if k[0] != phase}
+
+
+def test_turning_the_fold_off_drops_the_tail_graphs_with_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    w, eager = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    runner = w.manager._forwards[0]
+    g = runner.graphs = _KeptLaunches(rows_capacity=caps.write_req_capacity,
+                                      tokens_capacity=caps.write_token_capacity)
+    a, b = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
+    for world, r in ((w, a), (eager, b)):
+        world.forward([(r, 0, 3)])
+        world.manager.end_step()
+        r.slots.append(4)
+        world.forward([(r, 3, 1)])
+        world.manager.end_step()
+    assert {p for p, _ in g._kept} == {"head", "tail/0", "tail/1"} and runner._tail_runs
+    with monkeypatch.context() as m:
+        m.setattr(w.manager, "_on_cuda", True)
+        m.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+        w.manager._count(w.manager._tail_ids)
+    assert {p for p, _ in g._kept} == {"head"} and runner._tail_runs == {} and runner.readback is None
+    for world, r in ((w, a), (eager, b)):
+        r.slots.append(5)
+        world.forward([(r, 4, 1)])
+        world.manager.end_step()
+    assert {p for p, _ in g._kept} == {"head", "tail"}
+    w.manager.flush()
+    eager.manager.flush()
+    assert differences(device_buffers(w.manager), device_buffers(eager.manager)) == []
+
+
 def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
     w = make_world(config=_config())
     pad_eagerly(w.manager)
@@ -138,6 +228,47 @@ def test_a_read_during_the_step_copies_again_and_the_step_end_too() -> None:
     w.manager.end_step()  # the drain used the TAIL's buffer: the step's end copies into the other
     assert pump.copies == before + 2
     assert w.manager.flush() == []
+
+
+def _transfer_steps(*, padded: bool) -> list[tuple[int, int | None, int | None, int]]:
+    """A transfer verified between a forward's TAIL and the step's end (slots never written: violations now),
+    then three step ends: per step (stats.step, snapshot.step, snapshot.write_index, violations)."""
+    w = make_world(config=_config())
+    if padded:
+        pad_eagerly(w.manager)
+    tv = TransferVerifier(w.manager, 16)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    w.manager.end_step()
+    a.slots.append(4)
+    w.forward([(a, 3, 1)])  # a bucketed TAIL queues the read-back copy (padded)
+    tv.verify([7, 8], first_position=0)
+    out = []
+    for _ in range(3):
+        st, snap = w.manager.end_step(), w.manager.last_snapshot
+        out.append((st.step, None if snap is None else snap.step, None if snap is None else snap.write_index,
+                    st.violations))
+    return out
+
+
+def test_a_transfer_verified_after_a_bucketed_tail_is_in_that_steps_snapshot() -> None:
+    """The verifier launches on the manager's endpoints after the TAIL's read-back copy: the step's end copies
+    again (``CanaryManager.state_launched``), so the step's snapshot holds the transfer's rows, as eagerly."""
+    eager, padded = _transfer_steps(padded=False), _transfer_steps(padded=True)
+    assert eager[1][2] and eager[1][3]  # the rows are in step 1's snapshot
+    assert padded == eager
+
+
+def test_state_launched_makes_the_step_end_copy() -> None:
+    w = make_world(config=_config())
+    pad_eagerly(w.manager)
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    w.forward([(a, 0, 3)])
+    pump = w.manager._pump
+    before = pump.copies
+    w.manager.state_launched()
+    w.manager.end_step()
+    assert pump.copies == before + 1
 
 
 @pytest.mark.gpu
@@ -185,6 +316,45 @@ def test_a_step_ending_on_another_stream_than_its_tail_copies() -> None:
             assert pump.copies == before + 1
     torch.cuda.synchronize()
     assert w.events() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_tail_on_a_busy_side_stream_is_in_its_steps_snapshot_without_a_join() -> None:
+    """The forwards run on a side stream kept busy between HEAD and TAIL, and the step ends on the default stream
+    without the test joining the two: the step's end waits for the side stream, so each step's snapshot (read a
+    step later) holds its TAIL's work, as the same steps run on one stream."""
+    graphed = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
+    eager = make_world(config=dataclasses.replace(_config(), graphs=False), device="cuda")
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    busy, scratch = torch.zeros(4096, 4096, device="cuda"), torch.zeros(4096, 4096, device="cuda")
+    steps: dict[int, list[tuple[StepStats, HostSnapshot | None]]] = {0: [], 1: []}
+    for i, w in enumerate((graphed, eager)):
+        a = Req(1, list(range(100, 130)), [1, 2, 3])
+        w.forward([(a, 0, 3)])
+        w.manager.end_step()
+        for n in range(6):
+            a.slots.append(20 + n)
+            batch = w.build([(a, 3 + n, 1)])
+            w.write_kv([20 + n])
+            if n == 3:
+                w.k[2, 0, 0] += 1.0  # a stray write into a live slot's K bytes: the TAIL's verify records it
+            if w is graphed:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    w.manager.prepare(batch)
+                    w.manager.head(batch)
+                    for _ in range(40):
+                        torch.mm(busy, busy, out=scratch)  # queued work: the TAIL runs long after end_step
+                    w.manager.tail()
+            else:
+                with w.manager.forward(batch):
+                    pass
+            steps[i].append((w.manager.end_step(), w.manager.last_snapshot))
+    torch.cuda.synchronize()
+    assert steps[0] == steps[1]
+    assert any(s.violations for s, _ in steps[1])
+    assert graphed.manager._pump._armed_on == []
 
 
 @pytest.mark.gpu
