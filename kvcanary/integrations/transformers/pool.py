@@ -144,7 +144,7 @@ class PoolState:
         meta += past
         meta += query
         pinned = self._pinned
-        host = pinned.host()  # the step's pinned buffer (the other one may still be read by a queued copy)
+        host = pinned.host()  # the step's pinned buffer: never one a queued copy may still read
         host[: 3 * bs] = meta
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
