@@ -127,6 +127,10 @@ class ForwardGraphs:
         """Phases replayed from a graph so far."""
         self.padded_eager = 0
         """Phases run eagerly on a bucket's padded inputs (a bucket's first use, or ``capture`` False)."""
+        self._retired: list[torch.cuda.CUDAGraph] = []
+        """Dropped graphs kept until no capture is in progress on the current stream: destroying a graph while
+        the engine captures its own (its forward dropping the manager's TAIL graphs) would invalidate that
+        capture."""
 
     def usable(self) -> bool:
         """Whether a forward may run on a bucket now (graphs on, and no graph capture in progress on the current
@@ -148,6 +152,8 @@ class ForwardGraphs:
     def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
         """Replay ``phase``'s graph for ``bucket``; on the bucket's first use run ``launches`` (the real launches
         of this forward), then capture them (not run) for the next forwards of the bucket."""
+        if self._retired:
+            self._release()
         graph = self._graphs.get((phase, bucket))
         if graph is not None:
             graph.replay()
@@ -202,9 +208,18 @@ class ForwardGraphs:
     def drop(self, phase: str) -> None:
         """Drop ``phase``'s graphs (the staged HEAD graph of a batch the engine no longer hands)."""
         for key in [k for k in self._graphs if k[0] == phase]:
-            del self._graphs[key]
+            self._retired.append(self._graphs.pop(key))
+        self._release()
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""
         self.enabled = False
+        self._retired.extend(self._graphs.values())
         self._graphs.clear()
+        self._release()
+
+    def _release(self) -> None:
+        """Destroy the dropped graphs, unless a graph is being captured on the current stream (then at the next
+        drop or replay outside a capture)."""
+        if self._retired and not (self.capture and torch._C._cuda_isCurrentStreamCapturing()):
+            self._retired.clear()

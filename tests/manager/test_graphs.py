@@ -225,3 +225,29 @@ def test_a_phases_variants_share_its_graph_cap() -> None:
     assert g.count("head") == MAX_GRAPHS_PER_PHASE and g.count("head_staged/0/3") == 0
     assert g.captures == 2 * MAX_GRAPHS_PER_PHASE
     assert len(runs) == 3 * MAX_GRAPHS_PER_PHASE  # every first use ran its launches, captured or not
+
+
+def test_graphs_dropped_during_an_engine_capture_live_until_the_capture_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Destroying a CUDA graph while the engine captures its own invalidates the engine's capture: a graph
+    dropped then (the fold's TAIL graphs, when the engine's forward turns the fold off) is kept, and destroyed at
+    the next drop or replay outside a capture."""
+    capturing = [False]
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: capturing[0])
+    g = _FakeCaptures(rows_capacity=4, tokens_capacity=1, capture=True, strict=True)
+    for phase in ("tail/0", "tail/1", "head"):
+        g.run(phase, Bucket(1, 1), lambda: None)
+    kept = [g._graphs[(p, Bucket(1, 1))] for p in ("tail/0", "tail/1")]
+    capturing[0] = True
+    g.drop("tail/0")
+    g.drop("tail/1")
+    assert g.count("tail") == 0 and g._retired == kept  # gone from use, not destroyed
+    capturing[0] = False
+    g.run("head", Bucket(1, 1), lambda: None)  # a replay outside the capture
+    assert g._retired == []
+    capturing[0] = True
+    g.disable()
+    assert len(g._retired) == 1 and not g.enabled
+    capturing[0] = False
+    g.drop("head")
+    assert g._retired == []

@@ -384,7 +384,8 @@ def test_buffers_handed_out_again_within_a_step_never_tear_with_a_slow_queue() -
 def test_two_forwards_a_step_never_tear_and_never_wait() -> None:
     """Two forwards per step, each copy behind device work: a buffer comes back two steps later, which the
     read-back has seen finished (the fence answers from the read, asserted), and no copy reads a later value."""
-    w = make_world(config=_config(), device="cuda")
+    # steps without forwards: the kernel-run watchdog would rightly say the canary is not running
+    w = make_world(config=dataclasses.replace(_config(), health_warmup_steps=1 << 20), device="cuda")
     out = _slow_copies(w, 20, end_every=2)
     p = w.manager._forwards[0].pinned
     assert p is not None and p.waits == {"read": 20 - 4}
