@@ -91,7 +91,9 @@ class TransferVerifier:
             p.verify_expected_tokens[:m].copy_(tok[a:b])
         p.verify_num_valid.fill_(m)
         p.enable.fill_(1)
+        # the ring and counters change after any TAIL's read-back copy; said before the launches, so that one
+        # raising after another ran still leaves the step's end copying
+        self.manager.state_launched()
         for ep in self.endpoints:
             launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=tok is not None,
                                         backend=self.manager.config.backend)
-        self.manager.state_launched()  # the ring and counters changed after any TAIL's read-back copy

@@ -220,6 +220,12 @@ class ForwardGraphs:
 
     def _release(self) -> None:
         """Destroy the dropped graphs, unless a graph is being captured on the current stream (then at the next
-        drop or replay outside a capture)."""
+        drop, replay or step end outside a capture). The check sees the calling thread's stream only: the
+        manager's forwards must run on the thread that captures them (as an engine's forward does)."""
         if self._retired and not (self.capture and torch._C._cuda_isCurrentStreamCapturing()):
             self._retired.clear()
+
+    def release_retired(self) -> None:
+        """Destroy the graphs dropped during a capture (the manager's step end: no capture is in progress)."""
+        if self._retired:
+            self._release()

@@ -425,6 +425,10 @@ class CanaryManager:
         s = self.step
         if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
+        for runner in self._forwards:  # graphs dropped while the engine captured its forward
+            g = runner.graphs
+            if g is not None:
+                g.release_retired()
         health = self.health
         if s >= self._mark_at:  # the check at s + 1 reads this step's mark, and only it
             self._mark_at = health.next_due(s + 2) - 1

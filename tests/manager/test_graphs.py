@@ -251,3 +251,20 @@ def test_graphs_dropped_during_an_engine_capture_live_until_the_capture_ends(
     capturing[0] = False
     g.drop("head")
     assert g._retired == []
+
+
+def test_the_step_end_destroys_graphs_dropped_during_a_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine that only replays its own graph after capturing the manager's launches never drops or replays a
+    manager graph again: the step's end (no capture in progress) destroys what was dropped during the capture."""
+    w = make_world()
+    g = _FakeCaptures(rows_capacity=4, tokens_capacity=1, capture=True, strict=True)
+    w.manager._forwards[0].graphs = g
+    capturing = [False]
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: capturing[0])
+    g.run("tail/0", Bucket(1, 1), lambda: None)
+    capturing[0] = True
+    g.drop("tail/0")
+    assert len(g._retired) == 1
+    capturing[0] = False
+    w.manager.end_step()
+    assert g._retired == []
