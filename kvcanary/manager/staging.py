@@ -63,15 +63,14 @@ class StepStaging:
         def i64(n: int) -> torch.Tensor:
             return torch.zeros(n, dtype=torch.int64, device=device)
 
-        self.rpi, self.prefix, self.extend, self.valid_lens = i64(r), i64(r), i64(r), i64(r)
-        self.ids, self.pos, self.loc = i64(t), i64(t), i64(t)
+        self._rows, self._tokens = r, t
+        self.rpi, self.valid_lens = i64(r), i64(r)  # what prepare's expected-token scatter stages (load_expected)
         self.swa_lut = swa_lut
         self.swa_loc = i64(t) if swa_lut is not None else None
         self._tmp = i64(t)
         self._mask = torch.zeros(t, dtype=torch.bool, device=device)
         self._oob = torch.full((1,), swa_num_slots, dtype=torch.int64, device=device)
-        self.exp_tok = i64(t) if write_input_assert else None
-        self.exp_pos = i64(t) if write_input_assert else None
+        self._expected = write_input_assert  # the expected tokens and positions are staged too
         self._token_arrays = 5 if write_input_assert else 3
         self.packed = i64(3 * r + self._token_arrays * t)
         """The padded inputs of a bucketed forward: rows (``rpi``, prefix, extend) then tokens (ids,
@@ -98,7 +97,7 @@ class StepStaging:
         bs, n = batch.batch_size, batch.num_tokens
         parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, batch.input_ids, batch.positions,
                  batch.out_cache_loc]
-        if self.exp_tok is not None:
+        if self._expected:
             # the write launch's own rule (KVC-W083), checked before anything of this forward is launched
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
@@ -123,10 +122,10 @@ class StepStaging:
             torch.cat(last[3], out=last[4])
             return last[5]
         bs, n = batch.batch_size, batch.num_tokens
-        if not (0 <= bs <= rows <= self.rpi.numel() and 0 <= n <= tokens <= self.ids.numel()):
+        if not (0 <= bs <= rows <= self._rows and 0 <= n <= tokens <= self._tokens):
             raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
-                             f"rows and {tokens} tokens within the capacities ({self.rpi.numel()} rows, "
-                             f"{self.ids.numel()} tokens)")
+                             f"rows and {tokens} tokens within the capacities ({self._rows} rows, "
+                             f"{self._tokens} tokens)")
         # a full bucket (bs == rows, n == tokens) copies no empty padding parts
         if rows > bs:
             zr = self._pad(rows - bs)[0]
@@ -139,7 +138,7 @@ class StepStaging:
             parts += [batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, mt]
         else:
             parts += [batch.input_ids, batch.positions, batch.out_cache_loc]
-        if self.exp_tok is not None:
+        if self._expected:
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
             assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
@@ -185,7 +184,7 @@ class StepStaging:
         def tok(i: int) -> torch.Tensor:
             return p[at + i * t : at + (i + 1) * t]
 
-        exp = self.exp_tok is not None
+        exp = self._expected
         return StepViews(p[:r], p[r : 2 * r], p[2 * r : 3 * r], self.valid_lens[:r], tok(0), tok(1), tok(2),
                          self.swa_loc[:t] if self.swa_loc is not None else None, tok(3) if exp else None,
                          tok(4) if exp else None)
