@@ -153,7 +153,7 @@ class ForwardGraphs:
         """Replay ``phase``'s graph for ``bucket``; on the bucket's first use run ``launches`` (the real launches
         of this forward), then capture them (not run) for the next forwards of the bucket."""
         if self._retired:
-            self._release()
+            self.release_retired()
         graph = self._graphs.get((phase, bucket))
         if graph is not None:
             graph.replay()
@@ -209,23 +209,18 @@ class ForwardGraphs:
         """Drop ``phase``'s graphs (the staged HEAD graph of a batch the engine no longer hands)."""
         for key in [k for k in self._graphs if k[0] == phase]:
             self._retired.append(self._graphs.pop(key))
-        self._release()
+        self.release_retired()
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""
         self.enabled = False
         self._retired.extend(self._graphs.values())
         self._graphs.clear()
-        self._release()
+        self.release_retired()
 
-    def _release(self) -> None:
+    def release_retired(self) -> None:
         """Destroy the dropped graphs, unless a graph is being captured on the current stream (then at the next
         drop, replay or step end outside a capture). The check sees the calling thread's stream only: the
         manager's forwards must run on the thread that captures them (as an engine's forward does)."""
         if self._retired and not (self.capture and torch._C._cuda_isCurrentStreamCapturing()):
             self._retired.clear()
-
-    def release_retired(self) -> None:
-        """Destroy the graphs dropped during a capture (the manager's step end: no capture is in progress)."""
-        if self._retired:
-            self._release()

@@ -383,8 +383,9 @@ class CanaryManager:
         """Say that device work touching the manager's state (:attr:`state`, the kernels of :attr:`endpoints`:
         the violation ring, its write index, the run counters) was launched outside :meth:`head`, :meth:`tail`
         and the sweep, e.g. a :class:`~kvcanary.distributed.TransferVerifier` verify. Anyone who launches on
-        them must call it after the launch, before :meth:`end_step`: a bucketed TAIL may already have queued
-        the step's read-back copy, and this step's end then copies again (the copy sees the new rows)."""
+        them must call it with the launch (before or after it), before :meth:`end_step`: a bucketed TAIL may
+        already have queued the step's read-back copy, and this step's end then copies again (the copy sees
+        the new rows)."""
         self._pump.disarm()
 
     @contextlib.contextmanager
