@@ -3,11 +3,25 @@ manager by name, and the comparison of two managers' buffers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kvcanary.manager import CanaryManager
-from kvcanary.manager.graphs import ForwardGraphs
+from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from tests.manager.world import Req, World
+
+
+class PhaseLog(ForwardGraphs):
+    """The padded launches run eagerly every time (no capture), each run's phase recorded in :attr:`runs`."""
+
+    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
+        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
+        self.runs: list[str] = []
+
+    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
+        self.runs.append(phase)
+        super().run(phase, bucket, launches)
 
 
 def pad_eagerly(mgr: CanaryManager, *, rows_capacity: int | None = None,

@@ -14,8 +14,8 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig
-from kvcanary.manager.graphs import STAGED_AFTER, Bucket, ForwardGraphs
-from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
+from kvcanary.manager.graphs import STAGED_AFTER
+from tests.manager.graph_parity import PhaseLog, device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, make_world
 
 
@@ -185,17 +185,8 @@ def _move(t: torch.Tensor, *, fill: int | None = None) -> None:
     t.set_(new.untyped_storage(), 0, new.shape, new.stride())
 
 
-class _Phases(ForwardGraphs):
-    """The padded launches run eagerly every time (no capture), each run's phase and bucket recorded, with the
-    drops."""
-
-    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
-        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
-        self.runs: list[str] = []
-
-    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
-        self.runs.append(phase)
-        super().run(phase, bucket, launches)
+class _Phases(PhaseLog):
+    """:class:`PhaseLog` with the drops recorded too."""
 
     def drop(self, phase: str) -> None:
         self.runs.append(f"drop {phase}")

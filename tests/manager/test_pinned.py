@@ -19,9 +19,8 @@ import torch
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryConfig
 from kvcanary.manager.forward import STAGED_LENGTHS
-from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from kvcanary.manager.pinned import FORWARDS_PER_STEP, PinnedInputs
-from tests.manager.graph_parity import device_buffers, differences, pad_eagerly
+from tests.manager.graph_parity import PhaseLog, device_buffers, differences, pad_eagerly
 from tests.manager.world import Req, World, make_world
 
 
@@ -215,18 +214,6 @@ class _Pinned:
         return self.kept
 
 
-class _Phases(ForwardGraphs):
-    """The padded launches run eagerly every time (no capture), each run's phase recorded."""
-
-    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
-        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
-        self.runs: list[str] = []
-
-    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
-        self.runs.append(phase)
-        super().run(phase, bucket, launches)
-
-
 def _decodes(worlds: list[World], *, flip_at: int | None = 5, steps: int = 8) -> list[tuple[Req, Req]]:
     """Two requests prefilled, then ``steps`` decodes of both (one batch shape), a K byte of a live slot flipped
     at ``flip_at``, then a decode of one."""
@@ -280,7 +267,7 @@ def test_a_kept_batch_runs_the_pinned_copy_inside_its_staged_head_one_unit_per_h
         w, fresh = make_world(config=_config(verify_token=verify_token)), make_world(config=_config(
             verify_token=verify_token))
         caps = w.manager.capacities
-        g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
+        g = w.manager._forwards[0].graphs = PhaseLog(rows_capacity=caps.write_req_capacity,
                                                     tokens_capacity=caps.write_token_capacity)
         pad_eagerly(fresh.manager)
         _Pinned(w)
@@ -313,7 +300,7 @@ def test_a_kept_batch_holds_staged_graphs_for_a_few_committed_lengths_only() -> 
     batch's staged graphs stay bounded, and every buffer ends as fresh batches leave it."""
     w, fresh = make_world(config=_config()), make_world(config=_config())
     caps = w.manager.capacities
-    g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
+    g = w.manager._forwards[0].graphs = PhaseLog(rows_capacity=caps.write_req_capacity,
                                                 tokens_capacity=caps.write_token_capacity)
     pad_eagerly(fresh.manager)
     _Lengths(w)

@@ -5,7 +5,6 @@ device state, tokens and reports of the run on the unpadded path, clean or with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,33 +13,21 @@ import torch
 from kvcanary.integrations.transformers.faults import FaultHook, TfFault
 from kvcanary.integrations.transformers.pool import PoolState
 from kvcanary.integrations.transformers.session import TransformersCanary
-from kvcanary.manager.graphs import Bucket, ForwardGraphs
 from tests.integrations.transformers.harness import SEED, SLIDING, run
+from tests.manager.graph_parity import PhaseLog
 
 
-class _Runs(ForwardGraphs):
-    """The bucketed path without capture, each run's phase recorded."""
-
-    def __init__(self, *, rows_capacity: int, tokens_capacity: int) -> None:
-        super().__init__(rows_capacity=rows_capacity, tokens_capacity=tokens_capacity, capture=False, strict=True)
-        self.runs: list[str] = []
-
-    def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
-        self.runs.append(phase)
-        super().run(phase, bucket, launches)
-
-
-def _bucketed(monkeypatch: pytest.MonkeyPatch) -> list[_Runs]:
+def _bucketed(monkeypatch: pytest.MonkeyPatch) -> list[PhaseLog]:
     """Put every cache's manager on the bucketed path (PoolState builds the manager at a cache's first step);
     returns the graphs made."""
-    made: list[_Runs] = []
+    made: list[PhaseLog] = []
     init = PoolState.__init__
 
     def with_buckets(self: PoolState, *a: Any, **k: Any) -> None:
         init(self, *a, **k)
         caps = self.manager.capacities
         for runner in self.manager._forwards:
-            runner.graphs = _Runs(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+            runner.graphs = PhaseLog(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
             made.append(runner.graphs)
 
     monkeypatch.setattr(PoolState, "__init__", with_buckets)
