@@ -41,6 +41,15 @@ def _emulated_backend() -> Iterator[None]:
     REGISTRY.unregister(EMU)
 
 
+def _with_sources(ctx: Any, sources: list[kc.RealKvSource]) -> Any:
+    """``ctx`` (its records, ring and counters as they are) with other real-KV ``sources``."""
+    return builders.context(
+        canary_buf=ctx.canary_buf, sources=sources, mode=ctx.real_kv_hash_mode, ring=ctx.violation_ring,
+        write_index=int(ctx.violation_write_index[0]), slot_counter=int(ctx.slot_run_counter[0]),
+        kernel_counter=int(ctx.kernel_run_counter[0]), chain_assert=bool(ctx.enable_chain_position_assert[0]),
+        kind=ctx.kernel_kind)
+
+
 def _with_pages(call: Call, pages: tuple[int, ...]) -> Call:
     """``call`` with its real-KV sources rebuilt with these page sizes (same strips per slot, rows to cover the
     buffer), one per source."""
@@ -55,11 +64,7 @@ def _with_pages(call: Call, pages: tuple[int, ...]) -> Call:
             data = torch.randint(0, 256, (rows, page * src.num_bytes_per_token), dtype=torch.uint8, generator=g)
             out.append(kc.RealKvSource(tensor=data.to(dev), page_size=page, num_bytes_per_token=src.num_bytes_per_token,
                                        read_bytes=src.read_bytes))
-        kw["context"] = builders.context(
-            canary_buf=ctx.canary_buf, sources=out, mode=ctx.real_kv_hash_mode, ring=ctx.violation_ring,
-            write_index=int(ctx.violation_write_index[0]), slot_counter=int(ctx.slot_run_counter[0]),
-            kernel_counter=int(ctx.kernel_run_counter[0]), chain_assert=bool(ctx.enable_chain_position_assert[0]),
-            kind=ctx.kernel_kind)
+        kw["context"] = _with_sources(ctx, out)
         return kw
 
     return dataclasses.replace(call, make=make, label=f"{call.label} pages {pages}")
@@ -78,11 +83,7 @@ def _short_at_a_written_slot(call: Call) -> Call:
         out = [kc.RealKvSource(tensor=torch.randint(0, 256, (target // page, page * 32), dtype=torch.uint8,
                                                     generator=g).to(dev),
                                page_size=page, num_bytes_per_token=32, read_bytes=32) for page in (1, 4)]
-        kw["context"] = builders.context(
-            canary_buf=ctx.canary_buf, sources=out, mode=ctx.real_kv_hash_mode, ring=ctx.violation_ring,
-            write_index=int(ctx.violation_write_index[0]), slot_counter=int(ctx.slot_run_counter[0]),
-            kernel_counter=int(ctx.kernel_run_counter[0]), chain_assert=bool(ctx.enable_chain_position_assert[0]),
-            kind=ctx.kernel_kind)
+        kw["context"] = _with_sources(ctx, out)
         return kw
 
     return dataclasses.replace(call, make=make, label=f"{call.label} short at a written slot")
