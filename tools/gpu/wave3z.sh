@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Wave 3, session 7, first GPU call: the three manager tests that failed in wave3x (rerun with their files), the
+# cuda write's candidate kernels (compile, GPU parity, memcheck and racecheck over variant 7 which holds every
+# changed path, the figures beside their probes), then the budgeted forward's per-node-group times. About 480 s.
+set -u
+mkdir -p "$OUT"
+source "$(dirname "$0")/step.sh"  # rc and step
+python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
+step tests 60 python3 -m pytest tests/manager/test_gpu_graphs.py tests/manager/test_pinned.py \
+    tests/manager/test_tail_readback.py tests/manager/test_graphs.py -o addopts="" -q -rfE -p no:cacheprovider
+grep -E "^FAILED" "$OUT/tests.log" | head -5
+SANITIZE_VARIANT='import runpy, sys
+from kvcanary_backends.cuda import write
+write.VARIANT = int(sys.argv[1])
+print("cuda write built as", write.KERNELS.spec(2, True, False, True).label(), flush=True)
+sys.argv = ["tests/gpu/sanitize.py", *sys.argv[2:]]
+runpy.run_path("tests/gpu/sanitize.py", run_name="__main__")'
+SAN_ENV=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVCANARY_CUDA_LINEINFO=1)
+step compile 40 python3 -c "
+from kvcanary_backends.cuda import write
+from kvcanary_backends.cuda._toolchain import arch_of, compile_all
+specs = [write.spec(*k, variant=v) for v in write.VARIANTS for k in write.KERNELS.preload]
+compile_all(specs, arch_of(0))
+print(len(specs), 'write specializations compiled')"
+step tests_cuda 80 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \
+    -m gpu -k "write or Write" -o addopts="" -q -rfE -p no:cacheprovider --durations=3
+grep -E "^FAILED" "$OUT/tests_cuda.log" | head -5
+step memcheck_cuda_v7 35 "${SAN_ENV[@]}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+    --print-limit 20 python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --ops write
+step racecheck_cuda_v7 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --count 2 --ops write
+step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"
+sed -n '/^== /,$p' "$OUT/bench_write_variants.log" | cut -c1-170 | head -90
+step budget_nodes 70 python3 benchmarks/budget_nodes.py --out "$OUT/budget_nodes.json"
+sed -n '/^== /,$p' "$OUT/budget_nodes.log" | cut -c1-170 | head -60
+exit $rc
