@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Wave 3, session 7, first GPU call: the three manager tests that failed in wave3x (rerun with their files), the
 # cuda write's candidate kernels (compile, GPU parity, memcheck and racecheck over variant 7 which holds every
-# changed path, the figures beside their probes), the budgeted forward's per-node-group times, then where the
-# transformers integration's host phases spend their time (each phase drained and after a sync). About 520 s.
+# changed path, the figures beside their probes). About 330 s.
 set -u
 mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc and step
@@ -32,9 +31,4 @@ step racecheck_cuda_v7 50 "${SAN_ENV[@]}" compute-sanitizer --tool racecheck --e
     python3 -c "$SANITIZE_VARIANT" 7 --backend cuda --quick --count 2 --ops write
 step bench_write_variants 60 python3 benchmarks/bench_write_variants.py --out "$OUT/bench_write_variants.json"
 sed -n '/^== /,$p' "$OUT/bench_write_variants.log" | cut -c1-170 | head -90
-step budget_nodes 70 python3 benchmarks/budget_nodes.py --out "$OUT/budget_nodes.json"
-sed -n '/^== /,$p' "$OUT/budget_nodes.log" | cut -c1-170 | head -60
-step drain 120 python3 benchmarks/profile_phases.py --drain-rounds 2 --profilers none --new-tokens 64 --first 24 \
-    --count 36
-grep -A6 "median host time" "$OUT/drain.log"
 exit $rc
