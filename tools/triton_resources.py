@@ -154,8 +154,8 @@ def main() -> None:
     tiles = [int(t) for t in args.tiles.split(",")]
     print(f"write kernel, {warps} warp(s) a program, sm_90, {args.sms} SMs; decode grid {args.bs} x F "
           f"(decode-shaped writes' fold tile {TUNING['write_fold_tile_decode']})")
-    print(f"{'sources':>7} {'mode':>7} {'fold tile':>10} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} "
-          f"{'grid':>6} {'waves':>5}")
+    print(f"{'sources':>7} {'mode':>7} {'fold tile':>10} {'regs':>5} {'spill B':>7} {'programs/SM':>11} "
+          f"{'resident':>8} {'grid':>6} {'waves':>5}")
     for nsrc in (0, 1, 2, 4):
         for partial in ((True,) if nsrc == 0 else (True, False)):
             # each fold tile (fold programs), then the chain fold (the chain program folds: no fold programs)

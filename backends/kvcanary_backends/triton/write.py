@@ -257,29 +257,28 @@ def _write_kernel(
         if done > 0:
             tl.atomic_add(slot_counter, done)
 
-    if not CHAIN_FOLD:  # (none in a chain-fold launch: its grid has one program per row)
-        if go & (f > 0):
-            # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
-            first_fold = start + (f - 1).to(tl.int64) * FOLD_TILE
-            for t in range(first_fold, end, (nf - 1).to(tl.int64) * FOLD_TILE):
-                idx = t + flanes
-                m = idx < end
-                if EARLY_FOLD:
-                    later = (m & (t != first_fold)) != 0
-                    loc = tl.where(t == first_fold, g_loc, tl.load(out_cache_loc + idx, mask=later, other=-1))
-                else:
-                    loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
-                tok = tl.load(input_ids + idx, mask=m, other=0)
-                pos = tl.load(positions + idx, mask=m, other=0)
-                store = m & (loc >= 0) & (loc < num_slots)
-                rkv, _oob = fold_sources(tl.where(store, loc, 0), store,
-                                         s0, r0, w0, p0, t0, n0, s1, r1, w1, p1, t1, n1,
-                                         s2, r2, w2, p2, t2, n2, s3, r3, w3, p3, t3, n3,
-                                         NUM_SOURCES, PARTIAL)
-                lbase = tl.where(store, loc, 0) * stride_words
-                tl.store(rec + lbase, tok, mask=store)
-                tl.store(rec + lbase + 1, pos, mask=store)
-                tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
+    if (not CHAIN_FOLD) and (go & (f > 0)):  # (a chain-fold launch has no fold programs)
+        # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
+        first_fold = start + (f - 1).to(tl.int64) * FOLD_TILE
+        for t in range(first_fold, end, (nf - 1).to(tl.int64) * FOLD_TILE):
+            idx = t + flanes
+            m = idx < end
+            if EARLY_FOLD:
+                loc = tl.where(t == first_fold, g_loc, tl.load(out_cache_loc + idx, mask=(m & (t != first_fold)) != 0,
+                                                               other=-1))
+            else:
+                loc = tl.load(out_cache_loc + idx, mask=m, other=-1)
+            tok = tl.load(input_ids + idx, mask=m, other=0)
+            pos = tl.load(positions + idx, mask=m, other=0)
+            store = m & (loc >= 0) & (loc < num_slots)
+            rkv, _oob = fold_sources(tl.where(store, loc, 0), store,
+                                     s0, r0, w0, p0, t0, n0, s1, r1, w1, p1, t1, n1,
+                                     s2, r2, w2, p2, t2, n2, s3, r3, w3, p3, t3, n3,
+                                     NUM_SOURCES, PARTIAL)
+            lbase = tl.where(store, loc, 0) * stride_words
+            tl.store(rec + lbase, tok, mask=store)
+            tl.store(rec + lbase + 1, pos, mask=store)
+            tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
 
 
 def fold_programs(num_sources: int, num_tokens: int) -> int:
@@ -299,7 +298,8 @@ def chain_folds(num_sources: int, num_tokens: int, capacity: int) -> bool:
 def fold_tile(num_sources: int, num_tokens: int, capacity: int) -> int:
     """Tokens per fold iteration, from shapes only. A decode-shaped write (no more tokens than request rows)
     folds about one token a request: a narrow tile holds fewer registers, so more of its ``bs x 2`` programs
-    are resident at once, and hashes no masked lanes. Without sources nothing is folded: one variant."""
+    are resident at once, and hashes no masked lanes (with the chain fold, see :func:`chain_folds`, no fold
+    program uses it). Without sources nothing is folded: one variant."""
     if num_sources and num_tokens <= capacity:
         return TUNING["write_fold_tile_decode"]
     return TUNING["write_fold_tile"]
