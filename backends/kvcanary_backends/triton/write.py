@@ -71,7 +71,15 @@ from kvcanary_backends.triton._jit import (
     kernel,
 )
 from kvcanary_backends.triton._plan_common import read_slot
-from kvcanary_backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
+from kvcanary_backends.triton._records import (
+    ContextArgs,
+    append_rows,
+    context_args,
+    fold_sources,
+    partial_fold,
+    partial_strips,
+    sources_oob,
+)
 
 
 @device_fn
@@ -171,13 +179,19 @@ def _write_kernel(
         epos = h_epos
         for t in range(start, end, TILE):
             if CHAIN_FOLD:
-                # this tile's real-KV strips first: their loads need only `loc` (in hand), and the hashing
-                # overlaps the serial loop below
+                # this tile's real-KV strips first: their loads need only `loc` (in hand)
                 fstore = (lanes < tl.minimum(end - t, TILE)) & (loc >= 0) & (loc < num_slots)
-                rkv, f_oob = fold_sources(tl.where(fstore, loc, 0), fstore,
-                                          s0, r0, w0, p0, t0, n0, s1, r1, w1, p1, t1, n1,
-                                          s2, r2, w2, p2, t2, n2, s3, r3, w3, p3, t3, n3,
-                                          NUM_SOURCES, PARTIAL)
+                if PARTIAL:  # every source's strip loaded now, hashed after the serial loop (which needs
+                    # none of them): one round for all the strips, spent on the chain
+                    (lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                     lo2, hi2, live2, o2, lo3, hi3, live3, o3) = partial_strips(
+                        tl.where(fstore, loc, 0), fstore, s0, r0, w0, p0, t0, s1, r1, w1, p1, t1,
+                        s2, r2, w2, p2, t2, s3, r3, w3, p3, t3, NUM_SOURCES)
+                else:
+                    rkv, f_oob = fold_sources(tl.where(fstore, loc, 0), fstore,
+                                              s0, r0, w0, p0, t0, n0, s1, r1, w1, p1, t1, n1,
+                                              s2, r2, w2, p2, t2, n2, s3, r3, w3, p3, t3, n3,
+                                              NUM_SOURCES, PARTIAL)
             # prefetch the next tile (consumed next iteration; its lines are in L1 by then)
             n_loc, n_tok, n_pos, n_etok, n_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
                                                              expected_positions, t + TILE + lanes, end, ASSERT,
@@ -219,6 +233,9 @@ def _write_kernel(
                 tl.store(rec + lbase + 1, pos, mask=store)
                 tl.store(rec + lbase + 3, tl.zeros((TILE,), tl.int64), mask=store)
             elif CHAIN_FOLD:
+                if PARTIAL:
+                    rkv, f_oob = partial_fold(lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                                              lo2, hi2, live2, o2, lo3, hi3, live3, o3, NUM_SOURCES)
                 tl.store(rec + lbase, tok, mask=store)
                 tl.store(rec + lbase + 1, pos, mask=store)
                 tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
