@@ -19,10 +19,12 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import pytest
+import torch
 
 import kvcanary as kc
 from kvcanary.registry import REGISTRY, Op
-from kvcanary.testing.builders import Call, Device, Kwargs
+from kvcanary.sources import RealKvSource
+from kvcanary.testing.builders import Call, Device, Kwargs, context, context_outputs, write_kwargs, write_plan
 from kvcanary.testing.parity import check_call
 from kvcanary_backends.triton import write as triton_write
 from kvcanary_backends.triton._jit import TUNING
@@ -120,5 +122,43 @@ def test_the_chain_fold_forced_on_any_write_matches_torch_ref(hostile: bool, lau
                             mode=mode, assert_inputs=hostile, hostile=hostile, short_sources=hostile)
     launches.launches.clear()
     problems = check_call(call, DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    assert [c["CHAIN_FOLD"] for _, c in launches.launches] == [True], launches.launches
+
+
+def short_source_decode(rng: random.Random, nsrc: int, short: int, mode: kc.RealKvHashMode) -> Call:
+    """A decode write (one token a request) over ``nsrc`` sources of which source ``short`` lacks the last 6
+    slots' strips, a few tokens there (a ring row each, folded as 0 for that source only), the rest spread over
+    the buffer; seeds random records, none (-1) or past the buffer."""
+    num_slots, bs = 40, 12
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+    buf = torch.randint(0, 256, (num_slots, kc.CANARY_SLOT_BYTES), dtype=torch.uint8, generator=gen)
+    strips = [torch.randint(0, 256, (num_slots - (6 if i == short else 0), 32), dtype=torch.uint8, generator=gen)
+              for i in range(nsrc)]
+    locs = rng.sample(range(1, num_slots - 6), bs - 3) + rng.sample(range(num_slots - 6, num_slots), 3)
+    rng.shuffle(locs)
+    seeds = [rng.choice([-1, rng.randrange(1, num_slots), num_slots + 2]) for _ in range(bs)]
+    ids = [rng.randrange(50000) for _ in range(bs)]
+    poss = [rng.randrange(1, 9) for _ in range(bs)]
+
+    def make(dev: Device) -> Kwargs:
+        sources = [RealKvSource(tensor=t.to(dev, copy=True), page_size=1, num_bytes_per_token=32, read_bytes=32)
+                   for t in strips]
+        ctx = context(canary_buf=buf.to(dev, copy=True), sources=sources, mode=mode, ring=64)
+
+        def t(xs: list[int]) -> torch.Tensor:
+            return torch.tensor(xs, dtype=torch.int64, device=dev)
+
+        return write_kwargs(ctx, write_plan(list(range(bs + 1)), seeds, device=dev), t(ids), t(poss), t(locs))
+
+    return Call(Op.WRITE, make, context_outputs, 0, label=f"decode write, source {short} of {nsrc} short, {mode.name}")
+
+
+@pytest.mark.parametrize("mode", [kc.RealKvHashMode.PARTIAL, kc.RealKvHashMode.ALL], ids=["PARTIAL", "ALL"])
+@pytest.mark.parametrize(("nsrc", "short"), [(1, 0), (2, 0), (2, 1), (4, 0), (4, 1), (4, 2), (4, 3)])
+def test_strips_past_a_source_match_torch_ref(nsrc: int, short: int, mode: kc.RealKvHashMode,
+                                              launches: Recorder) -> None:
+    rng = random.Random(SEED + 10 * nsrc + short + 100 * int(mode))
+    problems = check_call(short_source_decode(rng, nsrc, short, mode), DEV, "triton")
     assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
     assert [c["CHAIN_FOLD"] for _, c in launches.launches] == [True], launches.launches
