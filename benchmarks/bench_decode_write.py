@@ -10,9 +10,14 @@ write by a kernel shaped like SGLang's published one (one thread per request, to
 benchmarks/sglang_shape.cu), its records checked equal to the backend's (the run fails otherwise). Targets:
 real-KV off at most 2x that probe; PARTIAL at most 0.8x the SGLang-shaped write; Triton at most 1.3x CUDA.
 
-``--fold-tiles 256,64`` also times Triton with other real-KV fold tiles for decode-shaped writes (tokens per
-fold iteration, ``write_fold_tile_decode``): the tile sets the kernel's registers, hence how many of the
-``bs x 2`` programs of a PARTIAL decode write are resident at once (``tools/triton_resources.py`` prints that
+Triton's decode-shaped write with sources launches one program per request, whose chain program folds its
+token's strips (``TUNING["write_chain_fold"]``, on by default). ``--fold-programs`` also times Triton's earlier
+layout for the same writes (``write_chain_fold = 0``: ``bs x 2`` programs, the chain program and a fold program
+per request) beside it, floor the probe with its strips, and prints its ratios to cuda and to the default.
+
+``--fold-tiles 256,64`` also times that earlier layout with other real-KV fold tiles (tokens per fold
+iteration, ``write_fold_tile_decode``, which only its fold programs use): the tile sets the kernel's registers,
+hence how many of the ``bs x 2`` programs are resident at once (``tools/triton_resources.py`` prints that
 without a GPU).
 """
 
@@ -67,10 +72,24 @@ def sglang_shape(ctx: VerifyOrWriteContext, kw: dict[str, Any]) -> tuple[float, 
                                       reference)
 
 
+def fold_programs(kw: dict[str, Any], tile: int) -> float:
+    """GPU seconds of Triton's write ``kw`` in the fold-program layout (``write_chain_fold = 0``) with fold tile
+    ``tile``, the launch shapes restored afterwards (a change of ``TUNING`` recompiles once, before timing)."""
+    keep = {k: TUNING[k] for k in ("write_chain_fold", "write_fold_tile_decode")}
+    TUNING.update(write_chain_fold=0, write_fold_tile_decode=tile)
+    try:
+        return timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="triton"), rounds=100)
+    finally:
+        TUNING.update(keep)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
-    ap.add_argument("--fold-tiles", default="", help="comma-separated Triton fold tiles to time besides the default")
+    ap.add_argument("--fold-tiles", default="",
+                    help="comma-separated fold tiles to time Triton's fold-program layout with (see above)")
+    ap.add_argument("--fold-programs", action="store_true",
+                    help="also time Triton's decode write with fold programs (write_chain_fold = 0) beside the default")
     args = ap.parse_args()
     fold_tiles = [int(t) for t in args.fold_tiles.split(",") if t]
     default_tile = TUNING["write_fold_tile_decode"]
@@ -124,16 +143,20 @@ def main() -> None:
                       note="records equal the backend's" if same else "RECORDS DIFFER from the backend's")
                 r.value(f"bs={bs} x 1, {label}: cuda / SGLang shape", times["cuda"] / shape, 1.0, unit="x",
                         target=0.8)
-            for tile in fold_tiles if nsrc else ():
-                TUNING["write_fold_tile_decode"] = tile
-                try:
-                    t = timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="triton"), rounds=100)
-                finally:
-                    TUNING["write_fold_tile_decode"] = default_tile
-                r.add(f"bs={bs} x 1, {label} [triton, fold tile {tile}, graph]", t, probe,
-                      note=f"default tile {default_tile}: {times['triton'] * 1e6:.2f} us")
-                r.value(f"bs={bs} x 1, {label}: triton fold tile {tile} / cuda", t / times["cuda"], 1.0, unit="x",
+            if nsrc and args.fold_programs:
+                t = fold_programs(kw, default_tile)
+                r.add(f"bs={bs} x 1, {label} [triton, fold programs, graph]", t, probe_kv,
+                      note=f"floor: the probe with its strips; default (chain fold): {times['triton'] * 1e6:.2f} us")
+                r.value(f"bs={bs} x 1, {label}: triton fold programs / cuda", t / times["cuda"], 1.0, unit="x",
                         target=1.3)
+                r.value(f"bs={bs} x 1, {label}: triton chain fold / fold programs", times["triton"] / t, 1.0,
+                        unit="x", note="below 1: the chain fold is faster")
+            for tile in fold_tiles if nsrc else ():
+                t = fold_programs(kw, tile)
+                r.add(f"bs={bs} x 1, {label} [triton, fold programs, fold tile {tile}, graph]", t, probe_kv,
+                      note=f"floor: the probe with its strips; default (chain fold): {times['triton'] * 1e6:.2f} us")
+                r.value(f"bs={bs} x 1, {label}: triton fold programs, fold tile {tile} / cuda", t / times["cuda"],
+                        1.0, unit="x", target=1.3)
     r.write(args.out)
     if mismatches:
         sys.exit(f"bench_decode_write: the SGLang-shaped write failed or left other records in {mismatches} cases")

@@ -289,8 +289,9 @@ def bench_write(r: Report, rounds: int) -> None:
             tri = partial(kc.launch_canary_write_kernel, **kw, backend="triton")
             variants: dict[str, list[Fn]] = {"cuda": [cuda], "triton after": [tri],
                                               "triton before": [partial(before_write.write, WriteLaunch(**kw))]}
-            if nsrc:  # the early loads alone, with the wide fold tile
-                variants["triton after, tile 256"] = [_under(partial(tuned, write_fold_tile_decode=wide), tri)]
+            if nsrc:  # the early loads alone, with the wide fold tile (in fold programs: no chain fold)
+                variants["triton after, tile 256"] = [_under(partial(tuned, write_fold_tile_decode=wide,
+                                                                     write_chain_fold=0), tri)]
             times = side_by_side(variants, rounds)
             for name, t in times.items():
                 r.add(f"{label}: {name}", t, probe, benchmark="i36 write",

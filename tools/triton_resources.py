@@ -41,12 +41,15 @@ POINTERS = {"buf": "*u8", "ring": "*i64", "write_index": "*i32", "slot_counter":
 SOURCE_ARG = re.compile(r"^([srwptn])(\d)$")
 
 
-def write_signature(nsrc: int, partial: bool, fold_tile: int) -> tuple[dict[str, str], dict[str, Any]]:
+def write_signature(nsrc: int, partial: bool, fold_tile: int, chain_fold: bool = False
+                    ) -> tuple[dict[str, str], dict[str, Any]]:
     """Argument types and constexprs of the write kernel as the backend launches it (input assert and the
-    write-slot check off: arguments the kernel never reads are constexpr None)."""
+    write-slot check off: arguments the kernel never reads are constexpr None); ``chain_fold``: the decode
+    layout whose chain program folds its own strips (no fold programs)."""
     consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
               "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False, "OWNER_CHECK": False,
-              "WRITER_ROWS": False, "EARLY_FOLD": fold_tile < TUNING["write_fold_tile"], "expected_tokens": None,
+              "WRITER_ROWS": False, "EARLY_FOLD": fold_tile < TUNING["write_fold_tile"] and not chain_fold,
+              "CHAIN_FOLD": chain_fold, "expected_tokens": None,
               "expected_positions": None, "rpi": None, "r2t": None, "lut": None, "owner": None, "rpi_len": 0,
               "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
     sig: dict[str, str] = {}
@@ -151,18 +154,21 @@ def main() -> None:
     tiles = [int(t) for t in args.tiles.split(",")]
     print(f"write kernel, {warps} warp(s) a program, sm_90, {args.sms} SMs; decode grid {args.bs} x F "
           f"(decode-shaped writes' fold tile {TUNING['write_fold_tile_decode']})")
-    print(f"{'sources':>7} {'mode':>7} {'fold tile':>9} {'regs':>5} {'spill B':>7} {'programs/SM':>11} {'resident':>8} "
-          f"{'grid':>6} {'waves':>5}")
+    print(f"{'sources':>7} {'mode':>7} {'fold tile':>10} {'regs':>5} {'spill B':>7} {'programs/SM':>11} "
+          f"{'resident':>8} {'grid':>6} {'waves':>5}")
     for nsrc in (0, 1, 2, 4):
         for partial in ((True,) if nsrc == 0 else (True, False)):
-            for tile in tiles[:1] if nsrc == 0 else tiles:
-                sig, consts = write_signature(nsrc, partial, tile)
+            # each fold tile (fold programs), then the chain fold (the chain program folds: no fold programs)
+            shapes = [(t, False) for t in (tiles[:1] if nsrc == 0 else tiles)] + [(tiles[-1], True)] * (nsrc > 0)
+            for tile, chain in shapes:
+                sig, consts = write_signature(nsrc, partial, tile, chain)
                 regs, spill = registers(triton_write._write_kernel, sig, consts, warps)
                 per_sm = blocks_per_sm(regs, warps)
                 resident = per_sm * args.sms
-                grid = args.bs * triton_write.fold_programs(nsrc, args.bs)
+                grid = args.bs * (1 if chain else triton_write.fold_programs(nsrc, args.bs))
                 mode = "NONE" if nsrc == 0 else ("PARTIAL" if partial else "ALL")
-                print(f"{nsrc:>7} {mode:>7} {tile if nsrc else '-':>9} {regs:>5} {spill:>7} {per_sm:>11} {resident:>8} "
+                label = "chain fold" if chain else str(tile) if nsrc else "-"
+                print(f"{nsrc:>7} {mode:>7} {label:>10} {regs:>5} {spill:>7} {per_sm:>11} {resident:>8} "
                       f"{grid:>6} {-(-grid // resident):>5}")
 
 

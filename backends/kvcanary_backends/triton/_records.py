@@ -179,3 +179,78 @@ def sources_oob(slot: tl.tensor, mask: tl.tensor,
     if NUM_SOURCES > 3:
         oob = oob | (mask & (slot // p3 >= r3))
     return oob
+
+
+@device_fn
+def partial_strip(src: tl.tensor, rows: tl.tensor, row_words: tl.tensor, page_size: tl.tensor,
+                  token_words: tl.tensor, slot: tl.tensor, mask: tl.tensor
+                  ) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
+    """One source's PARTIAL strip at each slot, loaded and not hashed: its two words, whether it was read and
+    whether it lies past the tensor (:func:`fold_one`'s geometry)."""
+    words = src.to(tl.pointer_type(tl.int64))
+    row = slot // page_size
+    col = slot - row * page_size
+    live = mask & (row < rows)
+    base = row * row_words + col * token_words
+    lo = tl.load(words + base, mask=live, other=0)
+    hi = tl.load(words + base + 1, mask=live, other=0)
+    return lo, hi, live, mask & (row >= rows)
+
+
+@device_fn
+def partial_hash(lo: tl.tensor, hi: tl.tensor, live: tl.tensor) -> tl.tensor:
+    """:func:`fold_one`'s PARTIAL hash of a strip loaded by :func:`partial_strip` (0 where not read)."""
+    h = splitmix64(as_u64(lo))  # 0 ^ lo
+    h = splitmix64(h ^ as_u64(hi))
+    return tl.where(live, h, 0)
+
+
+@device_fn
+def partial_strips(slot: tl.tensor, mask: tl.tensor,
+                   s0: tl.tensor, r0: tl.tensor, w0: tl.tensor, p0: tl.tensor, t0: tl.tensor,
+                   s1: tl.tensor, r1: tl.tensor, w1: tl.tensor, p1: tl.tensor, t1: tl.tensor,
+                   s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor,
+                   s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor,
+                   NUM_SOURCES: tl.constexpr) -> tuple[tl.tensor, ...]:
+    """Every live source's PARTIAL strip at each slot, loaded (all loads issued before anything waits on
+    one) and not hashed: ``(lo, hi, read, past the tensor)`` per source, four sources (zeros past the live
+    ones); :func:`partial_fold` hashes them. Apart, a kernel can do other work while the loads are in flight."""
+    zero = slot * 0
+    no = zero != 0
+    lo0, hi0, live0, o0 = zero, zero, no, no
+    lo1, hi1, live1, o1 = zero, zero, no, no
+    lo2, hi2, live2, o2 = zero, zero, no, no
+    lo3, hi3, live3, o3 = zero, zero, no, no
+    if NUM_SOURCES > 0:
+        lo0, hi0, live0, o0 = partial_strip(s0, r0, w0, p0, t0, slot, mask)
+    if NUM_SOURCES > 1:
+        lo1, hi1, live1, o1 = partial_strip(s1, r1, w1, p1, t1, slot, mask)
+    if NUM_SOURCES > 2:
+        lo2, hi2, live2, o2 = partial_strip(s2, r2, w2, p2, t2, slot, mask)
+    if NUM_SOURCES > 3:
+        lo3, hi3, live3, o3 = partial_strip(s3, r3, w3, p3, t3, slot, mask)
+    return lo0, hi0, live0, o0, lo1, hi1, live1, o1, lo2, hi2, live2, o2, lo3, hi3, live3, o3
+
+
+@device_fn
+def partial_fold(lo0: tl.tensor, hi0: tl.tensor, live0: tl.tensor, o0: tl.tensor,
+                 lo1: tl.tensor, hi1: tl.tensor, live1: tl.tensor, o1: tl.tensor,
+                 lo2: tl.tensor, hi2: tl.tensor, live2: tl.tensor, o2: tl.tensor,
+                 lo3: tl.tensor, hi3: tl.tensor, live3: tl.tensor, o3: tl.tensor,
+                 NUM_SOURCES: tl.constexpr) -> tuple[tl.tensor, tl.tensor]:
+    """:func:`fold_sources` (PARTIAL) of the strips :func:`partial_strips` loaded: the real_kv_hash (uint64) and
+    whether any strip lay past its source."""
+    acc = lo0.to(tl.uint64) * 0
+    oob = o0
+    if NUM_SOURCES > 0:
+        acc = splitmix64(acc ^ partial_hash(lo0, hi0, live0))
+    if NUM_SOURCES > 1:
+        acc = splitmix64(acc ^ partial_hash(lo1, hi1, live1))
+        oob = oob | o1
+    if NUM_SOURCES > 2:
+        acc = splitmix64(acc ^ partial_hash(lo2, hi2, live2))
+        oob = oob | o2
+    if NUM_SOURCES > 3:
+        acc = splitmix64(acc ^ partial_hash(lo3, hi3, live3))
+        oob = oob | o3
+    return acc, oob

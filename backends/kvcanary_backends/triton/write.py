@@ -15,8 +15,16 @@ Chain program, per tile of ``TILE`` tokens (one token per lane of one warp):
   violation checks and the ring rows.
 
 Fold programs store token, position and real_kv_hash; the chain program stores prev_hash. The two never
-write the same field. As torch_ref documents, what a launch leaves in a slot written twice, or in a seed
-slot the same launch writes, is unspecified.
+write the same field.
+
+A decode-shaped write with sources (no more tokens than request rows, a fact of shapes) launches no fold
+programs (``CHAIN_FOLD``, grid ``(capacity, 1)``): the chain program folds each tile's strips itself, issuing
+their loads at the top of the tile, before its serial loop (their address is the slot vector the program
+already holds, so no dependent round is added), and stores all four fields. ``TUNING["write_chain_fold"] = 0``
+keeps the two-program layout for those writes (a benchmark times both).
+
+As torch_ref documents, what a launch leaves in a slot written twice, or in a seed slot the same launch
+writes, is unspecified.
 
 Request rows ``r < clamp(num_valid_reqs, 0, capacity)`` only, nothing at all when
 ``write_offsets[that] <= 0``; token ranges are clipped to the token arrays. Rows, per token: a slot past
@@ -63,7 +71,15 @@ from kvcanary_backends.triton._jit import (
     kernel,
 )
 from kvcanary_backends.triton._plan_common import read_slot
-from kvcanary_backends.triton._records import ContextArgs, append_rows, context_args, fold_sources, sources_oob
+from kvcanary_backends.triton._records import (
+    ContextArgs,
+    append_rows,
+    context_args,
+    fold_sources,
+    partial_fold,
+    partial_strips,
+    sources_oob,
+)
 
 
 @device_fn
@@ -102,7 +118,7 @@ def _write_kernel(
     s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor, n3: tl.tensor,
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
-    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr,
+    OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr, CHAIN_FOLD: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
@@ -162,6 +178,20 @@ def _write_kernel(
         etok = h_etok
         epos = h_epos
         for t in range(start, end, TILE):
+            if CHAIN_FOLD:
+                # this tile's real-KV strips first: their loads need only `loc` (in hand)
+                fstore = (lanes < tl.minimum(end - t, TILE)) & (loc >= 0) & (loc < num_slots)
+                if PARTIAL:  # every source's strip loaded now, hashed after the serial loop (which needs
+                    # none of them): one round for all the strips, spent on the chain
+                    (lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                     lo2, hi2, live2, o2, lo3, hi3, live3, o3) = partial_strips(
+                        tl.where(fstore, loc, 0), fstore, s0, r0, w0, p0, t0, s1, r1, w1, p1, t1,
+                        s2, r2, w2, p2, t2, s3, r3, w3, p3, t3, NUM_SOURCES)
+                else:
+                    rkv, f_oob = fold_sources(tl.where(fstore, loc, 0), fstore,
+                                              s0, r0, w0, p0, t0, n0, s1, r1, w1, p1, t1, n1,
+                                              s2, r2, w2, p2, t2, n2, s3, r3, w3, p3, t3, n3,
+                                              NUM_SOURCES, PARTIAL)
             # prefetch the next tile (consumed next iteration; its lines are in L1 by then)
             n_loc, n_tok, n_pos, n_etok, n_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
                                                              expected_positions, t + TILE + lanes, end, ASSERT,
@@ -202,6 +232,13 @@ def _write_kernel(
                 tl.store(rec + lbase, tok, mask=store)
                 tl.store(rec + lbase + 1, pos, mask=store)
                 tl.store(rec + lbase + 3, tl.zeros((TILE,), tl.int64), mask=store)
+            elif CHAIN_FOLD:
+                if PARTIAL:
+                    rkv, f_oob = partial_fold(lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                                              lo2, hi2, live2, o2, lo3, hi3, live3, o3, NUM_SOURCES)
+                tl.store(rec + lbase, tok, mask=store)
+                tl.store(rec + lbase + 1, pos, mask=store)
+                tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
             written += store.to(tl.int64)
             append_rows(ring, write_index, ring_cap, loc_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
             if ASSERT:
@@ -211,7 +248,11 @@ def _write_kernel(
             cp = store & pos_assert & (pos != pps + 1)
             append_rows(ring, write_index, ring_cap, cp, kind, loc, pos, tok, tok, hs, pps + 1, WPOS_BIT)
             if NUM_SOURCES > 0:
-                src_oob = sources_oob(tl.where(store, loc, 0), store, r0, p0, r1, p1, r2, p2, r3, p3, NUM_SOURCES)
+                if CHAIN_FOLD:
+                    src_oob = f_oob  # the fold's own flags: the same geometry test on the same lanes
+                else:
+                    src_oob = sources_oob(tl.where(store, loc, 0), store, r0, p0, r1, p1, r2, p2, r3, p3,
+                                          NUM_SOURCES)
                 append_rows(ring, write_index, ring_cap, src_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
             if SLOT_CHECK:
                 want = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, adv_v, SLOT_LUT)
@@ -233,7 +274,7 @@ def _write_kernel(
         if done > 0:
             tl.atomic_add(slot_counter, done)
 
-    if go & (f > 0):
+    if (not CHAIN_FOLD) and (go & (f > 0)):  # (a chain-fold launch has no fold programs)
         # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
         first_fold = start + (f - 1).to(tl.int64) * FOLD_TILE
         for t in range(first_fold, end, (nf - 1).to(tl.int64) * FOLD_TILE):
@@ -264,10 +305,18 @@ def fold_programs(num_sources: int, num_tokens: int) -> int:
     return 1 + max(1, min(TUNING["write_fold_max"], cdiv(num_tokens, TUNING["write_fold_tokens"])))
 
 
+def chain_folds(num_sources: int, num_tokens: int, capacity: int) -> bool:
+    """Whether the chain program folds its own tokens' strips (no fold programs, grid ``(capacity, 1)``), from
+    shapes only: a decode-shaped write with sources (no more tokens than request rows), unless
+    ``TUNING["write_chain_fold"]`` is 0 (the two-program layout, kept so that a benchmark times both)."""
+    return num_sources > 0 and num_tokens <= capacity and TUNING["write_chain_fold"] != 0
+
+
 def fold_tile(num_sources: int, num_tokens: int, capacity: int) -> int:
     """Tokens per fold iteration, from shapes only. A decode-shaped write (no more tokens than request rows)
     folds about one token a request: a narrow tile holds fewer registers, so more of its ``bs x 2`` programs
-    are resident at once, and hashes no masked lanes. Without sources nothing is folded: one variant."""
+    are resident at once, and hashes no masked lanes (with the chain fold, see :func:`chain_folds`, no fold
+    program uses it). Without sources nothing is folded: one variant."""
     if num_sources and num_tokens <= capacity:
         return TUNING["write_fold_tile_decode"]
     return TUNING["write_fold_tile"]
@@ -325,7 +374,8 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
                call.out_cache_loc.dtype, None, fits32(capacity, num_tokens))
     slot_args, slot_key, slot_lut, owner_check = _slot_args(call)
     tile = fold_tile(c.num_sources, num_tokens, capacity)
-    grid = (capacity if capacity > 0 else 1, fold_programs(c.num_sources, num_tokens))
+    chain_fold = chain_folds(c.num_sources, num_tokens, capacity)
+    grid = (capacity if capacity > 0 else 1, 1 if chain_fold else fold_programs(c.num_sources, num_tokens))
     return (
         grid,
         (*key, slot_key),
@@ -333,7 +383,7 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
          tile, write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None,
-         tile < TUNING["write_fold_tile"]),
+         tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold),
         TUNING["write_warps"],
     )
 
