@@ -87,6 +87,20 @@ def overflow_counts(dev: torch.device, backend: str, *, min_bs: int = 0) -> list
     return out
 
 
+def repeated_counts(dev: torch.device, backend: str) -> list[int]:
+    """The counter after each of three launches of the same tensors (a launcher's repeat-call path: the prepared
+    launch), the plan's enable 0, then 1, then 0 (want ``[1, 1, 2]``)."""
+    kw = random_call(random.Random(11), bs=4, cap_in=50, cap_out=24, rows=12)
+    kw = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    kw["skipped_verifies"] = torch.zeros(1, dtype=torch.int64, device=dev)
+    seen = []
+    for enable in (0, 1, 0):
+        kw["verify_enable"].fill_(enable)
+        launch_verify_budget_kernel(**kw, backend=backend)
+        seen.append(int(kw["skipped_verifies"][0]))
+    return seen
+
+
 def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: int, min_bs: int = 0) -> list[str]:
     """``cases`` random calls run on ``backend`` (on ``dev``) and on torch_ref (CPU): what differs."""
     out: list[str] = []
