@@ -7,10 +7,10 @@ the manager's own graphs off), split into the groups of nodes they launch:
 
 - ``staging``: the batch's copy into the forward slot's static buffers;
 - ``plan``: the plan kernel over every live entry;
-- ``verify_budget``: the budget's filter of that plan;
+- ``verify_budget``: the budget's filter of that plan (which also counts the full plan's overflow into
+  ``skipped_verifies``: with a budget, TAIL launches no overflow count of its own);
 - ``verify``: the HEAD and TAIL verifies, K and V (4 launches);
-- ``write``: the HEAD and TAIL writes, K and V (4 launches);
-- ``counters``: the overflow count of TAIL (``skipped_verifies``).
+- ``write``: the HEAD and TAIL writes, K and V (4 launches).
 
 Variants: ``all`` (the manager's own ``head()`` + ``tail()``); ``all, in turn`` (the groups' launches in the
 manager's order, one after another, through the forward runner's own methods: the same launches and graph nodes
@@ -55,7 +55,7 @@ from kvcanary.manager.endpoints import Endpoint
 from kvcanary.manager.forward import ForwardRunner
 
 BENCH = "budget_nodes"
-GROUPS = ("staging", "plan", "verify_budget", "verify", "write", "counters")
+GROUPS = ("staging", "plan", "verify_budget", "verify", "write")
 Fn = Callable[[], object]
 
 
@@ -73,7 +73,8 @@ class Node:
 
 def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
     """The budgeted forward's HEAD and TAIL launches in the manager's order (``ForwardRunner._plan_and_head``
-    after staging, then ``_tail``), through the runner's own per-node methods; group 0 only (one FULL group)."""
+    after staging, then ``_tail``), through the runner's own per-node methods; group 0 only (one FULL group). The
+    overflow count is the filter's (``_filter`` passes it ``skipped_verifies``): no node of its own."""
     if len(runner.plans) != 1 or not runner.budgets:
         raise ValueError("budget_nodes: the forward must have one group and a verify budget")
     bs = batch.batch_size
@@ -92,7 +93,6 @@ def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
         for ep in eps:
             h, ph = ep.half.value, ep.phase.value
             nodes += [Node("verify", verify(ep), h, ph), Node("write", write(ep), h, ph)]
-    nodes.append(Node("counters", lambda: runner._count_skipped(0)))
     return nodes
 
 
@@ -256,10 +256,9 @@ def group_bytes(group: str, *, bs: int, ctx: int, budget: VerifyBudget) -> int:
     return {
         "staging": 2 * 8 * 6 * bs,  # six int64 arrays of bs, read and written
         "plan": live * (4 * 8 + 4),  # 4 int64 words per live entry written, its req_to_token entry read
-        "verify_budget": kept * 4 * 8 * 2,  # the kept entries' words read and written
+        "verify_budget": kept * 4 * 8 * 2 + 8 + 8 + 4,  # the kept entries' words; the overflow count
         "verify": 4 * kept * (2 * 32 + 4 * 8) + 2 * kept * 16,  # slot + predecessor record, plan words; real KV
         "write": 4 * bs * (32 + 32),  # one record written, its predecessor read
-        "counters": 2 * (8 + 8 + 4),
     }[group]
 
 

@@ -3,10 +3,12 @@
 
 from torch import Tensor
 
-def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scratch: Tensor, verify_slot_indices: Tensor, verify_expected_tokens: Tensor, verify_expected_positions: Tensor, verify_prev_slot_indices: Tensor, verify_num_valid: Tensor, verify_enable: Tensor, cursor: Tensor, advance: Tensor, out_verify_slot_indices: Tensor, out_verify_expected_tokens: Tensor, out_verify_expected_positions: Tensor, out_verify_prev_slot_indices: Tensor, out_verify_num_valid: Tensor, out_verify_enable: Tensor, newest_per_request: int, stride: int, backend: str | None = None) -> None:
+def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scratch: Tensor, verify_slot_indices: Tensor, verify_expected_tokens: Tensor, verify_expected_positions: Tensor, verify_prev_slot_indices: Tensor, verify_num_valid: Tensor, verify_enable: Tensor, cursor: Tensor, advance: Tensor, out_verify_slot_indices: Tensor, out_verify_expected_tokens: Tensor, out_verify_expected_positions: Tensor, out_verify_prev_slot_indices: Tensor, out_verify_num_valid: Tensor, out_verify_enable: Tensor, newest_per_request: int, stride: int, skipped_verifies: Tensor | None = None, backend: str | None = None) -> None:
     """Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors of the requests with entries by ``advance * stride``. No host read:
+    and enable, then advance the cursors of the requests with entries by ``advance * stride``. Given a
+    ``skipped_verifies`` counter (int64, shape (1,), on the plan's device), add ``1 - verify_enable`` to it:
+    one overflow counted per launch whose full plan overflowed, empty batch included. No host read:
     capturable.
 
     Filter a verify plan down to a verification budget's entries and advance its cursors.
@@ -48,6 +50,8 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
             Checks: KVC-U072, KVC-U073, KVC-U074, KVC-U080.
         stride: Each request's older entries kept per step (its window's length).
             Checks: KVC-U075, KVC-U076, KVC-U077, KVC-U079.
+        skipped_verifies (optional): The overflow counter: 1 - verify_enable is added to it (one thread), so a full plan that overflowed (enable 0) counts once per launch, even of an empty batch; None: no count.
+            Checks: KVC-U100, KVC-U101, KVC-U102, KVC-U103, KVC-U104.
         backend (optional): Force this backend by name (None: the registry picks).
 
     Rules:
@@ -58,4 +62,4 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
         - verify_budget cursor must hold at least one request row, got {num_rows} (KVC-U082)
 
     Raises:
-        ContractError (a ValueError) before anything runs, for a call that breaks a check: 99 checks, codes KVC-U001 to KVC-U099; each error names its code and the page that explains it."""
+        ContractError (a ValueError) before anything runs, for a call that breaks a check: 104 checks, codes KVC-U001 to KVC-U104; each error names its code and the page that explains it."""

@@ -92,7 +92,8 @@ class BudgetFilter:
         self._backend = backend
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
-              advance: torch.Tensor | None = None, stride: int | None = None) -> VerifyPlan:
+              advance: torch.Tensor | None = None, stride: int | None = None,
+              skipped_verifies: torch.Tensor | None = None) -> VerifyPlan:
         """Fill :attr:`plan` from ``full`` (built by the plan kernels for ``batch_size`` requests, with its
         offsets scratch) and advance the cursors. Returns :attr:`plan`.
 
@@ -102,13 +103,19 @@ class BudgetFilter:
 
         ``advance`` (a device int64 scalar, 0 or 1; None: 1) says whether the cursors move this step: with
         layer rotation they move once per round of the rotation's sets, so that each window of older
-        entries is read against every set before the next one comes."""
+        entries is read against every set before the next one comes.
+
+        ``skipped_verifies`` (the manager's overflow counter, a device int64 of shape (1,); None: not counted)
+        gains ``1 - full.enable`` in the same launch: the full plan's overflow, counted once per call, an
+        empty forward included, so the caller launches no count of its own."""
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
         if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
             self.plan.verify_num_valid.zero_()
             self.plan.enable.copy_(full.enable)
+            if skipped_verifies is not None:
+                skipped_verifies.add_(1).sub_(full.enable)
             return self.plan
         stride = self.budget.stride(batch_size) if stride is None else stride
         launch_verify_budget_kernel(
@@ -120,7 +127,8 @@ class BudgetFilter:
             out_verify_slot_indices=self._ext[0], out_verify_expected_tokens=self._ext[1],
             out_verify_expected_positions=self._ext[2], out_verify_prev_slot_indices=self._ext[3],
             out_verify_num_valid=self.plan.verify_num_valid, out_verify_enable=self.plan.enable,
-            newest_per_request=self.budget.newest_per_request, stride=stride, backend=self._backend)
+            newest_per_request=self.budget.newest_per_request, stride=stride, skipped_verifies=skipped_verifies,
+            backend=self._backend)
         return self.plan
 
 

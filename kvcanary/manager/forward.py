@@ -305,11 +305,14 @@ class ForwardRunner:
             restart_unslotted_seeds(gp.write.write_seed_slot_indices, mask)
 
     def _filter(self, gi: int, v: StepViews, batch_size: int, stride: int | None) -> None:
-        """The verification budget's filter of group ``gi``'s plan: the step's verifies use the smaller plan."""
+        """The verification budget's filter of group ``gi``'s plan: the step's verifies use the smaller plan. The
+        same launch counts the full plan's overflow into ``skipped_verifies`` (so TAIL counts none for the group:
+        :meth:`_tail`)."""
         rot = self._rotations[gi]
         self._verify[gi] = self.budgets[gi].apply(self.plans[gi].verify, batch_size=batch_size,
                                                   req_pool_indices=v.req_pool_indices,
-                                                  advance=None if rot is None else rot.round_ends(), stride=stride)
+                                                  advance=None if rot is None else rot.round_ends(), stride=stride,
+                                                  skipped_verifies=self._state.skipped_verifies)
 
     def tail(self) -> bool:
         """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows.
@@ -366,11 +369,12 @@ class ForwardRunner:
 
     def _tail(self, v: StepViews) -> None:
         """The TAIL launches: per group the TAIL endpoints' verify and write, the layer rotation's TAIL, and
-        the overflow count."""
+        the overflow count (with a budget, the HEAD filter counted it already: :meth:`_filter`)."""
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
             self._rotate(gi, v)
-            self._count_skipped(gi)
+            if not self.budgets:
+                self._count_skipped(gi)
 
     def _rotate(self, gi: int, v: StepViews) -> None:
         """Group ``gi``'s layer rotation at TAIL (nothing without rotation)."""
@@ -383,7 +387,8 @@ class ForwardRunner:
                      out_cache_loc=loc, backend=self._backend, extensions=self._ext)
 
     def _count_skipped(self, gi: int) -> None:
-        """A plan that overflowed skipped its verifies: count it on the device (never read here)."""
+        """A plan that overflowed skipped its verifies: count it on the device (never read here). Without a budget
+        only: a budget's filter counts it."""
         self._state.skipped_verifies.add_(1).sub_(self.plans[gi].verify.enable)
 
     def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:

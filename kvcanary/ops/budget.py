@@ -6,7 +6,9 @@ cursors, in one launch: its work is proportional to the batch and to the entries
 plan's. Request ``b`` of ``count`` entries ``[scratch[b], scratch[b + 1])``, ``M = max(count - newest, 0)``
 older ones, keeps its ``newest`` last entries and the older ``j`` with ``(j - cursor) mod max(M, 1) < stride``,
 in plan order; the cursor of its row then becomes ``(cursor + advance * stride) mod max(M, 1)``, unless the
-request has no entries (a padding row, a first chunk): then its row's cursor stays as it is.
+request has no entries (a padding row, a first chunk): then its row's cursor stays as it is. Given a
+``skipped_verifies`` counter, the launch also adds ``1 - verify_enable`` to it (one thread): the full plan's
+overflow count, taken where the filter reads the enable anyway rather than by two more launches.
 """
 
 from typing import Annotated, ClassVar
@@ -33,7 +35,7 @@ class VerifyBudgetLaunch(Contract):
         NAME, "U", "Filter a verify plan down to a verification budget's entries and advance its cursors.",
         device_key="verify_slot_indices",
         writes=("cursor", "out_verify_slot_indices", "out_verify_expected_tokens", "out_verify_expected_positions",
-                "out_verify_prev_slot_indices", "out_verify_num_valid", "out_verify_enable"),
+                "out_verify_prev_slot_indices", "out_verify_num_valid", "out_verify_enable", "skipped_verifies"),
         constants={"PLAN_BS_BLOCK_SIZE": PLAN_BS_BLOCK_SIZE},
         rules=(
             Relation(
@@ -114,12 +116,15 @@ class VerifyBudgetLaunch(Contract):
         description="Each request's newest entries, kept every step.")
     stride: Annotated[int, ScalarArg(int)] = Field(
         description="Each request's older entries kept per step (its window's length).")
+    skipped_verifies: Annotated[torch.Tensor | None, TensorArg(dtype=_I64, shape=(1,))] = Field(
+        default=None, description="The overflow counter: 1 - verify_enable is added to it (one thread), so a full "
+        "plan that overflowed (enable 0) counts once per launch, even of an empty batch; None: no count.")
 
 
 check_verify_budget = VerifyBudgetLaunch.checker()
 
 
-def _call(device: c.Device, bs: int, capacity: int, budget: int, rows: int) -> c.Call:
+def _call(device: c.Device, bs: int, capacity: int, budget: int, rows: int, *, counted: bool = False) -> c.Call:
     return {
         "verify_offsets_scratch": c.i64(bs + 1, device=device),
         **{name: c.i64(capacity, device=device) for name in (
@@ -132,12 +137,16 @@ def _call(device: c.Device, bs: int, capacity: int, budget: int, rows: int) -> c
             "out_verify_prev_slot_indices")},
         "out_verify_num_valid": c.i32(1, device=device), "out_verify_enable": c.i32(1, device=device),
         "newest_per_request": 2, "stride": 4,
+        **({"skipped_verifies": c.i64(1, device=device)} if counted else {}),
     }
 
 
-EXAMPLES = ExampleSet(NAME, (Variant(
-    "3 requests, a plan of 32 entries, a budget of 8",
-    lambda: _call("cpu", c.BS, c.VERIFY_CAPACITY, 8, c.MAX_REQS)),))
+EXAMPLES = ExampleSet(NAME, (
+    Variant("3 requests, a plan of 32 entries, a budget of 8",
+            lambda: _call("cpu", c.BS, c.VERIFY_CAPACITY, 8, c.MAX_REQS)),
+    Variant("overflow counted", lambda: _call("cpu", c.BS, c.VERIFY_CAPACITY, 8, c.MAX_REQS, counted=True),
+            "the same filter, counting the full plan's overflow into skipped_verifies"),
+))
 
 
 def valid_call(device: c.Device = "cpu", *, bs: int = 3) -> c.Call:
@@ -149,7 +158,9 @@ VERIFY_BUDGET = OPERATION = Operation(
     "verify_budget", VerifyBudgetLaunch, constant="VERIFY_BUDGET", module="kvcanary.launch.budget",
     doc="""Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors of the requests with entries by ``advance * stride``. No host read:
+    and enable, then advance the cursors of the requests with entries by ``advance * stride``. Given a
+    ``skipped_verifies`` counter (int64, shape (1,), on the plan's device), add ``1 - verify_enable`` to it:
+    one overflow counted per launch whose full plan overflowed, empty batch included. No host read:
     capturable.""",
     examples=EXAMPLES, call=valid_call,
 )

@@ -3,9 +3,9 @@
 Random batches (requests of no entries, of only newest ones, of fewer older entries than the stride and of
 many), cursors past a request's older entries, a full plan cut short (overflow, enable 0), kept entries past
 the output's capacity, a count past the plan's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
-request's row. Compared with torch_ref on
-the CPU: the count, the enable, the cursors and the kept entries below the count (past it the output is
-undefined).
+request's row, with the overflow counter ``skipped_verifies`` given or not. Compared with torch_ref on
+the CPU: the count, the enable, the cursors, the overflow counter and the kept entries below the count (past it
+the output is undefined).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def random_call(rng: random.Random, *, bs: int, cap_in: int, cap_out: int, rows:
         "out_verify_enable": torch.tensor([-7], dtype=torch.int32),
         "newest_per_request": rng.choice([0, 1, 2, 3]), "stride": rng.choice([1, 2, 4, 7]),
     }
+    if rng.random() < 0.7:  # the overflow counter, from some earlier count
+        kw["skipped_verifies"] = torch.tensor([rng.randint(0, 50)], dtype=torch.int64)
     for name in PLAN:
         kw[name] = torch.randint(-(2**40), 2**40, (cap_in,), dtype=torch.int64, generator=g)
         kw["out_" + name] = torch.full((cap_out,), -9, dtype=torch.int64)
@@ -59,6 +61,44 @@ def run(kw: Kwargs, dev: torch.device, backend: str) -> Kwargs:
     return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in mine.items()}
 
 
+def overflow_counts(dev: torch.device, backend: str, *, min_bs: int = 0) -> list[str]:
+    """The overflow counter by hand: from 5, a launch adds 1 when the full plan overflowed (enable 0) and 0
+    when it did not, in a batch of requests (and, from ``min_bs`` 0, an empty batch); the same call without the
+    counter writes the same outputs. What differs."""
+    out: list[str] = []
+    for bs in sorted({min_bs, 3}):
+        for enable in (0, 1):
+            kw = random_call(random.Random(bs * 2 + enable), bs=bs, cap_in=50, cap_out=24, rows=12)
+            kw["verify_enable"] = torch.tensor([enable], dtype=torch.int32)
+            kw["skipped_verifies"] = torch.tensor([5], dtype=torch.int64)
+            counted = run(kw, dev, backend)
+            got = int(counted["skipped_verifies"][0])
+            if got != 6 - enable:
+                out.append(f"bs {bs}, enable {enable}: skipped_verifies 5 -> {got}, want {6 - enable}")
+            del kw["skipped_verifies"]
+            plain = run(kw, dev, backend)
+            n = int(plain["out_verify_num_valid"][0])
+            for name in ("out_verify_num_valid", "out_verify_enable", "cursor"):
+                if not torch.equal(plain[name], counted[name]):
+                    out.append(f"bs {bs}, enable {enable}: {name} differs with the counter")
+            for name in PLAN:
+                if not torch.equal(plain["out_" + name][:n], counted["out_" + name][:n]):
+                    out.append(f"bs {bs}, enable {enable}: out_{name} differs with the counter")
+    return out
+
+
+def repeated_counts(dev: torch.device, backend: str) -> list[int]:
+    """The counter after each of three launches of the same tensors (a launcher's repeat-call path: the prepared
+    launch), the plan's enable 0, then 1, then 0 (want ``[1, 1, 2]``)."""
+    kw = random_call(random.Random(11), bs=4, cap_in=50, cap_out=24, rows=12)
+    kw = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    kw["skipped_verifies"] = torch.zeros(1, dtype=torch.int64, device=dev)
+    seen = []
+    for enable in (0, 1, 0):
+        kw["verify_enable"].fill_(enable)
+        launch_verify_budget_kernel(**kw, backend=backend)
+        seen.append(int(kw["skipped_verifies"][0]))
+    return seen
 
 
 def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: int, min_bs: int = 0) -> list[str]:
@@ -74,8 +114,8 @@ def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: in
             out.append(f"case {case}: torch_ref keeps {n} entries, past the plan's capacity")
         if int(got["out_verify_num_valid"][0]) != n:
             out.append(f"case {case}: count {int(got['out_verify_num_valid'][0])} != {n}")
-        for name in ("out_verify_enable", "cursor"):
-            if not torch.equal(got[name], want[name]):
+        for name in ("out_verify_enable", "cursor", "skipped_verifies"):
+            if name in kw and not torch.equal(got[name], want[name]):
                 out.append(f"case {case}: {name} {got[name].tolist()} != {want[name].tolist()}")
         for name in PLAN:
             if not torch.equal(got["out_" + name][:n], want["out_" + name][:n]):

@@ -24,19 +24,19 @@ def test_groups_compose_the_managers_forward() -> None:
     m, batch = attach_canary(pool, budget=budget, backend="torch_ref", chunk=8, graphs=False)
     nodes = bn.forward_nodes(m._forwards[0], batch)
     assert [n.group for n in nodes] == ["staging", "plan", "verify_budget", "verify", "write", "verify", "write",
-                                        "verify", "write", "verify", "write", "counters"]
+                                        "verify", "write", "verify", "write"]
     per_node = Counter[str]()
     for n in nodes:
         per_node[n.group] += bn.host_launches(n.fn)
-    # one launch per node, but for the overflow count's two ops; the staging copy is one torch.cat
-    assert per_node == {"staging": 1, "plan": 1, "verify_budget": 1, "verify": 4, "write": 4, "counters": 2}
+    # one launch per node: the staging copy is one torch.cat, the overflow count is the filter's
+    assert per_node == {"staging": 1, "plan": 1, "verify_budget": 1, "verify": 4, "write": 4}
 
     def manager() -> None:
         m.prepare(batch)
         m.head(batch)
         m.tail()
 
-    assert bn.host_launches(manager) == bn.host_launches(bn.run_all([n.fn for n in nodes])) == 13
+    assert bn.host_launches(manager) == bn.host_launches(bn.run_all([n.fn for n in nodes])) == 11
     assert [n.half for n in nodes if n.group in ("verify", "write")] == ["k", "k", "v", "v"] * 2
     assert [n.phase for n in nodes if n.group in ("verify", "write")] == ["head"] * 4 + ["tail"] * 4
     m.end_step()
@@ -55,4 +55,4 @@ def test_cpu_quick_run_writes_every_variant(tmp_path: Path) -> None:
                                         for g in bn.GROUPS for w in ("without", "alone")]
     names += ["V on a second branch", "what if: K only"]
     assert cases == [f"HEAD + TAIL eager, {n} bs=2 ctx=32" for n in names]
-    assert "staging 1, plan 1, verify_budget 1, verify 4, write 4, counters 2" in run.stdout
+    assert "staging 1, plan 1, verify_budget 1, verify 4, write 4" in run.stdout

@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.launch.budget import launch_verify_budget_kernel
 from kvcanary.launch.plan import launch_canary_plan_kernels
-from kvcanary.manager import CanaryConfig, VerifyBudget
+from kvcanary.manager import CanaryCapacities, CanaryConfig, VerifyBudget
 from kvcanary.manager.budget import BudgetFilter
+from kvcanary.ops.budget import valid_call
 from kvcanary.plans import VerifyPlan, WritePlan
+from tests.manager.graph_parity import pad_eagerly
 from tests.manager.world import Req, make_world
 
 Entry = tuple[int, int, int, int]  # slot, expected token, expected position, predecessor slot
@@ -234,3 +237,67 @@ def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
             assert flt.cursor.tolist() == cursors, (seed, trial)
         else:
             flt.cursor.copy_(torch.tensor(cursors))
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "bucketed"])
+def test_an_overflowing_plan_is_counted_once_per_forward_as_without_a_budget(padded: bool) -> None:
+    """A verify capacity of 4 under a budget: each forward whose full plan overflows (more than 4 prefix
+    entries) counts one skipped verify, in the filter's launch, exactly as the budget-less manager counts it at
+    TAIL: the device counter after every forward, each step's stats and the read-back snapshot agree, an empty
+    forward counts nothing. ``bucketed``: the forwards run the padded launches the manager's graphs capture
+    (uncaptured on the CPU)."""
+    caps = CanaryCapacities(verify_capacity=4, write_req_capacity=8, write_token_capacity=32, sweep_capacity=8,
+                            expected_token_capacity=64)
+    budgets = {"none": None, "budget": VerifyBudget(max_entries=3, newest_per_request=1)}
+    worlds = {name: make_world(capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL,
+                                                                      verify_budget=b))
+              for name, b in budgets.items()}
+    graphs = [g for w in worlds.values() for g in pad_eagerly(w.manager)] if padded else []
+    reqs = {name: (Req(1, list(range(100, 120)), list(range(1, 4))), Req(2, list(range(200, 220)), [9]))
+            for name in worlds}
+    # (forward, overflows): prefills of 3 and 1 tokens (no prefix), then decodes of 4 prefix entries (fits),
+    # 5 + 2, an empty forward, 6 + 3 and 7 (past the capacity); odd forwards with a padding row
+    schedule: list[tuple[list[tuple[int, int, int]], int]] = [
+        ([(0, 0, 3), (1, 0, 1)], 0), ([(0, 3, 1), (1, 1, 1)], 0), ([(0, 4, 1)], 0), ([(0, 5, 1), (1, 2, 1)], 1),
+        ([], 0), ([(0, 6, 1), (1, 3, 1)], 1), ([(0, 7, 1)], 1)]
+    want = 0
+    for n, (batch, overflows) in enumerate(schedule):
+        want += overflows
+        stats = {}
+        for name, w in worlds.items():
+            a, b = reqs[name]
+            for ri, p, e in batch:
+                r = (a, b)[ri]
+                while len(r.slots) < p + e:
+                    r.slots.append(20 * (ri + 1) + len(r.slots))
+            w.forward([((a, b)[ri], p, e) for ri, p, e in batch], pad_rows=n % 2 if batch else 0)
+            assert int(w.manager.state.skipped_verifies[0]) == want, (name, n)
+            stats[name] = w.manager.end_step().skipped_verifies
+        assert stats["budget"] == stats["none"], n
+    assert all(g.padded_eager > 0 for g in graphs), "the bucketed path never ran"
+    for w in worlds.values():
+        assert w.manager.flush() == []
+        snap = w.manager.last_snapshot
+        assert snap is not None and snap.skipped_verifies == want == 3
+        assert w.manager.end_step().skipped_verifies == want
+
+
+@pytest.mark.parametrize(("bad", "rule"), [
+    (torch.zeros(1, dtype=torch.int32), "skipped_verifies must have dtype torch.int64, got torch.int32"),
+    (torch.zeros(2, dtype=torch.int64), "skipped_verifies length must be 1, got 2"),
+    (torch.zeros(1, 1, dtype=torch.int64), r"skipped_verifies must be 1-D, got shape \(1, 1\)"),
+    (torch.zeros(1, dtype=torch.int64, device="meta"), "skipped_verifies must be on verify_slot_indices's device"),
+])
+def test_a_bad_overflow_counter_is_refused_by_name_and_nothing_is_written(bad: torch.Tensor, rule: str) -> None:
+    kw = valid_call()
+    gen = torch.Generator().manual_seed(3)
+    for t in kw.values():
+        if isinstance(t, torch.Tensor):
+            t.copy_(torch.randint(0, 9, t.shape, generator=gen, dtype=torch.int64))
+    before = {k: v.clone() for k, v in kw.items() if isinstance(v, torch.Tensor)}
+    kw["skipped_verifies"] = bad
+    with pytest.raises(ValueError, match=rule):
+        launch_verify_budget_kernel(**kw, backend="torch_ref")
+    assert all(torch.equal(kw[k], v) for k, v in before.items())
+    if bad.device.type == "cpu":
+        assert not bad.any()

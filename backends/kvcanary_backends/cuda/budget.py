@@ -1,14 +1,14 @@
 """verify_budget: ``kernels/budget.cu`` (semantics: backends/torch_ref/budget.py).
 
 Grid ``(bs,)``: one block per request, sized from shapes only, so the launch is capturable. An empty batch
-launches nothing: its count is zeroed and its enable copied (two device copies).
+launches nothing: its count is zeroed, its enable copied and its overflow counted (device ops only).
 """
 
 from __future__ import annotations
 
 from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch
 from kvcanary_backends.cuda import notes
-from kvcanary_backends.cuda._pack import Args, KernelCache, Launch, Shape, prepare_launch
+from kvcanary_backends.cuda._pack import Args, KernelCache, Launch, Shape, prepare_launch, ptr
 from kvcanary_backends.cuda._toolchain import Spec
 
 THREADS = 128
@@ -32,7 +32,7 @@ def pack(call: VerifyBudgetLaunch) -> tuple[Key, int, Args]:
             call.req_pool_indices.data_ptr(), call.cursor.data_ptr(), call.advance.data_ptr(),
             call.out_verify_slot_indices.data_ptr(), call.out_verify_expected_tokens.data_ptr(),
             call.out_verify_expected_positions.data_ptr(), call.out_verify_prev_slot_indices.data_ptr(),
-            call.out_verify_num_valid.data_ptr(), call.out_verify_enable.data_ptr(), bs,
+            call.out_verify_num_valid.data_ptr(), call.out_verify_enable.data_ptr(), ptr(call.skipped_verifies), bs,
             call.verify_slot_indices.shape[0], call.out_verify_slot_indices.shape[0], call.cursor.shape[0],
             call.newest_per_request, call.stride)
     return (), bs, args
@@ -47,6 +47,8 @@ def _empty(call: VerifyBudgetLaunch) -> Launch:
     def empty() -> None:
         call.out_verify_num_valid.zero_()
         call.out_verify_enable.copy_(call.verify_enable)
+        if call.skipped_verifies is not None:
+            call.skipped_verifies.add_(1).sub_(call.verify_enable)
 
     return empty
 

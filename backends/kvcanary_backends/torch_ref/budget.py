@@ -13,7 +13,8 @@ entries (a padding row, a first chunk) leaves it, so padding rows that name a re
 that request's cursor.
 
 The count is of the kept entries whose full index is below the full plan's ``num_valid`` (all of them, unless
-the plan overflowed), at most the output's capacity.
+the plan overflowed), at most the output's capacity. A ``skipped_verifies`` counter, when given, gains
+``1 - verify_enable`` (an empty batch included).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def verify_budget(call: VerifyBudgetLaunch) -> None:
     if bs == 0:  # an empty forward: nothing to verify, no cursor moves
         call.out_verify_num_valid.zero_()
         call.out_verify_enable.copy_(call.verify_enable)
+        _count_skipped(call)
         return
     scratch, cursor, newest, stride = call.verify_offsets_scratch, call.cursor, call.newest_per_request, call.stride
     dev = scratch.device
@@ -59,7 +61,14 @@ def verify_budget(call: VerifyBudgetLaunch) -> None:
     for values, out in pairs:
         torch.index_select(values, 0, src, out=out)
     call.out_verify_enable.copy_(call.verify_enable)
+    _count_skipped(call)
     # a request of no entries (a padding row, a first chunk) leaves its row's cursor: added as a delta, so that
     # padding rows naming a real request's row (row 0) never undo that request's move
     moved = torch.remainder(cur + call.advance * stride, modulus).sub_(cur).mul_(count > 0)
     cursor.index_add_(0, rows, moved)
+
+
+def _count_skipped(call: VerifyBudgetLaunch) -> None:
+    """The overflow count: ``skipped_verifies += 1 - verify_enable`` (nothing without the counter)."""
+    if call.skipped_verifies is not None:
+        call.skipped_verifies.add_(1).sub_(call.verify_enable)

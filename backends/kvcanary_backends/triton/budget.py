@@ -7,8 +7,9 @@ of the window, the newest entries) to their places below the output's capacity, 
 it has no entries (padding rows name row 0, where a real request's cursor may live: no two programs write
 one cursor). The program whose request holds the full plan's last entry (``num_valid - 1``) writes the count
 (program 0 when the plan is empty, the last program when ``num_valid`` lies past the batch), program 0 the
-enable. Work: the batch squared (the offsets' sums) plus the kept entries, never the full plan; grid
-``(bs,)`` from shapes; no host read, no allocation: capturable.
+enable and, given the counter (``COUNT``), adds ``1 - enable`` to ``skipped_verifies``. Work: the batch
+squared (the offsets' sums) plus the kept entries, never the full plan; grid ``(bs,)`` from shapes; no host
+read, no allocation: capturable.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ def _budget_kernel(
     scratch: tl.tensor, slots: tl.tensor, tokens: tl.tensor, positions: tl.tensor, prev: tl.tensor,
     num_valid: tl.tensor, enable: tl.tensor, rpi: tl.tensor, cursor: tl.tensor, advance: tl.tensor,
     out_slots: tl.tensor, out_tokens: tl.tensor, out_positions: tl.tensor, out_prev: tl.tensor,
-    out_num_valid: tl.tensor, out_enable: tl.tensor,
+    out_num_valid: tl.tensor, out_enable: tl.tensor, skipped: tl.tensor,
     bs: tl.tensor, cap_in: tl.tensor, cap_out: tl.tensor, num_rows: tl.tensor, newest: tl.tensor,
     stride: tl.tensor,
-    BLOCK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, ROW_BLOCK: tl.constexpr, COUNT: tl.constexpr,
 ) -> None:
     b = tl.program_id(0).to(tl.int64)
     # the kept entries of the requests before this one: where this one's start in the budget's plan
@@ -78,7 +79,10 @@ def _budget_kernel(
                  + tl.maximum(lim - older, 0))
         tl.store(out_num_valid, tl.minimum(koff + tl.minimum(tl.maximum(below, 0), cap_out), cap_out).to(tl.int32))
     if b == 0:
-        tl.store(out_enable, tl.load(enable))
+        en = tl.load(enable)
+        tl.store(out_enable, en)
+        if COUNT:  # the full plan's overflow: one count per launch whose plan overflowed
+            tl.store(skipped, tl.load(skipped) + 1 - en.to(tl.int64))
     if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
         nxt = (cur + tl.load(advance) * stride) % modulus
         tl.store(cursor + row, tl.where(nxt < 0, nxt + modulus, nxt))
@@ -96,16 +100,19 @@ def _launch_args(call: VerifyBudgetLaunch) -> LaunchArgs | None:
             call.verify_expected_positions, call.verify_prev_slot_indices, call.verify_num_valid, call.verify_enable,
             call.req_pool_indices, call.cursor, call.advance, call.out_verify_slot_indices,
             call.out_verify_expected_tokens, call.out_verify_expected_positions, call.out_verify_prev_slot_indices,
-            call.out_verify_num_valid, call.out_verify_enable, bs, int(call.verify_slot_indices.shape[0]),
-            int(call.out_verify_slot_indices.shape[0]), int(call.cursor.shape[0]), call.newest_per_request,
-            call.stride)
-    return (bs,), type_key(args), args, (TUNING["budget_block"], TUNING["budget_row_block"]), TUNING["budget_warps"]
+            call.out_verify_num_valid, call.out_verify_enable, call.skipped_verifies, bs,
+            int(call.verify_slot_indices.shape[0]), int(call.out_verify_slot_indices.shape[0]),
+            int(call.cursor.shape[0]), call.newest_per_request, call.stride)
+    consts = (TUNING["budget_block"], TUNING["budget_row_block"], call.skipped_verifies is not None)
+    return (bs,), type_key(args), args, consts, TUNING["budget_warps"]
 
 
 def _empty(call: VerifyBudgetLaunch) -> None:
-    """An empty batch: no entry, no cursor moves (two device copies, no program)."""
+    """An empty batch: no entry, no cursor moves (two device copies and the overflow count, no program)."""
     call.out_verify_num_valid.zero_()
     call.out_verify_enable.copy_(call.verify_enable)
+    if call.skipped_verifies is not None:
+        call.skipped_verifies.add_(1).sub_(call.verify_enable)
 
 
 def prepare(call: VerifyBudgetLaunch) -> PreparedLaunch | None:

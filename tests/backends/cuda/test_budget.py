@@ -29,6 +29,16 @@ def test_emulated_kernel_matches_torch_ref(seed: int, emulated: str) -> None:
 
 
 @pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+def test_emulated_overflow_counter_gains_one_minus_enable(emulated: str) -> None:
+    assert b.overflow_counts(torch.device("cpu"), emulated, min_bs=1) == []
+
+
+@pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+def test_emulated_repeated_launch_counts_each_overflow(emulated: str) -> None:
+    assert b.repeated_counts(torch.device("cpu"), emulated) == [1, 1, 2]
+
+
+@pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 def test_emulated_kernel_writes_nothing_outside_the_outputs(emulated: str) -> None:
     assert b.writes_outside(random.Random(7), torch.device("cpu"), emulated, cases=20) == []
 
@@ -41,6 +51,18 @@ _SKIP = _support.cuda_skip_reason()
 @pytest.mark.parametrize("seed", range(4))
 def test_gpu_kernel_matches_torch_ref(seed: int) -> None:
     assert b.mismatches(random.Random(seed), torch.device("cuda"), "cuda", cases=60) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")
+def test_gpu_overflow_counter_gains_one_minus_enable() -> None:
+    assert b.overflow_counts(torch.device("cuda"), "cuda") == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")
+def test_gpu_repeated_launch_counts_each_overflow() -> None:
+    assert b.repeated_counts(torch.device("cuda"), "cuda") == [1, 1, 2]
 
 
 @pytest.mark.gpu

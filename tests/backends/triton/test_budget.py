@@ -20,6 +20,16 @@ def test_triton_matches_torch_ref(seed: int) -> None:
 
 
 @pytest.mark.parametrize("backend", ["torch_ref", "triton"])
+def test_the_overflow_counter_gains_one_minus_enable(backend: str) -> None:
+    assert b.overflow_counts(torch.device("cpu") if backend == "torch_ref" else DEV, backend) == []
+
+
+@pytest.mark.parametrize("backend", ["torch_ref", "triton"])
+def test_a_repeated_launch_counts_each_overflow(backend: str) -> None:
+    assert b.repeated_counts(torch.device("cpu") if backend == "torch_ref" else DEV, backend) == [1, 1, 2]
+
+
+@pytest.mark.parametrize("backend", ["torch_ref", "triton"])
 def test_garbage_offsets_write_nothing_outside_the_outputs(backend: str) -> None:
     dev = torch.device("cpu") if backend == "torch_ref" else DEV
     assert b.writes_outside(random.Random(7), dev, backend, cases=20 if DEV.type == "cpu" else 200) == []

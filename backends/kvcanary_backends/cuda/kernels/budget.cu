@@ -6,7 +6,8 @@
 // index 0, the rest of the window, the newest entries) below the output's capacity, then thread 0 moves the
 // cursor (unless the request has no entries: padding rows name row 0, where a real request's cursor may live,
 // so no two blocks write one cursor), writes the count when its request holds the full plan's last entry (block 0 when the plan is empty,
-// the last block when num_valid lies past the batch) and block 0 the enable. Host-side sizes only (capturable).
+// the last block when num_valid lies past the batch) and block 0 the enable and, given the overflow counter
+// (skipped, non-null), adds 1 - enable to it. Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
 #define KVC_BUDGET_THREADS 128
@@ -21,8 +22,8 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
                       long long* cursor, const long long* __restrict__ advance, long long* __restrict__ out_slots,
                       long long* __restrict__ out_tokens, long long* __restrict__ out_positions,
                       long long* __restrict__ out_prev, int* __restrict__ out_num_valid, int* __restrict__ out_enable,
-                      long long bs, long long cap_in, long long cap_out, long long num_rows, long long newest,
-                      long long stride) {
+                      long long* __restrict__ skipped, long long bs, long long cap_in, long long cap_out,
+                      long long num_rows, long long newest, long long stride) {
   __shared__ i64 warp_sum[KVC_BUDGET_THREADS / 32];
   const i64 b = blockIdx.x;
   const int tid = threadIdx.x;
@@ -73,7 +74,11 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
     const i64 below = imin(wrap, lim) + imax(imin(lim, first + take - wrap) - first, 0) + imax(lim - older, 0);
     out_num_valid[0] = (int)imin(koff + iclamp(below, 0, cap_out), cap_out);
   }
-  if (b == 0) out_enable[0] = enable[0];
+  if (b == 0) {
+    const int en = enable[0];
+    out_enable[0] = en;
+    if (skipped != nullptr) skipped[0] += 1 - (i64)en;  // the full plan's overflow, counted once per launch
+  }
   if (count <= 0) return;  // a request of no entries (padding, a first chunk) leaves its row's cursor
   i64 next = (cur + advance[0] * stride) % modulus;
   if (next < 0) next += modulus;
