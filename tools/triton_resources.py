@@ -159,7 +159,8 @@ def main() -> None:
     for nsrc in (0, 1, 2, 4):
         for partial in ((True,) if nsrc == 0 else (True, False)):
             # each fold tile (fold programs), then the chain fold (the chain program folds: no fold programs)
-            shapes = [(t, False) for t in (tiles[:1] if nsrc == 0 else tiles)] + [(tiles[-1], True)] * (nsrc > 0)
+            shapes = [(t, False) for t in (tiles[:1] if nsrc == 0 else tiles)]
+            shapes += [(TUNING["write_fold_tile_decode"], True)] * (nsrc > 0)
             for tile, chain in shapes:
                 sig, consts = write_signature(nsrc, partial, tile, chain)
                 regs, spill = registers(triton_write._write_kernel, sig, consts, warps)

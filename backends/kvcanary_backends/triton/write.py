@@ -305,11 +305,14 @@ def fold_programs(num_sources: int, num_tokens: int) -> int:
     return 1 + max(1, min(TUNING["write_fold_max"], cdiv(num_tokens, TUNING["write_fold_tokens"])))
 
 
-def chain_folds(num_sources: int, num_tokens: int, capacity: int) -> bool:
+def chain_folds(num_sources: int, num_tokens: int, capacity: int, *, partial: bool = True) -> bool:
     """Whether the chain program folds its own tokens' strips (no fold programs, grid ``(capacity, 1)``), from
-    shapes only: a decode-shaped write with sources (no more tokens than request rows), unless
-    ``TUNING["write_chain_fold"]`` is 0 (the two-program layout, kept so that a benchmark times both)."""
-    return num_sources > 0 and num_tokens <= capacity and TUNING["write_chain_fold"] != 0
+    shapes only: a decode-shaped write with sources (no more tokens than request rows) hashing PARTIAL strips,
+    unless ``TUNING["write_chain_fold"]`` is 0 (the two-program layout, kept so that a benchmark times both).
+    A real-KV ALL fold reads every byte of its tokens, which the fold programs overlap with the chain: it folds
+    in the chain program only with ``TUNING["write_chain_fold_all"]``."""
+    return (num_sources > 0 and num_tokens <= capacity and TUNING["write_chain_fold"] != 0
+            and (partial or TUNING["write_chain_fold_all"] != 0))
 
 
 def fold_tile(num_sources: int, num_tokens: int, capacity: int) -> int:
@@ -374,7 +377,7 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
                call.out_cache_loc.dtype, None, fits32(capacity, num_tokens))
     slot_args, slot_key, slot_lut, owner_check = _slot_args(call)
     tile = fold_tile(c.num_sources, num_tokens, capacity)
-    chain_fold = chain_folds(c.num_sources, num_tokens, capacity)
+    chain_fold = chain_folds(c.num_sources, num_tokens, capacity, partial=bool(c.partial))
     grid = (capacity if capacity > 0 else 1, 1 if chain_fold else fold_programs(c.num_sources, num_tokens))
     return (
         grid,
@@ -393,7 +396,8 @@ def prepare(call: WriteLaunch) -> PreparedLaunch | None:
     return _LAUNCH.prepare(*_launch_args(call))
 
 
-@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs", prepare=prepare)
+@WRITE.kernel("triton", notes="one serial chain per request; real-KV folds in parallel programs "
+              "(a decode PARTIAL write: in the chain)", prepare=prepare)
 def write(call: WriteLaunch) -> None:
     """Launch the write kernel (capture-safe: grid from capacities and shapes, no host sync or allocation)."""
     _LAUNCH(*_launch_args(call))

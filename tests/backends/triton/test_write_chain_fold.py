@@ -83,6 +83,9 @@ def test_the_chain_folds_in_decode_shaped_writes_with_sources(monkeypatch: pytes
     assert triton_write.chain_folds(4, num_tokens=1, capacity=1024)
     assert not triton_write.chain_folds(2, num_tokens=9, capacity=8)  # more tokens than rows: fold programs
     assert not triton_write.chain_folds(0, num_tokens=8, capacity=8)  # nothing to fold
+    assert not triton_write.chain_folds(2, num_tokens=8, capacity=8, partial=False)  # ALL: fold programs
+    monkeypatch.setitem(TUNING, "write_chain_fold_all", 1)
+    assert triton_write.chain_folds(2, num_tokens=8, capacity=8, partial=False)
     monkeypatch.setitem(TUNING, "write_chain_fold", 0)
     assert not triton_write.chain_folds(2, num_tokens=8, capacity=8)
 
@@ -93,6 +96,7 @@ def test_the_chain_folds_in_decode_shaped_writes_with_sources(monkeypatch: pytes
 def test_decode_writes_match_torch_ref(nsrc: int, mode: kc.RealKvHashMode, chain_fold: int, launches: Recorder,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TUNING, "write_chain_fold", chain_fold)
+    monkeypatch.setitem(TUNING, "write_chain_fold_all", chain_fold)  # ALL's chain fold too (off by default)
     seed = SEED + zlib.crc32(f"{nsrc}/{mode.name}".encode())  # one input for both layouts
     rng = random.Random(seed)
     bs = rng.choice([1, 5, 9]) if DEV.type != "cuda" else rng.choice([1, 8, 64, 300])
@@ -111,7 +115,7 @@ def test_decode_writes_match_torch_ref(nsrc: int, mode: kc.RealKvHashMode, chain
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
 def test_the_chain_fold_forced_on_any_write_matches_torch_ref(hostile: bool, launches: Recorder,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(triton_write, "chain_folds", lambda num_sources, num_tokens, capacity: num_sources > 0)
+    monkeypatch.setattr(triton_write, "chain_folds", lambda num_sources, num_tokens, capacity, partial=True: num_sources > 0)
     seed = SEED + zlib.crc32(f"forced/{hostile}".encode())
     failures = fuzz(Op.WRITE, DEV, "triton", seed=seed, count=CASES, hostile=hostile)
     assert not failures, f"KVCANARY_TEST_SEED={SEED}: " + "\n".join(failures)
@@ -157,7 +161,8 @@ def short_source_decode(rng: random.Random, nsrc: int, short: int, mode: kc.Real
 @pytest.mark.parametrize("mode", [kc.RealKvHashMode.PARTIAL, kc.RealKvHashMode.ALL], ids=["PARTIAL", "ALL"])
 @pytest.mark.parametrize(("nsrc", "short"), [(1, 0), (2, 0), (2, 1), (4, 0), (4, 1), (4, 2), (4, 3)])
 def test_strips_past_a_source_match_torch_ref(nsrc: int, short: int, mode: kc.RealKvHashMode,
-                                              launches: Recorder) -> None:
+                                              launches: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TUNING, "write_chain_fold_all", 1)  # ALL's chain fold too (off by default)
     rng = random.Random(SEED + 10 * nsrc + short + 100 * int(mode))
     problems = check_call(short_source_decode(rng, nsrc, short, mode), DEV, "triton")
     assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"

@@ -68,6 +68,7 @@ def hostile_decode(seed: int, mode: kc.RealKvHashMode, ring: int) -> Call:
 def test_hostile_decode_write(mode: kc.RealKvHashMode, ring: int, chain_fold: int,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(TUNING, "write_chain_fold", chain_fold)
+    monkeypatch.setitem(TUNING, "write_chain_fold_all", chain_fold)  # ALL's chain fold too (off by default)
     call = hostile_decode(1234 + int(mode) + ring, mode, ring)
     kw = call.make("cpu")
     assert triton_write.chain_folds(4, kw["input_ids"].shape[0], kw["plan"].write_seed_slot_indices.shape[0]) \
@@ -120,7 +121,8 @@ def extension_decode(seed: int, mode: kc.RealKvHashMode) -> Call:
 
 @pytest.mark.parametrize("mode", [kc.RealKvHashMode.PARTIAL, kc.RealKvHashMode.ALL], ids=["PARTIAL", "ALL"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_chain_fold_with_extension_checks(mode: kc.RealKvHashMode, seed: int) -> None:
+def test_chain_fold_with_extension_checks(mode: kc.RealKvHashMode, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TUNING, "write_chain_fold_all", 1)  # ALL's chain fold too (off by default)
     call = extension_decode(seed * 31 + int(mode), mode)
     kw = call.make("cpu")
     assert triton_write.chain_folds(3, kw["input_ids"].shape[0], kw["plan"].write_seed_slot_indices.shape[0])

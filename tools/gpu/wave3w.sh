@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Wave 3, session 7, the GPU call for the session's changes (device time allows one): the manager tests that
+# failed in wave3x with their files, the transformers integration on cuda, the verify budget's overflow count
+# (cuda, Triton, manager) and Triton's decode write with the chain fold against torch_ref; compute-sanitizer
+# memcheck over both, racecheck over the Triton write; then the figures: bench_transformers (the manager's host
+# time), bench_engine (the journal's share), bench_fast_step --quick (the budgeted forward), bench_decode_write
+# --fold-programs (Triton's chain fold beside the two-program layout and cuda). About 540 s.
+set -u
+mkdir -p "$OUT"
+source "$(dirname "$0")/step.sh"  # rc and step
+python3 -c "import torch, triton, transformers; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, transformers.__version__)"
+step tests 110 python3 -m pytest tests/manager/test_gpu_graphs.py tests/manager/test_pinned.py \
+    tests/manager/test_tail_readback.py tests/manager/test_graphs.py tests/manager/test_budget.py \
+    tests/manager/test_gpu_engine_capture.py tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
+    tests/backends/triton/test_write_chain_fold.py tests/backends/triton/test_write_fold_tile.py \
+    tests/integrations/transformers/test_gpu.py -o addopts="" -q -rfE -p no:cacheprovider --durations=3
+grep -E "^FAILED" "$OUT/tests.log" | head -8
+step memcheck 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+    python3 -m pytest tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
+    tests/backends/triton/test_write_chain_fold.py -o addopts="" -q -p no:cacheprovider -x
+step racecheck_triton_write 45 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python3 tests/gpu/sanitize.py --backend triton --quick --count 2 --ops write
+step bench_transformers 90 python3 benchmarks/bench_transformers.py --device cuda --rounds 1 \
+    --out "$OUT/bench_transformers_cuda.json"
+grep -E "steady" "$OUT/bench_transformers.log" | tail -6 | cut -c1-160
+step bench_engine 100 python3 benchmarks/bench_engine.py --bs 32 --ctx 1024 --out "$OUT/bench_engine.json"
+grep -E "journal|engine_step|canary host" "$OUT/bench_engine.log" | cut -c1-170 | head -12
+step bench_fast_step 60 python3 benchmarks/bench_fast_step.py --device cuda --quick --out "$OUT/bench_fast_step.json"
+sed -n '/^== bench_fast_step/,$p' "$OUT/bench_fast_step.log" | grep -E "canary device (time|share of the step,)|alone|host" \
+    | cut -c1-150
+step bench_decode_write 80 python3 benchmarks/bench_decode_write.py --fold-programs \
+    --out "$OUT/bench_decode_write.json"
+sed -n '/^== /,$p' "$OUT/bench_decode_write.log" | grep -E "triton|probe|==" | cut -c1-170 | head -60
+exit $rc
