@@ -273,13 +273,16 @@ class ForwardRunner:
         return runs
 
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
-        """The HEAD launches after staging: the owner claim, then per group its plan, the budget's filter and
-        the HEAD endpoints' verify and write (:meth:`_launch`)."""
+        """The HEAD launches after staging: the owner claim, then per group its plan, the overflow count (the
+        budget's filter counts it itself) and the HEAD endpoints' verify and write (:meth:`_launch`). A plan that
+        overflowed is counted here, with or without a budget, so a forward whose TAIL never runs counts alike."""
         self._claim(v)
         for gi, gp in enumerate(self.plans):
             self._plan(gi, v)
             if self.budgets:
                 self._filter(gi, v, batch_size, stride)
+            else:
+                self._count_skipped(gi)
             self._launch(gi, gp.head, v)
 
     def _claim(self, v: StepViews) -> None:
@@ -315,7 +318,7 @@ class ForwardRunner:
                                                   skipped_verifies=self._state.skipped_verifies)
 
     def tail(self) -> bool:
-        """TAIL verify and write with the real-KV sources, on the plans ``head`` built; then count overflows.
+        """TAIL verify and write with the real-KV sources, on the plans ``head`` built.
         Returns whether the forward ran on a bucket (its HEAD saw no graph capture in progress)."""
         v = self._views
         if v is None:
@@ -368,13 +371,11 @@ class ForwardRunner:
         return runs
 
     def _tail(self, v: StepViews) -> None:
-        """The TAIL launches: per group the TAIL endpoints' verify and write, the layer rotation's TAIL, and
-        the overflow count (with a budget, the HEAD filter counted it already: :meth:`_filter`)."""
+        """The TAIL launches: per group the TAIL endpoints' verify and write and the layer rotation's TAIL (the
+        overflow was counted at HEAD)."""
         for gi, gp in enumerate(self.plans):
             self._launch(gi, gp.tail, v)
             self._rotate(gi, v)
-            if not self.budgets:
-                self._count_skipped(gi)
 
     def _rotate(self, gi: int, v: StepViews) -> None:
         """Group ``gi``'s layer rotation at TAIL (nothing without rotation)."""

@@ -1,4 +1,4 @@
-"""Review probe: a budgeted forward counts its overflow exactly as a budget-less one, on every path."""
+"""A budgeted forward counts its overflow exactly as a budget-less one, on every path (both count it at HEAD)."""
 
 from __future__ import annotations
 
