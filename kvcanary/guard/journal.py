@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
@@ -142,9 +143,9 @@ class _Holders:
             want: Ints = np.full(blocks.shape[0], codes, dtype=np.int64)
         else:
             keep = codes != NO_OWNER
-            if not keep.all():
-                blocks, codes = blocks[keep], codes[keep]
             want = codes
+            if not keep.all():
+                blocks, want = blocks[keep], codes[keep]
         one = self.one
         was = one[blocks]
         simple = (was == NO_OWNER) | (was == want)
@@ -244,6 +245,8 @@ class SlotJournal:
         self._last: Ints = np.full(capacity, NO_OWNER, dtype=np.int64)
         self._folded = 0
         """Events folded into ``_base`` (the ring holds events ``[_folded, recorded)``)."""
+        self._now_at = 0
+        """Events folded into ``_now`` (the rest is folded on demand: :meth:`_catch_up`)."""
         self._size = 0
         """Blocks the dense state covers (block numbers below it)."""
         self._now = _Holders()
@@ -318,22 +321,38 @@ class SlotJournal:
         self._quarantined = q
         self._size = size
 
-    def _fold(self, count: int) -> None:
-        """Fold the ``count`` oldest kept events into the state before the ring (they are about to be
-        overwritten): one vectorised update per run of events of one kind."""
+    def _fold(self, state: _Holders, done: int, count: int) -> None:
+        """Apply the ring's events ``[done, done + count)`` (absolute numbers, still kept) to ``state``: one
+        vectorised update per run of events of one kind (consecutive record calls of one kind are one run)."""
         cap = self.capacity
-        at = self._folded % cap
+        at = done % cap
         while count > 0:
             n = min(count, cap - at)
             kinds = self._kind[at:at + n]
-            cuts = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
-            starts = [0, *cuts.tolist()]
-            ends = [*starts[1:], n]
-            for a, b in zip(starts, ends, strict=True):
-                self._base.apply(int(kinds[a]), self._block[at + a:at + b], self._owner[at + a:at + b])
-            self._folded += n
+            cuts = (np.flatnonzero(kinds[1:] != kinds[:-1]) + 1).tolist()
+            for a, e in pairwise([0, *cuts, n]):
+                state.apply(int(kinds[a]), self._block[at + a:at + e], self._owner[at + a:at + e])
             count -= n
             at = 0
+
+    def _catch_up(self) -> None:
+        """Bring the holder state of now up to the newest event (it is folded on demand, not per record call:
+        a decode step's records cost their column writes only)."""
+        if self._now_at < self.recorded:
+            self._fold(self._now, self._now_at, self.recorded - self._now_at)
+            self._now_at = self.recorded
+
+    def _make_room(self, m: int) -> None:
+        """Fold the oldest kept events into the state before the ring so that ``m`` more fit: at least an
+        eighth of the ring at a time (fewer, larger runs), the state of now first (it must see them too)."""
+        live = self.recorded - self._folded
+        over = live + m - self.capacity
+        if over <= 0:
+            return
+        self._catch_up()
+        count = min(live, max(over, self.capacity // 8))
+        self._fold(self._base, self._folded, count)
+        self._folded += count
 
     def record_columns(self, step: int, kind: JournalKind, blocks: Sequence[int] | Ints,
                        owners: Sequence[int] | Ints | Owner | None = None,
@@ -367,9 +386,7 @@ class SlotJournal:
         done = 0
         while done < n:  # more than the ring holds in one call: in pieces of the ring's size
             m = min(n - done, cap)
-            over = self.recorded + m - self._folded - cap
-            if over > 0:
-                self._fold(over)
+            self._make_room(m)
             at = self.recorded % cap
             end = min(at + m, cap)
             cut = end - at
@@ -389,9 +406,7 @@ class SlotJournal:
                 self._kind[:m - cut] = k
             self.recorded += m
             done += m
-        if k in _ADD_CODES or k == _RELEASED or k == _FREED:
-            self._now.apply(k, b, code)
-        elif k == _QUARANTINED:
+        if k == _QUARANTINED:
             self._quarantined[b] = True
         elif k == _REINSTATED:
             self._quarantined[b] = False
@@ -407,7 +422,7 @@ class SlotJournal:
             runs = [(0, blocks.shape[0], code)]
         else:
             cuts = [0, *(np.flatnonzero(code[1:] != code[:-1]) + 1).tolist(), code.shape[0]]
-            runs = [(a, e, int(code[a])) for a, e in zip(cuts[:-1], cuts[1:], strict=True)]
+            runs = [(a, e, int(code[a])) for a, e in pairwise(cuts)]
         for a, e, c in runs:
             part = blocks[a:e].tolist()
             owner = self.owner_of(c)
@@ -531,11 +546,13 @@ class SlotJournal:
 
     def holds(self, slot: int, owner: Owner) -> bool:
         """Whether ``owner`` holds ``slot``'s block now (the holder state: no scan)."""
+        self._catch_up()
         return self.owner_code(owner) in self._now.of(self.block_of(slot))
 
     def holder_classes(self, blocks: Ints) -> npt.NDArray[np.int8]:
         """Per block of ``blocks`` (an int64 array): 0 when nobody holds it now, 1 when only prefix-cache owners
         do, 2 when a request does (vectorised: what a release leaves, for the owner check's map)."""
+        self._catch_up()
         out = np.zeros(blocks.shape[0], dtype=np.int8)
         inside = blocks < self._size
         one = np.full(blocks.shape[0], NO_OWNER, dtype=np.int64)
@@ -543,9 +560,10 @@ class SlotJournal:
         out[one != NO_OWNER] = 2
         if self._cache_codes.shape[0]:
             out[np.isin(one, self._cache_codes)] = 1
-        for i in np.flatnonzero(one == _MANY).tolist():
-            held = self._now.more[int(blocks[i])]
-            out[i] = 1 if all(int(c) in self._cache_codes.tolist() for c in held) else 2
+        many = np.flatnonzero(one == _MANY).tolist()
+        cache = set(self._cache_codes.tolist())
+        for i in many:
+            out[i] = 1 if cache.issuperset(self._now.more[int(blocks[i])]) else 2
         return out
 
     def quarantined(self, slot: int) -> bool:
