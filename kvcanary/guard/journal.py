@@ -183,16 +183,22 @@ class _Holders:
         hit = was == codes
         one[blocks[hit]] = NO_OWNER
         if self.more:
-            many = np.flatnonzero(was == _MANY)
-            for i in many.tolist():
-                b = int(blocks[i])
-                c = codes if isinstance(codes, int) else int(codes[i])
-                held = self.more.get(b)
-                if held is not None and c in held:
-                    held.remove(c)
-                    if len(held) == 1:
-                        one[b] = held[0]
-                        del self.more[b]
+            for i in np.flatnonzero(was == _MANY).tolist():
+                self._release_one(int(blocks[i]), codes if isinstance(codes, int) else int(codes[i]))
+
+    def _release_one(self, b: int, c: int) -> None:
+        """Release ``c`` from shared block ``b`` (an earlier entry of the same run may have unshared it)."""
+        one = self.one
+        held = self.more.get(b)
+        if held is None:
+            if int(one[b]) == c:
+                one[b] = NO_OWNER
+            return
+        if c in held:
+            held.remove(c)
+            if len(held) == 1:
+                one[b] = held[0]
+                del self.more[b]
 
     def free(self, blocks: Ints) -> None:
         self.one[blocks] = NO_OWNER
