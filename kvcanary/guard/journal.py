@@ -211,17 +211,19 @@ class SlotJournal:
     """Ownership events of KV blocks, kept in a ring of numpy columns, with the holder state of every block.
 
     **What is remembered.** The newest ``capacity`` events (of every block together) in a ring of preallocated
-    columns: step, kind, block, owner code, first and last position (37 bytes an event: ~2.4 MB at the
-    default 65536). Beside the ring, for every block number seen (below ``max_blocks``; arrays grown by
-    doubling up to the highest block seen, 17 bytes a block): who holds it now (one owner code per block; a
-    side table for blocks with two or more holders), who held it before its oldest kept event (the same
-    state, folded from each event as the ring overwrites it), and whether it is quarantined. So
-    :meth:`holders`, :meth:`quarantined` and :meth:`owners_at` of a block whose events fell off the ring still
-    answer; :meth:`history` gives only the kept events. **What is forgotten first**: the oldest events (a
+    columns: step, kind, block, owner code, first and last position (41 bytes an event: 2.7 MB at the default
+    65536). Beside the ring, for every block number seen (below ``max_blocks``; arrays grown by doubling up to
+    the highest block seen, 17 bytes a block): who holds it now, who held it before its oldest kept event (one
+    owner code per block in each, a side table for the blocks with two or more holders: a shared prefix), and
+    whether it is quarantined. Both holder states are folded from the ring's events by runs of one kind, a few
+    numpy operations a run: the state before the ring when the ring overwrites events (an eighth of it at a
+    time), the state of now when it is asked (:meth:`holds`, :meth:`holder_classes`) or before such a fold.
+    So :meth:`holders`, :meth:`quarantined` and :meth:`owners_at` of a block whose events fell off the ring
+    still answer; :meth:`history` gives only the kept events. **What is forgotten first**: the oldest events (a
     window that starts before the oldest kept event of the block misses owners that came and left before it),
-    then the owners: non-numeric owners are interned (one int code per owner, at most ``max_owners``, the
-    least recently named forgotten first; an event of a forgotten owner reads as no owner). A request owner
-    whose id is a decimal integer is its own code: an engine passes its int request ids as the owner column.
+    then the owners: non-numeric owners are interned (one int code per owner, at most ``max_owners``, the least
+    recently named forgotten first; an event of a forgotten owner reads as no owner). A request owner whose id
+    is a decimal integer is its own code: an engine passes its int request ids as the owner column.
 
     Recording: :meth:`record_columns` files one kind for a whole array of blocks (one owner for all, or an
     owner code per entry) with a slice assignment per column and a few vectorised updates of the holder
