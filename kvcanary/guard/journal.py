@@ -151,17 +151,12 @@ class _Holders:
         simple = (was == NO_OWNER) | (was == want)
         if simple.all():
             one[blocks] = want
-            if (one[blocks] == want).all():  # no block named twice with two owners in the run
-                return
-            one[blocks] = was
-            self._add_each(blocks, want)
+            lost = one[blocks] != want
+            if lost.any():  # a block named twice in the run, with two owners: the later one took the entry
+                self._add_each(blocks[lost], want[lost])
             return
         one[blocks[simple]] = want[simple]
-        if not (one[blocks[simple]] == want[simple]).all():
-            one[blocks[simple]] = was[simple]
-            self._add_each(blocks, want)
-            return
-        rest = ~simple
+        rest = ~simple | (one[blocks] != want)  # held by another owner, or lost to another entry of the run
         self._add_each(blocks[rest], want[rest])
 
     def _add_each(self, blocks: Ints, codes: Ints) -> None:
@@ -217,7 +212,8 @@ class SlotJournal:
     owner code per block in each, a side table for the blocks with two or more holders: a shared prefix), and
     whether it is quarantined. Both holder states are folded from the ring's events by runs of one kind, a few
     numpy operations a run: the state before the ring when the ring overwrites events (an eighth of it at a
-    time), the state of now when it is asked (:meth:`holds`, :meth:`holder_classes`) or before such a fold.
+    time); the state of now when it is asked (:meth:`holds`, :meth:`holder_classes`: the write-time owner
+    check), made then from the state before the ring and kept up to date before each later fold.
     So :meth:`holders`, :meth:`quarantined` and :meth:`owners_at` of a block whose events fell off the ring
     still answer; :meth:`history` gives only the kept events. **What is forgotten first**: the oldest events (a
     window that starts before the oldest kept event of the block misses owners that came and left before it),
@@ -255,6 +251,8 @@ class SlotJournal:
         """Events folded into ``_base`` (the ring holds events ``[_folded, recorded)``)."""
         self._now_at = 0
         """Events folded into ``_now`` (the rest is folded on demand: :meth:`_catch_up`)."""
+        self._now_live = False
+        """Whether ``_now`` is kept (made when first asked for)."""
         self._size = 0
         """Blocks the dense state covers (block numbers below it)."""
         self._now = _Holders()
@@ -344,8 +342,15 @@ class SlotJournal:
             at = 0
 
     def _catch_up(self) -> None:
-        """Bring the holder state of now up to the newest event (it is folded on demand, not per record call:
-        a decode step's records cost their column writes only)."""
+        """Bring the holder state of now up to the newest event. It is folded on demand, not per record call
+        (a decode step's records cost their column writes only), and made only when first asked: from the
+        state before the ring and the kept events; from then on it is kept up to date before each fold of
+        the ring."""
+        if not self._now_live:
+            self._now.one = self._base.one.copy()
+            self._now.more = {b: list(held) for b, held in self._base.more.items()}
+            self._now_at = self._folded
+            self._now_live = True
         if self._now_at < self.recorded:
             self._fold(self._now, self._now_at, self.recorded - self._now_at)
             self._now_at = self.recorded
@@ -357,23 +362,26 @@ class SlotJournal:
         over = live + m - self.capacity
         if over <= 0:
             return
-        self._catch_up()
+        if self._now_live:
+            self._catch_up()
         count = min(live, max(over, self.capacity // 8))
         self._fold(self._base, self._folded, count)
         self._folded += count
 
     def record_columns(self, step: int, kind: JournalKind, blocks: Sequence[int] | Ints,
-                       owners: Sequence[int] | Ints | Owner | None = None,
+                       owners: Sequence[int] | Ints | int | Owner | None = None,
                        firsts: Sequence[int] | Ints | None = None, lasts: Sequence[int] | Ints | None = None) -> None:
         """Record ``kind`` at ``step`` for each of ``blocks`` (an int64 array, or ints): for ``owners`` (one
-        :class:`Owner` or None for all, or one owner code per block: see :meth:`owner_code`; a request's int
-        id is its code), positions ``firsts[i]..lasts[i]`` where given (negative: none). No Python object per
+        :class:`Owner`, owner code or None for all, or one owner code per block: see :meth:`owner_code`; a
+        request's int id is its code), positions ``firsts[i]..lasts[i]`` where given (negative: none). No Python object per
         entry: a slice assignment per column and a few vectorised updates."""
         b = _ints(blocks, "blocks")
         n = b.shape[0]
         code: Ints | int
         if owners is None or isinstance(owners, Owner):
             code = self.owner_code(owners)
+        elif isinstance(owners, int | np.integer):
+            code = int(owners)
         else:
             code = _ints(owners, "owners")
             if code.shape[0] != n:
