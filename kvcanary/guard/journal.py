@@ -202,6 +202,54 @@ class _Holders:
                 del self.more[b]
 
 
+_CACHE_BASE = -(1 << 40)
+"""Interned prefix-cache owners have codes at or below this (interned requests above it, below -2)."""
+
+
+class _State:
+    """Who holds each block: the requests' holder state and the prefix cache's, apart (a cached block a
+    request holds too is the common shared block: it costs no side-table entry)."""
+
+    def __init__(self) -> None:
+        self.req = _Holders()
+        self.cache = _Holders()
+
+    def grow(self, size: int) -> None:
+        self.req.grow(size)
+        self.cache.grow(size)
+
+    def of(self, block: int) -> list[int]:
+        return self.req.of(block) + self.cache.of(block)
+
+    def copy(self) -> _State:
+        out = _State()
+        for mine, theirs in ((self.req, out.req), (self.cache, out.cache)):
+            theirs.one = mine.one.copy()
+            theirs.more = {b: list(held) for b, held in mine.more.items()}
+        return out
+
+    def apply(self, kind: int, blocks: Ints, codes: Ints | int) -> None:
+        """Apply one run of entries of ``kind``: each entry to the requests' state or the cache's by its code."""
+        if kind == _FREED:
+            self.req.free(blocks)
+            self.cache.free(blocks)
+            return
+        if kind not in _ADD_CODES and kind != _RELEASED:
+            return
+        if isinstance(codes, int):
+            (self.cache if codes <= _CACHE_BASE else self.req).apply(kind, blocks, codes)
+            return
+        cached = codes <= _CACHE_BASE
+        if not cached.any():
+            self.req.apply(kind, blocks, codes)
+        elif cached.all():
+            self.cache.apply(kind, blocks, codes)
+        else:
+            rest = ~cached
+            self.req.apply(kind, blocks[rest], codes[rest])
+            self.cache.apply(kind, blocks[cached], codes[cached])
+
+
 class SlotJournal:
     """Ownership events of KV blocks, kept in a ring of numpy columns, with the holder state of every block.
 
@@ -255,13 +303,12 @@ class SlotJournal:
         """Whether ``_now`` is kept (made when first asked for)."""
         self._size = 0
         """Blocks the dense state covers (block numbers below it)."""
-        self._now = _Holders()
-        self._base = _Holders()
+        self._now = _State()
+        self._base = _State()
         self._quarantined = np.zeros(0, dtype=np.bool_)
         self._codes: dict[Owner, int] = {}
         self._named: dict[int, Owner] = {}
         self._serial = 0
-        self._cache_codes: Ints = np.zeros(0, dtype=np.int64)
         self._finished: dict[str, int] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
@@ -294,14 +341,11 @@ class SlotJournal:
         codes = self._codes
         code = codes.pop(owner, None)
         if code is None:
-            code = -3 - self._serial
+            code = (_CACHE_BASE if owner.kind is OwnerKind.CACHE else -3) - self._serial
             self._serial += 1
             self._named[code] = owner
             if len(codes) >= self.max_owners:
                 del self._named[codes.pop(next(iter(codes)))]
-            if owner.kind is OwnerKind.CACHE:
-                self._cache_codes = np.append(self._cache_codes[np.isin(self._cache_codes, list(self._named))],
-                                              code)
         codes[owner] = code
         return code
 
@@ -327,7 +371,7 @@ class SlotJournal:
         self._quarantined = q
         self._size = size
 
-    def _fold(self, state: _Holders, done: int, count: int) -> None:
+    def _fold(self, state: _State, done: int, count: int) -> None:
         """Apply the ring's events ``[done, done + count)`` (absolute numbers, still kept) to ``state``: one
         vectorised update per run of events of one kind (consecutive record calls of one kind are one run)."""
         cap = self.capacity
@@ -347,8 +391,7 @@ class SlotJournal:
         state before the ring and the kept events; from then on it is kept up to date before each fold of
         the ring."""
         if not self._now_live:
-            self._now.one = self._base.one.copy()
-            self._now.more = {b: list(held) for b, held in self._base.more.items()}
+            self._now = self._base.copy()
             self._now_at = self._folded
             self._now_live = True
         if self._now_at < self.recorded:
@@ -373,8 +416,8 @@ class SlotJournal:
                        firsts: Sequence[int] | Ints | None = None, lasts: Sequence[int] | Ints | None = None) -> None:
         """Record ``kind`` at ``step`` for each of ``blocks`` (an int64 array, or ints): for ``owners`` (one
         :class:`Owner`, owner code or None for all, or one owner code per block: see :meth:`owner_code`; a
-        request's int id is its code), positions ``firsts[i]..lasts[i]`` where given (negative: none). No Python object per
-        entry: a slice assignment per column and a few vectorised updates."""
+        request's int id is its code), positions ``firsts[i]..lasts[i]`` where given (negative: none). No
+        Python object per entry: a slice assignment per column."""
         b = _ints(blocks, "blocks")
         n = b.shape[0]
         code: Ints | int
@@ -569,18 +612,12 @@ class SlotJournal:
         """Per block of ``blocks`` (an int64 array): 0 when nobody holds it now, 1 when only prefix-cache owners
         do, 2 when a request does (vectorised: what a release leaves, for the owner check's map)."""
         self._catch_up()
-        out = np.zeros(blocks.shape[0], dtype=np.int8)
         inside = blocks < self._size
-        one = np.full(blocks.shape[0], NO_OWNER, dtype=np.int64)
-        one[inside] = self._now.one[blocks[inside]]
-        out[one != NO_OWNER] = 2
-        if self._cache_codes.shape[0]:
-            out[np.isin(one, self._cache_codes)] = 1
-        many = np.flatnonzero(one == _MANY).tolist()
-        cache = set(self._cache_codes.tolist())
-        for i in many:
-            out[i] = 1 if cache.issuperset(self._now.more[int(blocks[i])]) else 2
-        return out
+        req = np.full(blocks.shape[0], NO_OWNER, dtype=np.int64)
+        cache = req.copy()
+        req[inside] = self._now.req.one[blocks[inside]]
+        cache[inside] = self._now.cache.one[blocks[inside]]
+        return np.where(req != NO_OWNER, 2, np.where(cache != NO_OWNER, 1, 0)).astype(np.int8)
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""

@@ -117,8 +117,9 @@ def test_memory_does_not_grow_over_100k_steps() -> None:
             j.record_columns(s, JournalKind.FREED, every)
             j.record(s, JournalKind.CACHED, [s % 1024], Owner(OwnerKind.CACHE, f"entry-{s}"))  # interned owners
         if s % 25_000 == 0 or s == 99_999:
-            sizes.append((j._step.nbytes + j._block.nbytes + j._now.one.nbytes + j._base.one.nbytes,
-                          len(j._now.more) + len(j._base.more), len(j._named), len(j._finished)))
+            sizes.append((j._step.nbytes + j._block.nbytes + j._now.req.one.nbytes + j._base.cache.one.nbytes,
+                          sum(len(h.more) for st in (j._now, j._base) for h in (st.req, st.cache)), len(j._named),
+                          len(j._finished)))
     assert j.recorded > 6_000_000 and j.recorded - j._folded <= j.capacity
     assert len({s[0] for s in sizes}) == 1, sizes  # the columns and the dense state: sized once
     assert all(m <= 1024 and named <= j.max_owners for _, m, named, _ in sizes), sizes
