@@ -205,10 +205,12 @@ def reserved_columns(reqs: list[Request], slots: list[list[int]], rows: Sequence
     locs = list(map(_LOCS, rows))
     if locs != slots:
         return None
-    blocks = np.array(list(chain.from_iterable(locs)), dtype=np.int64)
-    positions = np.array(list(chain.from_iterable(map(_POSITIONS, rows))), dtype=np.int64)
-    if positions.shape[0] != blocks.shape[0] or (blocks.shape[0] and int(blocks.min()) <= 0):
+    flat = list(chain.from_iterable(locs))
+    pos = list(chain.from_iterable(map(_POSITIONS, rows)))
+    if len(pos) != len(flat) or (flat and min(flat) <= 0):
         return None
+    blocks = np.array(flat, dtype=np.int64)
+    positions = np.array(pos, dtype=np.int64)
     if reqs == _last_rids[0]:  # the same requests as the last forward's (a steady decode batch)
         rids = _last_rids[1]
     else:
