@@ -431,7 +431,7 @@ class SlotJournal:
                 raise ValueError(f"SlotJournal.record_columns: owners must be as long as blocks "
                                  f"(blocks has {n}, owners {code.shape[0]})")
         f: Ints | int = NO_OWNER if firsts is None else _ints(firsts, "firsts")
-        la: Ints | int = NO_OWNER if lasts is None else _ints(lasts, "lasts")
+        la: Ints | int = f if lasts is firsts else NO_OWNER if lasts is None else _ints(lasts, "lasts")
         for name, col in (("firsts", f), ("lasts", la)):
             if not isinstance(col, int) and col.shape[0] != n:
                 raise ValueError(f"SlotJournal.record_columns: {name} must be as long as blocks "
@@ -442,7 +442,19 @@ class SlotJournal:
             self._fit(b)
         k = _KIND_CODE[kind]
         cap = self.capacity
-        done = 0
+        at = self.recorded % cap
+        if at + n <= cap and self.recorded + n - self._folded <= cap:  # room, no wrap: a slice per column
+            end = at + n
+            self._block[at:end] = b
+            self._owner[at:end] = code
+            self._first[at:end] = f
+            self._last[at:end] = la
+            self._step[at:end] = step
+            self._kind[at:end] = k
+            self.recorded += n
+            done = n
+        else:
+            done = 0
         while done < n:  # more than the ring holds in one call: in pieces of the ring's size
             m = min(n - done, cap)
             self._make_room(m)
