@@ -159,8 +159,8 @@ class PoolState:
         if held is not None and held[0] is synced and held[1] == query:
             view[1][bs : 2 * bs] = array("q", past)  # rows and extend lengths as held there: only the prefix moved
         else:
-            self._held[pinned.index] = (synced, list(query))
             view[1][: 3 * bs] = array("q", meta + past + query)
+            self._held[pinned.index] = (synced, list(query))  # once written (a value past int64 raises first)
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
             host[at : at + ntok] = rows.locs(meta, past, query).numpy()
