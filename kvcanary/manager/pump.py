@@ -74,7 +74,9 @@ class SnapshotPump:
         self._wait = [super(torch.cuda.Event, e).synchronize for e in self._done or ()]
         self._streams: dict[tuple[int, int, int], torch.cuda.Stream] = {}
         """The device's streams the copies ran on, by torch's stream triple (one object per stream, made once)."""
-        self._head_np = [n[:_BASE] for n in self._np]  # the header part of each host buffer (a view, made once)
+        self._head = [n.data.cast("B").cast("q")[:_BASE] for n in self._np]
+        """The header part of each host buffer, an int64 memoryview made once: its ``tolist`` is the same ints as
+        numpy's, without numpy's conversion code, which the step's end finds cold after the forward."""
         self._pending: tuple[int, int] | None = None  # (step, buffer index)
         self._tail_copies: list[Callable[[], None] | None] = [None, None]  # per host buffer (:meth:`tail_copy`)
         self._armed = -1  # the host buffer the last TAIL copied into, nothing launched since (-1: none)
@@ -237,7 +239,7 @@ class SnapshotPump:
         if self._query and not self._query[k]():  # a copy a step old is done: one query, no blocking wait
             self._wait[k]()
         host = self._np[k]
-        v: list[int] = self._head_np[k].tolist()
+        v: list[int] = self._head[k].tolist()
         nrows = min(v[0], self._cap)
         if nrows or self.rows:  # rows once decoded are kept while their copied bytes are unchanged
             self._decode(host[_BASE : _BASE + nrows * VIOLATION_FIELDS].reshape(nrows, VIOLATION_FIELDS))

@@ -5,7 +5,8 @@ has sized it) and turns each step into a :class:`~kvcanary.manager.CanaryBatch`:
 extend lengths and write slots staged in one host-to-device copy, the engine's own token and position
 tensors, and, for a sliding-window group, the full-slot to ring-slot table refreshed from the engine's ring.
 The host values go into the manager's pinned inputs (:meth:`~kvcanary.manager.CanaryManager.pinned_inputs`)
-with numpy: the map issues no CUDA call of its own unless a sliding group's table must be refreshed.
+through an int64 memoryview (a quiet decode step rewrites only the prefix lengths of a buffer that holds the step's
+rows and extend lengths): the map issues no CUDA call of its own unless a sliding group's table must be refreshed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import itertools
 import operator
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +115,12 @@ class PoolState:
         self._inputs_of: dict[tuple[object, ...], _Inputs] = {}
         """The engine's input tensors' memory, shapes, strides, dtypes and devices (one step's key) -> the flat
         ids and positions and the kept write slots (:meth:`_inputs`)."""
+        self._host_views: dict[int, tuple[np.ndarray[Any, np.dtype[np.int64]], memoryview]] = {}
+        """Per pinned host buffer: an int64 memoryview of it. The rows and lengths go in as an ``array('q')``
+        through it, not as a list through numpy's conversion, whose code a step finds cold after the forward."""
+        self._held: dict[int, tuple[object, list[int]]] = {}
+        """Per pinned host buffer: the rows' sync record and the extend lengths it holds (the rows are those of
+        that record): a step with the same record and lengths rewrites only the prefix lengths there."""
         self._last: tuple[tuple[torch.Tensor, ...], CanaryBatch] | None = None
         """The previous step's batch and its tensors: a step made of the very same tensor objects (same memory,
         shapes, dtypes: the cached views above) reuses it rather than build and check an identical one."""
@@ -141,14 +149,21 @@ class PoolState:
             self.guard.seconds += time.perf_counter() - t0
         ntok = sum(query)
         ids, pos, engine_loc = self._inputs(batch_data, ntok)
-        meta += past
-        meta += query
         pinned = self._pinned
         host = pinned.host()  # the step's pinned buffer: never one a queued copy may still read
-        host[: 3 * bs] = meta
+        view = self._host_views.get(pinned.index)
+        if view is None or view[0] is not host:
+            view = self._host_views[pinned.index] = (host, host.data.cast("B").cast("q"))
+        synced = rows.synced
+        held = self._held.get(pinned.index)
+        if held is not None and held[0] is synced and held[1] == query:
+            view[1][bs : 2 * bs] = array("q", past)  # rows and extend lengths as held there: only the prefix moved
+        else:
+            view[1][: 3 * bs] = array("q", meta + past + query)
+            self._held[pinned.index] = (synced, list(query))  # once written (a value past int64 raises first)
         at = 3 * bs
         if engine_loc is None:  # the engine's own write slots are not at hand: the rows' slots (the same)
-            host[at : at + ntok] = rows.locs(meta[:bs], past, query).numpy()
+            host[at : at + ntok] = rows.locs(meta, past, query).numpy()
             at += ntok
         m = self._lut_updates(rids, past, query, host[at:]) if self.lut is not None else 0
         end = at + 2 * m

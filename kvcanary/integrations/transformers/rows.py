@@ -193,6 +193,12 @@ class RequestRows:
         self._quiet = self._quiet_after(list(rids), list(out))  # copies: the caller may extend its lists
         return out
 
+    @property
+    def synced(self) -> object:
+        """The record of the latest :meth:`sync_many`: the same object while the rows it returns stay the same
+        (a later call that finds the same requests quiet keeps it), a new one otherwise (None before any)."""
+        return self._quiet
+
     def _copy_out(self, parts: list[tuple[int, int, int]]) -> None:
         """Copy the rewritten parts ``(row, start, end)`` of the host table to the device table. One or two
         parts: one copy each. More (a step in which many requests crossed into a new block, or joined): one
