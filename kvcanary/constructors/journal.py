@@ -1,8 +1,7 @@
 """Contract of ``SlotJournal(...)``: the block size it files events under and the bounds of its memory.
 
-A journal keeps the last ``capacity`` ownership events (of all blocks together) in a ring, the holder state of
-block numbers below ``max_blocks``, at most ``max_owners`` interned owners and the finishing step of at most
-``max_finished`` requests: each bound must leave room for one entry.
+A journal keeps, per block, the last ``per_block`` ownership events, for at most ``max_blocks`` blocks, and
+the finishing step of at most ``max_finished`` requests: each bound must leave room for one entry.
 """
 
 from kvcanary.constructors._settings import count, settings_contract
@@ -15,12 +14,9 @@ SlotJournalContract = settings_contract(
         "block_size": count("Slots per block (the engine's page size; 1 for a token-major pool).",
                             why="Events are filed under slot // block_size; a size below 1 names no block.",
                             fix="Pass the engine's page size (1 for a token-major pool)."),
-        "capacity": count("Events kept in the ring, of all blocks together (the oldest overwritten first).",
-                          why=_BOUND_WHY, fix=_BOUND_FIX),
-        "max_blocks": count("Block numbers the journal files (0 to max_blocks - 1): its holder state's bound.",
+        "per_block": count("Events kept per block, newest last.", why=_BOUND_WHY, fix=_BOUND_FIX),
+        "max_blocks": count("Blocks with events kept at most (the least recently changed go first).",
                             why=_BOUND_WHY, fix=_BOUND_FIX),
-        "max_owners": count("Owners other than integer request ids kept interned at most (the least recently "
-                            "named go first).", why=_BOUND_WHY, fix=_BOUND_FIX),
         "max_finished": count("Finished requests whose finishing step is kept at most.", why=_BOUND_WHY,
                               fix=_BOUND_FIX),
     })

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 from kvcanary.consts import REQ_POOL_IDX_PADDING, SLOT_OWNER_FREE, PoolKind
-from kvcanary.guard.journal import JournalKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.manager.buffers import CanaryBufferGroup
 
 SLOT_READ_ONLY: int = -2
@@ -42,13 +40,14 @@ _SET_TO: dict[JournalKind, int] = {
 }
 
 
-_WATCHED = (JournalKind.FREED, JournalKind.REINSTATED, JournalKind.QUARANTINED, JournalKind.RELEASED)
-"""The journal events the map follows (an allocation, share, keep or write changes nothing here)."""
-
-_AFTER_RELEASE = np.array([SLOT_OWNER_FREE, SLOT_READ_ONLY, 0], dtype=np.int64)
-"""Map value after a release, by :meth:`SlotJournal.holder_classes`: free when nobody holds the slot, read-only
-when only the prefix cache does; a slot a request still holds (class 2) is left as it is (its writer may write
-it again)."""
+def _after_release(holders: list[Owner]) -> int | None:
+    """The map value after a release leaves ``holders``: free when nobody holds the slot, read-only when only
+    the prefix cache does, unchanged (None) while a request still holds it (its writer may write it again)."""
+    if not holders:
+        return SLOT_OWNER_FREE
+    if all(h.kind is OwnerKind.CACHE for h in holders):
+        return SLOT_READ_ONLY
+    return None
 
 
 class _GroupOwners:
@@ -59,22 +58,8 @@ class _GroupOwners:
         self.table = torch.full((num_slots + 1,), SLOT_OWNER_FREE, dtype=torch.int64, device=device)
         self.view = self.table[:num_slots]
         """What the write launches get as ``slot_owner``."""
-        self.pending: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
-        """(slots, values) arrays, queued on the host until :meth:`OwnerMap.apply_pending` (a later one wins)."""
-
-    def queue(self, blocks: npt.NDArray[np.int64], values: npt.NDArray[np.int64], block_size: int) -> None:
-        """Queue ``values[i]`` for every slot of ``blocks[i]`` (blocks of ``block_size`` slots; slots past the
-        group's end are left out)."""
-        if block_size != 1:
-            blocks = (blocks[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
-            values = np.repeat(values, block_size)
-        else:
-            blocks = blocks.copy()  # the journal's caller may reuse its array
-        inside = (blocks >= 0) & (blocks < self.num_slots)
-        if not inside.all():
-            blocks, values = blocks[inside], values[inside]
-        if blocks.shape[0]:
-            self.pending.append((blocks, values))
+        self.pending: dict[int, int] = {}
+        """Slot -> value, queued on the host until :meth:`OwnerMap.apply_pending`."""
 
     def claim(self, loc: torch.Tensor, writer: torch.Tensor) -> None:
         n = self.num_slots
@@ -121,35 +106,40 @@ class OwnerMap:
         if kind not in self._groups:
             return
         self._journals[kind] = journal
-        journal.add_column_observer(lambda step, ev, blocks: self._on_event(kind, journal, ev, blocks), _WATCHED)
+        journal.add_observer(lambda step, ev, blocks, owner: self._on_event(kind, journal, ev, blocks, owner))
 
-    def _on_event(self, kind: PoolKind, journal: SlotJournal, ev: JournalKind, blocks: npt.NDArray[np.int64]) -> None:
+    def _on_event(self, kind: PoolKind, journal: SlotJournal, ev: JournalKind, blocks: Iterable[int],
+                  owner: Owner | None) -> None:
         if self._journals.get(kind) is not journal:
             return  # a journal the manager replaced
         value = _SET_TO.get(ev)
-        if value is None:  # RELEASED: what the release leaves
-            classes = journal.holder_classes(blocks)
-            changed = classes != 2
-            blocks = blocks[changed]
-            values = _AFTER_RELEASE[classes[changed]]
-        else:
-            values = np.full(blocks.shape[0], value, dtype=np.int64)
-        self._groups[kind].queue(blocks, values, journal.block_size)
+        if value is None and ev is not JournalKind.RELEASED:
+            return
+        g = self._groups[kind]
+        bs = journal.block_size
+        for b in blocks:
+            if value is None:
+                value_b = _after_release(journal.holders(b * bs))
+                if value_b is None:
+                    continue
+            else:
+                value_b = value
+            for s in range(b * bs, min((b + 1) * bs, g.num_slots)):
+                g.pending[s] = value_b
 
     def set_slots(self, slots: Iterable[int], value: int, *, kind: PoolKind = PoolKind.FULL) -> None:
         """Queue ``value`` for ``slots`` of ``kind`` (an engine that feeds no journal, tests)."""
-        idx = np.fromiter((int(s) for s in slots), dtype=np.int64)
-        self._groups[kind].queue(idx, np.full(idx.shape[0], int(value), dtype=np.int64), 1)
+        g = self._groups[kind]
+        for s in slots:
+            if 0 <= s < g.num_slots:
+                g.pending[int(s)] = int(value)
 
     def apply_pending(self) -> None:
-        """Copy the queued changes to the device (host, outside any graph: one small copy per group); a slot
-        queued more than once gets its last value."""
+        """Copy the queued changes to the device (host, outside any graph: one small copy per group)."""
         for g in self._groups.values():
             if g.pending:
-                slots = np.concatenate([s for s, _ in g.pending])
-                values = np.concatenate([v for _, v in g.pending])
+                items = sorted(g.pending.items())
                 g.pending.clear()
-                last, at = np.unique(slots[::-1], return_index=True)  # sorted slots, each with its last value
-                idx = torch.from_numpy(last).to(self._device)
-                val = torch.from_numpy(values[::-1][at].copy()).to(self._device)
+                idx = torch.tensor([s for s, _ in items], dtype=torch.int64).to(self._device)
+                val = torch.tensor([v for _, v in items], dtype=torch.int64).to(self._device)
                 g.table.index_copy_(0, idx, val)

@@ -102,19 +102,16 @@ def test_record_each_files_a_steps_events_in_one_call() -> None:
         j.record_each(9, JournalKind.WRITTEN, [1], [req("a")], [1, 2], [1])
 
 
-def test_journal_forgets_the_oldest_events_first_and_keeps_who_holds() -> None:
-    j = SlotJournal(block_size=1, capacity=8)
+def test_journal_forgets_the_least_recently_changed_blocks_first() -> None:
+    j = SlotJournal(block_size=1, max_blocks=8, per_block=2)
     for b in range(8):
         j.record(b, JournalKind.ALLOCATED, [b], req(str(b)))
-    j.record(9, JournalKind.WRITTEN, [0], req("0"), first_position=0, last_position=0)  # the ring is full: 1 goes
-    assert j.history(0)[-1].step == 9 and len(j.history(0)) == 1 and j.history(1)[0].step == 1
-    j.record(10, JournalKind.ALLOCATED, [8], req("8"))
-    assert j.history(1) == [] and j.history(8) and j.history(2)
-    assert j.holders(1) == [req("1")] and j.owners_at(1, 10) == [req("1")]  # its event is gone, its holder not
+    j.record(9, JournalKind.WRITTEN, [0], req("0"), first_position=0, last_position=0)  # block 0: changed last
+    j.record(10, JournalKind.ALLOCATED, [8], req("8"))  # a ninth block: the least recently changed one goes
+    assert j.history(1) == [] and len(j.history(0)) == 2 and j.history(8) and j.history(2)
     for s in range(11, 14):
         j.record(s, JournalKind.WRITTEN, [0], req("0"))
-    assert [e.step for e in j.history(0)] == [9, 11, 12, 13] and j.recorded == 13
-
+    assert [e.step for e in j.history(0)] == [12, 13]  # per_block: the newest two
 
 # -- the setting -----------------------------------------------------------------------------------------
 def test_on_violation_follows_mode_by_default() -> None:

@@ -16,8 +16,7 @@ past its allocation). The demo pool has one slot per block and hands each decode
 decode row is one ALLOCATED event per step (its ownership change, the write folded in), a prefill chunk one
 per slot. A forward whose rows write exactly the slots just reserved for them, in order (every decode and
 prefill forward of a correct engine), takes a path with no per-row Python loop: the events are made with
-``map`` over the rows, made int64 columns (the request ids are the owner codes) and filed in one
-:meth:`~kvcanary.guard.SlotJournal.record_columns` call per journal: no Python object per event.
+``map`` over the rows and filed in one :meth:`~kvcanary.guard.SlotJournal.record_each` call per journal.
 
 The journals are the managers' own (:attr:`CanaryManager.journal`, read at each event, so a journal the
 manager replaces is followed): the evidence bundles read them, and the write-time owner check's map frees
@@ -27,15 +26,13 @@ and locks slots from their events (FREED, RELEASED, QUARANTINED, REINSTATED: non
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from kvcanary.demo.engine.requests import Request
-from kvcanary.guard.journal import Ints, JournalKind, Owner, OwnerKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine.engine import Engine
@@ -182,22 +179,16 @@ def starts(reqs: Sequence[Request], slots: Sequence[Sequence[int]]) -> list[int 
     return out
 
 
-Columns = tuple[Ints, Ints, Ints]
-"""A forward's ALLOCATED entries as int64 columns: blocks, owner codes (the request ids) and positions (each
-entry's first and last position are one: a slot per block)."""
-
-_last_rids: list[Any] = [[], np.zeros(0, dtype=np.int64)]
-"""The requests of the last forward :func:`reserved_columns` took and their ids as an array (a steady decode
-batch names the same requests step after step: the array is not made again)."""
+_last_owners: list[Any] = [[], []]
+"""The requests of the last forward :func:`reserved_writes` took and their owners (a steady decode batch
+names the same requests step after step: their owners are not looked up again)."""
 
 
-def reserved_columns(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Columns | None:
+def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Entries | None:
     """The ALLOCATED entries of a forward whose rows write exactly the slots just reserved for them (the
     same requests, in the same order, the same slot lists: every correct decode and prefill forward), with
-    the positions each row writes, in one block per slot, as int64 columns for
-    :meth:`~kvcanary.guard.SlotJournal.record_columns` (a request's int id is its owner code); None when the
-    forward is not that one (then :func:`forward_events` decides). No per-row Python loop: ``map`` over the
-    rows, list comparisons and arrays made from the chained lists."""
+    the positions each row writes, in one block per slot; None when the forward is not that one (then
+    :func:`forward_events` decides). No per-row Python loop: ``map`` over the rows and list comparisons."""
     if len(reqs) != len(rows):
         return None
     if list(map(_REQ, rows)) != reqs:
@@ -205,32 +196,19 @@ def reserved_columns(reqs: list[Request], slots: list[list[int]], rows: Sequence
     locs = list(map(_LOCS, rows))
     if locs != slots:
         return None
-    flat = list(chain.from_iterable(locs))
-    pos = list(chain.from_iterable(map(_POSITIONS, rows)))
-    if len(pos) != len(flat) or (flat and min(flat) <= 0):
+    blocks = list(chain.from_iterable(locs))
+    positions: list[int | None] = list(chain.from_iterable(map(_POSITIONS, rows)))
+    if len(positions) != len(blocks) or (blocks and min(blocks) <= 0):
         return None
-    blocks = np.array(flat, dtype=np.int64)
-    positions = np.array(pos, dtype=np.int64)
-    if reqs == _last_rids[0]:  # the same requests as the last forward's (a steady decode batch)
-        rids = _last_rids[1]
+    if reqs == _last_owners[0]:  # the same requests as the last forward's (a steady decode batch)
+        owners = _last_owners[1]
     else:
-        rids = np.array(list(map(_RID, reqs)), dtype=np.int64)
-        _last_rids[:] = reqs, rids
+        owners = list(map(_owner_of, map(_RID, reqs)))
+        _last_owners[:] = reqs, owners
     lens = list(map(len, locs))
     if lens.count(1) != len(lens):  # rows of other than one slot (prefill chunks): each slot its row's owner
-        rids = np.repeat(rids, lens)
-    return blocks, rids, positions
-
-
-def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[Any]) -> Entries | None:
-    """:func:`reserved_columns` as :data:`Entries` (lists, each owner an :class:`Owner`): the general path's
-    form, to compare the two."""
-    got = reserved_columns(reqs, slots, rows)
-    if got is None:
-        return None
-    blocks, rids, positions = got
-    pos: list[int | None] = list(positions.tolist())
-    return blocks.tolist(), [_owner_of(r) for r in rids.tolist()], pos, list(pos)
+        owners = list(chain.from_iterable(map(repeat, owners, lens)))
+    return blocks, owners, positions, positions
 
 
 def _holds(journal: SlotJournal) -> Callable[[int, int], bool]:
@@ -239,7 +217,7 @@ def _holds(journal: SlotJournal) -> Callable[[int, int], bool]:
     size = journal.block_size
 
     def holds(rid: int, block: int) -> bool:
-        return journal.holds(block * size, _owner_of(rid))
+        return _owner_of(rid) in journal.holders(block * size)
     return holds
 
 
@@ -374,11 +352,10 @@ class JournalFeed:
         step = self._step
         earlier = bool(self._filed)
         reqs, slots = self._take()
-        fast = reqs and all(j.block_size == 1 for j in journals) and reserved_columns(reqs, slots, rows)
+        fast = reqs and all(j.block_size == 1 for j in journals) and reserved_writes(reqs, slots, rows)
         if fast:
-            blocks, rids, positions = fast
             for j in journals:
-                j.record_columns(step, JournalKind.ALLOCATED, blocks, rids, positions, positions)
+                j.record_each(step, JournalKind.ALLOCATED, *fast)
         else:
             reserved = list(zip(reqs, slots, starts(reqs, slots), strict=True))
             sizes: dict[int, tuple[Entries, Entries]] = {}

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from itertools import chain
 from typing import Any
-
-import numpy as np
 
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
 from kvcanary.guard.codes import quarantined_message
@@ -185,15 +182,15 @@ class TfGuard:
             self._record_joined(step, JournalKind.ALLOCATED, [(owner, fresh) for owner, _, fresh in joined])
 
     def _record_joined(self, step: int, kind: JournalKind, parts: list[tuple[Owner, list[int]]]) -> None:
-        """One journal call for the step's ``kind`` events of every request, as columns (each owner coded once,
-        repeated over its blocks by numpy; its observers still hear one call per request, as from one
-        :meth:`~kvcanary.guard.SlotJournal.record` each)."""
-        journal = self.manager.journal
-        blocks = list(chain.from_iterable(part for _, part in parts))
+        """One journal call for the step's ``kind`` events of every request (its observers still hear one
+        call per request, as from one :meth:`~kvcanary.guard.SlotJournal.record` each)."""
+        blocks: list[int] = []
+        owners: list[Owner | None] = []
+        for owner, part in parts:
+            blocks += part
+            owners += [owner] * len(part)
         if blocks:
-            codes = np.repeat(np.array([journal.owner_code(o) for o, _ in parts], dtype=np.int64),
-                              [len(part) for _, part in parts])
-            journal.record_columns(step, kind, blocks, codes)
+            self.manager.journal.record_each(step, kind, blocks, owners)
 
     def _blocks_of(self, rid: str, full: list[int], past: int, query: int, page: int,
                    joined: list[tuple[Owner, list[int], list[int]]]) -> None:
