@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Wave 3, session 7, first GPU call: the manager tests that failed in wave3x with their files; the verify budget's
 # overflow count (cuda, Triton, manager) and Triton's decode write with the chain fold against torch_ref;
-# compute-sanitizer memcheck over both; bench_engine (the journal as numpy columns: its share of the canary's
-# host time), bench_transformers (the manager's host time per step), bench_decode_write --fold-programs (the chain fold beside the two-program layout and cuda),
+# compute-sanitizer memcheck over both; bench_transformers (the manager's host time per step),
+# bench_decode_write --fold-programs (the chain fold beside the two-program layout and cuda),
 # bench_fast_step --quick (the budgeted forward), racecheck over Triton's write, budget_nodes: in that order, so
-# a call cut short keeps the first. About 600 s: the last steps may be cut.
+# a call cut short keeps the first. About 520 s.
 set -u
 mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc and step
@@ -19,8 +19,6 @@ grep -E "^FAILED" "$OUT/tests.log" | head -8
 step memcheck 70 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
     python3 -m pytest tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
     tests/backends/triton/test_write_chain_fold.py -o addopts="" -q -p no:cacheprovider -x
-step bench_engine 100 python3 benchmarks/bench_engine.py --bs 16 --ctx 512 --out "$OUT/bench_engine.json"
-grep -E "journal|engine_step" "$OUT/bench_engine.log" | cut -c1-170 | head -12
 step bench_transformers 90 python3 benchmarks/bench_transformers.py --device cuda --rounds 1 \
     --out "$OUT/bench_transformers_cuda.json"
 grep -E "steady" "$OUT/bench_transformers.log" | tail -6 | cut -c1-160
