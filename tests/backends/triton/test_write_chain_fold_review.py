@@ -25,8 +25,9 @@ DEV = device()
 def hostile_decode(seed: int, mode: kc.RealKvHashMode, ring: int) -> Call:
     rng = random.Random(seed)
     tile = TUNING["write_tile"]
-    num_slots, cap = 50, 3 * tile + 4
+    cap = 3 * tile + 4
     long = 2 * tile + 3  # two full tiles and a partial one
+    num_slots = long + 20  # room for every distinct slot the tiles take (the tile is the device's)
     gen = torch.Generator().manual_seed(seed)
     buf = torch.randint(0, 256, (num_slots, kc.CANARY_SLOT_BYTES), dtype=torch.uint8, generator=gen)
     srcs = kv_sources(rng, num_slots, 4, short_rows=3)
