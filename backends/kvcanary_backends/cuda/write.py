@@ -8,10 +8,10 @@ Four chain warps per block, one per SM sub-partition's scheduler: more warps put
 and long requests slow down; one-token requests pay a little for the extra blocks; a single long chain does
 not care (the sweep: docs/tuning.md, "cuda backend: write").
 
-``VARIANT`` picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` (0: today's kernel; bit 1 the lean decode
-chain, bit 2 the fold's early strips, bit 4 with it the one-token fold), candidates
-``benchmarks/bench_write_variants.py`` times side by side (:func:`prepare_variant` launches any of them); each
-stores the same bytes.
+``VARIANT`` picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` (0: the kernel before the decode candidates; bit 1
+the lean decode chain, bit 2 the fold's early strips, bit 4 with it the one-token fold; 7, all three, is the
+default: the fastest decode write, docs/tuning.md), candidates ``benchmarks/bench_write_variants.py`` times side by
+side (:func:`prepare_variant` launches any of them); each stores the same bytes.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ Key = tuple[int, bool, bool, bool, bool, bool, bool]
 VARIANTS = (0, 1, 2, 3, 6, 7)
 """``KVC_WRITE_VARIANT`` values ``kernels/write.cu`` takes (bits: 1 the lean decode chain, 2 early strips, 4 the
 one-token fold, only with 2)."""
-VARIANT = 0  # the default kernels' KVC_WRITE_VARIANT: making a candidate the default is this line
+VARIANT = 7  # the default kernels' KVC_WRITE_VARIANT: making a candidate the default is this line
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
 THREADS = 32 * WARPS
 FOLD_TOKENS_PER_ROW = 2048
