@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -12,10 +13,11 @@ from kvcanary.launch.budget import launch_verify_budget_kernel
 from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.manager import CanaryCapacities, CanaryConfig, VerifyBudget
 from kvcanary.manager.budget import BudgetFilter
+from kvcanary.manager.graphs import STAGED_AFTER
 from kvcanary.ops.budget import valid_call
 from kvcanary.plans import VerifyPlan, WritePlan
 from tests.manager.graph_parity import pad_eagerly
-from tests.manager.world import Req, make_world
+from tests.manager.world import Req, World, make_world
 
 Entry = tuple[int, int, int, int]  # slot, expected token, expected position, predecessor slot
 
@@ -239,47 +241,102 @@ def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
             flt.cursor.copy_(torch.tensor(cursors))
 
 
+OVERFLOW_CAPS = CanaryCapacities(verify_capacity=4, write_req_capacity=8, write_token_capacity=32, sweep_capacity=8,
+                                 expected_token_capacity=64)
+OVERFLOW_SCHEDULE: list[tuple[list[tuple[int, int, int]], int]] = [
+    ([(0, 0, 3), (1, 0, 1)], 0), ([(0, 3, 1), (1, 1, 1)], 0), ([(0, 4, 1)], 0), ([(0, 5, 1), (1, 2, 1)], 1),
+    ([], 0), ([(0, 6, 1), (1, 3, 1)], 1), ([(0, 7, 1)], 1)]
+"""One forward a step as (request, prefix, extend) rows, and how many of its plans overflow the verify capacity
+of 4: prefills of 3 and 1 tokens (no prefix), then decodes of 4 prefix entries (fits), 5 + 2, an empty forward,
+6 + 3 and 7 (past the capacity); odd forwards with a padding row."""
+OVERFLOW_BUDGET = VerifyBudget(max_entries=3, newest_per_request=1)
+
+
+def run_overflow_schedule(w: World, *, keep: bool = False) -> tuple[list[int], list[int]]:
+    """:data:`OVERFLOW_SCHEDULE` through ``w``'s manager: the device counter after each forward and each step's
+    stats. ``keep``: the engine hands each non-empty batch again, so it replays a kept batch's staged HEAD."""
+    reqs = (Req(1, list(range(100, 120)), list(range(1, 4))), Req(2, list(range(200, 220)), [9]))
+    seen: list[int] = []
+    stats: list[int] = []
+    for n, (rows, _) in enumerate(OVERFLOW_SCHEDULE):
+        batch = [(reqs[ri], p, e) for ri, p, e in rows]
+        for r, p, e in batch:
+            while len(r.slots) < p + e:
+                r.slots.append(20 * r.row + len(r.slots))
+        if keep and batch:
+            built = w.build(batch, pad_rows=n % 2)
+            for _ in range(STAGED_AFTER + 2):  # the engine hands the very batch again
+                with w.manager.forward(built):
+                    w.write_kv(built.out_cache_loc.tolist())
+                seen.append(int(w.manager.state.skipped_verifies[0]))
+        else:
+            w.forward(batch, pad_rows=n % 2 if batch else 0)
+            seen.append(int(w.manager.state.skipped_verifies[0]))
+        stats.append(w.manager.end_step().skipped_verifies)
+    return seen, stats
+
+
 @pytest.mark.parametrize("padded", [False, True], ids=["eager", "bucketed"])
 def test_an_overflowing_plan_is_counted_once_per_forward_as_without_a_budget(padded: bool) -> None:
-    """A verify capacity of 4 under a budget: each forward whose full plan overflows (more than 4 prefix
-    entries) counts one skipped verify, in the filter's launch, exactly as the budget-less manager counts it at
-    TAIL: the device counter after every forward, each step's stats and the read-back snapshot agree, an empty
-    forward counts nothing. ``bucketed``: the forwards run the padded launches the manager's graphs capture
-    (uncaptured on the CPU)."""
-    caps = CanaryCapacities(verify_capacity=4, write_req_capacity=8, write_token_capacity=32, sweep_capacity=8,
-                            expected_token_capacity=64)
-    budgets = {"none": None, "budget": VerifyBudget(max_entries=3, newest_per_request=1)}
-    worlds = {name: make_world(capacities=caps, config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL,
-                                                                      verify_budget=b))
-              for name, b in budgets.items()}
+    """Under a budget, each forward whose full plan overflows counts one skipped verify, in the filter's launch,
+    exactly as the budget-less manager counts it: the device counter after every forward, each step's stats and
+    the read-back snapshot agree, an empty forward counts nothing. ``bucketed``: the forwards run the padded
+    launches the manager's graphs capture (uncaptured on the CPU)."""
+    want = list(itertools.accumulate(o for _, o in OVERFLOW_SCHEDULE))
+    worlds = {name: make_world(capacities=OVERFLOW_CAPS, config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL,
+                                                                               verify_budget=b))
+              for name, b in (("none", None), ("budget", OVERFLOW_BUDGET))}
     graphs = [g for w in worlds.values() for g in pad_eagerly(w.manager)] if padded else []
-    reqs = {name: (Req(1, list(range(100, 120)), list(range(1, 4))), Req(2, list(range(200, 220)), [9]))
-            for name in worlds}
-    # (forward, overflows): prefills of 3 and 1 tokens (no prefix), then decodes of 4 prefix entries (fits),
-    # 5 + 2, an empty forward, 6 + 3 and 7 (past the capacity); odd forwards with a padding row
-    schedule: list[tuple[list[tuple[int, int, int]], int]] = [
-        ([(0, 0, 3), (1, 0, 1)], 0), ([(0, 3, 1), (1, 1, 1)], 0), ([(0, 4, 1)], 0), ([(0, 5, 1), (1, 2, 1)], 1),
-        ([], 0), ([(0, 6, 1), (1, 3, 1)], 1), ([(0, 7, 1)], 1)]
-    want = 0
-    for n, (batch, overflows) in enumerate(schedule):
-        want += overflows
-        stats = {}
-        for name, w in worlds.items():
-            a, b = reqs[name]
-            for ri, p, e in batch:
-                r = (a, b)[ri]
-                while len(r.slots) < p + e:
-                    r.slots.append(20 * (ri + 1) + len(r.slots))
-            w.forward([((a, b)[ri], p, e) for ri, p, e in batch], pad_rows=n % 2 if batch else 0)
-            assert int(w.manager.state.skipped_verifies[0]) == want, (name, n)
-            stats[name] = w.manager.end_step().skipped_verifies
-        assert stats["budget"] == stats["none"], n
+    runs = {name: run_overflow_schedule(w) for name, w in worlds.items()}
+    for name, (seen, _) in runs.items():
+        assert seen == want, name
+    assert runs["budget"][1] == runs["none"][1]
     assert all(g.padded_eager > 0 for g in graphs), "the bucketed path never ran"
     for w in worlds.values():
         assert w.manager.flush() == []
         snap = w.manager.last_snapshot
-        assert snap is not None and snap.skipped_verifies == want == 3
-        assert w.manager.end_step().skipped_verifies == want
+        assert snap is not None and snap.skipped_verifies == want[-1] == 3
+        assert w.manager.end_step().skipped_verifies == want[-1]
+
+
+@pytest.mark.parametrize("path", ["kept", "swa"])
+def test_budget_counts_as_budgetless(path: str) -> None:
+    """Kept batches (their staged HEAD replayed) and a sliding-window group count alike with and without a
+    budget (both count at HEAD)."""
+    got = {}
+    for name, b in (("none", None), ("budget", OVERFLOW_BUDGET)):
+        cfg = CanaryConfig(real_kv_mode=RealKvHashMode.ALL, verify_budget=b)
+        w = make_world(capacities=OVERFLOW_CAPS, config=cfg, swa_window=3 if path == "swa" else 0)
+        if path == "kept":
+            pad_eagerly(w.manager)
+        got[name] = run_overflow_schedule(w, keep=path == "kept")[0]
+    assert got["budget"] == got["none"]
+    assert got["none"][-1] > 0
+
+
+def test_compiled_budget_counts_as_budgetless() -> None:
+    torch._dynamo.reset()
+    got = {}
+    for name, b, comp in (("none", None, False), ("budget", OVERFLOW_BUDGET, True)):
+        cfg = CanaryConfig(real_kv_mode=RealKvHashMode.ALL, verify_budget=b, compile=comp)
+        got[name] = run_overflow_schedule(make_world(capacities=OVERFLOW_CAPS, config=cfg))[0]
+    assert got["budget"] == got["none"]
+    assert got["none"][-1] > 0
+
+
+def test_a_forward_whose_model_raises_counts_alike() -> None:
+    """``with manager.forward(batch): model(...)`` where the model raises: HEAD ran, TAIL never does. The two
+    managers should agree on the overflow count (both count the overflowed HEAD, or neither)."""
+    got = {}
+    for name, b in (("none", None), ("budget", OVERFLOW_BUDGET)):
+        w = make_world(capacities=OVERFLOW_CAPS, config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL, verify_budget=b))
+        run_overflow_schedule(w)  # ends with 3 overflowed forwards
+        a = Req(1, list(range(100, 120)), list(range(1, 9)))
+        batch = w.build([(a, 7, 1)])
+        with pytest.raises(RuntimeError, match="model failed"), w.manager.forward(batch):
+            raise RuntimeError("model failed")
+        got[name] = int(w.manager.state.skipped_verifies[0])
+    assert got["budget"] == got["none"], got
 
 
 @pytest.mark.parametrize(("bad", "rule"), [
