@@ -309,8 +309,8 @@ class ForwardRunner:
 
     def _filter(self, gi: int, v: StepViews, batch_size: int, stride: int | None) -> None:
         """The verification budget's filter of group ``gi``'s plan: the step's verifies use the smaller plan. The
-        same launch counts the full plan's overflow into ``skipped_verifies`` (so TAIL counts none for the group:
-        :meth:`_tail`)."""
+        same launch counts the full plan's overflow into ``skipped_verifies`` (so :meth:`_plan_and_head` launches
+        no count of its own for the group)."""
         rot = self._rotations[gi]
         self._verify[gi] = self.budgets[gi].apply(self.plans[gi].verify, batch_size=batch_size,
                                                   req_pool_indices=v.req_pool_indices,
