@@ -228,7 +228,8 @@ class JournalFeed:
         self.engine = engine
         self.seconds = 0.0
         """Host time spent making and recording journal events so far (what the feed adds to the engine's
-        step; a reservation's wrapper, which only keeps the request and its slot list, is not timed)."""
+        step; a reservation's wrapper, which only keeps the request and its slot list, is not timed, nor is
+        freeing the previous forward's rows the feed held: the engine frees its rows each step anyway)."""
         self._reqs: list[Request] = []
         self._slots: list[list[int]] = []
         """The reservations since the last forward (request, slot list), filed with that forward's writes."""
@@ -314,8 +315,9 @@ class JournalFeed:
         def build(rows: list[Any], **kwargs: Any) -> Any:
             if engine.managers:
                 t0 = perf_counter()
-                self._forward(rows)
+                previous = self._forward(rows)
                 self.seconds += perf_counter() - t0
+                del previous  # freed untimed: without the feed the engine frees its rows at its step's end
             else:
                 self._reqs, self._slots = [], []
             return orig_build(rows, **kwargs)
@@ -344,8 +346,9 @@ class JournalFeed:
         return {(r.rid, s // block_size) for reqs, slots in self._filed[:-1]
                 for r, ss in zip(reqs, slots, strict=True) for s in ss if s > 0}
 
-    def _forward(self, rows: list[Any]) -> None:
-        """File the kept reservations and ``rows``' writes (one forward) into every journal."""
+    def _forward(self, rows: list[Any]) -> list[Any]:
+        """File the kept reservations and ``rows``' writes (one forward) into every journal; returns the
+        previous forward's rows, which the feed held until now (the caller drops them)."""
         if self.engine.step_index != self._step:
             self._new_step()
         journals = [m.journal for m in self.engine.managers]
@@ -370,7 +373,8 @@ class JournalFeed:
                     j.record_each(step, JournalKind.ALLOCATED, *allocated)
                 if written[0]:
                     j.record_each(step, JournalKind.WRITTEN, *written)
-        self._previous = rows
+        previous, self._previous = self._previous, rows
+        return previous
 
     def _flush(self) -> None:
         """File the kept reservations as ALLOCATED events with the positions they give their slots (another
