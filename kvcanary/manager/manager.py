@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
@@ -415,14 +415,25 @@ class CanaryManager:
         """How many sweeps have run (the stats line's ``sweep_passes``)."""
         return self._sweep.passes
 
-    def end_step(self) -> StepStats:
+    @overload
+    def end_step(self) -> StepStats: ...
+
+    @overload
+    def end_step(self, *, stats: Literal[True]) -> StepStats: ...
+
+    @overload
+    def end_step(self, *, stats: Literal[False]) -> None: ...
+
+    def end_step(self, *, stats: bool = True) -> StepStats | None:
         """After the step's forwards: sweep if due, start this step's D2H and report what the previous
         step's copy holds (so rows recorded in step ``s`` are reported at the end of step ``s + 1``,
         ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats.
 
         The usual step is a few comparisons beside the copy: the read-back's header says whether the previous
         copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
-        sweep and the watchdog are looked at only on the steps they are due."""
+        sweep and the watchdog are looked at only on the steps they are due. ``stats=False``: the caller does
+        not read the stats (returns None), so a step whose stats no sink hears and no stats line logs makes
+        none (the same figures as ``end_step()``'s wherever they are made)."""
         s = self.step
         if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
@@ -450,12 +461,15 @@ class CanaryManager:
             self.step = s + 1
             if len(rep.events) > seen:
                 self._guard(rep.events[seen:], s)
-            stats = self._stats(s)
+            logged = self.step % self.config.stats_every == 0
+            made = self._stats(s) if stats or logged or self.sinks else None
             if self.sinks:
-                self._tell("on_step", stats)
-        if self.step % self.config.stats_every == 0:
-            logger.info(stats.line())
-        return stats
+                assert made is not None
+                self._tell("on_step", made)
+        if logged:
+            assert made is not None
+            logger.info(made.line())
+        return made if stats else None
 
     def flush(self, *, during_step: bool = False) -> list[ViolationEvent]:
         """Synchronously read the device state now and report anything new (end of a run; tests; evidence
