@@ -306,7 +306,7 @@ class CanaryManager:
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
-        runner = self._runner(forward_index)
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
         caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
         # the very batch of the previous forward passed these (unless the token check was switched on since)
         fresh = batch is not self._checked[forward_index] or check_token is not self._checked_token[forward_index]
@@ -342,13 +342,19 @@ class CanaryManager:
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
-        runner = self._runner(forward_index)
-        if not self._prepared[forward_index]:
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        prepared = self._prepared
+        if not prepared[forward_index]:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
-        self._prepared[forward_index] = False
+        prepared[forward_index] = False
         self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
-        self._count(self._head_ids, bucketed=runner.head(batch))
+        if runner.head(batch):  # on a bucket: no capture in progress (its own check), counted here
+            issued = self.health.issued
+            for i in self._head_ids:
+                issued[i] += 1
+        else:
+            self._count(self._head_ids)
         for observe in self._head_observers:
             observe(batch)
 
@@ -359,12 +365,19 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        self._count(self._tail_ids, bucketed=self._runner(forward_index).tail())
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        if runner.tail():  # on a bucket: as in :meth:`head`
+            issued = self.health.issued
+            for i in self._tail_ids:
+                issued[i] += 1
+        else:
+            self._count(self._tail_ids)
 
     def _count(self, tags: tuple[int, ...], *, bucketed: bool = False) -> None:
         """The watchdog's host count of a phase's launches (``tags``), unless a graph is being captured on the
         current stream (they run only when it is replayed). A forward that ran on a bucket saw no capture in
-        progress (the bucket's own check): it is not asked again."""
+        progress (the bucket's own check): it is not asked again (:meth:`head` and :meth:`tail` count such a
+        forward's launches themselves, in the frame of the phase: the quiet step's path)."""
         if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
             self.health.count(tags)
         elif self._pump_folded:
