@@ -337,7 +337,7 @@ class ForwardRunner:
                 self.graphs.run(_TAIL, bucket, self._tail_run)
             else:  # the TAIL graph ends with the read-back copy into the pump's next host buffer
                 k = pump.next_index
-                name, run = self._tail_copies(bucket, pump)[k]
+                name, run = (self._tail_runs.get(bucket) or self._tail_copies(bucket, pump))[k]
                 self.graphs.run(name, bucket, run)
                 pump.arm(k)
         self._views = self._bucket = None

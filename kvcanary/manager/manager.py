@@ -452,7 +452,7 @@ class CanaryManager:
             self.run_sweep()
         for runner in self._forwards:  # graphs dropped while the engine captured its forward
             g = runner.graphs
-            if g is not None:
+            if g is not None and g.retired:
                 g.release_retired()
         health = self.health
         if s >= self._mark_at:  # the check at s + 1 reads this step's mark, and only it
