@@ -48,6 +48,8 @@ the copy of any other length is issued eagerly before the staged HEAD without it
 _ptr, _size = torch.Tensor.data_ptr, torch.Tensor.size  # what a staged graph's parts are compared by
 _Where = tuple[tuple[int, ...], tuple[torch.Size, ...]]
 """Where a batch's staging parts are: their data pointers and sizes."""
+_Staged = tuple[_Where, Callable[[], None], StepViews, list[torch.Tensor]]
+"""A kept batch's staged HEAD: where its parts were at the capture, its launches, the views they fill, the parts."""
 
 
 def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
@@ -126,9 +128,9 @@ class ForwardRunner:
         once, not per forward)."""
         self._tail_run: Callable[[], None] | None = None  # the current bucketed forward's TAIL launches
         self._reuses = 0  # forwards of the kept batch (``_last_head``) since its first one
-        self._staged: tuple[_Where, Callable[[], None], StepViews] | None = None
+        self._staged: _Staged | None = None
         """The kept batch's staged HEAD (:data:`~kvcanary.manager.graphs.STAGED_AFTER`): where its parts were at
-        the capture, its launches and the views they fill; None before its reuses reach the threshold."""
+        the capture, its launches, the views they fill and the parts; None before its reuses reach the threshold."""
         self.readback: SnapshotPump | None = None
         """The manager's read-back pump, when its TAIL graphs copy for it (the packed state, graphs on): set by the
         manager."""
@@ -169,7 +171,7 @@ class ForwardRunner:
                     name, run = _STAGED, staged[1]
                     if pinned is not None and pinned.pending:  # the map's copy, a memcpy node of the graph
                         k, n = pinned.take()
-                        with_copy = self._staged_h2d(staged, pinned, k, n)
+                        with_copy = self._staged_runs.get((k, n)) or self._staged_h2d(staged, pinned, k, n)
                         if with_copy is None:  # a length past STAGED_LENGTHS: copied eagerly, in stream order
                             pinned.copy(k, n)()
                         else:
@@ -206,30 +208,30 @@ class ForwardRunner:
         self._reuses = 0
         return True
 
-    def _staged_for(self, batch: CanaryBatch, bucket: Bucket,
-                    launches: Callable[[], None]) -> tuple[_Where, Callable[[], None], StepViews] | None:
+    def _staged_for(self, batch: CanaryBatch, bucket: Bucket, launches: Callable[[], None]) -> _Staged | None:
         """The kept batch's staged HEAD launches (its staging copy, then the bucket's HEAD launches) and the views
         they fill, made once per batch. The staged graph reads the batch's tensors at the addresses they had
         when it was captured: where they are (data pointers and sizes) is compared at every forward, and a batch
         whose tensors moved (or were resized) gets a new staged graph. None: the staging holds another batch."""
+        staged = self._staged
+        if staged is not None:  # made for this batch (a new batch drops it): its parts are the staging's kept ones
+            parts = staged[3]
+            if staged[0] == (tuple(map(_ptr, parts)), tuple(map(_size, parts))):
+                return staged
+            self._drop_staged()
         kept = self.staging.kept(batch, bucket.rows, bucket.tokens)
         if kept is None:
             return None
         parts, packed = kept
         where: _Where = (tuple(map(_ptr, parts)), tuple(map(_size, parts)))
-        staged = self._staged
-        if staged is not None and staged[0] == where:
-            return staged
-        if staged is not None:
-            self._drop_staged()
 
         def run() -> None:
             torch.cat(parts, out=packed)
             launches()
-        staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens))
+        staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens), parts)
         return staged
 
-    def _staged_h2d(self, staged: tuple[_Where, Callable[[], None], StepViews], pinned: PinnedInputs, k: int,
+    def _staged_h2d(self, staged: _Staged, pinned: PinnedInputs, k: int,
                     n: int) -> tuple[str, Callable[[], None]] | None:
         """The graph name and the launches of the kept batch's staged HEAD after the copy of ``pinned``'s host
         buffer ``k`` (``n`` values): a graph per host buffer, its first node a memcpy from the pinned buffer
@@ -335,7 +337,7 @@ class ForwardRunner:
                 self.graphs.run(_TAIL, bucket, self._tail_run)
             else:  # the TAIL graph ends with the read-back copy into the pump's next host buffer
                 k = pump.next_index
-                name, run = self._tail_copies(bucket, pump)[k]
+                name, run = (self._tail_runs.get(bucket) or self._tail_copies(bucket, pump))[k]
                 self.graphs.run(name, bucket, run)
                 pump.arm(k)
         self._views = self._bucket = None

@@ -127,10 +127,10 @@ class ForwardGraphs:
         """Phases replayed from a graph so far."""
         self.padded_eager = 0
         """Phases run eagerly on a bucket's padded inputs (a bucket's first use, or ``capture`` False)."""
-        self._retired: list[torch.cuda.CUDAGraph] = []
+        self.retired: list[torch.cuda.CUDAGraph] = []
         """Dropped graphs kept until no capture is in progress on the current stream: destroying a graph while
         the engine captures its own (its forward dropping the manager's TAIL graphs) would invalidate that
-        capture."""
+        capture. Empty in the usual step, which then calls no :meth:`release_retired`."""
 
     def usable(self) -> bool:
         """Whether a forward may run on a bucket now (graphs on, and no graph capture in progress on the current
@@ -152,7 +152,7 @@ class ForwardGraphs:
     def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
         """Replay ``phase``'s graph for ``bucket``; on the bucket's first use run ``launches`` (the real launches
         of this forward), then capture them (not run) for the next forwards of the bucket."""
-        if self._retired:
+        if self.retired:
             self.release_retired()
         graph = self._graphs.get((phase, bucket))
         if graph is not None:
@@ -208,13 +208,13 @@ class ForwardGraphs:
     def drop(self, phase: str) -> None:
         """Drop ``phase``'s graphs (the staged HEAD graph of a batch the engine no longer hands)."""
         for key in [k for k in self._graphs if k[0] == phase]:
-            self._retired.append(self._graphs.pop(key))
+            self.retired.append(self._graphs.pop(key))
         self.release_retired()
 
     def disable(self) -> None:
         """Drop every graph; every later forward runs unpadded and eagerly."""
         self.enabled = False
-        self._retired.extend(self._graphs.values())
+        self.retired.extend(self._graphs.values())
         self._graphs.clear()
         self.release_retired()
 
@@ -222,5 +222,5 @@ class ForwardGraphs:
         """Destroy the dropped graphs, unless a graph is being captured on the current stream (then at the next
         drop, replay or step end outside a capture). The check sees the calling thread's stream only: the
         manager's forwards must run on the thread that captures them (as an engine's forward does)."""
-        if self._retired and not (self.capture and torch._C._cuda_isCurrentStreamCapturing()):
-            self._retired.clear()
+        if self.retired and not (self.capture and torch._C._cuda_isCurrentStreamCapturing()):
+            self.retired.clear()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
@@ -306,7 +306,7 @@ class CanaryManager:
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
-        runner = self._runner(forward_index)
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
         caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
         # the very batch of the previous forward passed these (unless the token check was switched on since)
         fresh = batch is not self._checked[forward_index] or check_token is not self._checked_token[forward_index]
@@ -342,13 +342,19 @@ class CanaryManager:
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
-        runner = self._runner(forward_index)
-        if not self._prepared[forward_index]:
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        prepared = self._prepared
+        if not prepared[forward_index]:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
-        self._prepared[forward_index] = False
+        prepared[forward_index] = False
         self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
-        self._count(self._head_ids, bucketed=runner.head(batch))
+        if runner.head(batch):  # on a bucket: no capture in progress (its own check), counted here
+            issued = self.health.issued
+            for i in self._head_ids:
+                issued[i] += 1
+        else:
+            self._count(self._head_ids)
         for observe in self._head_observers:
             observe(batch)
 
@@ -359,12 +365,19 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        self._count(self._tail_ids, bucketed=self._runner(forward_index).tail())
+        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        if runner.tail():  # on a bucket: as in :meth:`head`
+            issued = self.health.issued
+            for i in self._tail_ids:
+                issued[i] += 1
+        else:
+            self._count(self._tail_ids)
 
     def _count(self, tags: tuple[int, ...], *, bucketed: bool = False) -> None:
         """The watchdog's host count of a phase's launches (``tags``), unless a graph is being captured on the
         current stream (they run only when it is replayed). A forward that ran on a bucket saw no capture in
-        progress (the bucket's own check): it is not asked again."""
+        progress (the bucket's own check): it is not asked again (:meth:`head` and :meth:`tail` count such a
+        forward's launches themselves, in the frame of the phase: the quiet step's path)."""
         if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
             self.health.count(tags)
         elif self._pump_folded:
@@ -415,20 +428,31 @@ class CanaryManager:
         """How many sweeps have run (the stats line's ``sweep_passes``)."""
         return self._sweep.passes
 
-    def end_step(self) -> StepStats:
+    @overload
+    def end_step(self) -> StepStats: ...
+
+    @overload
+    def end_step(self, *, stats: Literal[True]) -> StepStats: ...
+
+    @overload
+    def end_step(self, *, stats: Literal[False]) -> None: ...
+
+    def end_step(self, *, stats: bool = True) -> StepStats | None:
         """After the step's forwards: sweep if due, start this step's D2H and report what the previous
         step's copy holds (so rows recorded in step ``s`` are reported at the end of step ``s + 1``,
         ``step_when_pumped = s + 1``), the health check, the stats line. Returns the stats.
 
         The usual step is a few comparisons beside the copy: the read-back's header says whether the previous
         copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
-        sweep and the watchdog are looked at only on the steps they are due."""
+        sweep and the watchdog are looked at only on the steps they are due. ``stats=False``: the caller does
+        not read the stats (returns None), so a step whose stats no sink hears and no stats line logs makes
+        none (the same figures as ``end_step()``'s wherever they are made)."""
         s = self.step
         if s >= self._sweep.next_due and self._sweep_source is not None:
             self.run_sweep()
         for runner in self._forwards:  # graphs dropped while the engine captured its forward
             g = runner.graphs
-            if g is not None:
+            if g is not None and g.retired:
                 g.release_retired()
         health = self.health
         if s >= self._mark_at:  # the check at s + 1 reads this step's mark, and only it
@@ -450,12 +474,15 @@ class CanaryManager:
             self.step = s + 1
             if len(rep.events) > seen:
                 self._guard(rep.events[seen:], s)
-            stats = self._stats(s)
+            logged = self.step % self.config.stats_every == 0
+            made = self._stats(s) if stats or logged or self.sinks else None
             if self.sinks:
-                self._tell("on_step", stats)
-        if self.step % self.config.stats_every == 0:
-            logger.info(stats.line())
-        return stats
+                assert made is not None
+                self._tell("on_step", made)
+        if logged:
+            assert made is not None
+            logger.info(made.line())
+        return made if stats else None
 
     def flush(self, *, during_step: bool = False) -> list[ViolationEvent]:
         """Synchronously read the device state now and report anything new (end of a run; tests; evidence

@@ -84,7 +84,9 @@ class SnapshotPump:
         """Every stream a TAIL copied on since the last copy started (:meth:`arm`; empty: none, or not CUDA)."""
         self.copies = 0
         """Read-back copies issued by the pump itself (a step whose TAIL copied for it issues none)."""
-        self._next = 0
+        self.next_index = 0
+        """The host buffer the next copy fills (what a TAIL graph that copies for the pump must copy into): read
+        by every bucketed TAIL, a plain attribute (not a property's frame)."""
         self.rows: tuple[tuple[int, ...], ...] = ()
         """The ring rows of the last read, decoded (kept from read to read while their bytes are unchanged)."""
         self._rows_raw = np.zeros((0, VIOLATION_FIELDS), dtype=np.int64)  # the same rows, as copied
@@ -161,11 +163,6 @@ class SnapshotPump:
             raise RuntimeError("kv-canary: no read-back yet (the pump's first copy is read at the next step)")
         return snap
 
-    @property
-    def next_index(self) -> int:
-        """The host buffer the next copy fills (what a TAIL graph that copies for the pump must copy into)."""
-        return self._next
-
     def tail_copy(self, k: int) -> Callable[[], None] | None:
         """The read-back copy into host buffer ``k``, for the end of a TAIL graph (a memcpy node: the packed state
         to a pinned buffer at a fixed address); made once per buffer. None with the unpacked state (one copy per
@@ -198,8 +195,8 @@ class SnapshotPump:
         self._armed = -1
 
     def _start(self, *, force: bool = False) -> int:
-        k = self._next
-        self._next ^= 1
+        k = self.next_index
+        self.next_index ^= 1
         armed, self._armed = self._armed, -1
         stream = self._current_stream() if self._record else None
         joined = False  # whether a TAIL's copy ran on another stream: this copy and the event follow it

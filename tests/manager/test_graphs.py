@@ -241,16 +241,16 @@ def test_graphs_dropped_during_an_engine_capture_live_until_the_capture_ends(
     capturing[0] = True
     g.drop("tail/0")
     g.drop("tail/1")
-    assert g.count("tail") == 0 and g._retired == kept  # gone from use, not destroyed
+    assert g.count("tail") == 0 and g.retired == kept  # gone from use, not destroyed
     capturing[0] = False
     g.run("head", Bucket(1, 1), lambda: None)  # a replay outside the capture
-    assert g._retired == []
+    assert g.retired == []
     capturing[0] = True
     g.disable()
-    assert len(g._retired) == 1 and not g.enabled
+    assert len(g.retired) == 1 and not g.enabled
     capturing[0] = False
     g.drop("head")
-    assert g._retired == []
+    assert g.retired == []
 
 
 def test_the_step_end_destroys_graphs_dropped_during_a_capture(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,7 +264,7 @@ def test_the_step_end_destroys_graphs_dropped_during_a_capture(monkeypatch: pyte
     g.run("tail/0", Bucket(1, 1), lambda: None)
     capturing[0] = True
     g.drop("tail/0")
-    assert len(g._retired) == 1
+    assert len(g.retired) == 1
     capturing[0] = False
     w.manager.end_step()
-    assert g._retired == []
+    assert g.retired == []

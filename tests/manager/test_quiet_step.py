@@ -28,7 +28,11 @@ class _EveryStep(CanaryManager):
     """The reference: ``end_step`` as it was before the fast path, a snapshot, a report and a watchdog look at
     every step, the stats made from the snapshot."""
 
-    def end_step(self) -> StepStats:
+    def end_step(self, *, stats: bool = True) -> Any:  # what the reference is asked: end_step()
+        assert stats
+        return self._end()
+
+    def _end(self) -> StepStats:
         s = self.step
         if self._sweep.due(s) and self._sweep_source is not None:
             self.run_sweep()
@@ -75,7 +79,7 @@ def _config(mode: CanaryMode) -> CanaryConfig:
                         health_warmup_steps=3, health_every=4, stats_every=5)
 
 
-def _scenario(w: World, record: Callable[[str, Any], None]) -> None:
+def _scenario(w: World, record: Callable[[str, Any], None], *, stats: bool = True) -> None:
     """Clean steps, a K corruption read by the forwards, a sweep-only corruption, a flush in between, a ring
     that grows over several steps, then a watchdog stall (launches counted on the host that never ran)."""
     a = Req(1, list(range(100, 124)), list(range(1, 9)))
@@ -84,7 +88,7 @@ def _scenario(w: World, record: Callable[[str, Any], None]) -> None:
 
     def step(label: str) -> None:
         try:
-            record(label, w.manager.end_step())
+            record(label, w.manager.end_step() if stats else w.manager.end_step(stats=False))
         except RuntimeError as err:
             record(label + " raised", str(err))
         record(label + " snapshot", w.manager.last_snapshot)
@@ -108,7 +112,8 @@ def _scenario(w: World, record: Callable[[str, Any], None]) -> None:
         step(f"stall {i}")
 
 
-def _run(cls: type[CanaryManager], mode: CanaryMode, caplog: pytest.LogCaptureFixture) -> list[tuple[str, Any]]:
+def _run(cls: type[CanaryManager], mode: CanaryMode, caplog: pytest.LogCaptureFixture, *,
+         stats: bool = True) -> list[tuple[str, Any]]:
     w = make_world(config=_config(mode))
     w.manager.__class__ = cls
     sink = _Sink()
@@ -116,7 +121,7 @@ def _run(cls: type[CanaryManager], mode: CanaryMode, caplog: pytest.LogCaptureFi
     out: list[tuple[str, Any]] = []
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="kvcanary.manager"):
-        _scenario(w, lambda label, value: out.append((label, value)))
+        _scenario(w, lambda label, value: out.append((label, value)), stats=stats)
     m = w.manager
     out += [("events", [(e.message, e.ring_index, e.step_recorded, e.step_pumped) for e in m.events]),
             ("sink steps", sink.steps), ("sink violations", sink.violations), ("decisions", sink.decisions),
@@ -137,6 +142,46 @@ def test_every_step_ends_as_the_per_step_path_did(mode: CanaryMode, caplog: pyte
     assert checks >= 3 and failure is not None and "has not advanced" in failure
     assert any(label.startswith("stall") and label.endswith("raised") for label, _ in fast)
     assert any(m.startswith("[canary] step=") for m in found["log"])
+
+
+@pytest.mark.parametrize("mode", [CanaryMode.LOG, CanaryMode.RAISE])
+def test_a_step_whose_stats_are_not_read_ends_alike(mode: CanaryMode, caplog: pytest.LogCaptureFixture) -> None:
+    """``end_step(stats=False)`` (the transformers integration's call) ends every step as ``end_step()`` does: the
+    same reports, watchdog checks and failures, the sink hears the same stats, the same stats lines; it returns
+    None."""
+    unread, ref = _run(CanaryManager, mode, caplog, stats=False), _run(CanaryManager, mode, caplog)
+    assert [label for label, _ in unread] == [label for label, _ in ref]
+    returned = 0
+    for (label, got), (_, want) in zip(unread, ref, strict=True):
+        if isinstance(want, StepStats):
+            returned += 1
+            assert got is None, label
+        else:
+            assert got == want, label
+    found = dict(unread)
+    assert returned > 20 and len(found["sink steps"]) > 20 and any(m.startswith("[canary] step=") for m in found["log"])
+
+
+def test_stats_nobody_reads_are_not_made(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Without a sink, ``end_step(stats=False)`` makes the stats only for the stats line (every ``stats_every``
+    steps), and that line is the one ``end_step()`` logs."""
+    lines = []
+    for read in (True, False):
+        w = make_world(config=CanaryConfig(real_kv_mode=RealKvHashMode.ALL, sweep_interval=0, stats_every=4))
+        a = Req(1, list(range(100, 124)), list(range(1, 9)))
+        made = _count(monkeypatch, StepStats, "from_header")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="kvcanary.manager"):
+            for s in range(13):
+                w.forward([(a, 8 if s else 0, 0 if s else 8)])
+                if read:
+                    assert w.manager.end_step().step == s
+                else:
+                    assert w.manager.end_step(stats=False) is None
+        lines.append([r.getMessage() for r in caplog.records])
+        assert len(made) == (12 if read else 3)  # from step 1 on (a header read); unread: steps 3, 7 and 11
+        monkeypatch.undo()
+    assert lines[0] == lines[1] and len(lines[0]) == 3
 
 
 def _count(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[int]:

@@ -160,6 +160,9 @@ class TransformersCanary:
         self._seen: set[str] = set()
         self._guards_retired: list[TfGuard] = []
         self._pools: dict[int, PoolState] = {}
+        self._ready: tuple[Any, Any, PoolState] | None = None
+        """The last step's runner, its cache and their pool: a step of that runner on that cache skips the runner
+        check (its settings are fixed when transformers builds it) and the pool lookup. Let go on detach."""
         self._attached = False
         self.sinks: list[GuardSink] = []
         """Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
@@ -187,6 +190,7 @@ class TransformersCanary:
                 if not _ACTIVE:
                     _uninstall()
             self._attached = False
+        self._ready = None  # the runner (and its buffers) is not kept past the run
         try:
             self._flush_all(raise_found=True)
         finally:
@@ -241,6 +245,7 @@ class TransformersCanary:
     def _retire_pools(self) -> None:
         """A new cache replaced the previous one (a new generate_batch run): read the old caches' last
         violations, keep the reports, and let their KV and canary buffers go."""
+        self._ready = None
         if self._pools:
             self._flush_all(raise_found=False)
             self._retire_guards()
@@ -303,6 +308,9 @@ class TransformersCanary:
 
     # -- the step ------------------------------------------------------------------------------------
     def _pool(self, runner: Any, requests: Callable[[], tuple[ScheduledRequest, ...]]) -> PoolState:
+        ready = self._ready
+        if ready is not None and ready[0] is runner and ready[1] is runner.cache:
+            return ready[2]  # the usual step: the runner and the cache of the previous one
         check_runner(runner)
         pool = self._pools.get(id(runner.cache))
         if pool is None or pool.cache is not runner.cache:
@@ -313,6 +321,7 @@ class TransformersCanary:
             for sink in self.sinks:
                 pool.manager.add_sink(sink)
             self._pools[id(runner.cache)] = pool
+        self._ready = (runner, runner.cache, pool)
         return pool
 
     def _requests(self, runner: Any) -> tuple[list[str], list[int], list[int], list[int]]:
@@ -370,7 +379,7 @@ class TransformersCanary:
             t4 = time.perf_counter()
             seen = len(manager.events)
             try:
-                manager.end_step()
+                manager.end_step(stats=False)  # the stats are not read here: a quiet step makes none
             except RuntimeError as err:  # RAISE mode: name the requests, then fail the batch
                 found = self._collect(pool, manager.events[seen:])
                 owners = sorted({r for f in found for r in f.request_ids})

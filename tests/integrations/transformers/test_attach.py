@@ -102,6 +102,27 @@ def test_runner_settings_the_canary_cannot_follow_are_refused(settings: dict[str
                                  cb_config=SimpleNamespace(cpu_offload_space=0.0)))
 
 
+def test_a_runner_is_checked_once_per_cache(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner check and the pool lookup run when a step brings another runner or cache, not at every step;
+    each run's new cache gets a new pool, and the session keeps no runner once detached."""
+    from kvcanary.integrations.transformers import session as session_mod
+
+    checked: list[Any] = []
+
+    def counted(runner: Any) -> None:
+        checked.append(runner)
+        check_runner(runner)
+
+    monkeypatch.setattr(session_mod, "check_runner", counted)
+    with attach_canaries(model) as canary:
+        _run(model, prompts())
+        first, steps = canary.managers, canary.steps
+        assert len(checked) == 1 and steps > 4 and canary._ready is not None
+        _run(model, prompts())
+        assert len(checked) == 2 and checked[0] is not checked[1] and canary.managers != first
+    assert canary._ready is None and not canary.reports
+
+
 def _run(model: Any, prompts_: list[list[int]], **kwargs: Any) -> dict[str, Any]:
     n = kwargs.pop("num_return_sequences", 1)
     gc = generation_config(max_new_tokens=4, do_sample=n > 1, eos_token_id=-1, pad_token_id=0, num_return_sequences=n)
