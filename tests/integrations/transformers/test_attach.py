@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import sys
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -121,6 +123,28 @@ def test_a_runner_is_checked_once_per_cache(model: Any, monkeypatch: pytest.Monk
         _run(model, prompts())
         assert len(checked) == 2 and checked[0] is not checked[1] and canary.managers != first
     assert canary._ready is None and not canary.reports
+
+
+def test_a_finished_run_leaves_its_runner_to_transformers(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once generate_batch returns, the session holds no reference to the run's model runner: transformers lets
+    it and its input/output buffers go with the run (with eager or SDPA attention those hold a mask of
+    max_batch_tokens by max_tokens_read + max_batch_tokens per layer type), attached or not. The session's
+    cached runner (a step of the same runner skips its check) must not keep it alive until detach."""
+    from kvcanary.integrations.transformers import session as session_mod
+
+    runners: list[weakref.ref[Any]] = []
+
+    def kept(runner: Any) -> None:
+        runners.append(weakref.ref(runner))
+        check_runner(runner)
+
+    monkeypatch.setattr(session_mod, "check_runner", kept)
+    with attach_canaries(model) as canary:
+        _run(model, prompts())
+        gc.collect()
+        assert runners and canary.steps > 4
+        assert all(r() is None for r in runners), "the finished run's model runner is still referenced"
+        assert canary.managers  # the cache's pool (and its reports) are kept until the next run, as before
 
 
 def _run(model: Any, prompts_: list[list[int]], **kwargs: Any) -> dict[str, Any]:
