@@ -40,7 +40,7 @@ class HealthChecker:
 
     def count(self, tag_ids: tuple[int, ...]) -> None:
         """Count one launch of each tag of ``tag_ids`` (``int(tag)``); the caller has checked that no graph is
-        being captured (the per-forward path, which knows its device and its tags once)."""
+        being captured (the manager's head and tail, which know their tags once)."""
         issued = self.issued
         for i in tag_ids:
             issued[i] += 1

@@ -349,10 +349,8 @@ class CanaryManager:
                                "on the host first (outside any CUDA graph)")
         prepared[forward_index] = False
         self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
-        if runner.head(batch):  # on a bucket: no capture in progress (its own check), counted here
-            issued = self.health.issued
-            for i in self._head_ids:
-                issued[i] += 1
+        if runner.head(batch):  # on a bucket: no capture in progress (its own check)
+            self.health.count(self._head_ids)
         else:
             self._count(self._head_ids)
         for observe in self._head_observers:
@@ -367,18 +365,15 @@ class CanaryManager:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
         runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
         if runner.tail():  # on a bucket: as in :meth:`head`
-            issued = self.health.issued
-            for i in self._tail_ids:
-                issued[i] += 1
+            self.health.count(self._tail_ids)
         else:
             self._count(self._tail_ids)
 
-    def _count(self, tags: tuple[int, ...], *, bucketed: bool = False) -> None:
-        """The watchdog's host count of a phase's launches (``tags``), unless a graph is being captured on the
-        current stream (they run only when it is replayed). A forward that ran on a bucket saw no capture in
-        progress (the bucket's own check): it is not asked again (:meth:`head` and :meth:`tail` count such a
-        forward's launches themselves, in the frame of the phase: the quiet step's path)."""
-        if bucketed or not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
+    def _count(self, tags: tuple[int, ...]) -> None:
+        """The watchdog's host count of an eager phase's launches (``tags``), unless a graph is being captured on
+        the current stream (they run only when it is replayed). A forward that ran on a bucket saw no capture in
+        progress (the bucket's own check): :meth:`head` and :meth:`tail` count it without asking again."""
+        if not (self._on_cuda and torch._C._cuda_isCurrentStreamCapturing()):
             self.health.count(tags)
         elif self._pump_folded:
             self._unfold_readback()
@@ -475,12 +470,12 @@ class CanaryManager:
             if len(rep.events) > seen:
                 self._guard(rep.events[seen:], s)
             logged = self.step % self.config.stats_every == 0
-            made = self._stats(s) if stats or logged or self.sinks else None
-            if self.sinks:
-                assert made is not None
-                self._tell("on_step", made)
-        if logged:
-            assert made is not None
+            made: StepStats | None = None
+            if stats or logged or self.sinks:
+                made = self._stats(s)
+                if self.sinks:
+                    self._tell("on_step", made)
+        if logged and made is not None:  # made whenever logged
             logger.info(made.line())
         return made if stats else None
 

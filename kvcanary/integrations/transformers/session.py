@@ -16,6 +16,7 @@ import logging
 import operator
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -160,9 +161,10 @@ class TransformersCanary:
         self._seen: set[str] = set()
         self._guards_retired: list[TfGuard] = []
         self._pools: dict[int, PoolState] = {}
-        self._ready: tuple[Any, Any, PoolState] | None = None
-        """The last step's runner, its cache and their pool: a step of that runner on that cache skips the runner
-        check (its settings are fixed when transformers builds it) and the pool lookup. Let go on detach."""
+        self._ready: tuple[weakref.ref[Any], Any, PoolState] | None = None
+        """The last step's runner (weakly: transformers frees a finished run's runner and its buffers), its cache
+        and their pool: a step of that runner on that cache skips the runner check (its settings are fixed when
+        transformers builds it) and the pool lookup. Let go on detach."""
         self._attached = False
         self.sinks: list[GuardSink] = []
         """Added to each cache's manager (kvcanary.monitor: metrics, JSON events, health)."""
@@ -309,7 +311,7 @@ class TransformersCanary:
     # -- the step ------------------------------------------------------------------------------------
     def _pool(self, runner: Any, requests: Callable[[], tuple[ScheduledRequest, ...]]) -> PoolState:
         ready = self._ready
-        if ready is not None and ready[0] is runner and ready[1] is runner.cache:
+        if ready is not None and ready[1] is runner.cache and ready[0]() is runner:
             return ready[2]  # the usual step: the runner and the cache of the previous one
         check_runner(runner)
         pool = self._pools.get(id(runner.cache))
@@ -321,7 +323,7 @@ class TransformersCanary:
             for sink in self.sinks:
                 pool.manager.add_sink(sink)
             self._pools[id(runner.cache)] = pool
-        self._ready = (runner, runner.cache, pool)
+        self._ready = (weakref.ref(runner), runner.cache, pool)
         return pool
 
     def _requests(self, runner: Any) -> tuple[list[str], list[int], list[int], list[int]]:
