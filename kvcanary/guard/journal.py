@@ -5,146 +5,170 @@ block: allocated to a request, written at positions, shared with another request
 cache, freed, quarantined, released from quarantine. The cost is one entry per change, never one per
 token. :meth:`SlotJournal.owners_at` answers "who held this slot at step S", which is what isolation needs
 for a violation read back steps after the corrupting one, and what evidence bundles show.
+
+A recording call keeps no Python object per event: its sequences become machine arrays at once (an owner
+becomes an int code, :mod:`kvcanary.guard.journal_codes`), and every few thousand events they are appended to
+a ring of numpy columns in one vectorised pass (:mod:`kvcanary.guard.journal_ring`). What leaves the ring is
+folded into each block's base state (:mod:`kvcanary.guard.journal_base`): holders and the quarantine flag stay
+exact forever; a window of steps is exact while the ring still holds its events (:meth:`SlotJournal.covers`).
 """
 
 from __future__ import annotations
 
+import operator
+from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import NamedTuple
 
+import numpy as np
 
-class OwnerKind(str, Enum):
-    """What holds a block: a live request, or the prefix cache (a cached, shared prefix)."""
+from kvcanary.guard.journal_base import BlockBase
+from kvcanary.guard.journal_codes import OwnerCodes
+from kvcanary.guard.journal_events import (
+    ADD_CODES,
+    FREED,
+    KIND_CODE,
+    KINDS,
+    QUARANTINED,
+    REINSTATED,
+    RELEASED,
+    JournalEvent,
+    JournalKind,
+    Owner,
+    OwnerKind,
+)
+from kvcanary.guard.journal_ring import NO_POSITION, EventRing
 
-    REQUEST = "request"
-    CACHE = "cache"
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """One holder of a block: an engine request id, or a prefix-cache entry's id."""
-
-    kind: OwnerKind
-    id: str
-
-    def __str__(self) -> str:
-        return f"{self.kind.value}:{self.id}"
-
-
-class JournalKind(str, Enum):
-    """One ownership change of a block."""
-
-    ALLOCATED = "allocated"  # handed to ``owner`` (a fresh block); with positions: and written by it there
-    SHARED = "shared"  # ``owner`` holds it too (a prefix hit, a fork)
-    WRITTEN = "written"  # ``owner`` wrote positions ``[first_position, last_position]`` into it
-    CACHED = "cached"  # the prefix cache keeps it (``owner`` is the cache entry)
-    RELEASED = "released"  # ``owner`` no longer holds it (finished, preempted, evicted from the cache)
-    FREED = "freed"  # back on the free list: nobody holds it
-    QUARANTINED = "quarantined"  # taken out of service after a violation
-    REINSTATED = "reinstated"  # back in service (its records were rewritten)
-
-
-_ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalKind.WRITTEN)
-"""Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
-
-
-class JournalEvent(NamedTuple):
-    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
-
-    step: int
-    kind: JournalKind
-    block: int
-    owner: Owner | None = None
-    first_position: int | None = None
-    last_position: int | None = None
-
-    @property
-    def wrote(self) -> bool:
-        """Whether the event is a write: WRITTEN, or an ALLOCATED that carries the positions its owner wrote
-        into the block in the same step (a feed that files the allocation and the first write as one)."""
-        return self.kind is JournalKind.WRITTEN or (self.kind is JournalKind.ALLOCATED
-                                                    and self.first_position is not None)
-
-
-_Entry = tuple[int, JournalKind, int, Owner | None, int | None, int | None]
-"""How an event is kept: a plain tuple of :class:`JournalEvent`'s fields (built on the engine's step, so it
-must be as cheap as a tuple can be; the named view is made only when the events are read)."""
-
-_as_event = tuple.__new__
-"""Views a kept entry as a :class:`JournalEvent` (no field parsing)."""
+__all__ = ["JournalEvent", "JournalKind", "JournalObserver", "Owner", "OwnerKind", "SlotJournal"]
 
 JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
 
+_Call = tuple[int, int, int, "array[int]", "array[int]", "array[int]", "array[int]"]
+"""A recording call waiting for the next flush: step, kind code, event count, then its machine arrays
+(blocks, owner codes, first and last positions; one entry per event)."""
+
+_NO_POSITIONS: array[int] = array("Q", [NO_POSITION])
+_FLUSH_EVENTS = 4096
+"""Pending events that trigger a flush into the ring (a read flushes at once)."""
+
 
 class SlotJournal:
-    """Ownership events per block, at most ``per_block`` kept per block (oldest dropped first) and at most
-    ``max_blocks`` blocks tracked (the least recently changed forgotten first, an eighth of them at a time),
-    so memory is bounded.
+    """Ownership events per block id below ``max_blocks``: the newest ``capacity`` events (a power of two)
+    in a ring, every older one folded into its block's base state (see the module).
 
-    Recording costs one tuple and one append per event: :meth:`record` files one kind for a list of blocks
-    and one owner, :meth:`record_each` a whole step's events of one kind, each with its own block, owner and
-    positions, in one call (an engine's feed calls it once per step, not once per request).
+    Recording costs a few machine-array conversions per call, not per event: :meth:`record` files one kind
+    for a list of blocks and one owner, :meth:`record_each` a whole step's events of one kind, each with its
+    own block, owner and positions, in one call (an engine's feed calls it once per step, not once per
+    request). A steady batch that passes the same owners list as its last call maps no owner again.
+
+    What it answers: :meth:`holders` and :meth:`quarantined` from every event ever recorded for the block;
+    :meth:`history`, the block's newest ``per_block`` events still in the ring; :meth:`owners_between`, exact
+    for a window the ring covers (:meth:`covers`). Memory: about 50 bytes per ring event, about 35 bytes per
+    block id below the largest one recorded, a dict per block several owners hold, and one table entry per
+    owner still named (rebuilt, once it has doubled, down to those).
 
     It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
     forgotten first): a request that read a slot and finished before the violation was read back cannot be
     failed any more, only reported."""
 
-    def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 16,
-                 max_finished: int = 1 << 14) -> None:
+    def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 20,
+                 max_finished: int = 1 << 14, capacity: int = 1 << 20) -> None:
         from kvcanary.constructors.journal import check_slot_journal  # the rules, with their codes (KVC-X)
 
         check_slot_journal(block_size=block_size, per_block=per_block, max_blocks=max_blocks,
-                           max_finished=max_finished)
+                           max_finished=max_finished, capacity=capacity)
         self.block_size = block_size
         self.per_block = per_block
         self.max_blocks = max_blocks
         self.max_finished = max_finished
-        self._events: dict[int, list[_Entry]] = {}
+        self.capacity = capacity
         self._finished: dict[str, int] = {}
         self.recorded = 0
-        """Events recorded since creation (dropped ones included)."""
-        self._observers: list[JournalObserver] = []
+        """Events recorded since creation."""
+        self._observers: list[tuple[JournalObserver, frozenset[JournalKind] | None]] = []
+        self._codes = OwnerCodes()
+        self._code_of = self._codes.code_of.__getitem__
+        self._base = BlockBase()
+        self._ring = EventRing(capacity, self._base.fold)
+        self._blocks = 0
+        """Block ids below this have room in the dense per-block arrays."""
+        self._pending: list[_Call] = []
+        self._pending_n = 0
+        self._flush_at = min(_FLUSH_EVENTS, capacity // 8)
+        self._last_owners: list[Owner | None] | None = None
+        self._last_codes: array[int] = array("q")
+        """The owners list of the last :meth:`record_each` (a copy) and its codes, reused while they match."""
 
-    def add_observer(self, observer: JournalObserver) -> None:
-        """Call ``observer(step, kind, blocks, owner)`` after every :meth:`record` that names a block."""
-        self._observers.append(observer)
+    def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
+        """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
+        kind when None) that names a block (:meth:`record_each`: once per run of entries with one owner)."""
+        self._observers.append((observer, None if kinds is None else frozenset(kinds)))
 
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
 
-    def _new_block(self, block: int) -> list[_Entry]:
-        """A fresh ring for ``block``; when ``max_blocks`` are tracked, the least recently changed eighth
-        (by their newest event's step; insertion order among equals) is forgotten first."""
-        table = self._events
-        if len(table) >= self.max_blocks:
-            drop = max(1, self.max_blocks // 8)
-            for b in sorted(table, key=lambda b: table[b][-1][0] if table[b] else -1)[:drop]:
-                del table[b]
-        events: list[_Entry] = []  # a list, not a bounded deque: a deque's first block is a 0.5 kB allocation
-        table[block] = events
-        return events
+    # -- recording --------------------------------------------------------------------------------------
+    def _block_array(self, where: str, blocks: Sequence[int]) -> array[int]:
+        """``blocks`` as uint64 (C-level: a negative or non-integer one raises here), each below
+        ``max_blocks``."""
+        try:
+            out = array("Q", blocks)
+        except (TypeError, OverflowError):
+            bad = next((b for b in blocks if not _is_int(b) or b < 0), None)
+            raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), "
+                             f"got {bad!r}") from None
+        top = max(blocks) if type(blocks) is list else max(out)
+        if top >= self.max_blocks:
+            raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), got {top} "
+                             f"(the journal's max_blocks: the pool's block count)")
+        if top >= self._blocks:
+            self._grow(top + 1)
+        return out
+
+    def _grow(self, n: int) -> None:
+        size = min(self.max_blocks, max(n, 2 * self._blocks, 1024))
+        self._ring.ensure_blocks(size)
+        self._base.ensure_blocks(size)
+        self._blocks = size
+
+    def _kind_code(self, where: str, kind: JournalKind) -> int:
+        code = KIND_CODE.get(kind) if isinstance(kind, JournalKind) else None
+        if code is None:
+            raise TypeError(f"{where}: kind must be a JournalKind, got {type(kind).__name__} {kind!r}")
+        return code
+
+    def _add(self, call: _Call) -> None:
+        self._pending.append(call)
+        self._pending_n += call[2]
+        self.recorded += call[2]
+        if self._pending_n >= self._flush_at:
+            self._flush()
+        if self._codes.due():
+            self._rebuild_codes()
 
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
         """Record ``kind`` for each of ``blocks`` at ``step``."""
-        named = [int(b) for b in blocks]
+        named = blocks if type(blocks) is list else list(blocks)
         if not named:
             return
-        get = self._events.get
-        per = self.per_block
-        for block in named:
-            events = get(block)
-            if events is None:
-                events = self._new_block(block)
-            elif len(events) >= per:
-                del events[0]
-            events.append((step, kind, block, owner, first_position, last_position))
-        self.recorded += len(named)
-        for observe in self._observers:
-            observe(step, kind, named, owner)
+        _check_step("record", step)
+        kcode = self._kind_code("record", kind)
+        b = self._block_array("record", named)
+        try:
+            code = self._code_of(owner)
+        except TypeError as err:
+            raise TypeError(f"record: owner must be an Owner or None, got {type(owner).__name__} {owner!r}") from err
+        first = _positions("record", "first_position", [first_position])
+        last = _positions("record", "last_position", [last_position])
+        n = len(b)
+        self._add((step, kcode, n, b, array("q", [code]) * n, first * n, last * n))
+        observers = self._observers
+        if observers:
+            listed = b.tolist()
+            for observe, kinds in observers:
+                if kinds is None or kind in kinds:
+                    observe(step, kind, listed, owner)
 
     def record_each(self, step: int, kind: JournalKind, blocks: Sequence[int], owners: Sequence[Owner | None],
                     firsts: Sequence[int | None] | None = None, lasts: Sequence[int | None] | None = None) -> None:
@@ -157,31 +181,70 @@ class SlotJournal:
                              f"(blocks has {n})")
         if not n:
             return
-        none: list[int | None] = [None] * n
-        table = self._events
-        get = table.get
-        per, most = self.per_block, self.max_blocks
-        for block, owner, first, last in zip(blocks, owners, none if firsts is None else firsts,
-                                             none if lasts is None else lasts, strict=True):
-            events = get(block)
-            if events is None:  # a new block (inline: in a token-major pool most writes start one)
-                if len(table) >= most:
-                    self._new_block(block).append((step, kind, block, owner, first, last))
-                else:
-                    table[block] = [(step, kind, block, owner, first, last)]
-                continue
-            if len(events) >= per:
-                del events[0]
-            events.append((step, kind, block, owner, first, last))
-        self.recorded += n
+        _check_step("record_each", step)
+        kcode = self._kind_code("record_each", kind)
+        b = self._block_array("record_each", blocks)
+        if type(owners) is list and owners == self._last_owners:
+            codes = self._last_codes  # a steady batch: the same owners as the last call
+        else:
+            try:
+                codes = array("q", map(self._code_of, owners))
+            except TypeError as err:
+                raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
+            if type(owners) is list:
+                self._last_owners, self._last_codes = list(owners), codes
+        f = _positions("record_each", "firsts", firsts, n)
+        la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
+        self._add((step, kcode, n, b, codes, f, la))
         if self._observers:  # one call per run of entries with the same owner
-            at = 0
-            for i in range(1, n + 1):
-                if i == n or owners[i] != owners[at]:
-                    for observe in self._observers:
-                        observe(step, kind, list(blocks[at:i]), owners[at])
-                    at = i
+            hear = [observe for observe, kinds in self._observers if kinds is None or kind in kinds]
+            if hear:
+                at = 0
+                for i in range(1, n + 1):
+                    if i == n or owners[i] != owners[at]:
+                        for observe in hear:
+                            observe(step, kind, list(blocks[at:i]), owners[at])
+                        at = i
 
+    def _flush(self) -> None:
+        """Append the pending calls' events to the ring (vectorised; in slices of at most half its capacity)."""
+        calls = self._pending
+        if not calls:
+            return
+        self._pending = []
+        self._pending_n = 0
+        counts = [c[2] for c in calls]
+        step = np.repeat(np.array([c[0] for c in calls], dtype=np.int64), counts)
+        kind = np.repeat(np.array([c[1] for c in calls], dtype=np.int8), counts)
+        block = np.frombuffer(b"".join([c[3] for c in calls]), dtype=np.int64)
+        owner = np.frombuffer(b"".join([c[4] for c in calls]), dtype=np.int64)
+        first = np.frombuffer(b"".join([c[5] for c in calls]), dtype=np.uint64)
+        last = np.frombuffer(b"".join([c[6] for c in calls]), dtype=np.uint64)
+        total = len(block)
+        most = self.capacity // 2
+        for lo in range(0, total, most):
+            at = slice(lo, lo + most)
+            self._ring.append((step[at], kind[at], block[at], owner[at], first[at], last[at]))
+
+    def _rebuild_codes(self) -> None:
+        """Shrink the owner table to the codes something still names (the ring's live events, the base, the
+        cached last call), renumbering them everywhere at once: no code is ever dropped while named."""
+        self._flush()
+        ring, codes = self._ring, self._codes
+        live = np.zeros(len(codes), dtype=np.bool_)
+        for at in ring.live():
+            col = ring.owner[at]
+            live[col[col >= 0]] = True
+        live[self._base.codes()] = True
+        cached = np.frombuffer(self._last_codes, dtype=np.int64)
+        live[cached[cached >= 0]] = True
+        remap = codes.rebuild(live)  # remap[-1] is NO_OWNER: -1 maps to -1
+        for at in ring.live():
+            ring.owner[at] = remap[ring.owner[at]]
+        self._base.renumber(remap)
+        self._last_codes = array("q", remap[cached].tobytes())
+
+    # -- reading ----------------------------------------------------------------------------------------
     def finish(self, request_id: str, step: int) -> None:
         """``request_id`` finished (its output was returned) at ``step``."""
         self._finished.pop(request_id, None)
@@ -193,9 +256,30 @@ class SlotJournal:
         """The step ``request_id`` finished at, None while it has not (or was forgotten)."""
         return self._finished.get(request_id)
 
+    def covers(self, step: int) -> bool:
+        """Whether the ring still holds every event recorded at or after ``step`` (none was folded): a window
+        starting there is answered exactly by :meth:`owners_between`. A window reaching past it can miss the
+        holders that came and left before the ring's oldest event (the base keeps who holds a block, not who
+        held it and left)."""
+        self._flush()
+        folded = self._ring.folded_step
+        return folded is None or step > folded
+
+    def _chain(self, slot: int, limit: int = -1) -> tuple[int, list[int]]:
+        self._flush()
+        block = slot // self.block_size
+        return block, self._ring.chain(block, limit)
+
     def history(self, slot: int) -> list[JournalEvent]:
-        """The events kept for ``slot``'s block, oldest first."""
-        return [_as_event(JournalEvent, e) for e in self._events.get(self.block_of(slot), ())]
+        """The newest ``per_block`` events of ``slot``'s block still in the ring, oldest first."""
+        block, chain = self._chain(slot, self.per_block)
+        r, owners = self._ring, self._codes.owners
+        out = []
+        for i in chain:
+            o, f, la = r.owner_mv[i], r.first_mv[i], r.last_mv[i]
+            out.append(JournalEvent(r.step_mv[i], KINDS[r.kind_mv[i]], block, None if o < 0 else owners[o],
+                                    None if f == NO_POSITION else f, None if la == NO_POSITION else la))
+        return out
 
     def owners_at(self, slot: int, step: int) -> list[Owner]:
         """Who held ``slot``'s block during ``step``: every owner added at or before ``step`` and not released
@@ -205,42 +289,97 @@ class SlotJournal:
     def owners_between(self, slot: int, first_step: int, last_step: int) -> list[Owner]:
         """Who held ``slot``'s block during any step of ``[first_step, last_step]``, in the order they
         took it: what a violation recorded at ``first_step`` and read back at ``last_step`` must isolate
-        (a request that took a corrupt block after the corruption read it too)."""
-        held: dict[Owner, None] = {}
-        out: dict[Owner, None] = {}
-        for e in self.history(slot):
-            if e.step > last_step:
+        (a request that took a corrupt block after the corruption read it too). Exact while
+        ``covers(first_step)``; otherwise the holders that came and left before the ring's oldest event are
+        missing (a base holder that joined after ``last_step`` is never named)."""
+        block, chain = self._chain(slot)
+        held = {c: None for c, joined in self._base.holders(block).items() if joined <= last_step}
+        out: dict[int, None] = {}
+        r = self._ring
+        step_mv, kind_mv, owner_mv = r.step_mv, r.kind_mv, r.owner_mv
+        for i in chain:
+            s = step_mv[i]
+            if s > last_step:
                 break
-            if e.step >= first_step:
+            if s >= first_step:
                 out.update(held)  # everything still held when the window opens was held in it
-            if e.kind in _ADDS and e.owner is not None:
-                held[e.owner] = None
-                if e.step >= first_step:
-                    out[e.owner] = None
-            elif e.step < first_step and e.kind is JournalKind.RELEASED and e.owner is not None:
-                held.pop(e.owner, None)
-            elif e.step < first_step and e.kind is JournalKind.FREED:
+            k, o = kind_mv[i], owner_mv[i]
+            if k < ADD_CODES and o >= 0:
+                held[o] = None
+                if s >= first_step:
+                    out[o] = None
+            elif s < first_step and k == RELEASED and o >= 0:
+                held.pop(o, None)
+            elif s < first_step and k == FREED:
                 held.clear()
         out.update(held)
-        return list(out)
+        owners = self._codes.owners
+        return [owners[c] for c in out]
 
     def holders(self, slot: int) -> list[Owner]:
-        """Who holds ``slot``'s block after every event kept for it (added and not released or freed since)."""
-        held: dict[Owner, None] = {}
-        for e in self.history(slot):
-            if e.kind in _ADDS and e.owner is not None:
-                held[e.owner] = None
-            elif e.kind is JournalKind.RELEASED and e.owner is not None:
-                held.pop(e.owner, None)
-            elif e.kind is JournalKind.FREED:
+        """Who holds ``slot``'s block after every event recorded for it (added and not released or freed
+        since), in the order they took it."""
+        block, chain = self._chain(slot)
+        held = self._base.holders(block)
+        r = self._ring
+        kind_mv, owner_mv = r.kind_mv, r.owner_mv
+        for i in chain:
+            k, o = kind_mv[i], owner_mv[i]
+            if k < ADD_CODES and o >= 0:
+                if o not in held:
+                    held[o] = 0
+            elif k == RELEASED and o >= 0:
+                held.pop(o, None)
+            elif k == FREED:
                 held.clear()
-        return list(held)
+        owners = self._codes.owners
+        return [owners[c] for c in held]
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
-        for e in reversed(self.history(slot)):
-            if e.kind is JournalKind.QUARANTINED:
+        block, chain = self._chain(slot)
+        kind_mv = self._ring.kind_mv
+        for i in reversed(chain):
+            k = kind_mv[i]
+            if k == QUARANTINED:
                 return True
-            if e.kind is JournalKind.REINSTATED:
+            if k == REINSTATED:
                 return False
+        return self._base.is_quarantined(block)
+
+
+def _is_int(v: object) -> bool:
+    try:
+        operator.index(v)  # type: ignore[arg-type]
+    except TypeError:
         return False
+    return True
+
+
+def _check_step(where: str, step: int) -> None:
+    if not isinstance(step, int):
+        raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}")
+
+
+def _positions(where: str, name: str, values: Sequence[int | None] | None, n: int = 1) -> array[int]:
+    """Positions as uint64, None as :data:`NO_POSITION` (C-level when none is None); each an int in
+    ``[0, 2**64 - 1)``."""
+    if values is None:
+        return _NO_POSITIONS * n
+    try:
+        return array("Q", values)  # type: ignore[arg-type]
+    except (TypeError, OverflowError):
+        pass
+    out = array("Q")
+    for v in values:
+        if v is None:
+            out.append(NO_POSITION)
+            continue
+        try:
+            p = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{where}: {name} must be ints or None, got {type(v).__name__} {v!r}") from None
+        if not 0 <= p < NO_POSITION:
+            raise ValueError(f"{where}: {name} must be positions in [0, 2**64 - 1) or None, got {p}")
+        out.append(p)
+    return out
