@@ -43,13 +43,20 @@ __all__ = ["JournalEvent", "JournalKind", "JournalObserver", "Owner", "OwnerKind
 JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
 
-_Call = tuple[int, int, int, "array[int]", "array[int]", "array[int]", "array[int]"]
-"""A recording call waiting for the next flush: step, kind code, event count, then its machine arrays
-(blocks, owner codes, first and last positions; one entry per event)."""
-
 _NO_POSITIONS: array[int] = array("Q", [NO_POSITION])
 _FLUSH_EVENTS = 4096
 """Pending events that trigger a flush into the ring (a read flushes at once)."""
+
+
+class _Pending:
+    """Recorded calls not in the ring yet: per call its step, kind code and event count in one machine array
+    (appending them checks the step), and its events' machine arrays (blocks, owner codes, first and last
+    positions) in a list: appending a call makes no object per event."""
+
+    def __init__(self) -> None:
+        self.meta = array("q")
+        self.parts: list[tuple[array[int], array[int], array[int], array[int]]] = []
+        self.n = 0
 
 
 class SlotJournal:
@@ -86,14 +93,15 @@ class SlotJournal:
         self.recorded = 0
         """Events recorded since creation."""
         self._observers: list[tuple[JournalObserver, frozenset[JournalKind] | None]] = []
+        self._hear: dict[JournalKind, list[JournalObserver]] = {k: [] for k in JournalKind}
+        """Per kind, the observers that hear it."""
         self._codes = OwnerCodes()
         self._code_of = self._codes.code_of.__getitem__
         self._base = BlockBase()
         self._ring = EventRing(capacity, self._base.fold)
         self._blocks = 0
         """Block ids below this have room in the dense per-block arrays."""
-        self._pending: list[_Call] = []
-        self._pending_n = 0
+        self._pending = _Pending()
         self._flush_at = min(_FLUSH_EVENTS, capacity // 8)
         self._last_owners: list[Owner | None] | None = None
         self._last_codes: array[int] = array("q")
@@ -103,6 +111,7 @@ class SlotJournal:
         """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
         kind when None) that names a block (:meth:`record_each`: once per run of entries with one owner)."""
         self._observers.append((observer, None if kinds is None else frozenset(kinds)))
+        self._hear = {k: [o for o, ks in self._observers if ks is None or k in ks] for k in JournalKind}
 
     def block_of(self, slot: int) -> int:
         return slot // self.block_size
@@ -137,11 +146,19 @@ class SlotJournal:
             raise TypeError(f"{where}: kind must be a JournalKind, got {type(kind).__name__} {kind!r}")
         return code
 
-    def _add(self, call: _Call) -> None:
-        self._pending.append(call)
-        self._pending_n += call[2]
-        self.recorded += call[2]
-        if self._pending_n >= self._flush_at:
+    def _add(self, where: str, step: int, kcode: int, blocks: array[int], codes: array[int], firsts: array[int],
+             lasts: array[int]) -> None:
+        """File one call's events (every argument checked already, but ``step``: checked first here)."""
+        p = self._pending
+        n = len(blocks)
+        try:
+            p.meta.extend((step, kcode, n))
+        except (TypeError, OverflowError):
+            raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
+        p.parts.append((blocks, codes, firsts, lasts))
+        p.n += n
+        self.recorded += n
+        if p.n >= self._flush_at:
             self._flush()
         if self._codes.due():
             self._rebuild_codes()
@@ -152,7 +169,6 @@ class SlotJournal:
         named = blocks if type(blocks) is list else list(blocks)
         if not named:
             return
-        _check_step("record", step)
         kcode = self._kind_code("record", kind)
         b = self._block_array("record", named)
         try:
@@ -162,13 +178,12 @@ class SlotJournal:
         first = _positions("record", "first_position", [first_position])
         last = _positions("record", "last_position", [last_position])
         n = len(b)
-        self._add((step, kcode, n, b, array("q", [code]) * n, first * n, last * n))
-        observers = self._observers
-        if observers:
+        self._add("record", step, kcode, b, array("q", [code]) * n, first * n, last * n)
+        hear = self._hear[kind]
+        if hear:
             listed = b.tolist()
-            for observe, kinds in observers:
-                if kinds is None or kind in kinds:
-                    observe(step, kind, listed, owner)
+            for observe in hear:
+                observe(step, kind, listed, owner)
 
     def record_each(self, step: int, kind: JournalKind, blocks: Sequence[int], owners: Sequence[Owner | None],
                     firsts: Sequence[int | None] | None = None, lasts: Sequence[int | None] | None = None) -> None:
@@ -181,10 +196,16 @@ class SlotJournal:
                              f"(blocks has {n})")
         if not n:
             return
-        _check_step("record_each", step)
-        kcode = self._kind_code("record_each", kind)
-        b = self._block_array("record_each", blocks)
-        if type(owners) is list and owners == self._last_owners:
+        kcode = KIND_CODE[kind] if type(kind) is JournalKind else self._kind_code("record_each", kind)
+        try:
+            b = array("Q", blocks)
+        except (TypeError, OverflowError):
+            b = self._block_array("record_each", blocks)  # raises, naming the bad block
+        top = max(blocks) if type(blocks) is list else max(b)
+        if top >= self._blocks:
+            self._block_array("record_each", blocks)  # past the dense arrays: grows them, or raises
+        fresh = not (type(owners) is list and owners == self._last_owners)
+        if not fresh:
             codes = self._last_codes  # a steady batch: the same owners as the last call
         else:
             try:
@@ -193,36 +214,55 @@ class SlotJournal:
                 raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
             if type(owners) is list:
                 self._last_owners, self._last_codes = list(owners), codes
-        f = _positions("record_each", "firsts", firsts, n)
-        la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
-        self._add((step, kcode, n, b, codes, f, la))
-        if self._observers:  # one call per run of entries with the same owner
-            hear = [observe for observe, kinds in self._observers if kinds is None or kind in kinds]
-            if hear:
-                at = 0
-                for i in range(1, n + 1):
-                    if i == n or owners[i] != owners[at]:
-                        for observe in hear:
-                            observe(step, kind, list(blocks[at:i]), owners[at])
-                        at = i
+        try:
+            f = _NO_POSITIONS * n if firsts is None else array("Q", firsts)  # type: ignore[arg-type, type-var]
+        except (TypeError, OverflowError):
+            f = _positions("record_each", "firsts", firsts, n)
+        if lasts is firsts:
+            la = f
+        else:
+            try:
+                la = _NO_POSITIONS * n if lasts is None else array("Q", lasts)  # type: ignore[arg-type, type-var]
+            except (TypeError, OverflowError):
+                la = _positions("record_each", "lasts", lasts, n)
+        p = self._pending  # what _add does, inline: this is the engine's per-step call
+        try:
+            p.meta.extend((step, kcode, n))
+        except (TypeError, OverflowError):
+            raise TypeError(f"record_each: step must be an int, got {type(step).__name__} {step!r}") from None
+        p.parts.append((b, codes, f, la))
+        p.n += n
+        self.recorded += n
+        if p.n >= self._flush_at:
+            self._flush()
+        if fresh and self._codes.due():  # new owners may have grown the table
+            self._rebuild_codes()
+        hear = self._hear[kind]
+        if hear:  # one call per run of entries with the same owner
+            at = 0
+            for i in range(1, n + 1):
+                if i == n or owners[i] != owners[at]:
+                    for observe in hear:
+                        observe(step, kind, list(blocks[at:i]), owners[at])
+                    at = i
 
     def _flush(self) -> None:
         """Append the pending calls' events to the ring (vectorised; in slices of at most half its capacity)."""
-        calls = self._pending
-        if not calls:
+        p = self._pending
+        if not p.n:
             return
-        self._pending = []
-        self._pending_n = 0
-        counts = [c[2] for c in calls]
-        step = np.repeat(np.array([c[0] for c in calls], dtype=np.int64), counts)
-        kind = np.repeat(np.array([c[1] for c in calls], dtype=np.int8), counts)
-        block = np.frombuffer(b"".join([c[3] for c in calls]), dtype=np.int64)
-        owner = np.frombuffer(b"".join([c[4] for c in calls]), dtype=np.int64)
-        first = np.frombuffer(b"".join([c[5] for c in calls]), dtype=np.uint64)
-        last = np.frombuffer(b"".join([c[6] for c in calls]), dtype=np.uint64)
-        total = len(block)
+        self._pending = _Pending()
+        meta = np.frombuffer(p.meta, dtype=np.int64).reshape(-1, 3)
+        counts = meta[:, 2]
+        step = np.repeat(meta[:, 0], counts)
+        kind = np.repeat(meta[:, 1].astype(np.int8), counts)
+        parts = p.parts
+        block = np.frombuffer(b"".join([q[0] for q in parts]), dtype=np.int64)
+        owner = np.frombuffer(b"".join([q[1] for q in parts]), dtype=np.int64)
+        first = np.frombuffer(b"".join([q[2] for q in parts]), dtype=np.uint64)
+        last = np.frombuffer(b"".join([q[3] for q in parts]), dtype=np.uint64)
         most = self.capacity // 2
-        for lo in range(0, total, most):
+        for lo in range(0, p.n, most):
             at = slice(lo, lo + most)
             self._ring.append((step[at], kind[at], block[at], owner[at], first[at], last[at]))
 
@@ -354,11 +394,6 @@ def _is_int(v: object) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _check_step(where: str, step: int) -> None:
-    if not isinstance(step, int):
-        raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}")
 
 
 def _positions(where: str, name: str, values: Sequence[int | None] | None, n: int = 1) -> array[int]:

@@ -29,11 +29,10 @@ _T = TypeVar("_T", bound=np.generic)
 SEVERAL = -2
 """``owner`` of a block held by several owners (they are in :attr:`BlockBase.several`)."""
 
+_STATE = np.dtype([("owner", np.int64), ("join", np.int64)])
+
 _OPAQUE = -3
 """An event's own result when it does not determine the holders alone (a quarantine, no owner named)."""
-
-_IS_ADD = np.zeros(256, dtype=np.bool_)
-_IS_ADD[:ADD_CODES] = True
 
 
 class BlockBase:
@@ -43,8 +42,11 @@ class BlockBase:
 
     def __init__(self) -> None:
         self.n = 0
-        self.owner = np.full(0, NO_OWNER, dtype=np.int64)
-        self.join = np.zeros(0, dtype=np.int64)
+        self.state = np.zeros(0, dtype=_STATE)
+        """Per block, its one holder (or none, or several) and that holder's join step, side by side: a fold
+        writes both with one random access per block."""
+        self.owner: I64 = self.state["owner"]
+        self.join: I64 = self.state["join"]
         self.quarantined = np.zeros(0, dtype=np.bool_)
         self.several: dict[int, dict[int, int]] = {}
         self._dirty = np.zeros(0, dtype=np.bool_)  # scratch, all False between folds
@@ -54,8 +56,10 @@ class BlockBase:
         """Room for block ids below ``n`` (nobody holds a new one, it is not quarantined)."""
         if n <= self.n:
             return
-        self.owner = _grown(self.owner, n, NO_OWNER)
-        self.join = _grown(self.join, n, 0)
+        state = np.zeros(n, dtype=_STATE)
+        state[:self.n] = self.state
+        state["owner"][self.n:] = NO_OWNER
+        self.state, self.owner, self.join = state, state["owner"], state["join"]
         self.quarantined = _grown(self.quarantined, n, False)
         self._dirty = _grown(self._dirty, n, False)
         self._start = _grown(self._start, n, -1)
@@ -76,38 +80,60 @@ class BlockBase:
         return 0 <= block < self.n and bool(self.quarantined[block])
 
     def fold(self, ring: EventRing, lo: int) -> None:
-        """Apply the ring's events ``[lo, lo + ring.chunk)`` to the base (they leave the ring next)."""
+        """Apply the ring's events ``[lo, lo + ring.chunk)`` to the base (they leave the ring next).
+
+        Random access into the per-block arrays (the slow part: one cache miss each) is kept to the events
+        that need it: the base is read only for a block's first event in the chunk when the block had events
+        before (a block never seen has no holder), and written once per block the chunk names."""
         at = ring.span(lo, ring.chunk)
-        kind, block, owner, step = ring.kind[at], ring.block[at], ring.owner[at], ring.step[at]
-        pred = ring.prev[at] - lo  # index in the chunk of each event's predecessor (< 0: before the chunk)
+        kind, block, owner, step, prev = ring.kind[at], ring.block[at], ring.owner[at], ring.step[at], ring.prev[at]
+        n = len(kind)
+        pred = prev - lo  # index in the chunk of each event's predecessor (< 0: before the chunk, or none)
         named = owner >= 0
-        adds = _IS_ADD[kind] & named
-        resets = (kind == FREED) | ((kind == RELEASED) & named)
+        adds = (kind < ADD_CODES) & named
+        freed = kind == FREED
+        resets = freed | ((kind == RELEASED) & named)
         res = np.where(adds, owner, np.where(resets, NO_OWNER, _OPAQUE))  # the holder each event leaves
         inner = pred >= 0
-        before = self.owner[block]  # the holder before each event: the base's, or its predecessor's result
-        before[inner] = res[pred[inner]]
-        ok = (kind == FREED) | ((adds | resets) & ((before == NO_OWNER) | (before == owner)))
-        last = np.ones(len(kind), dtype=np.bool_)
-        last[pred[inner]] = False  # a block's last event in the chunk is nobody's predecessor
+        links = pred[inner]
+        before = np.full(n, NO_OWNER, dtype=np.int64)  # the holder before each event
+        before[inner] = res[links]
+        seen = np.flatnonzero((prev >= 0) & ~inner)  # a block's first event here, after events folded earlier
+        if len(seen):
+            before[seen] = self.owner[block[seen]]
+        ok = freed | ((adds | resets) & ((before == NO_OWNER) | (before == owner)))
+        last = np.ones(n, dtype=np.bool_)
+        last[links] = False  # a block's last event in the chunk is nobody's predecessor
         dirty = np.flatnonzero(~ok)
         mark = self._dirty
         if len(dirty):
             mark[block[dirty]] = True
-            last_clean = np.flatnonzero(last & ~mark[block])
+            clean = last & ~mark[block]
         else:
-            last_clean = np.flatnonzero(last)
-        cb, cr = block[last_clean], res[last_clean]
-        for b in cb[self.owner[cb] == SEVERAL].tolist():  # began with a FREED: several holders no more
-            del self.several[b]
-        starts = np.flatnonzero(adds & (before == NO_OWNER))  # an owner joining a block nobody held
-        first = self._start
-        np.maximum.at(first, block[starts], starts)  # each block's latest such join
-        joined = first[cb]
-        new = (cr >= 0) & (joined >= 0)  # else: the base's one holder went on holding it
-        self.join[cb[new]] = step[joined[new]]
-        first[block[starts]] = -1
-        self.owner[cb] = cr
+            clean = last
+        if self.several and len(seen):  # a block several held that the chunk cleanly frees first
+            for b in block[seen[before[seen] == SEVERAL]].tolist():
+                if not mark[b]:
+                    del self.several[b]
+        starts = adds & (before == NO_OWNER)  # an owner joining a block nobody held
+        lasts = np.flatnonzero(clean)
+        # each clean block's holder joined at its group's latest start (lone: the event itself); none: the
+        # holder goes on from the base (owner and join unchanged: nothing to write)
+        start_at = np.where(starts[lasts] & ~inner[lasts], lasts, -1)
+        runs = np.flatnonzero(inner[lasts] & (res[lasts] >= 0))  # longer groups ending with one holder
+        if len(runs):
+            first = self._start
+            lead = np.flatnonzero(starts & (inner | ~last))  # the starts in longer groups
+            np.maximum.at(first, block[lead], lead)
+            start_at[runs] = first[block[lasts[runs]]]
+            first[block[lead]] = -1
+        held = res[lasts]
+        write = np.flatnonzero((held == NO_OWNER) | (start_at >= 0))
+        rows = np.zeros(len(write), dtype=_STATE)
+        rows["owner"] = held[write]
+        at_w = start_at[write]
+        rows["join"] = np.where(at_w >= 0, step[at_w], 0)
+        self.state[block[lasts[write]]] = rows
         if len(dirty):
             self._replay(np.flatnonzero(last & mark[block]), kind, block, owner, step, pred)
             mark[block[dirty]] = False

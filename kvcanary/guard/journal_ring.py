@@ -108,7 +108,7 @@ class EventRing:
         ls = self.last_seq
         prev = ls[block]
         ls[block] = seqs
-        if not np.array_equal(ls[block], seqs):  # a block repeats: chain its events in order
+        if not (ls[block] == seqs).all():  # a block repeats: chain its events in order
             order = np.argsort(block, kind="stable")
             sb, ss = block[order], seqs[order]
             start = np.ones(m, dtype=np.bool_)
