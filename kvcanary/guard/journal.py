@@ -222,7 +222,7 @@ class SlotJournal:
             la = f
         else:
             try:
-                la = _NO_POSITIONS * n if lasts is None else array("Q", lasts)  # type: ignore[arg-type, type-var]
+                la = _NO_POSITIONS * n if lasts is None else array("Q", lasts)  # type: ignore[arg-type]
             except (TypeError, OverflowError):
                 la = _positions("record_each", "lasts", lasts, n)
         p = self._pending  # what _add does, inline: this is the engine's per-step call
