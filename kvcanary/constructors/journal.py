@@ -24,10 +24,10 @@ SlotJournalContract = settings_contract(
                             "1 admits no block.", fix="Pass the pool's block count (slots // block_size + 1)."),
         "max_finished": count("Finished requests whose finishing step is kept at most.", why=_BOUND_WHY,
                               fix=_BOUND_FIX),
-        "capacity": count("Events the ring keeps before folding its oldest eighth into per-block state (a power "
-                          "of two, at least 16).", minimum=16,
-                          why="The ring's index is the event's number masked, and it folds an eighth at a time: "
-                          "a smaller ring folds on nearly every event.",
+        "capacity": count("Events the ring keeps, newest last (a power of two, at least 16); older ones are "
+                          "folded into each block's state (its holders and quarantine flag).", minimum=16,
+                          why="The ring folds its oldest eighth at a time: below 16 events it would fold on "
+                          "nearly every event, and a window of steps is exact only while the ring holds it.",
                           fix="Pass a power of two of at least 16, or leave the default (1 << 20)."),
     },
     rules=(

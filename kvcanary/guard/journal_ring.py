@@ -5,8 +5,9 @@ Every event has a sequence number (``seq``, counted from 0 in recording order) a
 code (-1: none), first and last position (:data:`NO_POSITION`: none) and ``prev``, the seq of the same block's
 event before it (-1: none). ``last_seq[block]`` is each block's newest seq, so a block's events are a walk
 back from it along ``prev`` that stops below ``oldest``. The ring starts small and doubles up to its
-capacity; full, it hands its oldest eighth to a fold callback (the journal's per-block base state) before
-overwriting it. Appending is vectorised: no Python work per event.
+capacity; full, it hands its oldest events (an eighth, at most :attr:`EventRing.CHUNK`) to a fold callback
+(the journal's per-block base state) before overwriting them. Appending is vectorised: no Python work per
+event.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ class EventRing:
     """The live events of a journal (at most ``capacity``, a power of two) and each block's newest seq."""
 
     FIRST_SIZE = 4096
+    CHUNK = 1 << 14
+    """Most events folded at once: a fold's temporaries (a few bytes per event each) stay in the CPU's cache."""
     """Events the ring holds before its first doubling (a journal that records little stays small)."""
 
     def __init__(self, capacity: int, fold: Callable[[EventRing, int], None]) -> None:
         self.capacity = capacity
-        self.chunk = max(1, capacity // 8)
-        """Events folded at a time once the ring is full (its oldest eighth)."""
+        self.chunk = min(capacity // 8, self.CHUNK)
+        """Events folded at a time once the ring is full (its oldest eighth, at most :attr:`CHUNK`)."""
         self.fold = fold
         """``fold(ring, lo)``: the events ``[lo, lo + chunk)`` are about to be overwritten (their columns are
         :meth:`span`'s); called before :attr:`oldest` moves past them."""
@@ -106,9 +109,9 @@ class EventRing:
                 self.oldest += self.chunk
         seqs = np.arange(self.next_seq, self.next_seq + m, dtype=np.int64)
         ls = self.last_seq
-        prev = ls[block]
-        ls[block] = seqs
-        if not (ls[block] == seqs).all():  # a block repeats: chain its events in order
+        prev = ls.take(block)
+        ls.put(block, seqs, mode="clip")  # every block is below len(ls): clip skips numpy's bounds check
+        if not (ls.take(block) == seqs).all():  # a block repeats: chain its events in order
             order = np.argsort(block, kind="stable")
             sb, ss = block[order], seqs[order]
             start = np.ones(m, dtype=np.bool_)
