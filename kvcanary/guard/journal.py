@@ -72,7 +72,8 @@ class SlotJournal:
     :meth:`history`, the block's newest ``per_block`` events still in the ring; :meth:`owners_between`, exact
     for a window the ring covers (:meth:`covers`). Memory: about 50 bytes per ring event, about 35 bytes per
     block id below the largest one recorded, a dict per block several owners hold, and one table entry per
-    owner still named (rebuilt, once it has doubled, down to those).
+    owner still named (rebuilt down to those once it has doubled: a stall of tens of ms at 2^20 events, see
+    :mod:`kvcanary.guard.journal_codes`).
 
     It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
     forgotten first): a request that read a slot and finished before the violation was read back cannot be

@@ -111,6 +111,11 @@ def test_journal_owner_table_rebuild_keeps_every_named_owner() -> None:
     assert j.holders(0) == [req("keeper")] and j.holders(1) == [req("keeper")]  # not read as "no owner"
     j.record(300, K.RELEASED, [0], req("keeper"))  # its release after a rebuild leaves nobody holding it
     assert j.holders(0) == [] and j.holders(1) == [req("keeper")] and j.holders(2) == []
+    j.record(301, K.ALLOCATED, [3], req("t0"))  # dropped long ago, interned again under a new code
+    assert j.holders(3) == [req("t0")] and j.owners_at(3, 301) == [req("t0")]
+    j.record(302, K.RELEASED, [3], req("t0"))
+    assert j.holders(3) == [] and j.covers(199) and j.owners_at(2, 199) == [req("t199")]
+    assert not j.covers(0) and j.owners_at(2, 0) == []  # t0's first stay was folded away: came and left
 
 
 def test_journal_rebuild_keeps_the_cached_owner_list_right() -> None:
