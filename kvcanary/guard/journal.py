@@ -7,7 +7,7 @@ token. :meth:`SlotJournal.owners_at` answers "who held this slot at step S", whi
 for a violation read back steps after the corrupting one, and what evidence bundles show.
 
 A recording call keeps no Python object per event: its sequences become machine arrays at once (an owner
-becomes an int code, :mod:`kvcanary.guard.journal_codes`), and every few thousand events they are appended to
+becomes an int code, :mod:`kvcanary.guard.journal_codes`), and every 16,384 events they are appended to
 a ring of numpy columns in one vectorised pass (:mod:`kvcanary.guard.journal_ring`). What leaves the ring is
 folded into each block's base state (:mod:`kvcanary.guard.journal_base`): holders and the quarantine flag stay
 exact forever; a window of steps is exact while the ring still holds its events (:meth:`SlotJournal.covers`).
@@ -44,7 +44,7 @@ JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
 
 _NO_POSITIONS: array[int] = array("Q", [NO_POSITION])
-_FLUSH_EVENTS = 4096
+_FLUSH_EVENTS = 1 << 14
 """Pending events that trigger a flush into the ring (a read flushes at once)."""
 
 
