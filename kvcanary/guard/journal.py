@@ -28,14 +28,13 @@ from kvcanary.guard.journal_events import (
     FREED,
     KIND_CODE,
     KINDS,
-    QUARANTINED,
-    REINSTATED,
     RELEASED,
     JournalEvent,
     JournalKind,
     Owner,
     OwnerKind,
 )
+from kvcanary.guard.journal_memo import MEMO_MIN, Memo, prune, replay
 from kvcanary.guard.journal_ring import NO_POSITION, EventRing
 
 __all__ = ["JournalEvent", "JournalKind", "JournalObserver", "Owner", "OwnerKind", "SlotJournal"]
@@ -107,6 +106,8 @@ class SlotJournal:
         self._last_owners: list[Owner | None] | None = None
         self._last_codes: array[int] = array("q")
         """The owners list of the last :meth:`record_each` (a copy) and its codes, reused while they match."""
+        self._memos: dict[int, Memo] = {}
+        """Per busy block, its state after its newest event read so far (:mod:`kvcanary.guard.journal_memo`)."""
 
     def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
         """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
@@ -263,9 +264,12 @@ class SlotJournal:
         first = np.frombuffer(b"".join([q[2] for q in parts]), dtype=np.uint64)
         last = np.frombuffer(b"".join([q[3] for q in parts]), dtype=np.uint64)
         most = self.capacity // 2
+        oldest = self._ring.oldest
         for lo in range(0, p.n, most):
             at = slice(lo, lo + most)
             self._ring.append((step[at], kind[at], block[at], owner[at], first[at], last[at]))
+        if self._memos and self._ring.oldest != oldest:
+            prune(self._memos, self._ring.oldest)
 
     def _rebuild_codes(self) -> None:
         """Shrink the owner table to the codes something still names (the ring's live events, the base, the
@@ -280,6 +284,7 @@ class SlotJournal:
         cached = np.frombuffer(self._last_codes, dtype=np.int64)
         live[cached[cached >= 0]] = True
         remap = codes.rebuild(live)  # remap[-1] is NO_OWNER: -1 maps to -1
+        self._memos.clear()  # they may name codes the table just dropped: the next reads replay in full
         for at in ring.live():
             ring.owner[at] = remap[ring.owner[at]]
         self._base.renumber(remap)
@@ -332,8 +337,17 @@ class SlotJournal:
         took it: what a violation recorded at ``first_step`` and read back at ``last_step`` must isolate
         (a request that took a corrupt block after the corruption read it too). Exact while
         ``covers(first_step)``; otherwise the holders that came and left before the ring's oldest event are
-        missing (a base holder that joined after ``last_step`` is never named)."""
-        block, chain = self._chain(slot)
+        missing (a base holder that joined after ``last_step`` is never named).
+
+        A block whose newest event came before the window (its memo's step) was held all through the window
+        by who holds it now; any other window is replayed from the base."""
+        block = slot // self.block_size
+        self._state(block)
+        owners = self._codes.owners
+        memo = self._memos.get(block)
+        if memo is not None and memo.step < first_step and memo.step <= last_step:
+            return [owners[c] for c in memo.held]
+        chain = self._ring.chain(block)
         held = {c: None for c, joined in self._base.holders(block).items() if joined <= last_step}
         out: dict[int, None] = {}
         r = self._ring
@@ -354,39 +368,42 @@ class SlotJournal:
             elif s < first_step and k == FREED:
                 held.clear()
         out.update(held)
-        owners = self._codes.owners
         return [owners[c] for c in out]
+
+    def _state(self, block: int) -> Memo:
+        """``block``'s state after every event recorded for it: its memo brought up to date (replaying only
+        the events after it), else the base plus the block's events in the ring (kept as its memo when that
+        walked at least :data:`~kvcanary.guard.journal_memo.MEMO_MIN` events). The caller only reads it."""
+        self._flush()
+        ring = self._ring
+        newest = ring.newest(block)
+        memo = self._memos.get(block)
+        if memo is not None:
+            if newest == memo.seq:
+                return memo
+            chain = ring.chain_after(block, memo.seq)
+            if chain is not None:
+                memo.quarantined = replay(ring, chain, memo.held, memo.quarantined)
+                memo.seq, memo.step = newest, ring.step_mv[chain[-1]]
+                return memo
+            del self._memos[block]  # an event after it was folded: replay from the base
+        chain = ring.chain(block)
+        held = self._base.holders(block)
+        quarantined = replay(ring, chain, held, self._base.is_quarantined(block))
+        state = Memo(newest, ring.step_mv[chain[-1]] if chain else 0, held, quarantined)
+        if len(chain) >= MEMO_MIN:
+            self._memos[block] = state
+        return state
 
     def holders(self, slot: int) -> list[Owner]:
         """Who holds ``slot``'s block after every event recorded for it (added and not released or freed
         since), in the order they took it."""
-        block, chain = self._chain(slot)
-        held = self._base.holders(block)
-        r = self._ring
-        kind_mv, owner_mv = r.kind_mv, r.owner_mv
-        for i in chain:
-            k, o = kind_mv[i], owner_mv[i]
-            if k < ADD_CODES and o >= 0:
-                if o not in held:
-                    held[o] = 0
-            elif k == RELEASED and o >= 0:
-                held.pop(o, None)
-            elif k == FREED:
-                held.clear()
         owners = self._codes.owners
-        return [owners[c] for c in held]
+        return [owners[c] for c in self._state(slot // self.block_size).held]
 
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
-        block, chain = self._chain(slot)
-        kind_mv = self._ring.kind_mv
-        for i in reversed(chain):
-            k = kind_mv[i]
-            if k == QUARANTINED:
-                return True
-            if k == REINSTATED:
-                return False
-        return self._base.is_quarantined(block)
+        return self._state(slot // self.block_size).quarantined
 
 
 def _is_int(v: object) -> bool:

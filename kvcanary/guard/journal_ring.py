@@ -146,6 +146,25 @@ class EventRing:
         out.reverse()
         return out
 
+    def newest(self, block: int) -> int:
+        """``block``'s newest seq (-1: none ever; it may have left the ring)."""
+        return self._last_mv[block] if 0 <= block < len(self.last_seq) else -1
+
+    def chain_after(self, block: int, after: int) -> list[int] | None:
+        """Ring indices of ``block``'s events with a seq above ``after``, oldest first; None when one of them
+        left the ring already (folded: the caller replays from the base)."""
+        s = self.newest(block)
+        oldest, mask, prev = self.oldest, self.mask, self.prev_mv
+        out: list[int] = []
+        while s > after:
+            if s < oldest:
+                return None
+            i = s & mask
+            out.append(i)
+            s = prev[i]
+        out.reverse()
+        return out
+
     def live(self) -> list[slice]:
         """Ring indices of every live event (one or two slices)."""
         n = self.next_seq - self.oldest

@@ -16,13 +16,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvcanary.guard import journal as journal_module
 from kvcanary.guard.journal import JournalEvent, JournalKind, Owner, OwnerKind, SlotJournal
+from kvcanary.guard.journal_codes import OwnerCodes
 from tests.manager.journal_reference import ReferenceJournal
 
 CACHE = Owner(OwnerKind.CACHE, "radix")
@@ -226,6 +230,7 @@ class Regime:
     recent: int = 12  # owners a call picks from: the newest ones
     pinned: int = 0  # blocks the cache holds from the first step to the last (never freed, never released by it)
     max_per_call: int = 6
+    hot: float = 0.0  # chance that a block a call names is block 0 (a shared prefix's block: a long chain)
 
 
 def stream(rng: np.random.Generator, r: Regime) -> Iterator[Call]:
@@ -260,6 +265,8 @@ def stream(rng: np.random.Generator, r: Regime) -> Iterator[Call]:
         kind = KINDS[int(rng.choice(len(KINDS), p=_P))]
         n = int(rng.integers(0, r.max_per_call + 1))
         blocks = [int(b) for b in rng.integers(0, r.n_blocks, size=n)]
+        if r.hot:
+            blocks = [0 if rng.random() < r.hot else b for b in blocks]
         owner: Owner | None = pick()
         if kind in (JournalKind.FREED, JournalKind.QUARANTINED, JournalKind.REINSTATED) and rng.random() < 0.8:
             owner = None
@@ -368,6 +375,38 @@ def test_more_owners_than_an_intern_table_keeps_unswept_are_named_as_the_referen
     pair.check(rng, slots=[0, 1, int(rng.integers(2, n_blocks))])
     assert len(pair.request_ids) > 1 << 16
     assert pair.real.holders(0)[0] == CACHE
+
+
+class _SmallCodes(OwnerCodes):
+    """An owner table rebuilt past 32 owners (the journal's waits for 65,536), counting its rebuilds."""
+
+    made: ClassVar[list[_SmallCodes]] = []
+
+    def __init__(self) -> None:
+        super().__init__(floor=32)
+        self.rebuilds = 0
+        _SmallCodes.made.append(self)
+
+    def rebuild(self, live: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        self.rebuilds += 1
+        return super().rebuild(live)
+
+
+@pytest.mark.parametrize("memo_min", [1, 8])
+@pytest.mark.parametrize("knobs", [CAP64, CAP256])
+def test_a_hot_block_read_from_its_memo_answers_as_the_reference(knobs: dict[str, int], memo_min: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the events name block 0 and the state is read every few calls, so its memo (every block's, at
+    ``memo_min=1``) is brought up to date from a few events at a time, across ring wraps (a memo whose events
+    were folded: replayed from the base) and owner-table rebuilds (every memo dropped)."""
+    monkeypatch.setattr(journal_module, "MEMO_MIN", memo_min)
+    monkeypatch.setattr(journal_module, "OwnerCodes", _SmallCodes)
+    _SmallCodes.made.clear()
+    r = Regime(n_blocks=10, block_size=2, owners=6, calls=1500, check_every=48, fresh=0.3, hot=0.5)
+    pair = run_stream(500 + memo_min, r, knobs)
+    (codes,) = [c for c in _SmallCodes.made if c is pair.real._codes]
+    assert codes.rebuilds >= 3 and pair.real.recorded > 10 * pair.real.capacity
+    assert pair.real._memos, "no block kept a memo"
 
 
 # -- a Hypothesis strategy: short streams over a tiny pool --------------------------------------------------
