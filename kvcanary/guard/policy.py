@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kvcanary.consts import FailReason
 from kvcanary.guard.codes import FAILURE_CODES, failure_message, get
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
-from kvcanary.guard.journal import JournalKind, OwnerKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.violations import canary_kind
 
@@ -60,6 +60,9 @@ class Isolation:
         quarantine: dict[int, None] = {}
         quarantine_swa: dict[int, None] = {}
         notes: list[str] = []
+        windows: dict[tuple[bool, int, int], list[Owner]] = {}
+        """Per (swa, block, first step): the holders over the window to ``step`` (a replay of a busy block's
+        events is asked once per decision, however many of its slots were read back)."""
         for e in events:
             v = e.violation
             swa = is_swa(e)
@@ -72,7 +75,13 @@ class Isolation:
                 if not journal.quarantined(v.slot_idx):
                     (quarantine_swa if swa else quarantine)[block] = None
                     journal.record(step, JournalKind.QUARANTINED, [block])
-            owners = journal.owners_between(v.slot_idx, e.step_recorded, step) if v.slot_idx >= 0 else []
+            owners: list[Owner] = []
+            if v.slot_idx >= 0:
+                key = (swa, journal.block_of(v.slot_idx), e.step_recorded)
+                got = windows.get(key)
+                if got is None:
+                    got = windows[key] = journal.owners_between(v.slot_idx, e.step_recorded, step)
+                owners = got
             if not owners:
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
             for o in owners:
