@@ -321,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add(f"attention_sdpa bf16 contiguous {tag}", timing.device_time(contiguous, dev, reps=reps), kv_bytes / bw)
     r.value(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), unit="x")
     sink_s = journal_cost.sink_step_seconds(world.manager)
+    busy, busy_floor = journal_cost.busy_block_step_seconds()
+    r.add("journal busy block per step, owner map's release path", busy, busy_floor, unit="us",
+          note="journal_cost.busy_block_feed: 8 requests share and release block 0 beside 48 writes, holders() "
+               "per released block, a full ring (2**18 of its events on block 0); floor: the step's 64 events "
+               "copied into machine arrays")
     del world
     if not args.skip_engine:
         ebs = args.engine_bs or (4 if cpu else 64)

@@ -144,6 +144,61 @@ def append_seconds(events: float, *, reps: int = 2000) -> float:
     return min(rounds)
 
 
+BUSY_SHARERS = 8
+"""Requests that share the busy block (a shared prefix's block) and release it again, each step."""
+BUSY_WRITES = 48
+"""Other writes each step beside the busy block's (one block each, as :func:`decode_step_feed`'s)."""
+
+
+def busy_block_feed(journal: SlotJournal, step: int) -> None:
+    """One step around a busy block: :data:`BUSY_SHARERS` requests share block 0 and release it (one
+    ``record_each`` each), beside :data:`BUSY_WRITES` other requests' writes (an ALLOCATED with its position
+    each, in one call): a quarter of the step's events name block 0, so a full ring holds about 2**18 of them."""
+    sharers = _BUSY_OWNERS[:BUSY_SHARERS]
+    blocks = [0] * BUSY_SHARERS
+    journal.record_each(step, JournalKind.SHARED, blocks, sharers)
+    positions = [step] * BUSY_WRITES
+    at = 1 + step % BLOCKS_PER_REQUEST
+    writes = list(range(at, at + BUSY_WRITES * BLOCKS_PER_REQUEST, BLOCKS_PER_REQUEST))
+    journal.record_each(step, JournalKind.ALLOCATED, writes, _BUSY_OWNERS[BUSY_SHARERS:], positions, positions)
+    journal.record_each(step, JournalKind.RELEASED, blocks, sharers)
+
+
+_BUSY_OWNERS = _owners(BUSY_SHARERS + BUSY_WRITES)
+
+
+def release_path(journal: SlotJournal) -> None:
+    """Attach what the owner map does on a RELEASED call: ``holders()`` of each released block's first slot
+    (:meth:`kvcanary.manager.owners.OwnerMap`'s release path, without its device queue)."""
+    bs = journal.block_size
+
+    def on_release(step: int, kind: JournalKind, blocks: list[int], owner: Owner | None) -> None:
+        for b in blocks:
+            journal.holders(b * bs)
+
+    journal.add_observer(on_release, kinds={JournalKind.RELEASED})
+
+
+def busy_block_step_seconds(*, steps: int = 512, rounds: int = 3) -> tuple[float, float]:
+    """Seconds per step of :func:`busy_block_feed` with the owner map's release path attached
+    (:func:`release_path`: ``holders()`` per released block, 8 a step), on a journal whose ring was first
+    filled by the same feed (untimed, without the release path), and the floor: that step's events copied into
+    machine arrays (:func:`append_seconds`). The fastest of ``rounds`` rounds."""
+    figures = []
+    for _ in range(rounds):
+        journal = SlotJournal(block_size=1)
+        s0 = 0
+        while journal.recorded < journal.capacity:
+            busy_block_feed(journal, s0)
+            s0 += 1
+        release_path(journal)
+        t0 = time.perf_counter()
+        for s in range(s0, s0 + steps):
+            busy_block_feed(journal, s)
+        figures.append((time.perf_counter() - t0) / steps)
+    return min(figures), append_seconds(2 * BUSY_SHARERS + BUSY_WRITES)
+
+
 def sink_step_seconds(manager: object, *, steps: int = 2000) -> float:
     """Median seconds per step of a :class:`BundleSink` attached to ``manager`` (``add_sink``) when nothing
     fires: the ``on_step`` call the manager's ``end_step`` makes (the check for new rows is the manager's

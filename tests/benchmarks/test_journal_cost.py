@@ -5,7 +5,7 @@ Only what the script decides is checked: its figures are measured, never asserte
 from __future__ import annotations
 
 from benchmarks import journal_cost
-from kvcanary.guard.journal import JournalKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, SlotJournal
 
 
 def _kinds(feed: journal_cost.JournalFeed, *, bs: int, block: int, steps: int) -> list[list[JournalKind]]:
@@ -58,3 +58,22 @@ def test_the_feeds_blocks_are_each_requests_own() -> None:
     for s in range(3):
         journal_cost.decode_step_feed(journal, s, 2, 1)
     assert [o.id for o in journal.holders(journal_cost.BLOCKS_PER_REQUEST + 2)] == ["1"]
+
+
+def test_the_busy_block_feed_files_a_quarter_of_its_events_on_block_0_and_the_release_path_reads_them() -> None:
+    journal = SlotJournal(block_size=1, capacity=1 << 12)
+    for s in range(4):
+        journal_cost.busy_block_feed(journal, s)
+    assert journal.recorded == 4 * (2 * journal_cost.BUSY_SHARERS + journal_cost.BUSY_WRITES)
+    assert sum(e.block == 0 for e in journal.history(0)) == 4 * 2 * journal_cost.BUSY_SHARERS
+    reads: list[int] = []
+    holders = journal.holders
+
+    def counted(slot: int) -> list[Owner]:
+        reads.append(slot)
+        return holders(slot)
+
+    journal.holders = counted  # type: ignore[method-assign]
+    journal_cost.release_path(journal)
+    journal_cost.busy_block_feed(journal, 4)
+    assert reads == [0] * journal_cost.BUSY_SHARERS and journal.holders(0) == []
