@@ -22,7 +22,8 @@ from kvcanary.violations import canary_kind
 if TYPE_CHECKING:
     from kvcanary.manager.reporter import ViolationEvent
 
-__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "failure_slug", "is_swa"]
+__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "failure_slug", "is_swa",
+           "uncovered_note"]
 
 
 def failure_slug(event: ViolationEvent) -> str:
@@ -41,6 +42,13 @@ def failure_code(event: ViolationEvent) -> str:
 def is_swa(event: ViolationEvent) -> bool:
     """Whether ``event``'s slot is a sliding-window pool slot (a ``*_SWA`` check)."""
     return event.violation.tag_name.endswith("_SWA")
+
+
+def uncovered_note(tag: str, slot: int, first_step: int, last_step: int) -> str:
+    """What a window the journal no longer covers (``not journal.covers(first_step)``) may miss: a request
+    that held ``slot`` and left before the ring's oldest event is neither failed nor reported."""
+    return (f"{tag} at slot {slot}: the journal no longer covers steps {first_step}..{last_step} (their oldest "
+            "events left its ring): a request that held the slot and left before then is not named")
 
 
 class Isolation:
@@ -81,6 +89,8 @@ class Isolation:
                 got = windows.get(key)
                 if got is None:
                     got = windows[key] = journal.owners_between(v.slot_idx, e.step_recorded, step)
+                    if not journal.covers(e.step_recorded):
+                        notes.append(uncovered_note(v.tag_name, v.slot_idx, e.step_recorded, step))
                 owners = got
             if not owners:
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
