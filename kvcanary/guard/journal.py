@@ -216,17 +216,8 @@ class SlotJournal:
                 raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
             if type(owners) is list:
                 self._last_owners, self._last_codes = list(owners), codes
-        try:
-            f = _NO_POSITIONS * n if firsts is None else array("Q", firsts)  # type: ignore[arg-type, type-var]
-        except (TypeError, OverflowError):
-            f = _positions("record_each", "firsts", firsts, n)
-        if lasts is firsts:
-            la = f
-        else:
-            try:
-                la = _NO_POSITIONS * n if lasts is None else array("Q", lasts)  # type: ignore[arg-type]
-            except (TypeError, OverflowError):
-                la = _positions("record_each", "lasts", lasts, n)
+        f = _NO_POSITIONS * n if firsts is None else _positions("record_each", "firsts", firsts, n)
+        la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
         p = self._pending  # what _add does, inline: this is the engine's per-step call
         try:
             p.meta.extend((step, kcode, n))
@@ -415,12 +406,14 @@ def _is_int(v: object) -> bool:
 
 
 def _positions(where: str, name: str, values: Sequence[int | None] | None, n: int = 1) -> array[int]:
-    """Positions as uint64, None as :data:`NO_POSITION` (C-level when none is None); each an int in
-    ``[0, 2**64 - 1)``."""
+    """Positions as uint64, None as :data:`NO_POSITION` (C-level when none is None and none is
+    :data:`NO_POSITION`); each an int in ``[0, 2**64 - 1)``."""
     if values is None:
         return _NO_POSITIONS * n
     try:
-        return array("Q", values)  # type: ignore[arg-type]
+        fast: array[int] = array("Q", values)  # type: ignore[arg-type]
+        if NO_POSITION not in fast:  # 2**64 - 1 converts, but it is None's value: refused below
+            return fast
     except (TypeError, OverflowError):
         pass
     out = array("Q")
