@@ -125,7 +125,7 @@ class SlotJournal:
         try:
             out = array("Q", blocks)
         except (TypeError, OverflowError):
-            bad = next((b for b in blocks if not _is_int(b) or b < 0), None)
+            bad = next((b for b in blocks if not _is_int(b) or not 0 <= b < self.max_blocks), None)
             raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), "
                              f"got {bad!r}") from None
         top = max(blocks) if type(blocks) is list else max(out)
