@@ -153,10 +153,7 @@ class SlotJournal:
         """File one call's events (every argument checked already, but ``step``: checked first here)."""
         p = self._pending
         n = len(blocks)
-        try:
-            p.meta.extend((step, kcode, n))
-        except (TypeError, OverflowError):
-            raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
+        _check_step(where, p.meta, step, kcode, n)
         p.parts.append((blocks, codes, firsts, lasts))
         p.n += n
         self.recorded += n
@@ -219,10 +216,7 @@ class SlotJournal:
         f = _NO_POSITIONS * n if firsts is None else _positions("record_each", "firsts", firsts, n)
         la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
         p = self._pending  # what _add does, inline: this is the engine's per-step call
-        try:
-            p.meta.extend((step, kcode, n))
-        except (TypeError, OverflowError):
-            raise TypeError(f"record_each: step must be an int, got {type(step).__name__} {step!r}") from None
+        _check_step("record_each", p.meta, step, kcode, n)
         p.parts.append((b, codes, f, la))
         p.n += n
         self.recorded += n
@@ -395,6 +389,17 @@ class SlotJournal:
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
         return self._state(slot // self.block_size).quarantined
+
+
+def _check_step(where: str, meta: array[int], step: int, kcode: int, n: int) -> None:
+    """Append a call's ``(step, kind code, count)`` to ``meta``; a step that is no int, or out of int64, is
+    refused (nothing appended: the step goes first)."""
+    try:
+        meta.extend((step, kcode, n))
+    except TypeError:
+        raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
+    except OverflowError:
+        raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {step!r}") from None
 
 
 def _is_int(v: object) -> bool:
