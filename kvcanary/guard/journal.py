@@ -111,8 +111,10 @@ class SlotJournal:
 
     def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
         """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
-        kind when None) that names a block (:meth:`record_each`: once per run of entries with one owner)."""
-        self._observers.append((observer, None if kinds is None else frozenset(kinds)))
+        kind when None) that names a block (:meth:`record_each`: once per run of entries with one owner).
+        ``kinds`` is a collection of :class:`JournalKind` (a set): a lone kind is refused, not split."""
+        heard = None if kinds is None else _kind_set(kinds)
+        self._observers.append((observer, heard))
         self._hear = {k: [o for o, ks in self._observers if ks is None or k in ks] for k in JournalKind}
 
     def block_of(self, slot: int) -> int:
@@ -389,6 +391,23 @@ class SlotJournal:
     def quarantined(self, slot: int) -> bool:
         """Whether ``slot``'s block is quarantined now (its last quarantine is not followed by a reinstate)."""
         return self._state(slot // self.block_size).quarantined
+
+
+def _kind_set(kinds: Iterable[JournalKind]) -> frozenset[JournalKind]:
+    """``kinds`` as a set, each a :class:`JournalKind` (a lone kind or string is refused)."""
+    if isinstance(kinds, str):
+        fix = f"{{JournalKind.{kinds.name}}}" if isinstance(kinds, JournalKind) else "{JournalKind.FREED, ...}"
+        raise TypeError(f"add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
+                        f"{kinds!r} (pass a set: kinds={fix})")
+    try:
+        out = frozenset(kinds)
+    except TypeError:
+        raise TypeError(f"add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
+                        f"{kinds!r}") from None
+    bad = [k for k in out if not isinstance(k, JournalKind)]
+    if bad:
+        raise TypeError(f"add_observer: kinds must be JournalKind members, got {type(bad[0]).__name__} {bad[0]!r}")
+    return out
 
 
 def _check_step(where: str, meta: array[int], step: int, kcode: int, n: int) -> None:
