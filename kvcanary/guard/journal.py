@@ -135,7 +135,7 @@ class SlotJournal:
             raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), got {top} "
                              f"(the journal's max_blocks: the pool's block count)")
         if top >= self._blocks:
-            self._grow(top + 1)
+            self._grow(operator.index(top) + 1)  # a numpy int or a 0-d tensor: a Python int from here on
         return out
 
     def _grow(self, n: int) -> None:

@@ -30,9 +30,9 @@ class EventRing:
     """The live events of a journal (at most ``capacity``, a power of two) and each block's newest seq."""
 
     FIRST_SIZE = 4096
+    """Events the ring holds before its first doubling (a journal that records little stays small)."""
     CHUNK = 1 << 14
     """Most events folded at once: a fold's temporaries (a few bytes per event each) stay in the CPU's cache."""
-    """Events the ring holds before its first doubling (a journal that records little stays small)."""
 
     def __init__(self, capacity: int, fold: Callable[[EventRing, int], None]) -> None:
         self.capacity = capacity

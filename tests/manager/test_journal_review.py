@@ -123,3 +123,13 @@ def test_isolation_notes_a_violation_whose_window_the_journal_no_longer_covers()
     assert failed == ["now"]  # "gone"'s stay was folded away: the journal cannot name it any more
     extra = [n for n in notes if n not in covered_notes]
     assert any("5" in n for n in extra), f"no note says the window of slot 5 is not covered: {notes}"
+
+
+def test_a_numpy_block_id_leaves_no_numpy_int_in_the_journal() -> None:
+    """A block passed as a numpy int (a 0-d tensor alike) sizes the dense arrays as a Python int."""
+    import numpy as np
+
+    j = SlotJournal(block_size=1, capacity=16)
+    j.record(0, K.ALLOCATED, [np.int64(5000)], req("a"))
+    assert type(j._blocks) is int and j._blocks > 5000
+    assert j.holders(5000) == [req("a")]
