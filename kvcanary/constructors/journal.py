@@ -1,9 +1,9 @@
 """Contract of ``SlotJournal(...)``: the block size it files events under and the bounds of its memory.
 
-A journal keeps the newest ``capacity`` events in a ring (every older one folded into its block's state),
-at most ``per_block`` of them per block read back as history, block ids below ``max_blocks``, and the
-finishing step of at most ``max_finished`` requests: each bound must leave room for one entry, and the ring
-must be a power of two (its index is the event's number masked) of at least 16 events.
+A journal keeps its newest events in a ring of ``capacity`` (once full, it folds its oldest eighth, at most 16,384
+events, at a time into each block's state: it holds between ``capacity`` less that and ``capacity``), at most
+``per_block`` of them per block read back as history, block ids below ``max_blocks``, the finishing step of at most
+``max_finished`` requests: each bound leaves room for one entry; the ring is a power of two of at least 16 events.
 """
 
 from kvcanary.constructors._settings import count, settings_contract
@@ -24,8 +24,9 @@ SlotJournalContract = settings_contract(
                             "1 admits no block.", fix="Pass the pool's block count (slots // block_size + 1)."),
         "max_finished": count("Finished requests whose finishing step is kept at most.", why=_BOUND_WHY,
                               fix=_BOUND_FIX),
-        "capacity": count("Events the ring keeps, newest last (a power of two, at least 16); older ones are "
-                          "folded into each block's state (its holders and quarantine flag).", minimum=16,
+        "capacity": count("Events the ring holds at most, newest last (a power of two, at least 16); once full "
+                          "it folds its oldest eighth (at most 16,384 events) at a time into each block's "
+                          "state (its holders and quarantine flag).", minimum=16,
                           why="The ring folds its oldest eighth at a time: below 16 events it would fold on "
                           "nearly every event, and a window of steps is exact only while the ring holds it.",
                           fix="Pass a power of two of at least 16, or leave the default (1 << 20)."),

@@ -59,8 +59,9 @@ class _Pending:
 
 
 class SlotJournal:
-    """Ownership events per block id below ``max_blocks``: the newest ``capacity`` events (a power of two)
-    in a ring, every older one folded into its block's base state (see the module).
+    """Ownership events per block id below ``max_blocks``: the newest events in a ring of ``capacity`` (a
+    power of two; once full it folds its oldest eighth, at most 16,384 events, at a time, so it holds between
+    ``capacity`` less that and ``capacity``), every older one folded into its block's base state (see the module).
 
     Recording costs a few machine-array conversions per call, not per event: :meth:`record` files one kind
     for a list of blocks and one owner, :meth:`record_each` a whole step's events of one kind, each with its
