@@ -108,6 +108,8 @@ class SlotJournal:
         self._last_codes: array[int] = array("q")
         """The owners list of the last :meth:`record_each` (a copy) and its codes, reused while they match."""
         self._memos: dict[int, Memo] = {}
+        self.latest_step = -1 << 63
+        """The step of the latest recording call (steps never go back: a call below it is refused)."""
         """Per busy block, its state after its newest event read so far (:mod:`kvcanary.guard.journal_memo`)."""
 
     def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
@@ -156,7 +158,7 @@ class SlotJournal:
         """File one call's events (every argument checked already, but ``step``: checked first here)."""
         p = self._pending
         n = len(blocks)
-        _check_step(where, p.meta, step, kcode, n)
+        self._file_step(where, p.meta, step, kcode, n)
         p.parts.append((blocks, codes, firsts, lasts))
         p.n += n
         self.recorded += n
@@ -164,6 +166,23 @@ class SlotJournal:
             self._flush()
         if self._codes.due():
             self._rebuild_codes()
+
+    def _file_step(self, where: str, meta: array[int], step: int, kcode: int, n: int) -> None:
+        """Append a call's ``(step, kind code, count)`` to ``meta``; a step that is no int, out of int64, or
+        below the latest one recorded is refused (nothing kept: a window's replay stops at its first event past
+        the window, which is only right while steps never go back)."""
+        try:
+            meta.extend((step, kcode, n))
+        except TypeError:
+            raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
+        except OverflowError:
+            raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {step!r}") from None
+        filed = meta[-3]
+        if filed < self.latest_step:
+            del meta[-3:]
+            raise ValueError(f"{where}: step must not go back: got {filed}, below the latest recorded step "
+                             f"{self.latest_step}")
+        self.latest_step = filed
 
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
@@ -219,7 +238,7 @@ class SlotJournal:
         f = _NO_POSITIONS * n if firsts is None else _positions("record_each", "firsts", firsts, n)
         la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
         p = self._pending  # what _add does, inline: this is the engine's per-step call
-        _check_step("record_each", p.meta, step, kcode, n)
+        self._file_step("record_each", p.meta, step, kcode, n)
         p.parts.append((b, codes, f, la))
         p.n += n
         self.recorded += n
@@ -409,17 +428,6 @@ def _kind_set(kinds: Iterable[JournalKind]) -> frozenset[JournalKind]:
     if bad:
         raise TypeError(f"add_observer: kinds must be JournalKind members, got {type(bad[0]).__name__} {bad[0]!r}")
     return out
-
-
-def _check_step(where: str, meta: array[int], step: int, kcode: int, n: int) -> None:
-    """Append a call's ``(step, kind code, count)`` to ``meta``; a step that is no int, or out of int64, is
-    refused (nothing appended: the step goes first)."""
-    try:
-        meta.extend((step, kcode, n))
-    except TypeError:
-        raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
-    except OverflowError:
-        raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {step!r}") from None
 
 
 def _is_int(v: object) -> bool:

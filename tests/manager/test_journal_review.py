@@ -133,3 +133,19 @@ def test_a_numpy_block_id_leaves_no_numpy_int_in_the_journal() -> None:
     j.record(0, K.ALLOCATED, [np.int64(5000)], req("a"))
     assert type(j._blocks) is int and j._blocks > 5000
     assert j.holders(5000) == [req("a")]
+
+
+def test_a_step_below_the_latest_recorded_is_refused_and_records_nothing() -> None:
+    """Windows replay a block's events in order and stop at the first past the window: steps must not go
+    back. The same step again is fine; a step below the latest is a ValueError naming both."""
+    j = SlotJournal(block_size=1, capacity=16)
+    j.record(5, K.ALLOCATED, [1], req("a"))
+    j.record_each(5, K.SHARED, [1], [req("b")])
+    back = r"step must not go back: got 4, below the latest recorded step 5"
+    with pytest.raises(ValueError, match=back):
+        j.record(4, K.RELEASED, [1], req("a"))
+    with pytest.raises(ValueError, match=back):
+        j.record_each(4, K.RELEASED, [1], [req("b")])
+    assert j.recorded == 2 and j.holders(1) == [req("a"), req("b")] and j.latest_step == 5
+    j.record(6, K.RELEASED, [1], req("a"))
+    assert j.holders(1) == [req("b")]
