@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from typing import NoReturn
 
 import numpy as np
 
@@ -43,6 +44,8 @@ JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 """Called with ``(step, kind, blocks, owner)`` after each :meth:`SlotJournal.record` (the owner map)."""
 
 _NO_POSITIONS: array[int] = array("Q", [NO_POSITION])
+_ALL_ONES = b"\xff" * 8
+""":data:`NO_POSITION`'s bytes (every byte set, whatever the byte order)."""
 _FLUSH_EVENTS = 1 << 14
 """Pending events that trigger a flush into the ring (a read flushes at once)."""
 
@@ -173,16 +176,23 @@ class SlotJournal:
         the window, which is only right while steps never go back)."""
         try:
             meta.extend((step, kcode, n))
+        except (TypeError, OverflowError):
+            self._refuse_step(where, step)
+        if meta[-3] < self.latest_step:
+            del meta[-3:]
+            self._refuse_step(where, step)
+        self.latest_step = meta[-3]
+
+    def _refuse_step(self, where: str, step: object) -> NoReturn:
+        """Raise the error for a step :meth:`_file_step` refuses (no int, out of int64, or going back)."""
+        try:
+            value = operator.index(step)  # type: ignore[arg-type]
         except TypeError:
             raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
-        except OverflowError:
-            raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {step!r}") from None
-        filed = meta[-3]
-        if filed < self.latest_step:
-            del meta[-3:]
-            raise ValueError(f"{where}: step must not go back: got {filed}, below the latest recorded step "
-                             f"{self.latest_step}")
-        self.latest_step = filed
+        if not -(1 << 63) <= value < 1 << 63:
+            raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {value}")
+        raise ValueError(f"{where}: step must not go back: got {value}, below the latest recorded step "
+                         f"{self.latest_step}")
 
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
                first_position: int | None = None, last_position: int | None = None) -> None:
@@ -235,10 +245,31 @@ class SlotJournal:
                 raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
             if type(owners) is list:
                 self._last_owners, self._last_codes = list(owners), codes
-        f = _NO_POSITIONS * n if firsts is None else _positions("record_each", "firsts", firsts, n)
-        la = f if lasts is firsts else _positions("record_each", "lasts", lasts, n)
+        try:  # C-level; NO_POSITION itself (or a bad position) goes the slow way, which raises
+            f = _NO_POSITIONS * n if firsts is None else array("Q", firsts)  # type: ignore[arg-type, type-var]
+            if firsts is not None and (raw := f.tobytes()).find(255) >= 0 and _ALL_ONES in raw:
+                raise OverflowError
+        except (TypeError, OverflowError):
+            f = _positions("record_each", "firsts", firsts, n)
+        if lasts is firsts:
+            la = f
+        else:
+            try:
+                la = _NO_POSITIONS * n if lasts is None else array("Q", lasts)  # type: ignore[arg-type]
+                if lasts is not None and (raw := la.tobytes()).find(255) >= 0 and _ALL_ONES in raw:
+                    raise OverflowError
+            except (TypeError, OverflowError):
+                la = _positions("record_each", "lasts", lasts, n)
         p = self._pending  # what _add does, inline: this is the engine's per-step call
-        self._file_step("record_each", p.meta, step, kcode, n)
+        meta = p.meta
+        try:
+            meta.extend((step, kcode, n))
+        except (TypeError, OverflowError):
+            self._refuse_step("record_each", step)
+        if meta[-3] < self.latest_step:
+            del meta[-3:]
+            self._refuse_step("record_each", step)
+        self.latest_step = meta[-3]
         p.parts.append((b, codes, f, la))
         p.n += n
         self.recorded += n
@@ -445,7 +476,8 @@ def _positions(where: str, name: str, values: Sequence[int | None] | None, n: in
         return _NO_POSITIONS * n
     try:
         fast: array[int] = array("Q", values)  # type: ignore[arg-type]
-        if NO_POSITION not in fast:  # 2**64 - 1 converts, but it is None's value: refused below
+        raw = fast.tobytes()  # 2**64 - 1 converts, but it is None's value: refused below (a run of eight 0xff
+        if raw.find(255) < 0 or _ALL_ONES not in raw:  # bytes across two positions only sends them that way)
             return fast
     except (TypeError, OverflowError):
         pass

@@ -149,3 +149,14 @@ def test_a_step_below_the_latest_recorded_is_refused_and_records_nothing() -> No
     assert j.recorded == 2 and j.holders(1) == [req("a"), req("b")] and j.latest_step == 5
     j.record(6, K.RELEASED, [1], req("a"))
     assert j.holders(1) == [req("b")]
+
+
+def test_positions_whose_bytes_run_into_the_no_position_value_are_kept() -> None:
+    """The fast path looks for eight 0xff bytes in a row; two positions can make such a run across their
+    boundary (either byte order) and are still positions: they take the slow path and are kept."""
+    hi, lo = 0xFFFF_FFFF_0000_0000, 0x0000_0000_FFFF_FFFF
+    j = SlotJournal(block_size=1, capacity=16)
+    j.record_each(0, K.WRITTEN, [1, 1, 1, 1], [req("a")] * 4, [hi, lo, lo, hi], [lo, hi, hi, lo])
+    j.record(1, K.WRITTEN, [2], req("a"), first_position=TOP_POSITION - 1, last_position=TOP_POSITION - 1)
+    assert [(e.first_position, e.last_position) for e in j.history(1)] == [(hi, lo), (lo, hi), (lo, hi), (hi, lo)]
+    assert [(e.first_position, e.last_position) for e in j.history(2)] == [(TOP_POSITION - 1,) * 2]
