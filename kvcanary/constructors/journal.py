@@ -26,7 +26,7 @@ SlotJournalContract = settings_contract(
                               fix=_BOUND_FIX),
         "capacity": count("Events the ring holds at most, newest last (a power of two, at least 16); once full "
                           "it folds its oldest eighth (at most 16,384 events) at a time into each block's "
-                          "state (its holders and quarantine flag).", minimum=16,
+                          "state (its holders and quarantine flag).", minimum=16, breaks=8,
                           why="The ring folds its oldest eighth at a time: below 16 events it would fold on "
                           "nearly every event, and a window of steps is exact only while the ring holds it.",
                           fix="Pass a power of two of at least 16, or leave the default (1 << 20)."),
