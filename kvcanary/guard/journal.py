@@ -69,12 +69,15 @@ class SlotJournal:
     Recording costs a few machine-array conversions per call, not per event: :meth:`record` files one kind
     for a list of blocks and one owner, :meth:`record_each` a whole step's events of one kind, each with its
     own block, owner and positions, in one call (an engine's feed calls it once per step, not once per
-    request). A steady batch that passes the same owners list as its last call maps no owner again.
+    request). A steady batch that passes the same owners list as its last call maps no owner again. Steps
+    never go back: a call below the latest recorded step is refused (a window's replay relies on the order).
 
-    What it answers: :meth:`holders` and :meth:`quarantined` from every event ever recorded for the block;
+    What it answers: :meth:`holders` and :meth:`quarantined` from every event ever recorded for the block (a
+    busy block's from its memo and the events after it, :mod:`kvcanary.guard.journal_memo`);
     :meth:`history`, the block's newest ``per_block`` events still in the ring; :meth:`owners_between`, exact
     for a window the ring covers (:meth:`covers`). Memory: about 50 bytes per ring event, about 35 bytes per
-    block id below the largest one recorded, a dict per block several owners hold, and one table entry per
+    block id below the largest one recorded, a dict per block several owners hold and per memo (a block
+    whose read walked 32 events or more, while its newest event is in the ring), and one table entry per
     owner still named (rebuilt down to those once it has doubled: a stall of tens of ms at 2^20 events, see
     :mod:`kvcanary.guard.journal_codes`).
 
