@@ -321,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add(f"attention_sdpa bf16 contiguous {tag}", timing.device_time(contiguous, dev, reps=reps), kv_bytes / bw)
     r.value(f"canary_vs_attention {tag}", canary / attn, canary_floor / (kv_bytes / bw), unit="x")
     sink_s = journal_cost.sink_step_seconds(world.manager)
+    busy, busy_floor = journal_cost.busy_block_step_seconds()
+    r.add("journal busy block per step, owner map's release path", busy, busy_floor, unit="us",
+          note="journal_cost.busy_block_feed: 8 requests share and release block 0 beside 48 writes, holders() "
+               "per released block, a full ring (2**18 of its events on block 0); floor: the step's 64 events "
+               "copied into machine arrays")
     del world
     if not args.skip_engine:
         ebs = args.engine_bs or (4 if cpu else 64)
@@ -334,12 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         r.value(f"canary_share {etag}", (on - off) / on * 100, None, unit="%", note="of the engine's decode step")
         jour, jfloor = journal_cost.journal_step_seconds(bs=ebs, block_size=1)
         r.add(f"journal per decode step bs={ebs} block=1", jour, jfloor, unit="us",
-              note="journal_cost.JOURNAL_FEED in the demo pool's one-slot blocks (one record_each a step); "
-                   "floor: the same events appended to a list")
+              note="journal_cost.JOURNAL_FEED in the demo pool's one-slot blocks (one record_each a step, flushes "
+                   "and folds amortised in: a journal whose ring is full); floor: the step's blocks, positions "
+                   "and owner codes copied into machine arrays")
         r.add(f"engine_step with canary + journal fed {etag}", et.fed, off, unit="ms")
         r.add(f"journal feed per step, timed in the engine {etag}", et.feed, journal_cost.append_seconds(et.events),
               unit="us", note=f"the demo engine's JournalFeed, {et.events:.1f} events a step; floor: as many "
-                              "tuples appended to a list")
+                              "events copied into machine arrays")
         r.add(f"bundle sink per step, nothing fires {etag}", sink_s, None, unit="us")
         r.add(f"canary host time per step {etag}", et.canary_host, None, unit="us",
               note="the managers' prepare, head, tail and end_step, timed inside the canary engine's steps")

@@ -10,7 +10,7 @@ Cases:
   engine also feeds the slot journal (the slots each request row reads, the radix tree's changes), which is
   host work the engine's adapter does. Floor: the log policy's step. At small sizes the feed is far below
   the A/A noise of a whole step, so the feed is also timed where it runs (inside the isolate engine's steps,
-  ``the isolate guard's journal feed per step``) beside its floor (as many event tuples appended to a list),
+  ``the isolate guard's journal feed per step``) beside its floor (as many events copied into machine arrays),
   and its share of the step is printed beside the noise: what part of any step overhead the feed explains.
 
 Variants are interleaved (benchmarks/timing.py ``interleaved_rounds``, the order rotated each round), so drift
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     events = (recorded(iso) - events0) / steps
     r.add(f"engine_step: the isolate guard's journal feed per step {etag}", feed, journal_cost.append_seconds(events),
           unit="us", note=f"timed inside the isolate engine's steps (the median step's); {events:.1f} events a step; "
-                          "floor: as many tuples appended to a list")
+                          "floor: as many events copied into machine arrays")
     share = feed / v.floor
     r.value(f"engine_step: journal feed share {etag}", share * 100, None, unit="%",
             note="of the log policy's step: the part of the isolate overhead the feed explains")

@@ -218,12 +218,14 @@ def main() -> None:
     canary_host = sum(t for phase, t in best.host_seconds.items() if phase != "forward") / steps
     jour, jfloor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page)
     r.add(f"journal per decode step bs={args.bs} block={args.page}", jour, jfloor, unit="us",
-          note="journal_cost.JOURNAL_FEED; floor: the same events appended to a list")
+          note="journal_cost.JOURNAL_FEED (a journal whose ring is full); floor: the step's blocks, positions "
+               "and owner codes copied into machine arrays")
     tf_jour, tf_floor = journal_cost.journal_step_seconds(bs=args.bs, block_size=args.page,
                                                           feed=journal_cost.allocated_step_feed)
     r.add(f"transformers guard's journal per decode step bs={args.bs} block={args.page}", tf_jour, tf_floor,
           unit="us", note="journal_cost.allocated_step_feed (what TfGuard records: ALLOCATED on a new block, "
-                          "from the rows' change list); floor: the same events appended to a list")
+                          "from the rows' change list); floor: the step's blocks and owner codes copied into "
+                          "machine arrays")
     sink_s = journal_cost.sink_step_seconds(best.managers[0]) if best.managers else 0.0
     r.add(f"bundle sink per step, nothing fires {shape}", sink_s, None, unit="us")
     r.value(f"journal_share {shape}", (jour + sink_s) / canary_host * 100, None, unit="%",
@@ -235,7 +237,8 @@ def main() -> None:
         feed = sum(g.seconds for g in best.guards) / steps
         events = sum(m.journal.recorded + m.swa_journal.recorded for m in best.managers) / steps
         r.add(f"the guard's journal feed per step {shape}", feed, journal_cost.append_seconds(events), unit="us",
-              note=f"TfGuard.observe (part of host map); floor: its {events:.2f} events a step appended to a list")
+              note=f"TfGuard.observe (part of host map); floor: its {events:.2f} events a step copied into "
+                   "machine arrays")
         r.value(f"guard_journal_share {shape}", (feed + sink_s) / canary_host * 100, None, unit="%",
                 note="the guard's feed + sink of the canary's own per-step host time; goal < 2")
         r.details["guard_compared_per_step"] = sum(g.compared for g in best.guards) / steps

@@ -191,7 +191,8 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
         "request_id": "req-7", "tokens": (11, 12, 13), "positions": (0, 1, 2), "slots": (40, 41, 42),
         "block_size": 16, "live": True}),)),
     "SlotJournal": ExampleSet("SlotJournal", (Variant("pages of 16 slots", lambda: {
-        "block_size": 16, "per_block": 64, "max_blocks": 1 << 16, "max_finished": 1 << 14}),)),
+        "block_size": 16, "per_block": 64, "max_blocks": 1 << 16, "max_finished": 1 << 14,
+        "capacity": 1 << 20}),)),
 }
 """Contract name -> its valid calls, for the contracts that are not operations."""
 

@@ -51,11 +51,13 @@ def setting(type_: type, doc: str, *, optional: bool = False,
     return Setting(type_, doc, optional, messages=dict(messages or {}), origin=declared_here())
 
 
-def count(doc: str, *, minimum: int = 1, why: str, fix: str, message: str | None = None) -> Setting:
+def count(doc: str, *, minimum: int = 1, why: str, fix: str, message: str | None = None,
+          breaks: object = None) -> Setting:
     """An int field of at least ``minimum`` (1: "a positive int", 0: "a non-negative int").
 
     ``message`` (``str.format`` names ``label`` and ``name``, the latter for the value) replaces the default
     "<label> must be a positive int, got <value>"; a bool gets the same message (True is not a count).
+    ``breaks``: the catalog's counterexample value, where the derived one (``minimum - 1``) breaks another rule.
     """
     origin = declared_here()
     what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
@@ -64,7 +66,8 @@ def count(doc: str, *, minimum: int = 1, why: str, fix: str, message: str | None
 
     def rule(name: str, label: str) -> Rule:
         return Relation(name=f"{name}_{slug}", require=f"{name} >= {minimum}",
-                        message=text.format(label=label, name=name), why=why, fix=fix, origin=origin)
+                        message=text.format(label=label, name=name), why=why, fix=fix, origin=origin,
+                        breaks={} if breaks is None else {name: breaks})
 
     bool_text = text.format(label="{name}", name="value")  # the generated check's names: label and value
     return Setting(int, doc, rules=(rule,), messages={"bool_as_int": bool_text}, origin=origin)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from kvcanary.guard.outcome import IsolationOutcome, describe, sorted_ids, summary
+from kvcanary.guard.policy import uncovered_note
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine import Engine, Fault
@@ -78,6 +79,7 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
     last = engine.canary.step if engine.canary is not None else 0
     affected: set[str] = set()
     repeated = 0
+    uncovered: list[str] = []
     quarantine_step: dict[tuple[bool, int], int] = {}
     for q in guard.quarantines:
         for s in q.slots:
@@ -91,6 +93,8 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
             slot = e.violation.slot_idx
             affected |= {o.id for o in journal.owners_between(slot, e.step_recorded, last)
                          if o.kind.value == "request"}
+            if not journal.covers(e.step_recorded):
+                uncovered.append(uncovered_note(e.violation.tag_name, slot, e.step_recorded, last))
             qs = quarantine_step.get((swa, slot))
             if qs is not None and e.step_recorded > qs:
                 repeated += 1
@@ -104,7 +108,8 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
         affected=frozenset(affected), quarantined=tuple(sorted(guard.quarantined)),
         quarantined_swa=tuple(sorted(s for q in guard.quarantines for s in q.swa_slots)),
         finished_reported=tuple((f.request_id, f.finished_step) for d in guard.decisions for f in d.finished),
-        repeated=repeated, unfinished=unfinished, seconds=time.perf_counter() - start, error=error)
+        repeated=repeated, unfinished=unfinished, seconds=time.perf_counter() - start, error=error,
+        uncovered=tuple(uncovered))
 
 
 def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO) -> list[IsolationOutcome]:

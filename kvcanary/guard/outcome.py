@@ -62,6 +62,7 @@ class IsolationOutcome:
     must_fire: bool = False  # a fault run keeps the promise only if it fired and was reported
     unfinished: tuple[str, ...] = ()  # requests that never ended
     error: str | None = None  # the engine's own error, when a fault broke it
+    uncovered: tuple[str, ...] = ()  # violations whose window the journal no longer covers: affected may be short
 
     @property
     def healthy_failed(self) -> tuple[str, ...]:
@@ -116,6 +117,8 @@ def describe(o: IsolationOutcome, out: TextIO) -> None:
         out.write(f"  {o.repeated} violation(s) on quarantined {u.noun}s after their quarantine\n")
     if o.unfinished:
         out.write(f"  requests that never ended: {_ids(o.unfinished)}\n")
+    for note in o.uncovered:
+        out.write(f"  {note}\n")
 
 
 def summary(outcomes: Sequence[IsolationOutcome], seconds: float, promise: str) -> str:

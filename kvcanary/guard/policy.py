@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING
 from kvcanary.consts import FailReason
 from kvcanary.guard.codes import FAILURE_CODES, failure_message, get
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
-from kvcanary.guard.journal import JournalKind, OwnerKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.violations import canary_kind
 
 if TYPE_CHECKING:
     from kvcanary.manager.reporter import ViolationEvent
 
-__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "failure_slug", "is_swa"]
+__all__ = ["FAILURE_CODES", "Isolation", "ViolationPolicy", "failure_code", "failure_slug", "is_swa",
+           "uncovered_note"]
 
 
 def failure_slug(event: ViolationEvent) -> str:
@@ -43,6 +44,13 @@ def is_swa(event: ViolationEvent) -> bool:
     return event.violation.tag_name.endswith("_SWA")
 
 
+def uncovered_note(tag: str, slot: int, first_step: int, last_step: int) -> str:
+    """What a window the journal no longer covers (``not journal.covers(first_step)``) may miss: a request
+    that held ``slot`` and left before the ring's oldest event is neither failed nor reported."""
+    return (f"{tag} at slot {slot}: the journal no longer covers steps {first_step}..{last_step} (their oldest "
+            "events left its ring): a request that held the slot and left before then is not named")
+
+
 class Isolation:
     """Builds each step's :class:`GuardDecision` from the violations read back and the journals."""
 
@@ -60,6 +68,9 @@ class Isolation:
         quarantine: dict[int, None] = {}
         quarantine_swa: dict[int, None] = {}
         notes: list[str] = []
+        windows: dict[tuple[bool, int, int], list[Owner]] = {}
+        """Per (swa, block, first step): the holders over the window to ``step`` (a replay of a busy block's
+        events is asked once per decision, however many of its slots were read back)."""
         for e in events:
             v = e.violation
             swa = is_swa(e)
@@ -72,7 +83,15 @@ class Isolation:
                 if not journal.quarantined(v.slot_idx):
                     (quarantine_swa if swa else quarantine)[block] = None
                     journal.record(step, JournalKind.QUARANTINED, [block])
-            owners = journal.owners_between(v.slot_idx, e.step_recorded, step) if v.slot_idx >= 0 else []
+            owners: list[Owner] = []
+            if v.slot_idx >= 0:
+                key = (swa, journal.block_of(v.slot_idx), e.step_recorded)
+                got = windows.get(key)
+                if got is None:
+                    got = windows[key] = journal.owners_between(v.slot_idx, e.step_recorded, step)
+                    if not journal.covers(e.step_recorded):
+                        notes.append(uncovered_note(v.tag_name, v.slot_idx, e.step_recorded, step))
+                owners = got
             if not owners:
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
             for o in owners:

@@ -113,9 +113,9 @@ class CanaryManager:
             for runner in self._forwards:
                 runner.readback = self._pump
         self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
-        self.journal = SlotJournal(block_size=1)
+        self.journal = self._journal(PoolKind.FULL, 1)
         """Who held each full-pool block when (the engine's adapter records into it; :meth:`set_adapter`)."""
-        self.swa_journal = SlotJournal(block_size=1)
+        self.swa_journal = self._journal(PoolKind.SWA, 1)
         """The same for the sliding-window pool's slots (their own index space)."""
         self._isolation = Isolation(self.journal, self.swa_journal)
         self._watch_journals()
@@ -192,11 +192,18 @@ class CanaryManager:
                             f"got {type(adapter).__name__}")
         swa = block_size if swa_block_size is None else swa_block_size
         if block_size != self.journal.block_size or swa != self.swa_journal.block_size:
-            self.journal = SlotJournal(block_size=block_size)
-            self.swa_journal = SlotJournal(block_size=swa)
+            self.journal = self._journal(PoolKind.FULL, block_size)
+            self.swa_journal = self._journal(PoolKind.SWA, swa)
             self._isolation = Isolation(self.journal, self.swa_journal)
             self._watch_journals()
         self.adapter = adapter
+
+    def _journal(self, kind: PoolKind, block_size: int) -> SlotJournal:
+        """A journal for ``kind``'s slots (the full pool's when there is no such group), sized to its blocks:
+        block ids below ``num_slots // block_size + 1``."""
+        groups = {g.kind: g.num_slots for g in self.pool.groups}
+        slots = groups.get(kind, groups[PoolKind.FULL])
+        return SlotJournal(block_size=block_size, max_blocks=slots // block_size + 1)
 
     def _watch_journals(self) -> None:
         if self.owners is not None:  # slots come back to the owner map through the journals' events

@@ -40,6 +40,11 @@ _SET_TO: dict[JournalKind, int] = {
 }
 
 
+_ACTS_ON = (*_SET_TO, JournalKind.RELEASED)
+"""The journal events the map follows (an allocation, a share, a write or a cache changes nothing here: the
+forward's own claim does): the journal calls the map for no other kind."""
+
+
 def _after_release(holders: list[Owner]) -> int | None:
     """The map value after a release leaves ``holders``: free when nobody holds the slot, read-only when only
     the prefix cache does, unchanged (None) while a request still holds it (its writer may write it again)."""
@@ -106,7 +111,8 @@ class OwnerMap:
         if kind not in self._groups:
             return
         self._journals[kind] = journal
-        journal.add_observer(lambda step, ev, blocks, owner: self._on_event(kind, journal, ev, blocks, owner))
+        journal.add_observer(lambda step, ev, blocks, owner: self._on_event(kind, journal, ev, blocks, owner),
+                             kinds=_ACTS_ON)
 
     def _on_event(self, kind: PoolKind, journal: SlotJournal, ev: JournalKind, blocks: Iterable[int],
                   owner: Owner | None) -> None:

@@ -5,7 +5,7 @@ Only what the script decides is checked: its figures are measured, never asserte
 from __future__ import annotations
 
 from benchmarks import journal_cost
-from kvcanary.guard.journal import JournalKind, SlotJournal
+from kvcanary.guard.journal import JournalKind, Owner, SlotJournal
 
 
 def _kinds(feed: journal_cost.JournalFeed, *, bs: int, block: int, steps: int) -> list[list[JournalKind]]:
@@ -39,11 +39,41 @@ def test_the_demo_engines_feed_records_an_allocation_with_its_position_per_reque
 
 
 def test_each_feed_is_timed_beside_the_floor_of_its_own_events() -> None:
-    events: list[tuple[object, ...]] = []
+    kept: journal_cost.Kept = []
     for s in range(8):
-        journal_cost._floor_allocated(events, s, 3, 4)
-    assert len(events) == sum(len(h) for h in _kinds(journal_cost.allocated_step_feed, bs=3, block=4, steps=8))
-    events.clear()
+        journal_cost._floor_allocated(kept, s, 3, 4)
+    assert sum(len(k[0]) for k in kept) == sum(len(h) for h in _kinds(journal_cost.allocated_step_feed, bs=3,
+                                                                       block=4, steps=8))
+    assert all(len(k) == 2 for k in kept)  # blocks and owner codes: no positions
+    kept.clear()
     for s in range(8):
-        journal_cost._floor_step(events, s, 3, 4)
-    assert len(events) == sum(len(h) for h in _kinds(journal_cost.decode_step_feed, bs=3, block=4, steps=8))
+        journal_cost._floor_step(kept, s, 3, 4)
+    assert sum(len(k[0]) for k in kept) == sum(len(h) for h in _kinds(journal_cost.decode_step_feed, bs=3, block=4,
+                                                                       steps=8))
+    assert [list(k[1]) for k in kept] == [[0] * 3, [4] * 3]  # the positions each allocation carries
+
+
+def test_the_feeds_blocks_are_each_requests_own() -> None:
+    journal = SlotJournal(block_size=1)
+    for s in range(3):
+        journal_cost.decode_step_feed(journal, s, 2, 1)
+    assert [o.id for o in journal.holders(journal_cost.BLOCKS_PER_REQUEST + 2)] == ["1"]
+
+
+def test_the_busy_block_feed_files_a_quarter_of_its_events_on_block_0_and_the_release_path_reads_them() -> None:
+    journal = SlotJournal(block_size=1, capacity=1 << 12)
+    for s in range(4):
+        journal_cost.busy_block_feed(journal, s)
+    assert journal.recorded == 4 * (2 * journal_cost.BUSY_SHARERS + journal_cost.BUSY_WRITES)
+    assert sum(e.block == 0 for e in journal.history(0)) == 4 * 2 * journal_cost.BUSY_SHARERS
+    reads: list[int] = []
+    holders = journal.holders
+
+    def counted(slot: int) -> list[Owner]:
+        reads.append(slot)
+        return holders(slot)
+
+    journal.holders = counted  # type: ignore[method-assign]
+    journal_cost.release_path(journal)
+    journal_cost.busy_block_feed(journal, 4)
+    assert reads == [0] * journal_cost.BUSY_SHARERS and journal.holders(0) == []

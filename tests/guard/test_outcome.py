@@ -72,3 +72,13 @@ def test_summary_names_the_runs_that_broke_the_promise() -> None:
     good, bad = outcome(), outcome(label="radix_uaf", repeated=1)
     assert summary([good], 2.0, "all good") == "1 run(s) under the isolate policy in 2.0s: all good"
     assert summary([good, bad], 2.0, "all good").endswith("1 run(s) FAILED: radix_uaf")
+
+
+def test_a_window_the_journal_no_longer_covers_is_printed_and_the_promise_stands() -> None:
+    from kvcanary.guard.policy import uncovered_note
+
+    note = uncovered_note("KV_VERIFY", 33, 4, 90)
+    o = outcome(uncovered=(note,))
+    assert o.ok  # what it may miss is said, not a broken promise
+    assert f"  {note}\n" in printed(o) and note not in printed(outcome())
+    assert "slot 33" in note and "steps 4..90" in note

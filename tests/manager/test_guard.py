@@ -102,16 +102,19 @@ def test_record_each_files_a_steps_events_in_one_call() -> None:
         j.record_each(9, JournalKind.WRITTEN, [1], [req("a")], [1, 2], [1])
 
 
-def test_journal_forgets_the_least_recently_changed_blocks_first() -> None:
+def test_journal_history_keeps_the_newest_per_block_and_block_ids_are_bounded() -> None:
     j = SlotJournal(block_size=1, max_blocks=8, per_block=2)
     for b in range(8):
         j.record(b, JournalKind.ALLOCATED, [b], req(str(b)))
-    j.record(9, JournalKind.WRITTEN, [0], req("0"), first_position=0, last_position=0)  # block 0: changed last
-    j.record(10, JournalKind.ALLOCATED, [8], req("8"))  # a ninth block: the least recently changed one goes
-    assert j.history(1) == [] and len(j.history(0)) == 2 and j.history(8) and j.history(2)
+    with pytest.raises(ValueError, match=r"blocks must be block ids in \[0, max_blocks=8\), got 8"):
+        j.record(10, JournalKind.ALLOCATED, [8], req("8"))
+    with pytest.raises(ValueError, match=r"record_each: blocks must be block ids in \[0, max_blocks=8\), got -1"):
+        j.record_each(10, JournalKind.ALLOCATED, [1, -1], [req("8"), req("8")])
+    assert j.recorded == 8 and j.holders(1) == [req("1")]  # nothing of a refused call was recorded
     for s in range(11, 14):
         j.record(s, JournalKind.WRITTEN, [0], req("0"))
     assert [e.step for e in j.history(0)] == [12, 13]  # per_block: the newest two
+    assert j.holders(0) == [req("0")] and j.owners_at(0, 0) == [req("0")]  # from every event, not the two
 
 # -- the setting -----------------------------------------------------------------------------------------
 def test_on_violation_follows_mode_by_default() -> None:

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import torch
 
 from kvcanary.guard.outcome import BLOCKS, IsolationOutcome, describe, sorted_ids, summary
+from kvcanary.guard.policy import uncovered_note
 from kvcanary.integrations.transformers.fault_kinds import TfFault
 from kvcanary.integrations.transformers.session import StepView
 
@@ -88,6 +89,7 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
     served = [r for r, (status, _) in got.items() if status == "FINISHED"]
     affected: set[str] = set()
     repeated = 0
+    uncovered: list[str] = []
     quarantined: set[int] = set()
     quarantined_swa: set[int] = set()
     finished: list[tuple[str, int]] = []
@@ -104,6 +106,8 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
             slot = e.violation.slot_idx
             affected |= {o.id for o in journal.owners_between(slot, e.step_recorded, m.step)
                          if o.kind.value == "request"}
+            if not journal.covers(e.step_recorded):
+                uncovered.append(uncovered_note(e.violation.tag_name, slot, e.step_recorded, m.step))
             qs = q_step.get((swa, journal.block_of(slot)))
             if qs is not None and e.step_recorded > qs:
                 repeated += 1
@@ -116,7 +120,7 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
         served_changed=sorted_ids(r for r in served if got[r] != reference.get(r)), affected=frozenset(affected),
         quarantined=tuple(sorted(quarantined)), quarantined_swa=tuple(sorted(quarantined_swa)),
         finished_reported=tuple(finished), repeated=repeated, seconds=time.perf_counter() - start,
-        units=BLOCKS, reference="the run without canaries", must_fire=True)
+        units=BLOCKS, reference="the run without canaries", must_fire=True, uncovered=tuple(uncovered))
 
 
 def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str | None, seed: int,

@@ -1,0 +1,74 @@
+"""The slot journal's vocabulary: who holds a block (:class:`Owner`), what happened to it (:class:`JournalKind`),
+and one entry as the journal reads it back (:class:`JournalEvent`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple
+
+
+class OwnerKind(str, Enum):
+    """What holds a block: a live request, or the prefix cache (a cached, shared prefix)."""
+
+    REQUEST = "request"
+    CACHE = "cache"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """One holder of a block: an engine request id, or a prefix-cache entry's id."""
+
+    kind: OwnerKind
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.id}"
+
+
+class JournalKind(str, Enum):
+    """One ownership change of a block."""
+
+    ALLOCATED = "allocated"  # handed to ``owner`` (a fresh block); with positions: and written by it there
+    SHARED = "shared"  # ``owner`` holds it too (a prefix hit, a fork)
+    WRITTEN = "written"  # ``owner`` wrote positions ``[first_position, last_position]`` into it
+    CACHED = "cached"  # the prefix cache keeps it (``owner`` is the cache entry)
+    RELEASED = "released"  # ``owner`` no longer holds it (finished, preempted, evicted from the cache)
+    FREED = "freed"  # back on the free list: nobody holds it
+    QUARANTINED = "quarantined"  # taken out of service after a violation
+    REINSTATED = "reinstated"  # back in service (its records were rewritten)
+
+
+KINDS: tuple[JournalKind, ...] = tuple(JournalKind)
+"""Kind code -> kind: the journal keeps a kind as its index here (one byte an event; the order of the enum, tested)."""
+
+KIND_CODE: dict[JournalKind, int] = {k: i for i, k in enumerate(KINDS)}
+"""Kind -> its code."""
+
+ADD_CODES = 4
+"""Codes below this are the kinds that make ``owner`` a holder of the block: ALLOCATED, SHARED, WRITTEN and
+CACHED (a writer holds what it writes)."""
+
+RELEASED = KIND_CODE[JournalKind.RELEASED]
+FREED = KIND_CODE[JournalKind.FREED]
+QUARANTINED = KIND_CODE[JournalKind.QUARANTINED]
+REINSTATED = KIND_CODE[JournalKind.REINSTATED]
+
+
+class JournalEvent(NamedTuple):
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
+
+    step: int
+    kind: JournalKind
+    block: int
+    owner: Owner | None = None
+    first_position: int | None = None
+    last_position: int | None = None
+
+    @property
+    def wrote(self) -> bool:
+        """Whether the event is a write: WRITTEN, or an ALLOCATED that carries the positions its owner wrote
+        into the block in the same step (a feed that files the allocation and the first write as one)."""
+        return self.kind is JournalKind.WRITTEN or (self.kind is JournalKind.ALLOCATED
+                                                    and self.first_position is not None)
