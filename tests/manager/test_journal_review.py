@@ -160,3 +160,17 @@ def test_positions_whose_bytes_run_into_the_no_position_value_are_kept() -> None
     j.record(1, K.WRITTEN, [2], req("a"), first_position=TOP_POSITION - 1, last_position=TOP_POSITION - 1)
     assert [(e.first_position, e.last_position) for e in j.history(1)] == [(hi, lo), (lo, hi), (lo, hi), (hi, lo)]
     assert [(e.first_position, e.last_position) for e in j.history(2)] == [(TOP_POSITION - 1,) * 2]
+
+
+def test_isolation_quarantines_at_the_journals_latest_step_when_another_guard_filed_later() -> None:
+    """Two managers share a guard adapter (the demo engine's target and draft): the first manager's end_step
+    has the adapter file the step's end (its step already advanced) into the second's journal before the
+    second decides on its own violations at its own, older step. The quarantine is filed at the journal's
+    latest step, not refused as a step going back, and the decision still fails the slot's holder."""
+    j, swa = SlotJournal(block_size=1, capacity=16), SlotJournal(block_size=1, capacity=16)
+    j.record(3, K.ALLOCATED, [5], req("reader"))
+    j.record(11, K.RELEASED, [7], req("other"))  # the other guard's filing, at the next step
+    d = Isolation(j, swa).decide([_violation(5, 9)], 10)
+    assert list(d.failed_ids) == ["reader"]
+    assert j.quarantined(5)
+    assert [(e.step, e.kind) for e in j.history(5)][-1] == (11, K.QUARANTINED)
