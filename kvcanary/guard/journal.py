@@ -114,9 +114,9 @@ class SlotJournal:
         self._last_codes: array[int] = array("q")
         """The owners list of the last :meth:`record_each` (a copy) and its codes, reused while they match."""
         self._memos: dict[int, Memo] = {}
+        """Per busy block, its state after its newest event read so far (:mod:`kvcanary.guard.journal_memo`)."""
         self.latest_step = -1 << 63
         """The step of the latest recording call (steps never go back: a call below it is refused)."""
-        """Per busy block, its state after its newest event read so far (:mod:`kvcanary.guard.journal_memo`)."""
 
     def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
         """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
