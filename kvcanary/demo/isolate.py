@@ -109,7 +109,7 @@ def run_isolated(fault: Fault | None, settings: DemoSettings, *, extensions: boo
         quarantined_swa=tuple(sorted(s for q in guard.quarantines for s in q.swa_slots)),
         finished_reported=tuple((f.request_id, f.finished_step) for d in guard.decisions for f in d.finished),
         repeated=repeated, unfinished=unfinished, seconds=time.perf_counter() - start, error=error,
-        uncovered=tuple(uncovered))
+        uncovered=tuple(dict.fromkeys(uncovered)))
 
 
 def run_isolation_demo(faults: Sequence[Fault], settings: DemoSettings, out: TextIO) -> list[IsolationOutcome]:

@@ -120,7 +120,7 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
         served_changed=sorted_ids(r for r in served if got[r] != reference.get(r)), affected=frozenset(affected),
         quarantined=tuple(sorted(quarantined)), quarantined_swa=tuple(sorted(quarantined_swa)),
         finished_reported=tuple(finished), repeated=repeated, seconds=time.perf_counter() - start,
-        units=BLOCKS, reference="the run without canaries", must_fire=True, uncovered=tuple(uncovered))
+        units=BLOCKS, reference="the run without canaries", must_fire=True, uncovered=tuple(dict.fromkeys(uncovered)))
 
 
 def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str | None, seed: int,
