@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcanary.guard.journal_codes import NO_OWNER
-from kvcanary.guard.journal_events import ADD_CODES, FREED, QUARANTINED, REINSTATED, RELEASED
+from kvcanary.guard.journal_events import ADD_CODES, FREED, RELEASED, apply_events
 from kvcanary.guard.journal_ring import EventRing
 
 I64 = npt.NDArray[np.int64]
@@ -146,21 +146,8 @@ class BlockBase:
             while (e := pred_mv[e]) >= 0:
                 events.append(e)
             held = self.holders(b)
-            quarantined = bool(self.quarantined[b])
-            for i in reversed(events):
-                k, o = kind_mv[i], owner_mv[i]
-                if k < ADD_CODES:
-                    if o >= 0 and o not in held:
-                        held[o] = step_mv[i]
-                elif k == RELEASED:
-                    if o >= 0:
-                        held.pop(o, None)
-                elif k == FREED:
-                    held.clear()
-                elif k == QUARANTINED:
-                    quarantined = True
-                elif k == REINSTATED:
-                    quarantined = False
+            quarantined = apply_events(kind_mv, owner_mv, step_mv, reversed(events), held,
+                                       bool(self.quarantined[b]))
             self.set_holders(b, held)
             self.quarantined[b] = quarantined
 

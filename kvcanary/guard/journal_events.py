@@ -4,6 +4,7 @@ and one entry as the journal reads it back (:class:`JournalEvent`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -54,6 +55,29 @@ RELEASED = KIND_CODE[JournalKind.RELEASED]
 FREED = KIND_CODE[JournalKind.FREED]
 QUARANTINED = KIND_CODE[JournalKind.QUARANTINED]
 REINSTATED = KIND_CODE[JournalKind.REINSTATED]
+
+
+def apply_events(kind: memoryview, owner: memoryview, step: memoryview, events: Iterable[int],
+                 held: dict[int, int], quarantined: bool) -> bool:
+    """Apply the coded events at ``events`` (indices into the columns, oldest first) to one block's ``held``
+    (owner code -> join step, in join order; in place) and return its quarantine flag after them: an ADD kind
+    adds its owner if absent, RELEASED removes it, FREED clears, QUARANTINED / REINSTATED set / clear the flag.
+    The one statement of these rules over coded events (the fold's replay and a busy block's memo use it)."""
+    for i in events:
+        k, o = kind[i], owner[i]
+        if k < ADD_CODES:
+            if o >= 0 and o not in held:
+                held[o] = step[i]
+        elif k == RELEASED:
+            if o >= 0:
+                held.pop(o, None)
+        elif k == FREED:
+            held.clear()
+        elif k == QUARANTINED:
+            quarantined = True
+        elif k == REINSTATED:
+            quarantined = False
+    return quarantined
 
 
 class JournalEvent(NamedTuple):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcanary.guard.journal_events import ADD_CODES, FREED, QUARANTINED, REINSTATED, RELEASED
+from kvcanary.guard.journal_events import apply_events
 from kvcanary.guard.journal_ring import EventRing
 
 MEMO_MIN = 32
@@ -35,22 +35,7 @@ class Memo:
 def replay(ring: EventRing, chain: list[int], held: dict[int, int], quarantined: bool) -> bool:
     """Apply the ring events at indices ``chain`` (oldest first) to ``held`` (in place); returns the
     quarantine flag after them."""
-    kind_mv, owner_mv, step_mv = ring.kind_mv, ring.owner_mv, ring.step_mv
-    for i in chain:
-        k, o = kind_mv[i], owner_mv[i]
-        if k < ADD_CODES:
-            if o >= 0 and o not in held:
-                held[o] = step_mv[i]
-        elif k == RELEASED:
-            if o >= 0:
-                held.pop(o, None)
-        elif k == FREED:
-            held.clear()
-        elif k == QUARANTINED:
-            quarantined = True
-        elif k == REINSTATED:
-            quarantined = False
-    return quarantined
+    return apply_events(ring.kind_mv, ring.owner_mv, ring.step_mv, chain, held, quarantined)
 
 
 def prune(memos: dict[int, Memo], oldest: int) -> None:
