@@ -118,6 +118,12 @@ class SlotJournal:
         self.latest_step = -1 << 63
         """The step of the latest recording call (steps never go back: a call below it is refused)."""
 
+    def filing_step(self, step: int) -> int:
+        """The step to file an event of ``step`` at: ``step``, or the latest recorded one when something already
+        filed a later step (an isolate decision applied from a manager's ``end_step``, whose step has advanced,
+        files that step's end first): an adapter's events of that moment belong to it, and steps never go back."""
+        return step if step >= self.latest_step else self.latest_step
+
     def add_observer(self, observer: JournalObserver, kinds: Iterable[JournalKind] | None = None) -> None:
         """Call ``observer(step, kind, blocks, owner)`` after every recording call of one of ``kinds`` (every
         kind when None) that names a block (:meth:`record_each`: once per run of entries with one owner).

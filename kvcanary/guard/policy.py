@@ -82,9 +82,7 @@ class Isolation:
                 block = journal.block_of(v.slot_idx)
                 if not journal.quarantined(v.slot_idx):
                     (quarantine_swa if swa else quarantine)[block] = None
-                    # at the manager's step, or later when an adapter already filed this step's end in
-                    # the journal (another manager's guard: the journal's steps never go back)
-                    journal.record(max(step, journal.latest_step), JournalKind.QUARANTINED, [block])
+                    journal.record(journal.filing_step(step), JournalKind.QUARANTINED, [block])
             owners: list[Owner] = []
             if v.slot_idx >= 0:
                 key = (swa, journal.block_of(v.slot_idx), e.step_recorded)

@@ -211,13 +211,6 @@ def reserved_writes(reqs: list[Request], slots: list[list[int]], rows: Sequence[
     return blocks, owners, positions, positions
 
 
-def _at(journal: SlotJournal, step: int) -> int:
-    """The step to file an event of engine step ``step`` at: that step, or the journal's latest when an isolate
-    decision applied from a manager's ``end_step`` (its step already advanced) filed this step's end there first:
-    a journal's steps never go back, and the feed's events of that moment belong to the same step's end."""
-    return step if step >= journal.latest_step else journal.latest_step
-
-
 def _holds(journal: SlotJournal) -> Callable[[int, int], bool]:
     """Whether ``journal`` has request ``rid`` holding ``block`` now (allocated, shared or written to it and not
     released or freed since)."""
@@ -365,7 +358,7 @@ class JournalFeed:
         fast = reqs and all(j.block_size == 1 for j in journals) and reserved_writes(reqs, slots, rows)
         if fast:
             for j in journals:
-                j.record_each(_at(j, step), JournalKind.ALLOCATED, *fast)
+                j.record_each(j.filing_step(step), JournalKind.ALLOCATED, *fast)
         else:
             reserved = list(zip(reqs, slots, starts(reqs, slots), strict=True))
             sizes: dict[int, tuple[Entries, Entries]] = {}
@@ -377,9 +370,9 @@ class JournalFeed:
                                                                 _holds(j))
                 allocated, written = made
                 if allocated[0]:
-                    j.record_each(_at(j, step), JournalKind.ALLOCATED, *allocated)
+                    j.record_each(j.filing_step(step), JournalKind.ALLOCATED, *allocated)
                 if written[0]:
-                    j.record_each(_at(j, step), JournalKind.WRITTEN, *written)
+                    j.record_each(j.filing_step(step), JournalKind.WRITTEN, *written)
         previous, self._previous = self._previous, rows
         return previous
 
@@ -392,7 +385,7 @@ class JournalFeed:
         for j in (m.journal for m in self.engine.managers):
             made = forward_events(reserved, (), (), j.block_size)[0]
             if made[0]:
-                j.record_each(_at(j, self._step), JournalKind.ALLOCATED, *made)
+                j.record_each(j.filing_step(self._step), JournalKind.ALLOCATED, *made)
         self.seconds += perf_counter() - t0
 
     def _record(self, kind: JournalKind, slots: Sequence[int], owner: Owner | None, *, swa: bool = False) -> None:
@@ -403,5 +396,5 @@ class JournalFeed:
         if blocks:
             for m in self.engine.managers:
                 j = m.swa_journal if swa else m.journal
-                j.record(_at(j, self.engine.step_index), kind, blocks, owner)
+                j.record(j.filing_step(self.engine.step_index), kind, blocks, owner)
         self.seconds += perf_counter() - t0
