@@ -4,7 +4,8 @@ Both are fed ``benchmarks.journal_cost.JOURNAL_FEED`` (the demo engine's decode 
 blocks, one ``record_each`` a step). The replaced journal (a list of event tuples per block) is kept in the tests
 as the reference the columnar one is held to (``tests/manager/journal_reference.py``). Two regimes: 256 steps of a
 fresh journal (what the old figure timed) and 4096 steps after 8192 (a long-running journal: the columnar ring's
-folds, the old journal's evictions and the cyclic GC scanning its tuples). Fastest of three rounds each.
+folds, the old journal's evictions and the cyclic GC scanning its tuples). Fastest of three rounds each;
+the floor printed first is ``journal_cost``'s (the step's events copied into machine arrays).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def per_step(make: Callable[[], object], warm: int, steps: int, bs: int) -> floa
 
 def main() -> None:
     bs = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    floor = journal_cost.journal_step_seconds(bs=bs, block_size=1)[1]
+    print(f"floor (the step's events copied into machine arrays, journal_cost) bs={bs}: {floor * 1e6:7.2f} us/step")
     for name, make in (("columnar journal (now)", lambda: SlotJournal(block_size=1)),
                        ("tuple journal (replaced)", lambda: ReferenceJournal(block_size=1))):
         fresh = per_step(make, 0, 256, bs)
