@@ -89,6 +89,8 @@ class BlockBase:
         kind, block, owner, step, prev = ring.kind[at], ring.block[at], ring.owner[at], ring.step[at], ring.prev[at]
         n = len(kind)
         pred = prev - lo  # index in the chunk of each event's predecessor (< 0: before the chunk, or none)
+        if self._fold_lone(kind, block, owner, step, pred):
+            return
         named = owner >= 0
         adds = (kind < ADD_CODES) & named
         freed = kind == FREED
@@ -137,6 +139,25 @@ class BlockBase:
         if len(dirty):
             self._replay(np.flatnonzero(last & mark[block]), kind, block, owner, step, pred)
             mark[block[dirty]] = False
+
+    def _fold_lone(self, kind: npt.NDArray[np.int8], block: I64, owner: I64, step: I64, pred: I64) -> bool:
+        """The chunk folded the short way, if it can be: every event an ADD naming its owner, no block twice in
+        the chunk, and each block's base holder nobody or that owner (a token-granular pool's steady decode: each
+        slot allocated once). Then a block nobody held gets its event's owner, joined at its step, and every other
+        is unchanged. Returns False, having written nothing, when the chunk is not that one."""
+        if pred.max() >= 0 or kind.max() >= ADD_CODES or owner.min() < 0:
+            return False
+        before = self.owner[block]  # NO_OWNER for a block with no earlier event (not take: it copies the column)
+        starts = before == NO_OWNER
+        if not (starts | (before == owner)).all():
+            return False
+        joined = np.flatnonzero(starts)
+        if len(joined):
+            rows = np.empty(len(joined), dtype=_STATE)
+            rows["owner"] = owner[joined]
+            rows["join"] = step[joined]
+            self.state[block[joined]] = rows
+        return True
 
     def _replay(self, lasts: I64, kind: npt.NDArray[np.int8], block: I64, owner: I64, step: I64, pred: I64) -> None:
         """The blocks whose last event in the chunk is at ``lasts``: their events replayed on their base."""

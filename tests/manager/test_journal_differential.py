@@ -377,6 +377,60 @@ def test_more_owners_than_an_intern_table_keeps_unswept_are_named_as_the_referen
     assert pair.real.holders(0)[0] == CACHE
 
 
+@pytest.mark.parametrize("knobs", [CAP64, CAP256])
+def test_a_token_granular_decode_pool_folds_the_short_way_and_answers_as_the_reference(
+        knobs: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool of one-slot blocks whose every decode token takes a fresh slot from a free list (the demo engine's
+    steady decode): chunks of ALLOCATED events, each block once, fold the short way (``BlockBase._fold_lone``);
+    requests that finish release and free their slots, a few slots are allocated again to their own request or
+    shared, and those chunks fold the general way. Both ways answer as the reference."""
+    from kvcanary.guard import journal_base
+
+    taken: list[bool] = []
+    lone = journal_base.BlockBase._fold_lone
+
+    def counted(self: journal_base.BlockBase, *args: npt.NDArray[np.int64]) -> bool:
+        took = lone(self, *args)  # type: ignore[arg-type]
+        taken.append(took)
+        return took
+    monkeypatch.setattr(journal_base.BlockBase, "_fold_lone", counted)
+    n_blocks, batch = 512, 8
+    rng = np.random.default_rng(600 + len(knobs))
+    pair = Pair(block_size=1, n_blocks=n_blocks, knobs={**knobs, "max_blocks": n_blocks})
+    free = [int(b) for b in rng.permutation(n_blocks)]
+    live: dict[int, list[int]] = {}  # request -> its slots
+    made = 0
+    for step in range(1, 700):
+        while len(live) < batch:
+            live[made] = []
+            made += 1
+        rids = list(live)
+        blocks = [free.pop(0) for _ in rids]
+        for rid, b in zip(rids, blocks, strict=True):
+            live[rid].append(b)
+        positions: list[int | None] = [len(live[rid]) - 1 for rid in rids]
+        pair.apply(RecordEach(step, JournalKind.ALLOCATED, blocks, [req(rid) for rid in rids], positions, positions))
+        if step % 23 == 0:  # a request's own slot allocated to it again (a rewrite), one shared with another
+            rid = rids[0]
+            pair.apply(Record(step, JournalKind.ALLOCATED, [live[rid][0]], req(rid)))
+            pair.apply(Record(step, JournalKind.SHARED, [live[rid][-1]], req(rids[1])))
+        if rng.random() < 0.3:  # a request finishes: released, then freed back to the free list
+            rid = rids[int(rng.integers(0, len(rids)))]
+            slots = live.pop(rid)
+            holders = [req(rid), *([req(rids[1])] if step % 23 == 0 and rid == rids[0] else [])]
+            for owner in holders:
+                pair.apply(Record(step, JournalKind.RELEASED, slots, owner))
+            pair.apply(Record(step, JournalKind.FREED, slots, None))
+            pair.apply(Finish(f"r{rid}", step))
+            free.extend(slots)
+        if step % 100 == 0:
+            pair.check(rng, slots=[int(b) for b in rng.integers(0, n_blocks, size=24)])
+        elif step % 10 == 0:
+            pair.check_now()
+    pair.check(rng, slots=[int(b) for b in rng.integers(0, n_blocks, size=64)])
+    assert taken.count(True) >= 20 and taken.count(False) >= 5, (taken.count(True), taken.count(False))
+
+
 class _SmallCodes(OwnerCodes):
     """An owner table rebuilt past 32 owners (the journal's waits for 65,536), counting its rebuilds."""
 
