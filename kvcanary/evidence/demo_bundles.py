@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from kvcanary.demo.engine.faults import Fault
 from kvcanary.evidence.attribution import BugClass
-from kvcanary.evidence.pick import CANDIDATES, pick_replayable
+from kvcanary.evidence.pick import CANDIDATES, keep_replayable
 
 EXPECTED_CLASS: dict[Fault, BugClass] = {
     Fault.RADIX_UAF: BugClass.USE_AFTER_FREE,
@@ -88,17 +87,7 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
         with contextlib.suppress(Exception):  # a fault can break the engine itself: keep what was caught before
             drive(engine, workload, steps, on_step=lambda _step: read_now(during_step=False))
         engine.flush_canaries()
-        written = sink.close()
-        if sink.errors:
-            raise RuntimeError("; ".join(sink.errors))
-        if not written:
-            return None
-        target = out_dir / f"demo-{fault.value}"
-        if target.exists():
-            shutil.rmtree(target)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(pick_replayable(written)), str(target))
-        return target
+        return keep_replayable(sink, out_dir / f"demo-{fault.value}")
 
 
 def write_demo_bundles(out_dir: Path, faults: Sequence[Fault] | None = None, **kwargs: object) -> list[Path]:

@@ -13,7 +13,6 @@ request's positions and slots from its block table (transformers keeps no token 
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 from kvcanary.evidence.attribution import BugClass
 from kvcanary.evidence.capture import BundleLimits, BundleSink
 from kvcanary.evidence.describe import RequestView
-from kvcanary.evidence.pick import CANDIDATES, pick_replayable
+from kvcanary.evidence.pick import CANDIDATES, keep_replayable
 from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.integrations.transformers.fault_kinds import TfFault
 
@@ -161,17 +160,7 @@ def run_tf_fault_bundle(fault: TfFault, out_dir: Path, *, seed: int = 0, max_new
             pass
         if evidence is None or evidence.sink is None:
             return None
-        written = evidence.sink.close()
-        if evidence.sink.errors:
-            raise RuntimeError("; ".join(evidence.sink.errors))
-        if not written:
-            return None
-        target = out_dir / f"transformers-{fault.value}"
-        if target.exists():
-            shutil.rmtree(target)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(pick_replayable(written)), str(target))
-        return target
+        return keep_replayable(evidence.sink, out_dir / f"transformers-{fault.value}")
 
 
 def write_tf_bundles(out_dir: Path, faults: Sequence[TfFault], **kwargs: Any) -> list[Path]:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvcanary.evidence.capture import BundleSink
 
 CANDIDATES = 4
 """Bundles a demo run captures (its first violated slots) before it keeps one."""
@@ -19,3 +24,18 @@ def pick_replayable(paths: Sequence[Path]) -> Path:
         if replay(read_bundle(p)).ok:
             return p
     return paths[0]
+
+
+def keep_replayable(sink: BundleSink, target: Path) -> Path | None:
+    """Close ``sink`` and move the bundle :func:`pick_replayable` picks of those it wrote to ``target`` (what
+    was there is replaced); None when it wrote none. Raises RuntimeError naming the sink's write errors."""
+    written = sink.close()
+    if sink.errors:
+        raise RuntimeError("; ".join(sink.errors))
+    if not written:
+        return None
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(pick_replayable(written)), str(target))
+    return target

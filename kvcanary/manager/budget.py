@@ -31,6 +31,7 @@ import torch
 
 from kvcanary.constructors.budget import validate_verify_budget
 from kvcanary.launch.budget import launch_verify_budget_kernel
+from kvcanary.ops.budget import empty_batch
 from kvcanary.plans import VerifyPlan
 
 
@@ -111,11 +112,9 @@ class BudgetFilter:
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
-        if batch_size == 0:  # an empty forward: nothing to verify, no cursor moves
-            self.plan.verify_num_valid.zero_()
-            self.plan.enable.copy_(full.enable)
-            if skipped_verifies is not None:
-                skipped_verifies.add_(1).sub_(full.enable)
+        if batch_size == 0:  # an empty forward: what the launch of no request does, without launching
+            empty_batch(out_verify_num_valid=self.plan.verify_num_valid, out_verify_enable=self.plan.enable,
+                        verify_enable=full.enable, skipped_verifies=skipped_verifies)
             return self.plan
         stride = self.budget.stride(batch_size) if stride is None else stride
         launch_verify_budget_kernel(

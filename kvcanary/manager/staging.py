@@ -95,14 +95,7 @@ class StepStaging:
         the graph, before the forward.
         """
         bs, n = batch.batch_size, batch.num_tokens
-        parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens, batch.input_ids, batch.positions,
-                 batch.out_cache_loc]
-        if self._expected:
-            # the write launch's own rule (KVC-W083), checked before anything of this forward is launched
-            _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
-                            expected_input_positions=batch.expected_input_positions)
-            assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
-            parts += [batch.expected_input_tokens, batch.expected_input_positions]
+        parts = self._parts(batch, 0, 0)
         torch.cat(parts, out=self.packed[: 3 * bs + self._token_arrays * n])
         v = self._views_of(bs, n)
         if v.swa_out_cache_loc is not None and self.swa_lut is not None:
@@ -126,28 +119,34 @@ class StepStaging:
             raise ValueError(f"kv-canary: a forward of {bs} rows and {n} tokens does not fit the bucket of {rows} "
                              f"rows and {tokens} tokens within the capacities ({self._rows} rows, "
                              f"{self._tokens} tokens)")
-        # a full bucket (bs == rows, n == tokens) copies no empty padding parts
-        if rows > bs:
-            zr = self._pad(rows - bs)[0]
+        parts = self._parts(batch, rows - bs, tokens - n)
+        views, packed = self._bucket(rows, tokens)
+        torch.cat(parts, out=packed)
+        self._last_padded = (batch, rows, tokens, parts, packed, views)
+        return views
+
+    def _parts(self, batch: CanaryBatch, pad_rows: int, pad_tokens: int) -> list[torch.Tensor]:
+        """``batch``'s inputs in :attr:`packed`'s order, each followed by its padding: ``pad_rows`` zeros after
+        each row array, ``pad_tokens`` zeros (-1s after ``out_cache_loc``) after each token array; a length of
+        0 adds no empty part (a full bucket, or :meth:`load`, copies the inputs alone)."""
+        if pad_rows:
+            zr = self._pad(pad_rows)[0]
             parts = [batch.req_pool_indices, zr, batch.prefix_lens, zr, batch.extend_lens, zr]
         else:
             parts = [batch.req_pool_indices, batch.prefix_lens, batch.extend_lens]
-        pad_tokens = tokens > n
-        zt, mt = self._pad(tokens - n)
+        zt, mt = self._pad(pad_tokens)
         if pad_tokens:
             parts += [batch.input_ids, zt, batch.positions, zt, batch.out_cache_loc, mt]
         else:
             parts += [batch.input_ids, batch.positions, batch.out_cache_loc]
         if self._expected:
+            # the write launch's own rule (KVC-W083), checked before anything of this forward is launched
             _check_expected(enable_write_input_assert=True, expected_input_tokens=batch.expected_input_tokens,
                             expected_input_positions=batch.expected_input_positions)
             assert batch.expected_input_tokens is not None and batch.expected_input_positions is not None
             parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt] if pad_tokens else \
                 [batch.expected_input_tokens, batch.expected_input_positions]
-        views, packed = self._bucket(rows, tokens)
-        torch.cat(parts, out=packed)
-        self._last_padded = (batch, rows, tokens, parts, packed, views)
-        return views
+        return parts
 
     def kept(self, batch: CanaryBatch, rows: int, tokens: int) -> tuple[list[torch.Tensor], torch.Tensor] | None:
         """What the previous :meth:`load_padded` staged when it was ``batch`` into the bucket (``rows``,

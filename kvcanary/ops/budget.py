@@ -124,6 +124,17 @@ class VerifyBudgetLaunch(Contract):
 check_verify_budget = VerifyBudgetLaunch.checker()
 
 
+def empty_batch(*, out_verify_num_valid: torch.Tensor, out_verify_enable: torch.Tensor, verify_enable: torch.Tensor,
+                skipped_verifies: torch.Tensor | None) -> None:
+    """The whole effect of a filter of an empty batch, in device ops (no kernel, no host read: capturable): no
+    entry kept, the enable copied, the overflow counted (given the counter); no cursor moves. Stated once for
+    every backend's launch of no request and the manager's empty forward, which launches nothing."""
+    out_verify_num_valid.zero_()
+    out_verify_enable.copy_(verify_enable)
+    if skipped_verifies is not None:
+        skipped_verifies.add_(1).sub_(verify_enable)
+
+
 def _call(device: c.Device, bs: int, capacity: int, budget: int, rows: int, *, counted: bool = False) -> c.Call:
     return {
         "verify_offsets_scratch": c.i64(bs + 1, device=device),

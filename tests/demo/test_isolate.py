@@ -181,3 +181,33 @@ def test_each_forward_records_what_a_whole_range_diff_records(fault: Fault | Non
     engine, peer, _ = build_engines(fault, SETTINGS, policy=_isolate())
     drive_and_drain(engine, peer, SETTINGS)
     assert len(forwards) > 50 and sum(forwards) > 100
+
+
+def test_two_violations_of_one_slot_in_an_uncovered_window_give_one_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two violations of one slot, same check and step, in a window the journal no longer covers: the outcome
+    carries one note for them, not one per violation (``run_isolated`` de-duplicates the notes)."""
+    from kvcanary.demo import isolate
+    from kvcanary.demo.engine import Engine
+    from kvcanary.guard import SlotJournal
+    from kvcanary.guard.policy import uncovered_note
+    from kvcanary.manager import ViolationEvent
+    from kvcanary.violations import Violation
+
+    slot, step = 5, 3
+    twins = [ViolationEvent(Violation.from_row((0, slot, position, 1, 2, 3, 4, 1)), "", position, step, step + 1)
+             for position in (0, 1)]
+    drive = isolate.drive_and_drain
+    last: list[int] = []
+
+    def drive_then_report_twins(engine: Engine, peer: Engine, settings: DemoSettings) -> str | None:
+        error = drive(engine, peer, settings)
+        engine.managers[0].events.extend(twins)  # after the run: the guard never decides on them
+        assert engine.canary is not None
+        last.append(engine.canary.step)
+        return error
+
+    monkeypatch.setattr(isolate, "drive_and_drain", drive_then_report_twins)
+    monkeypatch.setattr(SlotJournal, "covers", lambda self, first_step: False)
+    o = run_isolated(None, SETTINGS, clean=clean(False))
+    assert o.violations == 2  # the twins: a clean run finds nothing else
+    assert o.uncovered == (uncovered_note(twins[0].violation.tag_name, slot, step, last[0]),)

@@ -6,7 +6,7 @@ launches nothing: its count is zeroed, its enable copied and its overflow counte
 
 from __future__ import annotations
 
-from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch
+from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch, empty_batch
 from kvcanary_backends.cuda import notes
 from kvcanary_backends.cuda._pack import Args, KernelCache, Launch, Shape, prepare_launch, ptr
 from kvcanary_backends.cuda._toolchain import Spec
@@ -45,10 +45,8 @@ def shape(key: Key, bs: int, max_blocks: int) -> Shape | None:
 
 def _empty(call: VerifyBudgetLaunch) -> Launch:
     def empty() -> None:
-        call.out_verify_num_valid.zero_()
-        call.out_verify_enable.copy_(call.verify_enable)
-        if call.skipped_verifies is not None:
-            call.skipped_verifies.add_(1).sub_(call.verify_enable)
+        empty_batch(out_verify_num_valid=call.out_verify_num_valid, out_verify_enable=call.out_verify_enable,
+                    verify_enable=call.verify_enable, skipped_verifies=call.skipped_verifies)
 
     return empty
 

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import torch
 
-from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch
+from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch, empty_batch
 
 
 @VERIFY_BUDGET.kernel("torch_ref")
 def verify_budget(call: VerifyBudgetLaunch) -> None:
     bs = int(call.req_pool_indices.shape[0])
     if bs == 0:  # an empty forward: nothing to verify, no cursor moves
-        call.out_verify_num_valid.zero_()
-        call.out_verify_enable.copy_(call.verify_enable)
-        _count_skipped(call)
+        empty_batch(out_verify_num_valid=call.out_verify_num_valid, out_verify_enable=call.out_verify_enable,
+                    verify_enable=call.verify_enable, skipped_verifies=call.skipped_verifies)
         return
     scratch, cursor, newest, stride = call.verify_offsets_scratch, call.cursor, call.newest_per_request, call.stride
     dev = scratch.device

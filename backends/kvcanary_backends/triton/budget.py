@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch
+from kvcanary.ops.budget import VERIFY_BUDGET, VerifyBudgetLaunch, empty_batch
 from kvcanary_backends.triton._jit import TUNING, LaunchArgs, Launcher, PreparedLaunch, kernel, type_key
 
 
@@ -109,10 +109,8 @@ def _launch_args(call: VerifyBudgetLaunch) -> LaunchArgs | None:
 
 def _empty(call: VerifyBudgetLaunch) -> None:
     """An empty batch: no entry, no cursor moves (two device copies and the overflow count, no program)."""
-    call.out_verify_num_valid.zero_()
-    call.out_verify_enable.copy_(call.verify_enable)
-    if call.skipped_verifies is not None:
-        call.skipped_verifies.add_(1).sub_(call.verify_enable)
+    empty_batch(out_verify_num_valid=call.out_verify_num_valid, out_verify_enable=call.out_verify_enable,
+                verify_enable=call.verify_enable, skipped_verifies=call.skipped_verifies)
 
 
 def prepare(call: VerifyBudgetLaunch) -> PreparedLaunch | None:

@@ -86,3 +86,39 @@ def test_demo_command_under_isolate(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0, out
     assert "=== kv_flip_used [isolate: OK]" in out and "=== kv_flip_cached_block [isolate: OK]" in out
     assert "kv-canary: request req_" in out and "quarantined: blocks" in out
+
+
+def test_two_violations_of_one_block_in_an_uncovered_window_give_one_note(model: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two violations of one slot, same check and step, in a window the journal no longer covers: the outcome
+    carries one note for them, not one per violation (``run_isolated`` de-duplicates the notes)."""
+    from kvcanary.guard import SlotJournal
+    from kvcanary.guard.policy import uncovered_note
+    from kvcanary.integrations.transformers import isolate, session
+    from kvcanary.manager import ViolationEvent
+    from kvcanary.violations import Violation
+
+    slot, step = 5, 3
+    twins = [ViolationEvent(Violation.from_row((0, slot, position, 1, 2, 3, 4, 1)), "", position, step, step + 1)
+             for position in (0, 1)]
+    attach, generate = session.attach_canaries, isolate.generate_status
+    canaries: list[Any] = []
+    last: list[int] = []
+
+    def attach_kept(*args: Any, **kwargs: Any) -> Any:
+        canaries.append(attach(*args, **kwargs))
+        return canaries[-1]
+
+    def generate_then_report_twins(*args: Any, **kwargs: Any) -> Any:
+        got = generate(*args, **kwargs)
+        m = canaries[-1].guards[0].manager
+        m.events.extend(twins)  # after the run: the guard never decides on them
+        last.append(m.step)
+        return got
+
+    monkeypatch.setattr(session, "attach_canaries", attach_kept)
+    monkeypatch.setattr(isolate, "generate_status", generate_then_report_twins)
+    monkeypatch.setattr(SlotJournal, "covers", lambda self, first_step: False)
+    o = run_isolated(model, prompts(), None, reference=reference(model), backend=None, max_new_tokens=NEW)
+    assert canaries and o.violations == 0  # canary.reports: a clean run reports nothing
+    assert o.uncovered == (uncovered_note(twins[0].violation.tag_name, slot, step, last[0]),)

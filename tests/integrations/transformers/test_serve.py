@@ -15,7 +15,6 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from kvcanary.integrations.transformers.fault_kinds import TfFault
 from kvcanary.integrations.transformers.faults import FaultHook
 from kvcanary.integrations.transformers.session import attach_canaries
 from kvcanary.serve.client import ClientResult, chat, health, run_workload, scrape, total
+from kvcanary.serve.demo import EventLog as Events
 from kvcanary.serve.server import CanaryServer
 from kvcanary.serve.tiny import build_tiny_model, prompts
 from tests.integrations.transformers.harness import SEED
@@ -45,19 +45,6 @@ ISOLATE = "on_violation" in inspect.signature(attach_canaries).parameters
 """Whether the transformers integration has the isolate policy (issue 33) in this tree."""
 
 PROMPTS = prompts(6, seed=SEED)
-
-
-class Events(logging.Handler):
-    """The JSON events kvcanary logs on ``kvcanary.events``, as the dicts the records carry."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, "kvcanary_event", None)
-        if isinstance(event, dict):
-            self.events.append(event)
 
 
 @pytest.fixture(scope="module")
