@@ -72,9 +72,16 @@ class VBranch:
         return self.capturing() and forkable_backend(self.device, backend)
 
     def run(self, main: Callable[[], None], side: Callable[[], None], pair: int) -> None:
-        """``side`` on the side stream beside ``main`` on the current one: the side stream first waits for the
-        current one (everything issued so far: what V reads is ready), and the current one waits for the side
-        one after ``main`` (the join: what comes next sees V's launches done). ``pair`` joins :attr:`pairs`."""
+        """``side`` on the side stream beside ``main`` (:meth:`launch`), and the phase's launch-tag ``pair`` (its
+        K tag // 2) into :attr:`pairs`, so the read-back puts its rows in launch order."""
+        self.launch(main, side)
+        self.pairs.add(pair)
+        self.forks += 1
+
+    def launch(self, main: Callable[[], None], side: Callable[[], None]) -> None:
+        """``side`` on the side stream, ``main`` on the current one: the side stream first waits for the current
+        one (everything issued so far: what V reads is ready), and the current one waits for the side one after
+        ``main`` (the join: what comes next sees V's launches done)."""
         stream = self.stream
         assert stream is not None, "a fork needs a CUDA device"
         current = torch.cuda.current_stream(self.device)
@@ -83,5 +90,3 @@ class VBranch:
             side()
         main()
         current.wait_stream(stream)
-        self.pairs.add(pair)
-        self.forks += 1
