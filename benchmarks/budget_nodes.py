@@ -12,12 +12,13 @@ the manager's own graphs off), split into the groups of nodes they launch:
 - ``verify``: the HEAD and TAIL verifies, K and V (4 launches);
 - ``write``: the HEAD and TAIL writes, K and V (4 launches).
 
-Variants: ``all`` (the manager's own ``head()`` + ``tail()``); ``all, in turn`` (the groups' launches in the
+Variants: ``all`` (the manager's own ``head()`` + ``tail()``: captured, each phase's V launches run on the
+manager's second stream, :mod:`kvcanary.manager.branch`); ``all, sequential`` (the same with the forward runner's
+``branch`` set to None: K's launches, then V's, one chain); ``all, in turn`` (the groups' launches in the
 manager's order, one after another, through the forward runner's own methods: the same launches and graph nodes
-as ``all``, which is checked); per group ``without G`` (every other group, in turn) and ``G alone``; two
-what-ifs: ``V on a second branch`` (``all, in turn`` with each phase's V launches forked onto a second stream,
-a branch beside K's in the graph: what a shorter chain of dependent nodes would save; the manager does not do
-this, since K's and V's violation rows would then reach the ring in no fixed order) and ``K only`` (the V
+as ``all, sequential``, which is checked); per group ``without G`` (every other group, in turn) and ``G alone``;
+``V on a second branch`` (``all, in turn`` with each phase's V launches forked onto a second stream, composed
+here: the same launches and graph nodes as ``all``, which is checked) and the what-if ``K only`` (the V
 endpoints' launches left out: what a K and V verify, and a K and V write, as one launch each would approach;
 their bytes left out too, so a lower bound). Each variant is captured into a CUDA graph and timed with CUDA events two
 ways: ``warm``, ``--rounds`` rounds back to back in one graph (the records stay in L2), per round; ``cold``, one
@@ -98,7 +99,8 @@ def forward_nodes(runner: ForwardRunner, batch: CanaryBatch) -> list[Node]:
 
 def v_branch(nodes: list[Node], device: torch.device) -> Fn:
     """The forward in turn but for each phase's V endpoint launches, on a second stream forked before the phase's
-    K launches and joined after them (a what-if: the manager runs them in turn; eager and in order on the CPU)."""
+    K launches and joined after them (composed: what the manager's own capture does; eager and in order on the
+    CPU)."""
     if device.type != "cuda":
         return run_all([n.fn for n in nodes])
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
@@ -309,12 +311,20 @@ def main(argv: list[str] | None = None) -> int:
         m.head(batch)
         m.tail()
 
+    def manager_sequential(runner: ForwardRunner = runner) -> None:
+        branch, runner.branch = runner.branch, None  # K's launches then V's, under capture too
+        try:
+            manager_forward()
+        finally:
+            runner.branch = branch
+
     variants: dict[str, tuple[Fn, list[str]]] = {"all": (manager_forward, list(GROUPS)),
+                                                  "all, sequential": (manager_sequential, list(GROUPS)),
                                                   "all, in turn": (run_all([n.fn for n in nodes]), list(GROUPS))}
     for g in GROUPS:
         variants[f"without {g}"] = (run_all([n.fn for n in nodes if n.group != g]), [x for x in GROUPS if x != g])
         variants[f"{g} alone"] = (run_all([n.fn for n in nodes if n.group == g]), [g])
-    variants["V on a second branch"] = (v_branch(nodes, dev), list(GROUPS))  # a what-if: the manager runs V after K
+    variants["V on a second branch"] = (v_branch(nodes, dev), list(GROUPS))  # composed: what ``all`` does
     # what-if: K and V as one launch each (the V launches left out: a lower bound, their bytes left out too)
     variants["what if: K only"] = (run_all([n.fn for n in nodes if n.half != "v"]), list(GROUPS))
     results: dict[str, Timed] = {}
@@ -333,21 +343,27 @@ def main(argv: list[str] | None = None) -> int:
     allt = results["all"]
     r.note(f"  all: {allt.nodes} launches; per group: " + ", ".join(
         f"{g} {results[f'{g} alone'].nodes}" for g in GROUPS))
+    seq = results["all, sequential"]  # the groups' variants launch in turn: compared with the sequential graph
     for g in GROUPS:  # what removing the group saves, beside what it costs alone
         alone, without = results[f"{g} alone"], results[f"without {g}"]
         if cpu:
             r.note(f"  {g:<14} alone {alone.warm * 1e6:9.2f} us; removing it saves "
-                   f"{(allt.warm - without.warm) * 1e6:9.2f} us (eager)")
+                   f"{(seq.warm - without.warm) * 1e6:9.2f} us (eager)")
             continue
         r.note(f"  {g:<14} alone warm {alone.warm * 1e6:7.2f} us cold {alone.cold * 1e6:7.2f} us; removing it "
-               f"saves warm {(allt.warm - without.warm) * 1e6:7.2f} us cold {(allt.cold - without.cold) * 1e6:7.2f} us")
+               f"saves warm {(seq.warm - without.warm) * 1e6:7.2f} us cold {(seq.cold - without.cold) * 1e6:7.2f} us")
     m.end_step()
     m.flush()
     r.write(args.out)
-    comp = results["all, in turn"]
-    if (allt.nodes, allt.graph_nodes) != (comp.nodes, comp.graph_nodes):
-        print(f"{BENCH}: the composed forward launches {comp.nodes} ({comp.graph_nodes} graph nodes), the "
-              f"manager's {allt.nodes} ({allt.graph_nodes}): the groups above are not the manager's forward")
+    for mine, composed in (("all, sequential", "all, in turn"), ("all", "V on a second branch")):
+        got, comp = results[mine], results[composed]
+        if (got.nodes, got.graph_nodes) != (comp.nodes, comp.graph_nodes):
+            print(f"{BENCH}: {composed!r} launches {comp.nodes} ({comp.graph_nodes} graph nodes), {mine!r} "
+                  f"{got.nodes} ({got.graph_nodes}): the groups above are not the manager's forward")
+            return 1
+    branch = m.branch
+    if not cpu and (branch is None or branch.forks == 0):
+        print(f"{BENCH}: the manager's capture forked no phase: 'all' is its sequential graph")
         return 1
     if m.total_violations:
         print(f"{BENCH}: {m.total_violations} violations on a clean pool (first: "

@@ -5,7 +5,8 @@ Only launches and device-to-device copies happen here, never a host read of a de
 ``compile=True`` the launches of each half (everything after staging the batch) run as one
 ``torch.compile(fullgraph=True, dynamic=True)`` graph of kvcanary operators. With the manager's own graphs
 (``graphs``: :mod:`kvcanary.manager.graphs`) each half is padded to the forward's bucket and replayed from a
-CUDA graph captured for it.
+CUDA graph captured for it. While a graph is captured, each phase's V endpoints run on a second stream beside K's
+(:attr:`ForwardRunner.branch`, :mod:`kvcanary.manager.branch`); eager forwards launch K then V in turn.
 
 An SWA group's write seed that the LUT translates to 0 (its position has no SWA slot: evicted, or
 overwritten by this very forward in an engine that keeps the window in a ring) starts the request's chain at
@@ -26,6 +27,7 @@ from kvcanary.launch.plan import launch_canary_plan_kernels
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
 from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.branch import VBranch, split_halves
 from kvcanary.manager.budget import BudgetFilter, VerifyBudget
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
@@ -139,6 +141,10 @@ class ForwardRunner:
         self._staged_runs: dict[tuple[int, int], tuple[str, Callable[[], None]]] = {}
         """The kept batch's staged HEAD after the pinned inputs' copy, per (host buffer, length): at most
         :data:`STAGED_LENGTHS` lengths (a further one is copied eagerly before the plain staged HEAD)."""
+        self.branch: VBranch | None = None
+        """The manager's side stream for V's launches while a graph is captured (:mod:`kvcanary.manager.branch`):
+        set by the manager on a CUDA device, unless compiled. None: every phase launches K then V in turn (what a
+        benchmark sets to time the sequential graph)."""
         self.pinned: PinnedInputs | None = None
         """The slot's pinned host inputs (:meth:`CanaryManager.pinned_inputs`): their committed copy is issued
         first, in the staged graph or eagerly."""
@@ -277,15 +283,17 @@ class ForwardRunner:
     def _plan_and_head(self, v: StepViews, batch_size: int, stride: int | None = None) -> None:
         """The HEAD launches after staging: the owner claim, then per group its plan, the overflow count (the
         budget's filter counts it itself) and the HEAD endpoints' verify and write (:meth:`_launch`). A plan that
-        overflowed is counted here, with or without a budget, so a forward whose TAIL never runs counts alike."""
+        overflowed is counted here, with or without a budget, so a forward whose TAIL never runs counts alike.
+        Under capture, V's endpoints fork after the group's plan and count (:meth:`_fork`)."""
         self._claim(v)
+        fork = self._fork()
         for gi, gp in enumerate(self.plans):
             self._plan(gi, v)
             if self.budgets:
                 self._filter(gi, v, batch_size, stride)
             else:
                 self._count_skipped(gi)
-            self._launch(gi, gp.head, v)
+            self._launch(gi, gp.head, v, fork)
 
     def _claim(self, v: StepViews) -> None:
         """The write-time owner check: free slots go to their first writer (nothing without the extension)."""
@@ -374,9 +382,12 @@ class ForwardRunner:
 
     def _tail(self, v: StepViews) -> None:
         """The TAIL launches: per group the TAIL endpoints' verify and write and the layer rotation's TAIL (the
-        overflow was counted at HEAD)."""
+        overflow was counted at HEAD). Under capture, V's endpoints fork, except for a group with a rotation (its
+        rows carry the TAIL_K tag: the read-back could not put them after V's again), and join before the
+        rotation and the next group."""
+        fork = self._fork()
         for gi, gp in enumerate(self.plans):
-            self._launch(gi, gp.tail, v)
+            self._launch(gi, gp.tail, v, fork and self._rotations[gi] is None)
             self._rotate(gi, v)
 
     def _rotate(self, gi: int, v: StepViews) -> None:
@@ -394,8 +405,26 @@ class ForwardRunner:
         only: a budget's filter counts it."""
         self._state.skipped_verifies.add_(1).sub_(self.plans[gi].verify.enable)
 
-    def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
-        """Each endpoint's verify (on the step's plan: the budget's when there is one) then its write."""
+    def _fork(self) -> bool:
+        """Whether this phase's V endpoints go on the side stream: a branch, a capture in progress on the current
+        stream, and backends that append with atomics (:meth:`VBranch.usable`). One check per phase; none
+        without a branch (a CPU manager, a compiled one)."""
+        b = self.branch
+        return b is not None and b.usable(self._backend)
+
+    def _launch(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews, fork: bool = False) -> None:
+        """Each endpoint's verify (on the step's plan: the budget's when there is one) then its write; with
+        ``fork``, the V endpoints' on the branch's stream beside K's, joined back before this returns."""
+        main, side = split_halves(endpoints) if fork else (endpoints, ())
+        if side:
+            assert self.branch is not None
+            self.branch.run(lambda: self._launch_each(gi, main, v), lambda: self._launch_each(gi, side, v),
+                            int(main[0].tag) // 2)
+            return
+        self._launch_each(gi, endpoints, v)
+
+    def _launch_each(self, gi: int, endpoints: tuple[Endpoint, ...], v: StepViews) -> None:
+        """``endpoints`` in turn, on the current stream."""
         for ep in endpoints:
             self._verify_one(gi, ep)
             self._write_one(gi, ep, v)

@@ -30,6 +30,7 @@ from kvcanary.guard.policy import Isolation, ViolationPolicy
 from kvcanary.guard.sink import GuardSink
 from kvcanary.launch.scatter import launch_scatter_req_token_ids_kernel
 from kvcanary.manager.batch import CanaryBatch
+from kvcanary.manager.branch import VBranch
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
@@ -112,6 +113,12 @@ class CanaryManager:
         if self._pump_folded:
             for runner in self._forwards:
                 runner.readback = self._pump
+        self.branch = VBranch(self.device, self._pump.forked_pairs) if self.device.type == "cuda" and \
+            not config.compile else None
+        """The side stream V's launches run on while a graph is captured (:mod:`kvcanary.manager.branch`), one for
+        every forward slot; None on a CPU and with ``compile`` (every phase launches K then V in turn)."""
+        for runner in self._forwards:
+            runner.branch = self.branch
         self.reporter = ViolationReporter(config.report_mode, config.ring_capacity)
         self.journal = self._journal(PoolKind.FULL, 1)
         """Who held each full-pool block when (the engine's adapter records into it; :meth:`set_adapter`)."""

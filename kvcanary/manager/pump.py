@@ -5,8 +5,9 @@ At the end of each step the write index, both per-tag counter arrays, the overfl
 one of two pinned host buffers, and an event (made once per buffer) is recorded behind the copy. The host reads
 the copy started at the previous step, long finished by then, and decodes it with numpy on the host copy: the
 header in one list, and only the ring rows that the previous read did not already hold (rows once written
-stay; they are compared, not trusted; with no row at all there is nothing to compare). The GPU never waits for
-the host; a step's host work is one copy and one event record (the unpacked state of the compiled manager: one
+stay; they are compared, not trusted; with no row at all there is nothing to compare), K's rows of a phase
+captured with V on a second stream put before V's again (:mod:`kvcanary.manager.launch_order`). The GPU never
+waits for the host; a step's host work is one copy and one event record (the unpacked state of the compiled manager: one
 copy per buffer, five) and the header read: the :class:`HostSnapshot` is made only when asked for (the manager
 asks when the header shows something new, or the watchdog is due). :meth:`SnapshotPump.drain` is the one
 synchronous read (end of run, tests).
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, VIOLATION_FIELDS
+from kvcanary.manager.launch_order import in_launch_order
 from kvcanary.manager.state import CanaryDeviceState
 
 
@@ -87,8 +89,13 @@ class SnapshotPump:
         self.next_index = 0
         """The host buffer the next copy fills (what a TAIL graph that copies for the pump must copy into): read
         by every bucketed TAIL, a plain attribute (not a property's frame)."""
+        self.forked_pairs: set[int] = set()
+        """The launch-tag pairs (``K tag // 2``) of the phases ever captured with V on a second stream (filled by
+        the manager's :class:`~kvcanary.manager.branch.VBranch`): each read's new rows of these pairs are put in
+        launch order (:func:`~kvcanary.manager.launch_order.in_launch_order`). Empty: the ring's order."""
         self.rows: tuple[tuple[int, ...], ...] = ()
-        """The ring rows of the last read, decoded (kept from read to read while their bytes are unchanged)."""
+        """The ring rows of the last read, decoded (kept from read to read while their bytes are unchanged), each
+        read's new rows in launch order (:attr:`forked_pairs`); the ring's own rows stay as they are."""
         self._rows_raw = np.zeros((0, VIOLATION_FIELDS), dtype=np.int64)  # the same rows, as copied
         self.header: list[int] | None = None
         """The last read's header as ints, in the packed layout's order (``[write_index, kernel_run_counters,
@@ -252,7 +259,12 @@ class SnapshotPump:
         if n == have and (n == 0 or np.array_equal(raw, prev)):
             return
         if n > have and (have == 0 or np.array_equal(raw[:have], prev)):
-            rows = self.rows + tuple(map(tuple, raw[have:].tolist()))
+            rows = self.rows + tuple(map(tuple, self._ordered(raw[have:]).tolist()))
         else:
-            rows = tuple(map(tuple, raw.tolist()))
+            rows = tuple(map(tuple, self._ordered(raw).tolist()))
         self.rows, self._rows_raw = rows, raw.copy()
+
+    def _ordered(self, new: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """A read's new rows in launch order (:attr:`forked_pairs`): ``new`` itself when nothing moves."""
+        moved = in_launch_order(new, self.forked_pairs)
+        return new if moved is None else moved

@@ -14,7 +14,9 @@ logger = logging.getLogger("kvcanary.manager")
 
 @dataclass(frozen=True)
 class ViolationEvent:
-    """One violation as the host saw it: the decoded row, its report, its ring index, the step whose
+    """One violation as the host saw it: the decoded row, its report, its ring index (its place in the
+    read-back: the ring's, but for K's and V's rows of a phase forked under capture, which the read-back puts
+    in launch order, :mod:`kvcanary.manager.launch_order`), the step whose
     snapshot first held it (``step_recorded``: it was recorded during that step, after the previous
     snapshot) and the step whose ``end_step`` (or flush) reported it (``step_pumped``)."""
 
