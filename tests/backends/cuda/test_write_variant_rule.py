@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import kvcanary_backends.cuda._pack as pack_mod
+from kvcanary.ops.write import WriteLaunch
 from kvcanary.registry import REGISTRY, Op, register_backend
 from kvcanary.testing import calls
 from kvcanary.testing.builders import Call
@@ -84,10 +85,10 @@ def bound(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     return fetched
 
 
-def _call(tokens: int, rows: int) -> Any:
+def _call(tokens: int, rows: int) -> WriteLaunch:
     """A valid write of ``tokens`` tokens over a plan of ``rows`` rows, as the cuda kernel receives it."""
     kw = {**calls.write("cpu", tokens=tokens), "plan": calls.write_plan("cpu", cap=rows)}
-    return Op.WRITE.contract.model_construct(**kw)
+    return WriteLaunch.model_construct(**kw)
 
 
 @pytest.mark.parametrize(("tokens", "rows"), [(4, 4), (1, 4), (5, 4), (6, 4), (64, 2)])
@@ -106,7 +107,7 @@ def test_the_benchmarks_six_token_write_runs_the_long_variant(bound: list[tuple[
     """bench_cuda's "write: in a CUDA graph" launches calls.write: 6 tokens over a plan of 4 rows (none valid),
     not 6 requests x 1 token: more tokens than rows, so variant 0 (whose fold blocks exit at once past the valid
     requests, where variant 7's wait for their early strips)."""
-    call = Op.WRITE.contract.model_construct(**calls.write("cpu"))
+    call = WriteLaunch.model_construct(**calls.write("cpu"))
     assert (call.input_ids.shape[0], call.plan.write_seed_slot_indices.shape[0]) == (6, 4)
     write.prepare(call)
     assert bound[-1][-1] == LONG
