@@ -2,12 +2,12 @@
 
 ``KVC_WRITE_VARIANT`` (``backends/cuda/write.py``, ``kernels/write.cu`` says what each bit changes) builds the
 write kernel with the lean decode chain (bit 1), the fold's early strips (bit 2), with those the one-token fold
-(bit 4), or several; variant 0 is today's kernel. The cases are bench_decode_write's: ``bs`` one-token
-requests continuing their chains (bs 1, 8, 64, 256, 1024), real-KV off and PARTIAL over 1, 2 and 4 sources,
-each launch replayed from a CUDA graph. Beside
-each figure its floor from the same run (benchmarks/floors_cuda.py): the two-dependent-load probe with real-KV
-off (goal 2x), the probe plus each source's strip at the loaded slot with PARTIAL (a third dependent round,
-goal 1.5x). The variants are timed in turn, then again in the reverse order (the lower of the two is kept), so
+(bit 4), or several; variant 0 is the kernel before them (what launches with more tokens than request rows run,
+``write.variant_for``). The cases are bench_decode_write's: ``bs`` one-token requests continuing their chains
+(bs 1, 8, 64, 256, 1024), real-KV off and PARTIAL over 1, 2 and 4 sources, each launch replayed from a CUDA
+graph. Beside each figure its floor from the same run (benchmarks/floors_cuda.py): the two-dependent-load probe
+with real-KV off (goal 2x), the probe plus each source's strip at the loaded slot with PARTIAL (a third dependent
+round, goal 1.5x). The variants are timed in turn, then again in the reverse order (the lower of the two is kept), so
 that a drift of the card's clock does not favour one.
 
 Before timing, every variant runs once from the same starting state as the backend's own launch: the canary
@@ -78,7 +78,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
     ap.add_argument("--variants", default=",".join(str(v) for v in write.VARIANTS),
-                    help=f"comma-separated KVC_WRITE_VARIANT values to time, of {write.VARIANTS} (0: today's)")
+                    help=f"comma-separated KVC_WRITE_VARIANT values to time, of {write.VARIANTS} (0: the kernel "
+                    "before the candidates)")
     ap.add_argument("--bs", default=",".join(str(b) for b in BS), help="comma-separated batch sizes")
     ap.add_argument("--sources", default=",".join(str(n) for n in NSRC),
                     help="comma-separated source counts (0: real-KV off, else PARTIAL)")
@@ -93,7 +94,7 @@ def main() -> None:
         print("bench_write_variants: needs a CUDA device", file=sys.stderr)
         return
     r = Report("bench_write_variants", machine(DEV))
-    r.note(f"default (write.VARIANT): {write.VARIANT}; timed: {variants}")
+    r.note(f"decode-shaped launches' variant (write.DECODE_VARIANT): {write.DECODE_VARIANT}; timed: {variants}")
     failures: list[str] = []
     for bs in (int(b) for b in args.bs.split(",") if b):
         num_slots = 4 * bs + 64

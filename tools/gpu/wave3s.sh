@@ -7,15 +7,16 @@ mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc and step
 SANITIZE_VARIANT='import runpy, sys
 from kvcanary_backends.cuda import write
-write.VARIANT = int(sys.argv[1])
-print("cuda write built as", write.KERNELS.spec(2, True, False, True).label(), flush=True)
+variant = int(sys.argv[1])
+write.variant_for = lambda ntok, rows: variant  # every launch, whatever its shape
+print("cuda write built as", write.KERNELS.spec(2, True, False, True, False, False, False, variant).label(), flush=True)
 sys.argv = ["tests/gpu/sanitize.py", *sys.argv[2:]]
 runpy.run_path("tests/gpu/sanitize.py", run_name="__main__")'
 SAN_ENV=(env PYTORCH_NO_CUDA_MEMORY_CACHING=1 KVCANARY_CUDA_LINEINFO=1)
 step compile 40 python3 -c "
 from kvcanary_backends.cuda import write
 from kvcanary_backends.cuda._toolchain import arch_of, compile_all
-specs = [write.spec(*k, variant=v) for v in write.VARIANTS for k in write.KERNELS.preload]
+specs = list({write.spec(*k[:7], variant=v): None for v in write.VARIANTS for k in write.KERNELS.preload})
 compile_all(specs, arch_of(0))
 print(len(specs), 'write specializations compiled')"
 step tests_cuda 80 python3 -m pytest tests/backends/cuda/test_write_variants.py tests/backends/cuda/test_gpu_parity.py \

@@ -8,16 +8,16 @@ Four chain warps per block, one per SM sub-partition's scheduler: more warps put
 and long requests slow down; one-token requests pay a little for the extra blocks; a single long chain does
 not care (the sweep: docs/tuning.md, "cuda backend: write").
 
-``VARIANT`` picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` (0: the kernel before the decode candidates; bit 1
-the lean decode chain, bit 2 the fold's early strips, bit 4 with it the one-token fold; 7, all three, is the
-default: the fastest decode write, docs/tuning.md), candidates ``benchmarks/bench_write_variants.py`` times side by
-side (:func:`prepare_variant` launches any of them); each stores the same bytes.
+Each launch picks ``KVC_WRITE_VARIANT`` of ``kernels/write.cu`` from its shapes (:func:`variant_for`, on the host
+when the launch is prepared, part of its specialization key): :data:`DECODE_VARIANT` (7: bit 1 the lean decode
+chain, bit 2 the fold's early strips, bit 4 with it the one-token fold; the fastest decode write) where the launch
+has at most one token per request row, :data:`LONG_VARIANT` (0: the kernel before the decode candidates) where it
+has more (prefill chunks, long chains: docs/tuning.md, "cuda backend: write"). Candidates
+``benchmarks/bench_write_variants.py`` times side by side are launched by :func:`prepare_variant`; every variant
+stores the same bytes.
 """
 
 from __future__ import annotations
-
-import functools
-import threading
 
 from kvcanary.extensions import write_owner_on, write_slot_on
 from kvcanary.ops.write import WRITE, WriteLaunch
@@ -34,16 +34,29 @@ from kvcanary_backends.cuda._pack import (
     ptr,
     vec16,
 )
-from kvcanary_backends.cuda._toolchain import Spec, cdiv, once
+from kvcanary_backends.cuda._toolchain import Spec, cdiv
 
-Key = tuple[int, bool, bool, bool, bool, bool, bool]
-"""sources, partial, input assert, 16-byte records, slot check, its LUT, owner check."""
+Key = tuple[int, bool, bool, bool, bool, bool, bool, int]
+"""sources, partial, input assert, 16-byte records, slot check, its LUT, owner check, ``KVC_WRITE_VARIANT``."""
 
 
 VARIANTS = (0, 1, 2, 3, 6, 7)
 """``KVC_WRITE_VARIANT`` values ``kernels/write.cu`` takes (bits: 1 the lean decode chain, 2 early strips, 4 the
 one-token fold, only with 2)."""
-VARIANT = 7  # the default kernels' KVC_WRITE_VARIANT: making a candidate the default is this line
+DECODE_VARIANT = 7
+"""``KVC_WRITE_VARIANT`` of decode-shaped launches (:func:`variant_for`): the fastest decode write."""
+LONG_VARIANT = 0
+"""``KVC_WRITE_VARIANT`` of launches with more tokens than request rows (:func:`variant_for`): no one-token test
+per tile, the strips' range check after the chain, the fold's early exit kept."""
+DECODE_TOKENS_PER_ROW = 1
+"""The most tokens per request row (``out_cache_loc``'s length over the write plan's capacity) a launch may have
+to run :data:`DECODE_VARIANT`. Variant 7 gains only on one-token requests (the lean chain: a first tile advancing
+at most one token; the one-token fold: four one-token requests in a fold column). More tokens than rows means a
+request of two or more, whose chain walks the tile path, and a launch lasts as long as its slowest chain: variant
+7 makes that no faster and a little slower (its per-tile test, the range check ahead of the chain, no early exit
+while early strips are in flight). The host sees no more than shapes (the valid requests are a device value, the
+capacity counts padding rows): a short prefill under a larger capacity counts as decode-shaped. Figures:
+docs/tuning.md, "cuda backend: write"."""
 WARPS = 4  # KVC_WRITE_WARPS in kernels/write.cu: requests per chain block
 THREADS = 32 * WARPS
 FOLD_TOKENS_PER_ROW = 2048
@@ -55,11 +68,17 @@ def fold_rows(nsrc: int, ntok: int) -> int:
     return 0 if nsrc == 0 else max(1, min(cdiv(ntok, FOLD_TOKENS_PER_ROW), MAX_FOLD_ROWS))
 
 
+def variant_for(ntok: int, rows: int) -> int:
+    """The ``KVC_WRITE_VARIANT`` of a launch of ``ntok`` tokens over ``rows`` request rows: :data:`DECODE_VARIANT`
+    up to :data:`DECODE_TOKENS_PER_ROW` tokens a row, else :data:`LONG_VARIANT` (shapes only: capturable)."""
+    return DECODE_VARIANT if ntok <= DECODE_TOKENS_PER_ROW * rows else LONG_VARIANT
+
+
 def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: bool = False,
          slot_lut: bool = False, owner_check: bool = False, variant: int | None = None) -> Spec:
     """The specialization; the WRITE_SLOT_MISMATCH and WRITE_SLOT_OWNER_MISMATCH extensions add defines (off:
-    today's exact Spec), and so does a ``variant`` other than 0 (None: :data:`VARIANT`)."""
-    v = VARIANT if variant is None else variant
+    today's exact Spec), and so does a ``variant`` other than 0 (None: :data:`DECODE_VARIANT`)."""
+    v = DECODE_VARIANT if variant is None else variant
     if v not in VARIANTS:
         raise ValueError(f"variant: KVC_WRITE_VARIANT must be one of {VARIANTS}, not {v!r}")
     ext: tuple[tuple[str, int], ...] = (("KVC_SLOT_CHECK", 1), ("KVC_SLOT_LUT", int(slot_lut))) if slot_check else ()
@@ -73,11 +92,13 @@ def spec(nsrc: int, partial: bool, assert_inputs: bool, vec: bool, slot_check: b
 _EXTENSION_DEFINES = ((True, False, False), (True, True, False), (False, False, True), (True, False, True),
                       (True, True, True))
 """(slot check, its LUT, owner check) of the extensions' CI subset: each extension with every other define."""
+_PICKED = (LONG_VARIANT, DECODE_VARIANT)
+"""The variants :func:`variant_for` picks: each specialization is preloaded and compiled by CI in both."""
 KERNELS = KernelCache(
     spec,
-    preload=[(n, p, a, v, False, False, False) for n, p in SOURCES for a in BOOLS for v in BOOLS],
-    extensions=[(n, p, a, v, slot, slot and lut, own) for n, p in SOURCES[:2] for a in BOOLS for v in BOOLS
-                for slot, lut, own in _EXTENSION_DEFINES],
+    preload=[(n, p, a, v, False, False, False, w) for n, p in SOURCES for a in BOOLS for v in BOOLS for w in _PICKED],
+    extensions=[(n, p, a, v, slot, slot and lut, own, w) for n, p in SOURCES[:2] for a in BOOLS for v in BOOLS
+                for slot, lut, own in _EXTENSION_DEFINES for w in _PICKED],
 )
 
 
@@ -104,14 +125,15 @@ def pack(call: WriteLaunch) -> tuple[Key, tuple[int, int], Args]:
         rpi, owner = call.req_pool_indices, call.slot_owner
         assert rpi is not None and owner is not None
         slot_args += (rpi.data_ptr(), rpi.shape[0], owner.data_ptr())
-    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None, own)
+    ntok = call.input_ids.shape[0]
+    key: Key = (nsrc, partial, on, vec16(stride), check, check and lut is not None, own, variant_for(ntok, cap))
     args = (buf.data_ptr(), num_slots, stride, call.plan.write_offsets.data_ptr(), seeds.data_ptr(),
             call.plan.write_num_valid_reqs.data_ptr(), cap, call.input_ids.data_ptr(), call.positions.data_ptr(),
-            call.out_cache_loc.data_ptr(), call.input_ids.shape[0], ptr(call.expected_input_tokens) if on else 0,
+            call.out_cache_loc.data_ptr(), ntok, ptr(call.expected_input_tokens) if on else 0,
             ptr(call.expected_input_positions) if on else 0, ctx.enable_chain_position_assert.data_ptr(),
             *slot_args, ring.data_ptr(), ring.shape[0], ctx.violation_write_index.data_ptr(),
             ctx.slot_run_counter.data_ptr(), ctx.kernel_run_counter.data_ptr(), int(ctx.kernel_kind), *extra)
-    return key, (cap, call.input_ids.shape[0]), args
+    return key, (cap, ntok), args
 
 
 def shape(key: Key, sizes: tuple[int, int], max_blocks: int) -> Shape:
@@ -126,23 +148,13 @@ def prepare(call: WriteLaunch) -> Launch:
     return prepare_launch(KERNELS, call.context.canary_buf.get_device(), key, sizes, args, shape)
 
 
-_VARIANT_CACHES: dict[int, KernelCache] = {}
-_variant_lock = threading.Lock()
-
-
-def variant_kernels(variant: int) -> KernelCache:
-    """A kernel cache whose every specialization is built with ``KVC_WRITE_VARIANT=variant``."""
+def prepare_variant(call: WriteLaunch, variant: int) -> Launch:
+    """:func:`prepare` with the kernel of ``variant``, whatever :func:`variant_for` picks (the default's packing
+    and grid; the benchmark's candidates)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: KVC_WRITE_VARIANT must be one of {VARIANTS}, not {variant!r}")
-    return once(_VARIANT_CACHES, variant, _variant_lock,
-                lambda: KernelCache(functools.partial(spec, variant=variant)))
-
-
-def prepare_variant(call: WriteLaunch, variant: int) -> Launch:
-    """:func:`prepare` with the kernel of ``variant`` (the default's packing and grid; the benchmark's
-    candidates)."""
     key, sizes, args = pack(call)
-    return prepare_launch(variant_kernels(variant), call.context.canary_buf.get_device(), key, sizes, args, shape)
+    return prepare_launch(KERNELS, call.context.canary_buf.get_device(), (*key[:7], variant), sizes, args, shape)
 
 
 @KERNELS.kernel(WRITE, notes=notes(), prepare=prepare)

@@ -111,7 +111,7 @@ def _nvcc_specs() -> list[Spec]:
         verify.KERNELS.spec(False, 0, True, True, 256), verify.KERNELS.spec(True, 4, False, False, 256),
         verify.KERNELS.spec(True, 3, True, True, 512),
         write.KERNELS.spec(0, True, False, True), write.KERNELS.spec(4, False, True, False),
-        write.KERNELS.spec(1, True, True, True),
+        write.KERNELS.spec(1, True, True, True), write.KERNELS.spec(2, True, True, False, True, True, True, 0),
         plan.KERNELS.spec(False, False), plan.KERNELS.spec(True, True),
         plan_offsets.KERNELS.spec(True), plan_entries.KERNELS.spec(True, True), scatter.KERNELS.spec(),
     }
@@ -343,11 +343,11 @@ def test_launch_shapes_depend_only_on_capacities() -> None:
     assert verify.shape((False, 0, True, True, 256, False), 0, 1000) == (1, 1, 256, 0)
     assert verify.shape((False, 0, True, True, 256, False), 10**8, 1056) == (1056, 1, 256, 0)
     assert verify.shape((False, 0, True, True, 256, False), 300, 1056) == (2, 1, 256, 0)
-    assert write.shape((0, True, False, True, False, False, False), (0, 0), 9) == (1, 1, write.THREADS, 0)
-    assert write.shape((0, True, False, True, False, False, False), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
-    assert write.shape((2, True, False, True, False, False, False), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
-    assert write.shape((1, False, False, True, False, False, False), (1, 32768), 9) == (1, 17, write.THREADS, 0)
-    assert write.shape((1, False, False, True, False, False, False), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False, False, 7), (0, 0), 9) == (1, 1, write.THREADS, 0)
+    assert write.shape((0, True, False, True, False, False, False, 7), (1024, 1024), 9) == (1024 // write.WARPS, 1, write.THREADS, 0)
+    assert write.shape((2, True, False, True, False, False, False, 7), (17, 5), 9) == (-(-17 // write.WARPS), 2, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False, False, 7), (1, 32768), 9) == (1, 17, write.THREADS, 0)
+    assert write.shape((1, False, False, True, False, False, False, 7), (1, 10**9), 9) == (1, 1 + write.MAX_FOLD_ROWS, write.THREADS, 0)
     assert plan.shape((False, False, False), (0, 0), 9) == (2, 1, plan_entries.THREADS, 32)
     assert plan.shape((True, True, False), (256, 10**6), 500) == (500, 1, plan_entries.THREADS, 32 * 256)  # all resident
     assert plan.shape((True, True, False), (4096, 10**6), 500) == (500, 1, plan_entries.THREADS, 8 * 4096)

@@ -5,7 +5,9 @@ variants change) over 0 to 4 sources, pages that are and are not powers of two (
 division), a source short of the buffer (the strips' range check), first tiles where only lane 0 advances
 before a second tile (the lean chain's hand-over), varied and hostile writes, random scenarios. NVRTC compiles
 each variant; the default specialization carries no variant define. On a GPU (skipped without one) the same
-cases and random writes run each variant's compiled kernel (``write.prepare_variant``) against torch_ref.
+cases and random writes run each variant's compiled kernel (``write.prepare_variant``) against torch_ref. Each
+test here runs its variant whatever the launch's shape (``write.variant_for`` replaced); the rule itself and a
+launch on each side of it: ``test_write_variant_rule.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def _emulated_backend() -> Iterator[None]:
     register_backend(_emu.BACKEND, replace=True)
     yield
     REGISTRY.unregister(EMU)
+
+
+def _force(monkeypatch: pytest.MonkeyPatch, variant: int) -> None:
+    """Every write packed from now on runs ``variant``, whatever its shape."""
+    monkeypatch.setattr(write, "variant_for", lambda ntok, rows: variant)
 
 
 def _with_sources(ctx: Any, sources: list[kc.RealKvSource]) -> Any:
@@ -145,7 +152,7 @@ CASES: dict[str, Callable[[], Call]] = {
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("variant", CANDIDATES)
 def test_variant_matches_the_reference(variant: int, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(write, "VARIANT", variant)
+    _force(monkeypatch, variant)
     assert check_call(CASES[name](), "cpu", EMU) == []
 
 
@@ -153,7 +160,7 @@ def test_variant_matches_the_reference(variant: int, name: str, monkeypatch: pyt
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
 def test_every_bit_on_random_writes(hostile: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Variant 7 holds every changed path (the chain's, the fold's early strips and its one-token test)."""
-    monkeypatch.setattr(write, "VARIANT", 7)
+    _force(monkeypatch, 7)
     seed = _support.fuzz_seed()
     failures = fuzz(Op.WRITE, "cpu", EMU, seed=seed, count=_support.fuzz_count(12), hostile=hostile)
     assert not failures, f"replay with KVCANARY_FUZZ_SEED={seed}\n" + "\n".join(failures)
@@ -164,7 +171,7 @@ def test_every_bit_with_every_extension_on(monkeypatch: pytest.MonkeyPatch) -> N
     """The extension checks (slot and owner) read the hash and position the lean chain hands them."""
     from tests.backends._extensions import with_extensions
 
-    monkeypatch.setattr(write, "VARIANT", 7)
+    _force(monkeypatch, 7)
     seed = _support.fuzz_seed()
     rng = random.Random(seed)
     calls = [large_write_call(rng.getrandbits(32), requests=9, length=1, sources=2, mode=1, hostile=True),
@@ -175,28 +182,33 @@ def test_every_bit_with_every_extension_on(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_the_emulation_runs_the_variant_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parity above is of the variant's own code: the emulated backend builds the Spec with its define."""
-    key = (2, True, False, True, False, False, False)
-    monkeypatch.setattr(write, "VARIANT", 3)
-    assert ("KVC_WRITE_VARIANT", 3) in write.KERNELS.spec(*key).defines
-    monkeypatch.setattr(write, "VARIANT", 0)
-    assert all(k != "KVC_WRITE_VARIANT" for k, _ in write.KERNELS.spec(*key).defines)
+    """The parity above is of the variant's own code: the emulated backend builds the Spec from the packed key,
+    whose last element is the variant."""
+    call = _emu.call_of(write, CASES["decode PARTIAL x2"]().make("cpu"))
+    for variant in write.VARIANTS:
+        _force(monkeypatch, variant)
+        key = write.pack(call)[0]
+        assert key[-1] == variant
+        defines = dict(write.KERNELS.spec(*key).defines)
+        assert defines.get("KVC_WRITE_VARIANT", 0) == variant
 
 
 def test_default_spec_has_no_variant_define_and_bad_variants_are_refused() -> None:
-    assert write.VARIANT in write.VARIANTS
+    assert write.DECODE_VARIANT in write.VARIANTS and write.LONG_VARIANT in write.VARIANTS
     base = write.spec(1, True, False, True, variant=0)
     assert base == Spec("write.cu", "kvc_write", (("KVC_NSRC", 1), ("KVC_PARTIAL", 1), ("KVC_ASSERT", 0),
                                                   ("KVC_VEC16", 1), ("KVC_WRITE_WARPS", write.WARPS)), write.THREADS)
+    assert write.spec(1, True, False, True) == write.spec(1, True, False, True, variant=write.DECODE_VARIANT)
     for v in CANDIDATES:
         assert write.spec(1, True, False, True, variant=v).defines == (*base.defines, ("KVC_WRITE_VARIANT", v))
-        assert write.variant_kernels(v) is write.variant_kernels(v)
-        assert write.variant_kernels(v).spec(1, True, False, True) == write.spec(1, True, False, True, variant=v)
+        assert write.KERNELS.spec(1, True, False, True, False, False, False, v) == write.spec(1, True, False, True,
+                                                                                            variant=v)
+    call = _emu.call_of(write, CASES["decode NONE"]().make("cpu"))
     for bad in (-1, 4, 5, 8):
         with pytest.raises(ValueError, match="KVC_WRITE_VARIANT must be one of"):
             write.spec(0, True, False, True, variant=bad)
         with pytest.raises(ValueError, match="KVC_WRITE_VARIANT must be one of"):
-            write.variant_kernels(bad)
+            write.prepare_variant(call, bad)
 
 
 @pytest.fixture(scope="module")
