@@ -20,6 +20,7 @@ K's first again (:mod:`kvcanary.manager.launch_order`), for the phases named in 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -81,12 +82,19 @@ class VBranch:
     def launch(self, main: Callable[[], None], side: Callable[[], None]) -> None:
         """``side`` on the side stream, ``main`` on the current one: the side stream first waits for the current
         one (everything issued so far: what V reads is ready), and the current one waits for the side one after
-        ``main`` (the join: what comes next sees V's launches done)."""
+        ``main`` (the join: what comes next sees V's launches done). A launch that raises still joins, as
+        launching in turn left the capture (an unjoined side stream would fail the capture's end with a CUDA
+        error in place of the launch's own)."""
         stream = self.stream
         assert stream is not None, "a fork needs a CUDA device"
         current = torch.cuda.current_stream(self.device)
         stream.wait_stream(current)
-        with torch.cuda.stream(stream):
-            side()
-        main()
+        try:
+            with torch.cuda.stream(stream):
+                side()
+            main()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the launch's error is the one to report
+                current.wait_stream(stream)
+            raise
         current.wait_stream(stream)

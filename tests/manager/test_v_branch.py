@@ -4,6 +4,7 @@ rows, the pump, and whole managers whose "branch" runs V before K)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -263,3 +264,38 @@ def test_a_forked_manager_reports_the_rows_of_one_in_turn_in_the_same_order(vari
     assert ring != tags, "the recording branch runs V first: the ring's raw order must differ"
     assert differences(device_buffers(forked.manager), device_buffers(in_turn.manager), ring_as_multiset=True) == []
 
+
+
+class _Stream:
+    """A stand-in for a CUDA stream on the CPU: logs each wait (``a<-b``: stream a waits for stream b)."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    def wait_stream(self, other: _Stream) -> None:
+        self.log.append(f"{self.name}<-{other.name}")
+
+
+@pytest.mark.parametrize("raising", ["side", "main"])
+def test_a_launch_that_raises_under_the_fork_still_joins(raising: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an error in V's launches (a V source's contract check, a V kernel compiled under capture) or K's must
+    # leave the capture joined, as launching in turn did: an unjoined side stream makes the capture's end fail
+    # with a CUDA error in place of the launch's own
+    log: list[str] = []
+    current, side = _Stream("current", log), _Stream("side", log)
+    branch = VBranch(torch.device("cpu"), set())
+    branch.stream = side  # type: ignore[assignment]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+
+    def fail(name: str) -> Callable[[], None]:
+        def run() -> None:
+            log.append(name)
+            if name == raising:
+                raise ValueError(f"kv-canary: bad {name} input")
+        return run
+    with pytest.raises(ValueError, match=f"bad {raising} input"):
+        branch.launch(fail("main"), fail("side"))
+    assert log[0] == "side<-current" and log[-1] == "current<-side", log
+    assert branch.forks == 0 and not branch.pairs
