@@ -11,9 +11,9 @@ if [ ! -f /tmp/before/pyproject.toml ]; then
     (cd /tmp/before && PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation \
         --no-compile --target /tmp/kvc-before . >/dev/null 2>&1) || echo "warning: before tree's entry points"
 fi
-declare -A SECS=([host_launch]=45 [bench_cuda]=60 [bench_backends]=60 [bench_decode_write]=45
+declare -A SECS=([bench_fast_step]=70 [host_launch]=45 [bench_cuda]=60 [bench_backends]=60 [bench_decode_write]=45
     [bench_triton]=90 [bench_engine]=100 [bench_transformers]=100 [bench_compile]=90)
-declare -A ARGS=([bench_cuda]="--quick" [bench_backends]="--quick" [bench_triton]="--quick"
+declare -A ARGS=([bench_fast_step]="--device cuda --quick" [bench_cuda]="--quick" [bench_backends]="--quick" [bench_triton]="--quick"
     [bench_transformers]="--device cuda --rounds 1")
 one() {  # one LABEL TREE PYTHONPATH NAME
     local t0=$SECONDS
