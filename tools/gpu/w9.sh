@@ -2,8 +2,8 @@
 # Wave 3, session 9's GPU call, in priority order so that a call cut short keeps the first steps: the GPU tests of
 # the session's changes (V's launches on a side stream under capture, the cuda write's variant per launch shape,
 # the verify budget's empty batch stated once), the budgeted forward (bench_fast_step --quick, budget_nodes: issue
-# 36 item 2), bench_engine (the journal's share, issue 35), then before/after pairs against the session's first
-# commit ($BEFORE_TGZ) for as long as the call has left.
+# 36 item 2), then before/after pairs against the session's first commit ($BEFORE_TGZ; default bench_fast_step)
+# for as long as the call has left.
 set -u
 mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc and step
@@ -20,8 +20,6 @@ step bench_fast_step 70 python3 benchmarks/bench_fast_step.py --device cuda --qu
 grep -E "canary device|alone|host|share" "$OUT/bench_fast_step.log" | cut -c1-170 | head -14
 step budget_nodes 100 python3 benchmarks/budget_nodes.py --out "$OUT/budget_nodes.json"
 grep -E "^(all|K only|V on)|sequential|forked" "$OUT/budget_nodes.log" | cut -c1-170 | head -12
-step bench_engine 80 python3 benchmarks/bench_engine.py --out "$OUT/bench_engine.json"
-grep -E "journal|canary host" "$OUT/bench_engine.log" | tail -7 | cut -c1-150
-BUDGET=$(( ${W9_SECONDS:-560} - SECONDS )) BENCHES="${W9_BENCHES:-bench_cuda host_launch bench_decode_write}" \
+BUDGET=$(( ${W9_SECONDS:-560} - SECONDS )) BENCHES="${W9_BENCHES:-bench_fast_step}" \
     OUT="$OUT/suite" bash "$(dirname "$0")/suite.sh"
 exit $rc
