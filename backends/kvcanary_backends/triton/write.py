@@ -23,6 +23,11 @@ their loads at the top of the tile, before its serial loop (their address is the
 already holds, so no dependent round is added), and stores all four fields. ``TUNING["write_chain_fold"] = 0``
 keeps the two-program layout for those writes (a benchmark times both).
 
+``TUNING["write_variant"]`` (bits; 0: the kernel before them), each sparing the decode path latency:
+bit 1, relaxed atomics (``SEM``): the counters and the ring claims need no order within a launch, and an
+"acq_rel" atomic compiles to a fence (``MEMBAR.ALL.GPU``) that waits for every earlier store, the slot
+counter's after the records' stores: one more round trip at the end of every program.
+
 As torch_ref documents, what a launch leaves in a slot written twice, or in a seed slot the same launch
 writes, is unspecified.
 
@@ -119,13 +124,14 @@ def _write_kernel(
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
     OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr, CHAIN_FOLD: tl.constexpr,
+    SEM: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
     nf = tl.num_programs(1)
     rec = buf.to(tl.pointer_type(tl.int64))
     if (r == 0) & (f == 0):
-        tl.atomic_add(kernel_counter, 1)
+        tl.atomic_add(kernel_counter, 1, sem=SEM)
     # Everything a row needs is loaded up front, before any branch (masked to the tensors: the offsets hold
     # capacity + 1 entries), so that the dependent loads start one round trip earlier.
     row_in = r < capacity  # False only for the one program of a capacity-0 plan
@@ -169,7 +175,7 @@ def _write_kernel(
         running = as_u64(tl.where(seed_ok, record_link(s_chain, s_tok, s_pos), ANCHOR_HASH_I64))
         pos_assert = seed_ok & (cpa != 0)
         prev_pos = s_pos
-        append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT)
+        append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT, SEM)
 
         written = tl.zeros((TILE,), tl.int64)
         loc = h_loc
@@ -240,28 +246,28 @@ def _write_kernel(
                 tl.store(rec + lbase + 1, pos, mask=store)
                 tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
             written += store.to(tl.int64)
-            append_rows(ring, write_index, ring_cap, loc_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
+            append_rows(ring, write_index, ring_cap, loc_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT, SEM)
             if ASSERT:
                 ibits = tl.where(tok != etok, WTOK_BIT, 0) | tl.where(pos != epos, WPOS_BIT, 0)
                 append_rows(ring, write_index, ring_cap, store & (ibits != 0),
-                            kind, loc, pos, tok, etok, hs, epos, ibits)
+                            kind, loc, pos, tok, etok, hs, epos, ibits, SEM)
             cp = store & pos_assert & (pos != pps + 1)
-            append_rows(ring, write_index, ring_cap, cp, kind, loc, pos, tok, tok, hs, pps + 1, WPOS_BIT)
+            append_rows(ring, write_index, ring_cap, cp, kind, loc, pos, tok, tok, hs, pps + 1, WPOS_BIT, SEM)
             if NUM_SOURCES > 0:
                 if CHAIN_FOLD:
                     src_oob = f_oob  # the fold's own flags: the same geometry test on the same lanes
                 else:
                     src_oob = sources_oob(tl.where(store, loc, 0), store, r0, p0, r1, p1, r2, p2, r3, p3,
                                           NUM_SOURCES)
-                append_rows(ring, write_index, ring_cap, src_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
+                append_rows(ring, write_index, ring_cap, src_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT, SEM)
             if SLOT_CHECK:
                 want = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, adv_v, SLOT_LUT)
                 bad = adv_v & (rp != 0) & (loc != want)
-                append_rows(ring, write_index, ring_cap, bad, kind, loc, pos, tok, tok, hs, want, WSLOT_BIT)
+                append_rows(ring, write_index, ring_cap, bad, kind, loc, pos, tok, tok, hs, want, WSLOT_BIT, SEM)
             if OWNER_CHECK:
                 holder = tl.load(owner + tl.where(store, loc, 0), mask=store, other=0)
                 wrong = store & (rp != 0) & (holder != rp)
-                append_rows(ring, write_index, ring_cap, wrong, kind, loc, pos, tok, rp, hs, holder, WOWN_BIT)
+                append_rows(ring, write_index, ring_cap, wrong, kind, loc, pos, tok, rp, hs, holder, WOWN_BIT, SEM)
             loc = n_loc
             tok = n_tok
             pos = n_pos
@@ -272,7 +278,7 @@ def _write_kernel(
             f_loc = x0_loc
         done = tl.sum(written)
         if done > 0:
-            tl.atomic_add(slot_counter, done)
+            tl.atomic_add(slot_counter, done, sem=SEM)
 
     if (not CHAIN_FOLD) and (go & (f > 0)):  # (a chain-fold launch has no fold programs)
         # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
@@ -386,7 +392,8 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
          tile, write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None,
-         tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold),
+         tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold,
+         "relaxed" if TUNING["write_variant"] & 1 else "acq_rel"),
         TUNING["write_warps"],
     )
 
