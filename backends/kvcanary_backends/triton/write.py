@@ -26,7 +26,11 @@ keeps the two-program layout for those writes (a benchmark times both).
 ``TUNING["write_variant"]`` (bits; 0: the kernel before them), each sparing the decode path latency:
 bit 1, relaxed atomics (``SEM``): the counters and the ring claims need no order within a launch, and an
 "acq_rel" atomic compiles to a fence (``MEMBAR.ALL.GPU``) that waits for every earlier store, the slot
-counter's after the records' stores: one more round trip at the end of every program.
+counter's after the records' stores: one more round trip at the end of every program. Bit 2, the lean
+decode chain (``LEAN``): every load that depends on nothing (``chain_position_assert``, the request's row) is
+volatile, so it stays in the first round instead of being sunk past the first branch (the position check
+waited for it in a third round), and a tile of one token runs no serial step (its record stores the running
+hash, in hand; the mix3 of its own token would only feed a later tile, and there is none).
 
 As torch_ref documents, what a launch leaves in a slot written twice, or in a seed slot the same launch
 writes, is unspecified.
@@ -124,7 +128,7 @@ def _write_kernel(
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
     OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr, CHAIN_FOLD: tl.constexpr,
-    SEM: tl.constexpr,
+    SEM: tl.constexpr, LEAN: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
@@ -135,15 +139,16 @@ def _write_kernel(
     # Everything a row needs is loaded up front, before any branch (masked to the tensors: the offsets hold
     # capacity + 1 entries), so that the dependent loads start one round trip earlier.
     row_in = r < capacity  # False only for the one program of a capacity-0 plan
+    # LEAN: volatile and first, so that they stay in the first round (else sunk past `go`: a third round)
+    cpa = tl.load(chain_assert, volatile=LEAN)
+    rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
+    if WRITER_ROWS:
+        rp = tl.load(rpi + r, mask=r < rpi_len, other=0, volatile=LEAN)
     nreq = tl.minimum(tl.maximum(tl.load(num_valid_reqs).to(tl.int64), 0), capacity)
     total = tl.load(offsets + nreq)
     start = tl.minimum(tl.maximum(tl.load(offsets + r, mask=row_in, other=0), 0), num_tokens)
     end = tl.minimum(tl.maximum(tl.load(offsets + r + 1, mask=row_in, other=0), 0), num_tokens)
     seed = tl.load(seeds + r, mask=row_in, other=-1)
-    cpa = tl.load(chain_assert)
-    rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
-    if WRITER_ROWS:
-        rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
     go = (r < nreq) & (total > 0) & (end > start)
     # The chain's second round, also before any branch (volatile: the compiler would sink each load into the
     # branch that uses it, after `go`, one more round trip): the seed record and the first tile's tokens.
@@ -211,22 +216,28 @@ def _write_kernel(
             # step j + 1 are loaded during step j (those of a tile's first step during the tile before).
             hs = tl.zeros((TILE,), tl.int64)
             pps = tl.zeros((TILE,), tl.int64)
-            c_tok = f_tok
-            c_pos = f_pos
-            c_loc = f_loc
-            for j in range(0, count):
-                nxt = t + tl.minimum(j + 1, count - 1)
-                x_tok = tl.load(input_ids + nxt)
-                x_pos = tl.load(positions + nxt)
-                x_loc = tl.load(out_cache_loc + nxt)
-                hs = tl.where(lanes == j, as_i64(running), hs)
-                pps = tl.where(lanes == j, prev_pos, pps)
-                adv = c_loc >= 0
-                running = tl.where(adv, mix3(running, as_u64(c_tok), as_u64(c_pos)), running)
-                prev_pos = tl.where(adv, c_pos, prev_pos)
-                c_tok = x_tok
-                c_pos = x_pos
-                c_loc = x_loc
+            if LEAN and (count == 1):
+                # a tile of one token is the request's last (a decode step): its record stores the hash and
+                # position before it, in hand; its own link is never needed, so no step runs before the stores
+                hs += as_i64(running)
+                pps += prev_pos
+            else:
+                c_tok = f_tok
+                c_pos = f_pos
+                c_loc = f_loc
+                for j in range(0, count):
+                    nxt = t + tl.minimum(j + 1, count - 1)
+                    x_tok = tl.load(input_ids + nxt)
+                    x_pos = tl.load(positions + nxt)
+                    x_loc = tl.load(out_cache_loc + nxt)
+                    hs = tl.where(lanes == j, as_i64(running), hs)
+                    pps = tl.where(lanes == j, prev_pos, pps)
+                    adv = c_loc >= 0
+                    running = tl.where(adv, mix3(running, as_u64(c_tok), as_u64(c_pos)), running)
+                    prev_pos = tl.where(adv, c_pos, prev_pos)
+                    c_tok = x_tok
+                    c_pos = x_pos
+                    c_loc = x_loc
             # vectorized epilogue for this tile
             tm = lanes < count
             adv_v = tm & (loc >= 0)
@@ -393,7 +404,7 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
          tile, write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None,
          tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold,
-         "relaxed" if TUNING["write_variant"] & 1 else "acq_rel"),
+         "relaxed" if TUNING["write_variant"] & 1 else "acq_rel", bool(TUNING["write_variant"] & 2)),
         TUNING["write_warps"],
     )
 
