@@ -28,7 +28,7 @@ from tools.scenarios import large_write_call
 
 DEV = device()
 SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))
-VARIANTS = [0, 1, 2, 3]
+VARIANTS = [0, 1, 2, 3, 4, 7]
 __all__ = ["launches"]  # the fixture, imported for the tests below
 
 
@@ -52,6 +52,7 @@ def check_consts(rec: Recorder, variant: int) -> None:
     for grid, consts in rec.launches:
         assert consts["SEM"] == ("relaxed" if variant & 1 else "acq_rel"), (grid, consts)
         assert consts["LEAN"] == bool(variant & 2), (grid, consts)
+        assert consts["GUESS"] == bool(variant & 4 and consts["CHAIN_FOLD"] and consts["PARTIAL"]), (grid, consts)
 
 
 @pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
