@@ -15,6 +15,9 @@ token's strips (``TUNING["write_chain_fold"]``, on by default). ``--fold-program
 layout for the same writes (``write_chain_fold = 0``: ``bs x 2`` programs, the chain program and a fold program
 per request) beside it, floor the probe with its strips, and prints its ratios to cuda and to the default.
 
+``--write-variants 0,1,3`` also times Triton's write with those ``TUNING["write_variant"]`` bits (0: the kernel
+before the latency changes; write.py's docstring) beside the default, and prints each one's ratio to cuda.
+
 ``--fold-tiles 256,64`` also times that earlier layout with other real-KV fold tiles (tokens per fold
 iteration, ``write_fold_tile_decode``, which only its fold programs use): the tile sets the kernel's registers,
 hence how many of the ``bs x 2`` programs are resident at once (``tools/triton_resources.py`` prints that
@@ -83,6 +86,16 @@ def fold_programs(kw: dict[str, Any], tile: int) -> float:
         TUNING.update(keep)
 
 
+def write_variant(kw: dict[str, Any], variant: int) -> float:
+    """GPU seconds of Triton's write ``kw`` with ``TUNING["write_variant"] = variant``, restored afterwards."""
+    keep = TUNING["write_variant"]
+    TUNING.update(write_variant=variant)
+    try:
+        return timing.graph(partial(kc.launch_canary_write_kernel, **kw, backend="triton"), rounds=100)
+    finally:
+        TUNING.update(write_variant=keep)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="write the records here")
@@ -90,7 +103,10 @@ def main() -> None:
                     help="comma-separated fold tiles to time Triton's fold-program layout with (see above)")
     ap.add_argument("--fold-programs", action="store_true",
                     help="also time Triton's decode write with fold programs (write_chain_fold = 0) beside the default")
+    ap.add_argument("--write-variants", default="",
+                    help="comma-separated TUNING['write_variant'] values to time Triton's write with (see above)")
     args = ap.parse_args()
+    variants = [int(v) for v in args.write_variants.split(",") if v]
     fold_tiles = [int(t) for t in args.fold_tiles.split(",") if t]
     default_tile = TUNING["write_fold_tile_decode"]
     if not torch.cuda.is_available():
@@ -151,6 +167,12 @@ def main() -> None:
                         target=1.3)
                 r.value(f"bs={bs} x 1, {label}: triton chain fold / fold programs", times["triton"] / t, 1.0,
                         unit="x", note="below 1: the chain fold is faster")
+            for v in variants:
+                t = write_variant(kw, v)
+                r.add(f"bs={bs} x 1, {label} [triton, write variant {v}, graph]", t, probe,
+                      note=f"default (variant {TUNING['write_variant']}): {times['triton'] * 1e6:.2f} us")
+                r.value(f"bs={bs} x 1, {label}: triton write variant {v} / cuda", t / times["cuda"], 1.0, unit="x",
+                        target=1.3)
             for tile in fold_tiles if nsrc else ():
                 t = fold_programs(kw, tile)
                 r.add(f"bs={bs} x 1, {label} [triton, fold programs, fold tile {tile}, graph]", t, probe_kv,

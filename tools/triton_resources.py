@@ -49,7 +49,10 @@ def write_signature(nsrc: int, partial: bool, fold_tile: int, chain_fold: bool =
     consts = {"ASSERT": False, "NUM_SOURCES": nsrc, "PARTIAL": partial, "TILE": TUNING["write_tile"],
               "FOLD_TILE": fold_tile, "SLOT_CHECK": False, "SLOT_LUT": False, "OWNER_CHECK": False,
               "WRITER_ROWS": False, "EARLY_FOLD": fold_tile < TUNING["write_fold_tile"] and not chain_fold,
-              "CHAIN_FOLD": chain_fold, "expected_tokens": None,
+              "CHAIN_FOLD": chain_fold, "SEM": "relaxed" if TUNING["write_variant"] & 1 else "acq_rel",
+              "LEAN": bool(TUNING["write_variant"] & 2),
+              "GUESS": chain_fold and partial and bool(TUNING["write_variant"] & 4),
+              "expected_tokens": None,
               "expected_positions": None, "rpi": None, "r2t": None, "lut": None, "owner": None, "rpi_len": 0,
               "r2t_rows": 0, "r2t_cols": 0, "lut_len": 0}
     sig: dict[str, str] = {}

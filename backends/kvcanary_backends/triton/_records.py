@@ -71,12 +71,14 @@ def context_args(ctx: VerifyOrWriteContext, *, with_chain_assert: bool) -> Conte
 @device_fn
 def append_rows(ring: tl.tensor, write_index: tl.tensor, ring_cap: tl.tensor, keep: tl.tensor,
                 c0: tl.tensor, c1: tl.tensor, c2: tl.tensor, c3: tl.tensor,
-                c4: tl.tensor, c5: tl.tensor, c6: tl.tensor, c7: tl.tensor) -> None:
-    """Append one row per set lane of ``keep`` (a scalar or a vector); columns broadcast to its shape."""
+                c4: tl.tensor, c5: tl.tensor, c6: tl.tensor, c7: tl.tensor, SEM: tl.constexpr = "acq_rel") -> None:
+    """Append one row per set lane of ``keep`` (a scalar or a vector); columns broadcast to its shape. ``SEM``:
+    the claim's memory order; nothing in a launch reads a row, so "relaxed" suffices and spares the fence that
+    an "acq_rel" atomic compiles to (a wait for every store before it)."""
     # Interpreter: a vector mask combined with a scalar bool can carry int64 data, which its atomics reject;
     # comparing with 0 makes it a real bool (free when compiled).
     keep = keep != 0
-    seq = tl.atomic_add(write_index + keep.to(tl.int32) * 0, 1, mask=keep)
+    seq = tl.atomic_add(write_index + keep.to(tl.int32) * 0, 1, mask=keep, sem=SEM)
     ok = keep & (seq >= 0) & (seq < ring_cap)
     row = ring + tl.where(ok, seq, 0).to(tl.int64) * 8
     tl.store(row + 0, c0, mask=ok)
@@ -183,17 +185,18 @@ def sources_oob(slot: tl.tensor, mask: tl.tensor,
 
 @device_fn
 def partial_strip(src: tl.tensor, rows: tl.tensor, row_words: tl.tensor, page_size: tl.tensor,
-                  token_words: tl.tensor, slot: tl.tensor, mask: tl.tensor
+                  token_words: tl.tensor, slot: tl.tensor, mask: tl.tensor, VOLATILE: tl.constexpr = False
                   ) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
     """One source's PARTIAL strip at each slot, loaded and not hashed: its two words, whether it was read and
-    whether it lies past the tensor (:func:`fold_one`'s geometry)."""
+    whether it lies past the tensor (:func:`fold_one`'s geometry). ``VOLATILE``: loads the compiler keeps where
+    they are written (not sunk into the branch that uses them)."""
     words = src.to(tl.pointer_type(tl.int64))
     row = slot // page_size
     col = slot - row * page_size
     live = mask & (row < rows)
     base = row * row_words + col * token_words
-    lo = tl.load(words + base, mask=live, other=0)
-    hi = tl.load(words + base + 1, mask=live, other=0)
+    lo = tl.load(words + base, mask=live, other=0, volatile=VOLATILE)
+    hi = tl.load(words + base + 1, mask=live, other=0, volatile=VOLATILE)
     return lo, hi, live, mask & (row >= rows)
 
 
@@ -211,10 +214,11 @@ def partial_strips(slot: tl.tensor, mask: tl.tensor,
                    s1: tl.tensor, r1: tl.tensor, w1: tl.tensor, p1: tl.tensor, t1: tl.tensor,
                    s2: tl.tensor, r2: tl.tensor, w2: tl.tensor, p2: tl.tensor, t2: tl.tensor,
                    s3: tl.tensor, r3: tl.tensor, w3: tl.tensor, p3: tl.tensor, t3: tl.tensor,
-                   NUM_SOURCES: tl.constexpr) -> tuple[tl.tensor, ...]:
+                   NUM_SOURCES: tl.constexpr, VOLATILE: tl.constexpr = False) -> tuple[tl.tensor, ...]:
     """Every live source's PARTIAL strip at each slot, loaded (all loads issued before anything waits on
     one) and not hashed: ``(lo, hi, read, past the tensor)`` per source, four sources (zeros past the live
-    ones); :func:`partial_fold` hashes them. Apart, a kernel can do other work while the loads are in flight."""
+    ones); :func:`partial_fold` hashes them. Apart, a kernel can do other work while the loads are in flight.
+    ``VOLATILE``: see :func:`partial_strip`."""
     zero = slot * 0
     no = zero != 0
     lo0, hi0, live0, o0 = zero, zero, no, no
@@ -222,13 +226,13 @@ def partial_strips(slot: tl.tensor, mask: tl.tensor,
     lo2, hi2, live2, o2 = zero, zero, no, no
     lo3, hi3, live3, o3 = zero, zero, no, no
     if NUM_SOURCES > 0:
-        lo0, hi0, live0, o0 = partial_strip(s0, r0, w0, p0, t0, slot, mask)
+        lo0, hi0, live0, o0 = partial_strip(s0, r0, w0, p0, t0, slot, mask, VOLATILE)
     if NUM_SOURCES > 1:
-        lo1, hi1, live1, o1 = partial_strip(s1, r1, w1, p1, t1, slot, mask)
+        lo1, hi1, live1, o1 = partial_strip(s1, r1, w1, p1, t1, slot, mask, VOLATILE)
     if NUM_SOURCES > 2:
-        lo2, hi2, live2, o2 = partial_strip(s2, r2, w2, p2, t2, slot, mask)
+        lo2, hi2, live2, o2 = partial_strip(s2, r2, w2, p2, t2, slot, mask, VOLATILE)
     if NUM_SOURCES > 3:
-        lo3, hi3, live3, o3 = partial_strip(s3, r3, w3, p3, t3, slot, mask)
+        lo3, hi3, live3, o3 = partial_strip(s3, r3, w3, p3, t3, slot, mask, VOLATILE)
     return lo0, hi0, live0, o0, lo1, hi1, live1, o1, lo2, hi2, live2, o2, lo3, hi3, live3, o3
 
 

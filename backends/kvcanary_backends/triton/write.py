@@ -23,6 +23,19 @@ their loads at the top of the tile, before its serial loop (their address is the
 already holds, so no dependent round is added), and stores all four fields. ``TUNING["write_chain_fold"] = 0``
 keeps the two-program layout for those writes (a benchmark times both).
 
+``TUNING["write_variant"]`` (bits; 0: the kernel before them), each sparing the decode path latency:
+bit 1, relaxed atomics (``SEM``): the counters and the ring claims need no order within a launch, and an
+"acq_rel" atomic compiles to a fence (``MEMBAR.ALL.GPU``) that waits for every earlier store, the slot
+counter's after the records' stores: one more round trip at the end of every program. Bit 2, the lean
+decode chain (``LEAN``): every load that depends on nothing (``chain_position_assert``, the request's row) is
+volatile, so it stays in the first round instead of being sunk past the first branch (the position check
+waited for it in a third round), and a tile of one token runs no serial step (its record stores the running
+hash, in hand; the mix3 of its own token would only feed a later tile, and there is none). Bit 4, the
+guessed slot (``GUESS``, a PARTIAL chain fold only): request ``r``'s token is at index ``r`` when every
+request holds one (a decode step), so its slot is loaded in the first round beside the offsets, and its
+strips in the second beside the seed record; a request whose offsets say it is that one token uses them,
+any other loads its strips from its tile's slots as before (one round more).
+
 As torch_ref documents, what a launch leaves in a slot written twice, or in a seed slot the same launch
 writes, is unspecified.
 
@@ -119,25 +132,46 @@ def _write_kernel(
     ASSERT: tl.constexpr, NUM_SOURCES: tl.constexpr, PARTIAL: tl.constexpr,
     TILE: tl.constexpr, FOLD_TILE: tl.constexpr, SLOT_CHECK: tl.constexpr, SLOT_LUT: tl.constexpr,
     OWNER_CHECK: tl.constexpr, WRITER_ROWS: tl.constexpr, EARLY_FOLD: tl.constexpr, CHAIN_FOLD: tl.constexpr,
+    SEM: tl.constexpr, LEAN: tl.constexpr, GUESS: tl.constexpr,
 ) -> None:
     r = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1)
     nf = tl.num_programs(1)
     rec = buf.to(tl.pointer_type(tl.int64))
     if (r == 0) & (f == 0):
-        tl.atomic_add(kernel_counter, 1)
+        tl.atomic_add(kernel_counter, 1, sem=SEM)
     # Everything a row needs is loaded up front, before any branch (masked to the tensors: the offsets hold
     # capacity + 1 entries), so that the dependent loads start one round trip earlier.
     row_in = r < capacity  # False only for the one program of a capacity-0 plan
-    nreq = tl.minimum(tl.maximum(tl.load(num_valid_reqs).to(tl.int64), 0), capacity)
-    total = tl.load(offsets + nreq)
-    start = tl.minimum(tl.maximum(tl.load(offsets + r, mask=row_in, other=0), 0), num_tokens)
-    end = tl.minimum(tl.maximum(tl.load(offsets + r + 1, mask=row_in, other=0), 0), num_tokens)
-    seed = tl.load(seeds + r, mask=row_in, other=-1)
-    cpa = tl.load(chain_assert)
+    # LEAN: volatile, so that they stay in the first round (else sunk past `go`: a third round)
+    cpa = tl.load(chain_assert, volatile=LEAN)
     rp = r * 0  # the request's req_to_token row (extension checks only; past req_pool_indices: padding)
     if WRITER_ROWS:
-        rp = tl.load(rpi + r, mask=r < rpi_len, other=0)
+        rp = tl.load(rpi + r, mask=r < rpi_len, other=0, volatile=LEAN)
+    lanes = tl.arange(0, TILE)
+    if GUESS:  # request r's token is at index r when every request holds one: its slot, in the first round
+        g_lane = ((lanes == 0) & (r < num_tokens)) != 0  # `!= 0`: the interpreter's masks (see read_slot)
+        g_loc = tl.load(out_cache_loc + r + lanes, mask=g_lane, other=-1, volatile=True)
+    # LEAN: the whole first round volatile, hence issued in this order, before anything waits on one of them
+    # (ptxas issued a volatile load after the first use of a plain one, a round late)
+    nvr = tl.load(num_valid_reqs, volatile=LEAN)
+    o_start = tl.load(offsets + r, mask=row_in, other=0, volatile=LEAN)
+    o_end = tl.load(offsets + r + 1, mask=row_in, other=0, volatile=LEAN)
+    seed = tl.load(seeds + r, mask=row_in, other=-1, volatile=LEAN)
+    nreq = tl.minimum(tl.maximum(nvr.to(tl.int64), 0), capacity)
+    start = tl.minimum(tl.maximum(o_start, 0), num_tokens)
+    end = tl.minimum(tl.maximum(o_end, 0), num_tokens)
+    if GUESS:
+        # the second round starts with the guessed slot's strips, where the offsets say it is this request's
+        # only token (the tile's lane 0): the fold then takes no round after the tile's slots (issued first:
+        # code that waits for a later load of this round was scheduled ahead of their division otherwise)
+        one = (start == r) & (end - start == 1)
+        g_ok = (g_lane & one & (g_loc >= 0) & (g_loc < num_slots)) != 0
+        (glo0, ghi0, glive0, go0, glo1, ghi1, glive1, go1,
+         glo2, ghi2, glive2, go2, glo3, ghi3, glive3, go3) = partial_strips(
+            tl.where(g_ok, g_loc, 0), g_ok, s0, r0, w0, p0, t0, s1, r1, w1, p1, t1,
+            s2, r2, w2, p2, t2, s3, r3, w3, p3, t3, NUM_SOURCES, True)
+    total = tl.load(offsets + nreq, volatile=LEAN)
     go = (r < nreq) & (total > 0) & (end > start)
     # The chain's second round, also before any branch (volatile: the compiler would sink each load into the
     # branch that uses it, after `go`, one more round trip): the seed record and the first tile's tokens.
@@ -148,7 +182,6 @@ def _write_kernel(
     s_tok = tl.load(rec + sbase, mask=seed_ok & chain, other=0, volatile=True)
     s_pos = tl.load(rec + sbase + 1, mask=seed_ok & chain, other=0, volatile=True)
     s_chain = tl.load(rec + sbase + 2, mask=seed_ok & chain, other=0, volatile=True)
-    lanes = tl.arange(0, TILE)
     h_loc, h_tok, h_pos, h_etok, h_epos = _load_tile(out_cache_loc, input_ids, positions, expected_tokens,
                                                      expected_positions, start + lanes, tl.where(chain, end, start),
                                                      ASSERT, True)
@@ -169,7 +202,7 @@ def _write_kernel(
         running = as_u64(tl.where(seed_ok, record_link(s_chain, s_tok, s_pos), ANCHOR_HASH_I64))
         pos_assert = seed_ok & (cpa != 0)
         prev_pos = s_pos
-        append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT)
+        append_rows(ring, write_index, ring_cap, seed_oob, kind, seed, -1, -1, -1, 0, r, OOB_BIT, SEM)
 
         written = tl.zeros((TILE,), tl.int64)
         loc = h_loc
@@ -181,7 +214,17 @@ def _write_kernel(
             if CHAIN_FOLD:
                 # this tile's real-KV strips first: their loads need only `loc` (in hand)
                 fstore = (lanes < tl.minimum(end - t, TILE)) & (loc >= 0) & (loc < num_slots)
-                if PARTIAL:  # every source's strip loaded now, hashed after the serial loop (which needs
+                if GUESS:  # (PARTIAL) a one-token request's strips are in hand (loaded with the seed record)
+                    if one:
+                        (lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                         lo2, hi2, live2, o2, lo3, hi3, live3, o3) = (glo0, ghi0, glive0, go0, glo1, ghi1, glive1, go1,
+                                                                      glo2, ghi2, glive2, go2, glo3, ghi3, glive3, go3)
+                    else:
+                        (lo0, hi0, live0, o0, lo1, hi1, live1, o1,
+                         lo2, hi2, live2, o2, lo3, hi3, live3, o3) = partial_strips(
+                            tl.where(fstore, loc, 0), fstore, s0, r0, w0, p0, t0, s1, r1, w1, p1, t1,
+                            s2, r2, w2, p2, t2, s3, r3, w3, p3, t3, NUM_SOURCES)
+                elif PARTIAL:  # every source's strip loaded now, hashed after the serial loop (which needs
                     # none of them): one round for all the strips, spent on the chain
                     (lo0, hi0, live0, o0, lo1, hi1, live1, o1,
                      lo2, hi2, live2, o2, lo3, hi3, live3, o3) = partial_strips(
@@ -205,22 +248,28 @@ def _write_kernel(
             # step j + 1 are loaded during step j (those of a tile's first step during the tile before).
             hs = tl.zeros((TILE,), tl.int64)
             pps = tl.zeros((TILE,), tl.int64)
-            c_tok = f_tok
-            c_pos = f_pos
-            c_loc = f_loc
-            for j in range(0, count):
-                nxt = t + tl.minimum(j + 1, count - 1)
-                x_tok = tl.load(input_ids + nxt)
-                x_pos = tl.load(positions + nxt)
-                x_loc = tl.load(out_cache_loc + nxt)
-                hs = tl.where(lanes == j, as_i64(running), hs)
-                pps = tl.where(lanes == j, prev_pos, pps)
-                adv = c_loc >= 0
-                running = tl.where(adv, mix3(running, as_u64(c_tok), as_u64(c_pos)), running)
-                prev_pos = tl.where(adv, c_pos, prev_pos)
-                c_tok = x_tok
-                c_pos = x_pos
-                c_loc = x_loc
+            if LEAN and (count == 1):
+                # a tile of one token is the request's last (a decode step): its record stores the hash and
+                # position before it, in hand; its own link is never needed, so no step runs before the stores
+                hs += as_i64(running)
+                pps += prev_pos
+            else:
+                c_tok = f_tok
+                c_pos = f_pos
+                c_loc = f_loc
+                for j in range(0, count):
+                    nxt = t + tl.minimum(j + 1, count - 1)
+                    x_tok = tl.load(input_ids + nxt)
+                    x_pos = tl.load(positions + nxt)
+                    x_loc = tl.load(out_cache_loc + nxt)
+                    hs = tl.where(lanes == j, as_i64(running), hs)
+                    pps = tl.where(lanes == j, prev_pos, pps)
+                    adv = c_loc >= 0
+                    running = tl.where(adv, mix3(running, as_u64(c_tok), as_u64(c_pos)), running)
+                    prev_pos = tl.where(adv, c_pos, prev_pos)
+                    c_tok = x_tok
+                    c_pos = x_pos
+                    c_loc = x_loc
             # vectorized epilogue for this tile
             tm = lanes < count
             adv_v = tm & (loc >= 0)
@@ -240,28 +289,28 @@ def _write_kernel(
                 tl.store(rec + lbase + 1, pos, mask=store)
                 tl.store(rec + lbase + 3, as_i64(rkv), mask=store)
             written += store.to(tl.int64)
-            append_rows(ring, write_index, ring_cap, loc_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
+            append_rows(ring, write_index, ring_cap, loc_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT, SEM)
             if ASSERT:
                 ibits = tl.where(tok != etok, WTOK_BIT, 0) | tl.where(pos != epos, WPOS_BIT, 0)
                 append_rows(ring, write_index, ring_cap, store & (ibits != 0),
-                            kind, loc, pos, tok, etok, hs, epos, ibits)
+                            kind, loc, pos, tok, etok, hs, epos, ibits, SEM)
             cp = store & pos_assert & (pos != pps + 1)
-            append_rows(ring, write_index, ring_cap, cp, kind, loc, pos, tok, tok, hs, pps + 1, WPOS_BIT)
+            append_rows(ring, write_index, ring_cap, cp, kind, loc, pos, tok, tok, hs, pps + 1, WPOS_BIT, SEM)
             if NUM_SOURCES > 0:
                 if CHAIN_FOLD:
                     src_oob = f_oob  # the fold's own flags: the same geometry test on the same lanes
                 else:
                     src_oob = sources_oob(tl.where(store, loc, 0), store, r0, p0, r1, p1, r2, p2, r3, p3,
                                           NUM_SOURCES)
-                append_rows(ring, write_index, ring_cap, src_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT)
+                append_rows(ring, write_index, ring_cap, src_oob, kind, loc, pos, tok, tok, hs, pos, OOB_BIT, SEM)
             if SLOT_CHECK:
                 want = read_slot(r2t, r2t_rows, r2t_cols, lut, lut_len, rp, pos, adv_v, SLOT_LUT)
                 bad = adv_v & (rp != 0) & (loc != want)
-                append_rows(ring, write_index, ring_cap, bad, kind, loc, pos, tok, tok, hs, want, WSLOT_BIT)
+                append_rows(ring, write_index, ring_cap, bad, kind, loc, pos, tok, tok, hs, want, WSLOT_BIT, SEM)
             if OWNER_CHECK:
                 holder = tl.load(owner + tl.where(store, loc, 0), mask=store, other=0)
                 wrong = store & (rp != 0) & (holder != rp)
-                append_rows(ring, write_index, ring_cap, wrong, kind, loc, pos, tok, rp, hs, holder, WOWN_BIT)
+                append_rows(ring, write_index, ring_cap, wrong, kind, loc, pos, tok, rp, hs, holder, WOWN_BIT, SEM)
             loc = n_loc
             tok = n_tok
             pos = n_pos
@@ -272,7 +321,7 @@ def _write_kernel(
             f_loc = x0_loc
         done = tl.sum(written)
         if done > 0:
-            tl.atomic_add(slot_counter, done)
+            tl.atomic_add(slot_counter, done, sem=SEM)
 
     if (not CHAIN_FOLD) and (go & (f > 0)):  # (a chain-fold launch has no fold programs)
         # ---- real-KV folds and the chain-independent fields, split over the F - 1 fold programs --------
@@ -386,7 +435,9 @@ def _launch_args(call: WriteLaunch) -> LaunchArgs:
          num_tokens, *slot_args, *c.sources),
         (bool(call.enable_write_input_assert), c.num_sources, c.partial, TUNING["write_tile"],
          tile, write_slot_on(call.extensions), slot_lut, owner_check, slot_key is not None,
-         tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold),
+         tile < TUNING["write_fold_tile"] and not chain_fold, chain_fold,
+         "relaxed" if TUNING["write_variant"] & 1 else "acq_rel", bool(TUNING["write_variant"] & 2),
+         chain_fold and bool(c.partial) and bool(TUNING["write_variant"] & 4)),
         TUNING["write_warps"],
     )
 

@@ -1,0 +1,96 @@
+"""The Triton write's latency variants (``TUNING["write_variant"]`` bits; write.py's docstring): every variant
+must leave torch_ref's records, ring rows and counters.
+
+Cases: decode-shaped writes (one token a request or none, so request ``r``'s token is often, not always, at index
+``r``) with real-KV off and PARTIAL over 1, 2 and 4 sources, realistic and hostile; requests whose last tile holds
+one token (``TILE + 1`` and ``2 * TILE + 1`` tokens), where the lean chain takes over from the serial loop mid-way;
+and one-token requests whose strips lie past a source. Inputs are fresh each run (``KVCANARY_TEST_SEED`` reproduces
+one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+import zlib
+
+import pytest
+
+import kvcanary as kc
+from kvcanary.testing.builders import Call, Device, Kwargs
+from kvcanary.testing.parity import check_call
+from kvcanary_backends.triton._jit import TUNING
+from tests.backends.triton._support import device
+from tests.backends.triton.test_write_chain_fold import TOKEN_ARGS, Recorder, launches, short_source_decode
+from tools.scenarios import large_write_call
+
+DEV = device()
+SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))
+VARIANTS = [0, 1, 2, 3, 4, 7]
+__all__ = ["launches"]  # the fixture, imported for the tests below
+
+
+def decode_shaped(call: Call) -> Call:
+    """``call`` cut to as many tokens as requests (each has 0 or 1): a decode-shaped write."""
+
+    def make(dev: Device) -> Kwargs:
+        kw = call.make(dev)
+        rows = int(kw["plan"].write_seed_slot_indices.shape[0])
+        for name in TOKEN_ARGS:
+            if kw[name] is not None:
+                kw[name] = kw[name][:rows].clone()
+        return kw
+
+    return dataclasses.replace(call, make=make, label=f"{call.label}, decode-shaped")
+
+
+def check_consts(rec: Recorder, variant: int) -> None:
+    """Every recorded launch ran ``variant``'s specialization."""
+    assert rec.launches, "the write launched nothing"
+    for grid, consts in rec.launches:
+        assert consts["SEM"] == ("relaxed" if variant & 1 else "acq_rel"), (grid, consts)
+        assert consts["LEAN"] == bool(variant & 2), (grid, consts)
+        assert consts["GUESS"] == bool(variant & 4 and consts["CHAIN_FOLD"] and consts["PARTIAL"]), (grid, consts)
+
+
+@pytest.mark.parametrize("hostile", [False, True], ids=["realistic", "hostile"])
+@pytest.mark.parametrize("nsrc", [0, 1, 2, 4])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decode_writes_match_torch_ref(variant: int, nsrc: int, hostile: bool, launches: Recorder,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    seed = SEED + zlib.crc32(f"{nsrc}/{hostile}".encode())  # one input for every variant
+    rng = random.Random(seed)
+    bs = rng.choice([1, 6, 9]) if DEV.type != "cuda" else rng.choice([1, 8, 64, 300])
+    mode = kc.RealKvHashMode.NONE if nsrc == 0 else kc.RealKvHashMode.PARTIAL
+    call = decode_shaped(large_write_call(rng, requests=bs, length=1, vary=rng.random() < 0.5, sources=nsrc,
+                                          mode=mode, assert_inputs=hostile, hostile=hostile, short_sources=hostile))
+    problems = check_call(call, DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
+
+
+@pytest.mark.parametrize("extra", [1, 2], ids=["tile+1", "2tiles+1"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_last_tile_of_one_token_matches_torch_ref(variant: int, extra: int, launches: Recorder,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    rng = random.Random(SEED + extra)
+    call = large_write_call(rng, requests=3, length=extra * TUNING["write_tile"] + 1, sources=rng.choice([0, 2]),
+                            mode=kc.RealKvHashMode.PARTIAL, hostile=rng.random() < 0.5)
+    problems = check_call(call, DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
+
+
+@pytest.mark.parametrize(("nsrc", "short"), [(1, 0), (4, 2)])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_strips_past_a_source_match_torch_ref(variant: int, nsrc: int, short: int, launches: Recorder,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    rng = random.Random(SEED + 10 * nsrc + short)
+    problems = check_call(short_source_decode(rng, nsrc, short, kc.RealKvHashMode.PARTIAL), DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
