@@ -51,7 +51,7 @@ def test_cpu_quick_run_writes_every_variant(tmp_path: Path) -> None:
     run = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     cases = [rec["case"] for rec in json.loads(out.read_text())]
-    names = ["all", "all, in turn"] + [f"{w} {g}" if w == "without" else f"{g} {w}"
+    names = ["all", "all, sequential", "all, in turn"] + [f"{w} {g}" if w == "without" else f"{g} {w}"
                                         for g in bn.GROUPS for w in ("without", "alone")]
     names += ["V on a second branch", "what if: K only"]
     assert cases == [f"HEAD + TAIL eager, {n} bs=2 ctx=32" for n in names]
