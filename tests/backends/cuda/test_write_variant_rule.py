@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+import kvcanary.manager.forward as forward_mod
 import kvcanary_backends.cuda._pack as pack_mod
+from kvcanary.launch.write import launch_canary_write_kernel
+from kvcanary.manager import CanaryCapacities
 from kvcanary.ops.write import WriteLaunch
 from kvcanary.registry import REGISTRY, Op, register_backend
 from kvcanary.testing import calls
@@ -26,6 +29,8 @@ from kvcanary_backends.cuda import write
 from kvcanary_backends.cuda._pack import KernelCache
 from kvcanary_backends.cuda._specs import EXTENSION_KEYS, KEYS
 from tests.backends.cuda import _emu, _support
+from tests.manager.graph_parity import pad_eagerly
+from tests.manager.world import MAX_LEN, NUM_SLOTS, ROWS, Req, make_world
 from tools.scenarios import large_write_call
 
 DECODE, LONG = write.DECODE_VARIANT, write.LONG_VARIANT
@@ -210,3 +215,26 @@ _GPU_SKIP = _support.cuda_skip_reason()
 @pytest.mark.parametrize("name", list(EDGE))
 def test_gpu_launch_on_each_side_matches_the_reference(name: str) -> None:
     assert check_call(EDGE[name][0](), "cuda", "cuda") == []
+
+
+# -- the shapes the manager hands the rule --------------------------------------------------------------------
+def test_a_bucketed_decode_step_is_decode_shaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manager's padded forward (its own graphs' path) writes a decode step of 5 one-token rows with its plan
+    of ``write_req_capacity`` rows (6 here, not a power of two): the tokens are padded to their own rung (8), so
+    the launch has more tokens than plan rows and the rule picks the long variant for a decode step."""
+    seen: list[tuple[int, int]] = []
+
+    def spy(**kw: Any) -> None:
+        seen.append((int(kw["input_ids"].shape[0]), int(kw["plan"].write_seed_slot_indices.shape[0])))
+        launch_canary_write_kernel(**kw)
+
+    monkeypatch.setattr(forward_mod, "launch_canary_write_kernel", spy)
+    caps = CanaryCapacities.from_engine(pool_slot_count=NUM_SLOTS, max_batch_size=5, req_rows=ROWS,
+                                        max_tokens_per_forward=MAX_LEN, max_context_len=MAX_LEN)  # row 0 + 5
+    w = make_world(verify_token=False, capacities=caps)
+    assert w.manager.capacities.write_req_capacity == 6
+    pad_eagerly(w.manager)
+    reqs = [Req(r, list(range(100 * r, 100 * r + 8)), [10 * r]) for r in range(1, 6)]
+    w.forward([(q, 0, 1) for q in reqs])  # five one-token requests: a decode-shaped step
+    assert seen and all(ntok >= 5 for ntok, _ in seen)
+    assert [write.variant_for(ntok, rows) for ntok, rows in seen] == [DECODE] * len(seen), seen
