@@ -147,6 +147,8 @@ class ForwardGraphs:
         rows, tokens = _rung(batch_size, self.rows[-1]), _rung(num_tokens, self.tokens[-1])
         if rows is None or tokens is None:
             return None
+        if num_tokens <= self.rows[-1] < tokens:  # a decode step stays decode-shaped: no more tokens than plan
+            tokens = self.rows[-1]  # rows, whatever the rung (the cuda write picks its kernel by that shape)
         return Bucket(rows, tokens, stride)
 
     def run(self, phase: str, bucket: Bucket, launches: Callable[[], None]) -> None:
