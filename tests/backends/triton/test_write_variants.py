@@ -85,6 +85,19 @@ def test_a_last_tile_of_one_token_matches_torch_ref(variant: int, extra: int, la
     check_consts(launches, variant)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_token_tiles_match_torch_ref(variant: int, launches: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A serial tile of one token (``write_tile`` 1): every tile holds one token, only the last is the request's
+    last, so the lean chain's shortcut must not skip the hash of the others."""
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    monkeypatch.setitem(TUNING, "write_tile", 1)
+    rng = random.Random(SEED + 20)
+    call = large_write_call(rng, requests=2, length=3, sources=rng.choice([0, 2]), mode=kc.RealKvHashMode.PARTIAL)
+    problems = check_call(call, DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
+
+
 @pytest.mark.parametrize(("nsrc", "short"), [(1, 0), (4, 2)])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_strips_past_a_source_match_torch_ref(variant: int, nsrc: int, short: int, launches: Recorder,
