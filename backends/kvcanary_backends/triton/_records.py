@@ -71,10 +71,11 @@ def context_args(ctx: VerifyOrWriteContext, *, with_chain_assert: bool) -> Conte
 @device_fn
 def append_rows(ring: tl.tensor, write_index: tl.tensor, ring_cap: tl.tensor, keep: tl.tensor,
                 c0: tl.tensor, c1: tl.tensor, c2: tl.tensor, c3: tl.tensor,
-                c4: tl.tensor, c5: tl.tensor, c6: tl.tensor, c7: tl.tensor, SEM: tl.constexpr = "acq_rel") -> None:
+                c4: tl.tensor, c5: tl.tensor, c6: tl.tensor, c7: tl.tensor, SEM: tl.constexpr) -> None:
     """Append one row per set lane of ``keep`` (a scalar or a vector); columns broadcast to its shape. ``SEM``:
     the claim's memory order; nothing in a launch reads a row, so "relaxed" suffices and spares the fence that
-    an "acq_rel" atomic compiles to (a wait for every store before it)."""
+    an "acq_rel" atomic compiles to (a wait for every store before it). No default: Triton 3.6 fails to compile
+    a call that leaves a string constexpr to its default."""
     # Interpreter: a vector mask combined with a scalar bool can carry int64 data, which its atomics reject;
     # comparing with 0 makes it a real bool (free when compiled).
     keep = keep != 0

@@ -123,7 +123,8 @@ def _verify_kernel(
         keep = live & (bits != 0)
         append_rows(ring, write_index, ring_cap, keep,
                     kind, row_slot, tl.where(slot_oob, exp_pos, pos), tl.where(slot_oob, -1, tok), exp_tok,
-                    tl.where(slot_oob, 0, chain), tl.where(slot_oob, 0, tl.where(prev_oob, prev, exp_chain)), bits)
+                    tl.where(slot_oob, 0, chain), tl.where(slot_oob, 0, tl.where(prev_oob, prev, exp_chain)), bits,
+                    "acq_rel")
 
 
 _LAUNCH = Launcher(_verify_kernel)

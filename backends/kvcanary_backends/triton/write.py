@@ -248,9 +248,10 @@ def _write_kernel(
             # step j + 1 are loaded during step j (those of a tile's first step during the tile before).
             hs = tl.zeros((TILE,), tl.int64)
             pps = tl.zeros((TILE,), tl.int64)
-            if LEAN and (count == 1):
-                # a tile of one token is the request's last (a decode step): its record stores the hash and
-                # position before it, in hand; its own link is never needed, so no step runs before the stores
+            if (LEAN and TILE > 1) and (count == 1):
+                # a tile of one token is the request's last (a decode step; not so with TILE 1): its record
+                # stores the hash and position before it, in hand; its own link is never needed, so no step runs
+                # before the stores
                 hs += as_i64(running)
                 pps += prev_pos
             else:

@@ -17,14 +17,16 @@ import time
 import zlib
 
 import pytest
+import torch
 
 import kvcanary as kc
-from kvcanary.testing.builders import Call, Device, Kwargs
+from kvcanary.registry import Op
+from kvcanary.testing.builders import Call, Device, Kwargs, context, context_outputs, write_kwargs, write_plan
 from kvcanary.testing.parity import check_call
 from kvcanary_backends.triton._jit import TUNING
 from tests.backends.triton._support import device
 from tests.backends.triton.test_write_chain_fold import TOKEN_ARGS, Recorder, launches, short_source_decode
-from tools.scenarios import large_write_call
+from tools.scenarios import kv_sources, large_write_call
 
 DEV = device()
 SEED = int(os.environ.get("KVCANARY_TEST_SEED", time.time_ns() % 2**32))
@@ -85,6 +87,19 @@ def test_a_last_tile_of_one_token_matches_torch_ref(variant: int, extra: int, la
     check_consts(launches, variant)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_token_tiles_match_torch_ref(variant: int, launches: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A serial tile of one token (``write_tile`` 1): every tile holds one token, only the last is the request's
+    last, so the lean chain's shortcut must not skip the hash of the others."""
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    monkeypatch.setitem(TUNING, "write_tile", 1)
+    rng = random.Random(SEED + 20)
+    call = large_write_call(rng, requests=2, length=3, sources=rng.choice([0, 2]), mode=kc.RealKvHashMode.PARTIAL)
+    problems = check_call(call, DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
+
+
 @pytest.mark.parametrize(("nsrc", "short"), [(1, 0), (4, 2)])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_strips_past_a_source_match_torch_ref(variant: int, nsrc: int, short: int, launches: Recorder,
@@ -94,3 +109,49 @@ def test_strips_past_a_source_match_torch_ref(variant: int, nsrc: int, short: in
     problems = check_call(short_source_decode(rng, nsrc, short, kc.RealKvHashMode.PARTIAL), DEV, "triton")
     assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
     check_consts(launches, variant)
+
+
+# Request rows of an uneven decode write (capacity 8, 6 valid, 8 tokens): request r's one token is at index r for
+# rows 0, 1 and 5 (the guess holds); row 2 holds two tokens from index 2, row 3 one at index 4 (the guess would
+# fold row 2's second token's strips), row 4 none; the padding rows 6 and 7 have one token each at their own index
+# (the guess would hold) and must write nothing.
+UNEVEN_OFFSETS = [0, 1, 2, 4, 5, 5, 6, 7, 8]
+
+
+def uneven_decode(rng: random.Random, nsrc: int, slot1: str) -> Call:
+    """The uneven decode write above over ``nsrc`` PARTIAL sources (the first 2 rows short), every token at a
+    distinct slot (``slot1``: row 1's, "valid", "skipped" (-1) or "past" the buffer), seeds random."""
+    num_slots = 24
+    buf = torch.randint(0, 256, (num_slots, kc.CANARY_SLOT_BYTES), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+    srcs = kv_sources(rng, num_slots, nsrc, short_rows=2)
+    locs = rng.sample(range(num_slots), 8)
+    locs[1] = {"valid": locs[1], "skipped": -1, "past": num_slots + 2}[slot1]
+    seeds = [rng.choice([-1, rng.randrange(num_slots), num_slots + 3]) for _ in range(8)]
+    ids = [rng.randrange(50000) for _ in range(8)]
+    poss = [rng.randrange(1, 4) for _ in range(8)]
+
+    def make(dev: Device) -> Kwargs:
+        sources = [dataclasses.replace(s, tensor=s.tensor.to(dev, copy=True)) for s in srcs]
+        ctx = context(canary_buf=buf.to(dev, copy=True), sources=sources, mode=kc.RealKvHashMode.PARTIAL, ring=64)
+
+        def t(xs: list[int]) -> torch.Tensor:
+            return torch.tensor(xs, dtype=torch.int64, device=dev)
+
+        return write_kwargs(ctx, write_plan(UNEVEN_OFFSETS, seeds, num_valid=6, device=dev), t(ids), t(poss), t(locs))
+
+    return Call(Op.WRITE, make, context_outputs, 0, label=f"uneven decode write, {nsrc} sources, row 1 {slot1}")
+
+
+@pytest.mark.parametrize("slot1", ["valid", "skipped", "past"])
+@pytest.mark.parametrize("nsrc", [1, 4])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_uneven_decode_offsets_match_torch_ref(variant: int, nsrc: int, slot1: str, launches: Recorder,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guessed slot (bit 4) is used only where the offsets put the request's one token at its row's index."""
+    monkeypatch.setitem(TUNING, "write_variant", variant)
+    rng = random.Random(SEED + 30 + nsrc)
+    problems = check_call(uneven_decode(rng, nsrc, slot1), DEV, "triton")
+    assert not problems, f"KVCANARY_TEST_SEED={SEED}: {problems}"
+    check_consts(launches, variant)
+    assert [c["CHAIN_FOLD"] for _, c in launches.launches] == [True], launches.launches
