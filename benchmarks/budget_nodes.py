@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = Pool(shape, bs=bs, ctx=ctx, buffers=1, device=dev)
     m, batch = attach_canary(pool, budget=budget, backend=args.backend, chunk=min(ctx, 512), graphs=False)
     runner: ForwardRunner = m._forwards[0]
+    if m.branch is not None:
+        m.branch.enabled = True  # the ``all`` row forks (off by default in a manager); ``all, sequential`` does not
     nodes = forward_nodes(runner, batch)
     flush = torch.zeros(args.flush_mib << 18, dtype=torch.int32, device=dev) if args.flush_mib and not cpu else None
 

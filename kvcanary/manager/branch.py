@@ -28,6 +28,11 @@ import torch
 from kvcanary.manager.endpoints import Endpoint
 from kvcanary.registry import REGISTRY, Op
 
+ON_BY_DEFAULT = False
+"""Whether a new manager forks V's launches under capture. Off until the fork's GPU tests and figures have run
+on a GPU; ``manager.branch.enabled = True`` turns it on for one manager (its GPU tests and
+``benchmarks/budget_nodes.py`` do)."""
+
 FORK_BACKENDS = frozenset({"cuda", "triton"})
 """Backends whose verify and write append ring rows and count with atomics and allocate nothing at launch: the
 only ones whose V launches may run beside K's."""
@@ -63,14 +68,17 @@ class VBranch:
         """The side stream: torch's, so the caching allocator knows it; made once (outside any capture)."""
         self.forks = 0
         """Phases forked so far (captures only: a replay runs no host code)."""
+        self.enabled = ON_BY_DEFAULT
+        """Whether phases fork at all (:data:`ON_BY_DEFAULT`); set it before the manager captures its graphs."""
 
     def capturing(self) -> bool:
         """Whether a CUDA graph is being captured on the current stream (the fork's only occasion)."""
         return torch._C._cuda_isCurrentStreamCapturing()
 
     def usable(self, backend: str | None) -> bool:
-        """Whether this phase may fork: a capture is in progress and its backends append with atomics."""
-        return self.capturing() and forkable_backend(self.device, backend)
+        """Whether this phase may fork: the fork is on, a capture is in progress and its backends append with
+        atomics."""
+        return self.enabled and self.capturing() and forkable_backend(self.device, backend)
 
     def run(self, main: Callable[[], None], side: Callable[[], None], pair: int) -> None:
         """``side`` on the side stream beside ``main`` (:meth:`launch`), and the phase's launch-tag ``pair`` (its

@@ -14,6 +14,7 @@ import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryConfig, VerifyBudget
+from kvcanary.manager import branch as branch_module
 from kvcanary.manager.branch import VBranch
 from kvcanary.registry import REGISTRY, BackendError, Op
 from tests.manager.graph_parity import device_buffers, differences
@@ -60,6 +61,12 @@ def _rows(w: World) -> list[Row]:
     return [(e.violation.kernel_kind, e.violation.slot_idx, e.violation.position, e.violation.stored_token,
              e.violation.expected_token, e.violation.stored_chain_hash, e.violation.expected_aux,
              e.violation.fail_reason_bits) for e in w.manager.events]
+
+
+@pytest.fixture(autouse=True)
+def _fork_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork is off by default in a manager (until measured on a GPU); these tests turn it on."""
+    monkeypatch.setattr(branch_module, "ON_BY_DEFAULT", True)
 
 
 def _eager(backend: str, budget: bool) -> World:

@@ -93,7 +93,7 @@ TUNING: Tuning = Tuning({
     # 1 relaxed atomics (no fence before a counter or a ring claim); 2 the lean decode chain (the first round
     # holds every independent load; a one-token tile runs no serial step); 4 a decode write's strips at the
     # guessed slot (PARTIAL chain fold: request r's token at index r)
-    "write_variant": 7,
+    "write_variant": 0,
     "plan_tile": 1024,  # verify entries per plan tile (a tile never spans two requests)
     "plan_chunk": 256,  # batch rows held in registers at a time (the scan: one chunk for bs <= 256)
     "plan_warps": 8,
