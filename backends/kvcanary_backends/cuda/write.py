@@ -154,7 +154,7 @@ def prepare_variant(call: WriteLaunch, variant: int) -> Launch:
     if variant not in VARIANTS:
         raise ValueError(f"variant: KVC_WRITE_VARIANT must be one of {VARIANTS}, not {variant!r}")
     key, sizes, args = pack(call)
-    return prepare_launch(KERNELS, call.context.canary_buf.get_device(), (*key[:7], variant), sizes, args, shape)
+    return prepare_launch(KERNELS, call.context.canary_buf.get_device(), (*key[:-1], variant), sizes, args, shape)
 
 
 @KERNELS.kernel(WRITE, notes=notes(), prepare=prepare)
