@@ -19,19 +19,19 @@ import numpy as np
 Rows = np.ndarray[Any, np.dtype[np.int64]]
 
 
-def in_launch_order(rows: Rows, pairs: Set[int]) -> Rows | None:
-    """``rows`` (``n x VIOLATION_FIELDS``, as read back) with each run of one forked pair's rows sorted K first, or
-    None when no such run has a V row before a K row (the usual case: nothing to move, nothing copied). A few
+def in_launch_order(rows: Rows, pairs: Set[int]) -> Rows:
+    """``rows`` (``n x VIOLATION_FIELDS``, as read back) with each run of one forked pair's rows sorted K first;
+    ``rows`` itself when no such run has a V row before a K row (the usual case: nothing to move, nothing copied). A few
     vectorised passes over the tags; nothing at all below two rows or with no pair forked."""
     n = int(rows.shape[0])
     if n < 2 or not pairs:
-        return None
+        return rows
     tag = rows[:, 0]
     pair = tag // 2
     same = pair[1:] == pair[:-1]
     forked = np.isin(pair, np.fromiter(pairs, dtype=np.int64, count=len(pairs)))
     if not (same & (tag[1:] < tag[:-1]) & forked[1:]).any():
-        return None
+        return rows
     run = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(~same)))
     key = np.where(forked, tag, 0)  # a run of another pair keeps its order (one key for all its rows)
     return rows[np.lexsort((key, run))]

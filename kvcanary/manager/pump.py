@@ -259,12 +259,8 @@ class SnapshotPump:
         if n == have and (n == 0 or np.array_equal(raw, prev)):
             return
         if n > have and (have == 0 or np.array_equal(raw[:have], prev)):
-            rows = self.rows + tuple(map(tuple, self._ordered(raw[have:]).tolist()))
+            rows = self.rows + tuple(map(tuple, in_launch_order(raw[have:], self.forked_pairs).tolist()))
         else:
-            rows = tuple(map(tuple, self._ordered(raw).tolist()))
+            rows = tuple(map(tuple, in_launch_order(raw, self.forked_pairs).tolist()))
         self.rows, self._rows_raw = rows, raw.copy()
 
-    def _ordered(self, new: np.ndarray[Any, np.dtype[np.int64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """A read's new rows in launch order (:attr:`forked_pairs`): ``new`` itself when nothing moves."""
-        moved = in_launch_order(new, self.forked_pairs)
-        return new if moved is None else moved
