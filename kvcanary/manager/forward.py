@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -50,8 +51,19 @@ the copy of any other length is issued eagerly before the staged HEAD without it
 _ptr, _size = torch.Tensor.data_ptr, torch.Tensor.size  # what a staged graph's parts are compared by
 _Where = tuple[tuple[int, ...], tuple[torch.Size, ...]]
 """Where a batch's staging parts are: their data pointers and sizes."""
-_Staged = tuple[_Where, Callable[[], None], StepViews, list[torch.Tensor]]
-"""A kept batch's staged HEAD: where its parts were at the capture, its launches, the views they fill, the parts."""
+
+
+class _Staged(NamedTuple):
+    """A kept batch's staged HEAD (made once per batch)."""
+
+    where: _Where
+    """Where its parts were when it was made: their data pointers and sizes."""
+    run: Callable[[], None]
+    """Its launches: the staging copy, then the bucket's HEAD launches."""
+    views: StepViews
+    """The views the launches fill."""
+    parts: list[torch.Tensor]
+    """The staging's kept parts the copy reads."""
 
 
 def restart_unslotted_seeds(seeds: torch.Tensor, mask: torch.Tensor) -> None:
@@ -173,8 +185,8 @@ class ForwardRunner:
             if self._reuses >= STAGED_AFTER:
                 staged = self._staged_for(batch, kept, launches)
                 if staged is not None:
-                    self._views = staged[2]
-                    name, run = _STAGED, staged[1]
+                    self._views = staged.views
+                    name, run = _STAGED, staged.run
                     if pinned is not None and pinned.pending:  # the map's copy, a memcpy node of the graph
                         k, n = pinned.take()
                         with_copy = self._staged_runs.get((k, n)) or self._staged_h2d(staged, pinned, k, n)
@@ -221,8 +233,8 @@ class ForwardRunner:
         whose tensors moved (or were resized) gets a new staged graph. None: the staging holds another batch."""
         staged = self._staged
         if staged is not None:  # made for this batch (a new batch drops it): its parts are the staging's kept ones
-            parts = staged[3]
-            if staged[0] == (tuple(map(_ptr, parts)), tuple(map(_size, parts))):
+            parts = staged.parts
+            if staged.where == (tuple(map(_ptr, parts)), tuple(map(_size, parts))):
                 return staged
             self._drop_staged()
         kept = self.staging.kept(batch, bucket.rows, bucket.tokens)
@@ -234,7 +246,7 @@ class ForwardRunner:
         def run() -> None:
             torch.cat(parts, out=packed)
             launches()
-        staged = self._staged = (where, run, self.staging.padded_views(bucket.rows, bucket.tokens), parts)
+        staged = self._staged = _Staged(where, run, self.staging.padded_views(bucket.rows, bucket.tokens), parts)
         return staged
 
     def _staged_h2d(self, staged: _Staged, pinned: PinnedInputs, k: int,
@@ -248,7 +260,7 @@ class ForwardRunner:
             lengths = {m for _, m in self._staged_runs}
             if n not in lengths and len(lengths) >= STAGED_LENGTHS:
                 return None
-            copy, launches = pinned.copy(k, n), staged[1]
+            copy, launches = pinned.copy(k, n), staged.run
 
             def run() -> None:
                 copy()
