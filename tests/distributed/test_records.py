@@ -29,7 +29,7 @@ from kvcanary.hashing import MASK64, splitmix64, to_int64
 from kvcanary.plans import VerifyPlan
 from kvcanary_backends.torch_ref._hash import splitmix64 as splitmix64_tensor
 from tests.distributed.world import events
-from tests.manager.test_capture_safety import HOST_READS, _forbid
+from tests.manager.host_reads import no_host_reads
 from tests.manager.world import Req, World, make_world
 
 
@@ -167,9 +167,7 @@ def test_the_digest_reads_nothing_on_the_host(monkeypatch: pytest.MonkeyPatch) -
     buf = w.manager.groups[0].k_head
     acc = DigestAccumulator(buf)
     loc = torch.tensor([*req.slots, 0, -1])
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
+    with no_host_reads(monkeypatch):
         acc.add(loc)
         acc.add(loc)
     assert torch.equal(acc.acc, 2 * fold_records(buf, loc))
@@ -257,9 +255,7 @@ def test_tensor_runs_are_planned_without_reading_a_value_on_the_host(monkeypatch
     monkeypatch.setattr(verify_module, "launch_canary_verify_kernel", record)
     ver = TransferVerifier(dst.manager, capacity=3)
     slots, tokens = torch.tensor([7, 9, 4, 12, 5]), torch.tensor([70, 90, 40, 120, 50])
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
+    with no_host_reads(monkeypatch):
         ver.verify(slots, first_position=2, prev_slot=3, tokens=tokens)
     got = [[t[: int(n[0])].tolist() for t in fields] for n, fields in plans[:: len(ver.endpoints)]]
     assert got == [[[7, 9, 4], [2, 3, 4], [3, 7, 9], [70, 90, 40]],

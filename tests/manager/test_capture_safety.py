@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
 
 from kvcanary.consts import RealKvHashMode
 from kvcanary.extensions import Extensions
-from kvcanary.manager import CanaryConfig, CanaryManager, VerifyBudget
+from kvcanary.manager import CanaryBatch, CanaryConfig, CanaryManager, VerifyBudget
 from kvcanary.registry import REGISTRY, Backend, Op, OpSupport, register_backend
+from tests.manager.host_reads import no_host_reads
 from tests.manager.test_rotation import layered_world
-from tests.manager.world import Req, make_world
+from tests.manager.world import Req, World, make_world
 
 CALLS: list[str] = []
 
@@ -58,11 +58,14 @@ def recording_backend() -> Iterator[str]:
     REGISTRY.unregister(_NAME)
 
 
-def _forbid(*_: Any, **__: Any) -> Any:
-    raise AssertionError("a device value was read on the host inside the per-forward path")
-
-
-HOST_READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "cpu")
+def _head_and_tail(w: World, batch: CanaryBatch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``batch``'s prepare (which may read host snapshots), then its head and tail with no host read allowed,
+    recording only their launches."""
+    w.manager.prepare(batch)
+    CALLS.clear()
+    with no_host_reads(monkeypatch):
+        w.manager.head(batch)
+        w.manager.tail()
 
 
 def test_head_and_tail_do_no_host_reads(recording_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,22 +74,14 @@ def test_head_and_tail_do_no_host_reads(recording_backend: str, monkeypatch: pyt
     w = make_world(config=cfg, swa_window=4)
     a = Req(1, list(range(100, 120)), list(range(1, 9)))
     batch = w.forward([(a, 0, 8)])  # a full lifecycle first (prepare may read host snapshots)
-    w.manager.prepare(batch)
-    CALLS.clear()
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
-        w.manager.head(batch)
-        w.manager.tail()
+    _head_and_tail(w, batch, monkeypatch)
     # FULL and SWA groups: one plan each, HEAD and TAIL verify + write for K and V
     assert CALLS.count("plan") == 2 and CALLS.count("verify") == 8 and CALLS.count("write") == 8
 
 
 def test_the_guard_itself_catches_a_host_read(monkeypatch: pytest.MonkeyPatch) -> None:
     t = torch.ones(1)
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
+    with no_host_reads(monkeypatch):
         with pytest.raises(AssertionError):
             int(t)
         with pytest.raises(AssertionError):
@@ -105,13 +100,7 @@ def test_extensions_and_layer_rotation_do_no_host_reads(recording_backend: str,
                                                          write_slot_owner_mismatch=True)))
     a = Req(1, list(range(100, 120)), list(range(1, 9)))
     batch = w.forward([(a, 0, 8)])
-    w.manager.prepare(batch)
-    CALLS.clear()
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
-        w.manager.head(batch)
-        w.manager.tail()
+    _head_and_tail(w, batch, monkeypatch)
     # one plan; HEAD and TAIL verify + write for K and V; then 3 rotation sets: a verify and a write each
     assert CALLS.count("plan") == 1 and CALLS.count("verify") == 4 + 3 and CALLS.count("write") == 4 + 3
 
@@ -127,13 +116,7 @@ def test_the_bucketed_path_does_no_host_reads(recording_backend: str, monkeypatc
     graphs = pad_eagerly(w.manager)
     a = Req(1, list(range(100, 120)), list(range(1, 9)))
     batch = w.forward([(a, 0, 8)], pad_rows=2)
-    w.manager.prepare(batch)
-    CALLS.clear()
-    with monkeypatch.context() as m:
-        for name in HOST_READS:
-            m.setattr(torch.Tensor, name, _forbid)
-        w.manager.head(batch)
-        w.manager.tail()
+    _head_and_tail(w, batch, monkeypatch)
     assert graphs[0].padded_eager == 4  # HEAD and TAIL of both forwards went through the bucket
     assert CALLS.count("plan") == 2 and CALLS.count("verify") == 8 and CALLS.count("write") == 8
     assert CALLS.count("budget") == 2  # one filter launch per plan: the budget's HEAD and TAIL share it
