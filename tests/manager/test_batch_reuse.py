@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
@@ -16,35 +15,8 @@ from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryCapacities, CanaryConfig
 from kvcanary.manager.graphs import STAGED_AFTER
 from tests.manager.graph_parity import PhaseLog, device_buffers, differences, pad_eagerly
+from tests.manager.reused_batches import ReusedBatches
 from tests.manager.world import Req, World, make_world
-
-
-class _Reusing:
-    """Makes ``w.build`` return the previous batch object, refilled in place, whenever every tensor of the new
-    batch has the shape of the previous one's (else the new batch, kept for the next forward)."""
-
-    def __init__(self, w: World) -> None:
-        self.kept: CanaryBatch | None = None
-        self.reused = 0
-        self._build = w.build
-        w.build = self.build  # type: ignore[method-assign]
-
-    @staticmethod
-    def _tensors(b: CanaryBatch) -> list[torch.Tensor]:
-        assert b.expected_tokens is not None
-        return [b.req_pool_indices, b.prefix_lens, b.extend_lens, b.input_ids, b.positions, b.out_cache_loc,
-                b.expected_tokens.flat, b.expected_tokens.lens]
-
-    def build(self, *a: Any, **k: Any) -> CanaryBatch:
-        fresh = self._build(*a, **k)
-        kept = self.kept
-        if kept is not None and [t.shape for t in self._tensors(kept)] == [t.shape for t in self._tensors(fresh)]:
-            for dst, src in zip(self._tensors(kept), self._tensors(fresh), strict=True):
-                dst.copy_(src)
-            self.reused += 1
-            return kept
-        self.kept = fresh
-        return fresh
 
 
 def _decodes(w: World, *, flip_at: int = 3) -> None:
@@ -80,7 +52,7 @@ def test_a_reused_batch_leaves_every_buffer_as_fresh_batches_do(padded: bool, mo
     if padded:
         pad_eagerly(fresh.manager)
         pad_eagerly(reusing.manager)
-    reuse = _Reusing(reusing)
+    reuse = ReusedBatches(reusing)
     checks: list[CanaryBatch] = []
     validate: Callable[[CanaryBatch, torch.device], None] = CanaryBatch.validate
 
@@ -109,7 +81,7 @@ def test_a_reused_batch_leaves_every_buffer_as_fresh_batches_do(padded: bool, mo
 def test_a_reused_batch_stages_its_new_values_into_the_same_bucket() -> None:
     w = make_world(config=_config())
     pad_eagerly(w.manager)
-    _Reusing(w)
+    ReusedBatches(w)
     a = Req(1, list(range(100, 130)), [1, 2, 3])
     w.forward([(a, 0, 3)])
     w.step()
@@ -150,7 +122,7 @@ def test_a_refused_batch_is_refused_again() -> None:
 def test_a_reused_batch_runs_unpadded_once_the_graphs_are_off() -> None:
     w = make_world(config=_config())
     (graphs,) = pad_eagerly(w.manager)
-    _Reusing(w)
+    ReusedBatches(w)
     a = Req(1, list(range(100, 130)), [1, 2, 3])
     w.forward([(a, 0, 3)])
     w.step()
@@ -202,7 +174,7 @@ def test_a_kept_batch_runs_its_staged_head_once_reused_enough() -> None:
     g = w.manager._forwards[0].graphs = _Phases(rows_capacity=caps.write_req_capacity,
                                                 tokens_capacity=caps.write_token_capacity)
     pad_eagerly(fresh.manager)
-    reuse = _Reusing(w)
+    reuse = ReusedBatches(w)
     a, a2 = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
     b, b2 = Req(2, list(range(200, 230)), [4, 5]), Req(2, list(range(200, 230)), [4, 5])
     for world, ra, rb in ((w, a, b), (fresh, a2, b2)):
@@ -245,7 +217,7 @@ def test_a_kept_batch_replayed_from_its_staged_graph_equals_fresh_eager_batches(
     and every buffer and report ends as fresh batches run eagerly leave them."""
     graphed = make_world(config=dataclasses.replace(_config(), graphs=True), device="cuda")
     fresh = make_world(config=dataclasses.replace(_config(), graphs=False), device="cuda")
-    reuse = _Reusing(graphed)
+    reuse = ReusedBatches(graphed)
     a, a2 = Req(1, list(range(100, 130)), [1, 2, 3]), Req(1, list(range(100, 130)), [1, 2, 3])
     b, b2 = Req(2, list(range(200, 230)), [4, 5]), Req(2, list(range(200, 230)), [4, 5])
     for world, ra, rb in ((graphed, a, b), (fresh, a2, b2)):

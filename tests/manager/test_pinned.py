@@ -21,6 +21,7 @@ from kvcanary.manager import CanaryBatch, CanaryConfig
 from kvcanary.manager.forward import STAGED_LENGTHS
 from kvcanary.manager.pinned import FORWARDS_PER_STEP, PinnedInputs
 from tests.manager.graph_parity import PhaseLog, device_buffers, differences, pad_eagerly
+from tests.manager.reused_batches import ReusedBatches
 from tests.manager.world import Req, World, make_world
 
 
@@ -178,22 +179,25 @@ def _config(*, verify_token: bool = False) -> CanaryConfig:
                         health_warmup_steps=2, health_every=1)
 
 
-class _Pinned:
+class _Pinned(ReusedBatches):
     """Makes ``w.build`` hand a batch whose rows, prefix and extend lengths are views of the manager's pinned
     inputs (written with numpy, committed, copied by the HEAD), and the same batch object again, its other tensors
     refilled in place, while the shapes hold (what the transformers map does)."""
 
     def __init__(self, w: World) -> None:
         self.pinned = w.manager.pinned_inputs(3 * w.manager.capacities.write_req_capacity)
-        self.kept: CanaryBatch | None = None
-        self.reused = 0
-        self._build = w.build
-        w.build = self.build  # type: ignore[method-assign]
+        super().__init__(w)
 
     @staticmethod
-    def _refilled(b: CanaryBatch) -> list[torch.Tensor]:
+    def refilled(b: CanaryBatch) -> list[torch.Tensor]:
         assert b.expected_tokens is not None
         return [b.input_ids, b.positions, b.out_cache_loc, b.expected_tokens.flat, b.expected_tokens.lens]
+
+    def keep(self, fresh: CanaryBatch) -> CanaryBatch:
+        bs = fresh.batch_size
+        dev = self.pinned.device
+        return dataclasses.replace(fresh, req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs],
+                                   extend_lens=dev[2 * bs : 3 * bs])
 
     def build(self, *a: Any, **k: Any) -> CanaryBatch:
         fresh = self._build(*a, **k)
@@ -201,17 +205,7 @@ class _Pinned:
         host = self.pinned.host()
         host[: 3 * bs] = torch.cat([fresh.req_pool_indices, fresh.prefix_lens, fresh.extend_lens]).cpu().numpy()
         self.pinned.commit(3 * bs)
-        kept = self.kept
-        if kept is not None and kept.batch_size == bs and \
-                [t.shape for t in self._refilled(kept)] == [t.shape for t in self._refilled(fresh)]:
-            for dst, src in zip(self._refilled(kept), self._refilled(fresh), strict=True):
-                dst.copy_(src)
-            self.reused += 1
-            return kept
-        dev = self.pinned.device
-        self.kept = dataclasses.replace(fresh, req_pool_indices=dev[:bs], prefix_lens=dev[bs : 2 * bs],
-                                        extend_lens=dev[2 * bs : 3 * bs])
-        return self.kept
+        return self.reuse(fresh)
 
 
 def _decodes(worlds: list[World], *, flip_at: int | None = 5, steps: int = 8) -> list[tuple[Req, Req]]:
