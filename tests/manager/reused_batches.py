@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from kvcanary.manager import CanaryBatch
+from tests.manager.graph_parity import device_buffers, differences
 from tests.manager.world import World
 
 
@@ -47,3 +48,14 @@ class ReusedBatches:
             return kept
         self.kept = self.keep(fresh)
         return self.kept
+
+
+def same_as_fresh(w: World, fresh: World) -> None:
+    """After both flush: ``w`` (handed reused batches) ends as ``fresh`` (fresh batches) does, byte for byte in
+    every device buffer, event for event, launch count for launch count; ``fresh`` must have found the flip."""
+    w.manager.flush()
+    fresh.manager.flush()
+    assert fresh.manager.events, "the flip must show"
+    assert differences(device_buffers(w.manager), device_buffers(fresh.manager)) == []
+    assert [e.violation for e in w.manager.events] == [e.violation for e in fresh.manager.events]
+    assert w.manager.health.issued == fresh.manager.health.issued

@@ -20,8 +20,8 @@ from kvcanary.consts import RealKvHashMode
 from kvcanary.manager import CanaryBatch, CanaryConfig
 from kvcanary.manager.forward import STAGED_LENGTHS
 from kvcanary.manager.pinned import FORWARDS_PER_STEP, PinnedInputs
-from tests.manager.graph_parity import PhaseLog, device_buffers, differences, pad_eagerly
-from tests.manager.reused_batches import ReusedBatches
+from tests.manager.graph_parity import PhaseLog, pad_eagerly
+from tests.manager.reused_batches import ReusedBatches, same_as_fresh
 from tests.manager.world import Req, World, make_world
 
 
@@ -230,15 +230,6 @@ def _decodes(worlds: list[World], *, flip_at: int | None = 5, steps: int = 8) ->
     return reqs
 
 
-def _same(w: World, fresh: World) -> None:
-    w.manager.flush()
-    fresh.manager.flush()
-    assert fresh.manager.events, "the flip must show"
-    assert differences(device_buffers(w.manager), device_buffers(fresh.manager)) == []
-    assert [e.violation for e in w.manager.events] == [e.violation for e in fresh.manager.events]
-    assert w.manager.health.issued == fresh.manager.health.issued
-
-
 @pytest.mark.parametrize("verify_token", [False, True], ids=["plain", "verify-token"])
 @pytest.mark.parametrize("padded", [False, True], ids=["eager", "bucketed"])
 def test_a_map_through_pinned_inputs_leaves_every_buffer_as_fresh_batches_do(padded: bool,
@@ -251,7 +242,7 @@ def test_a_map_through_pinned_inputs_leaves_every_buffer_as_fresh_batches_do(pad
     pinned = _Pinned(w)
     _decodes([w, fresh])
     assert pinned.reused == 7 and pinned.pinned.pending == 0
-    _same(w, fresh)
+    same_as_fresh(w, fresh)
 
 
 def test_a_kept_batch_runs_the_pinned_copy_inside_its_staged_head_one_unit_per_host_buffer() -> None:
@@ -272,7 +263,7 @@ def test_a_kept_batch_runs_the_pinned_copy_inside_its_staged_head_one_unit_per_h
             assert heads == ["head", "head", "head"] + ["head_staged"] * 6 + ["head"]
         else:
             assert heads == ["head", "head", "head"] + ["head_staged/1/6", "head_staged/0/6"] * 3 + ["head"]
-        _same(w, fresh)
+        same_as_fresh(w, fresh)
 
 
 class _Lengths(_Pinned):
@@ -303,7 +294,7 @@ def test_a_kept_batch_holds_staged_graphs_for_a_few_committed_lengths_only() -> 
     lengths = {int(r.split("/")[2]) for r in staged if r.count("/") == 2}
     assert len(lengths) == STAGED_LENGTHS and "head_staged" in staged  # the other lengths: the plain staged HEAD
     assert len(w.manager._forwards[0]._staged_runs) <= 2 * STAGED_LENGTHS
-    _same(w, fresh)
+    same_as_fresh(w, fresh)
 
 
 @pytest.mark.gpu
@@ -321,7 +312,7 @@ def test_a_staged_graph_copying_from_pinned_inputs_equals_fresh_eager_batches() 
     # HEAD and TAIL of the two buckets, and the kept batch's two staged HEAD graphs (one per host buffer)
     assert g.captures >= 6 and g.replays >= 2 * 8
     assert pinned.reused == 11 and pinned.pinned.pending == 0
-    _same(graphed, fresh)
+    same_as_fresh(graphed, fresh)
 
 
 def _slow_copies(w: World, rounds: int, *, end_every: int) -> torch.Tensor:
