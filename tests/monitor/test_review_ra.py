@@ -1,0 +1,99 @@
+"""Review rA (wave 3): what the monitor sinks report against what the guard did.
+
+Each xfail test pins a report that disagrees with the decision or the device counters behind it; the fix
+each expects is in its docstring."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kvcanary.guard.decision import GuardDecision
+from kvcanary.monitor import Monitor
+from tests.manager.world import Req, make_world
+from tests.monitor.test_monitor import monitored, scrape, value
+
+
+@pytest.mark.xfail(strict=True, reason="rA: a sliding-window quarantine (decision.quarantine_swa) is in no "
+                   "field of the isolation event")
+def test_the_isolation_event_names_the_sliding_window_blocks_it_quarantined(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``decision_event`` writes ``quarantined_blocks`` from ``decision.quarantine`` only: a decision that
+    quarantines ring blocks of the sliding-window pool logs an isolation event (the decision is not empty)
+    whose fields name no block at all. Fix: add a field for them (a field added under ``kvcanary.event/1``)."""
+    mon = Monitor(metrics=False)
+    with caplog.at_level(logging.INFO, logger="kvcanary.events"):
+        mon.on_decision(GuardDecision(step=4, events=(), quarantine_swa=(3, 9)))
+    events = [r.kvcanary_event for r in caplog.records if r.name == "kvcanary.events"]  # type: ignore[attr-defined]
+    assert len(events) == 1  # the decision is logged ...
+    named = [v for k, v in events[0].items() if "quarantine" in k]
+    assert any(sorted(v) == [3, 9] for v in named), events[0]  # ... and says which blocks left service
+
+
+@pytest.mark.xfail(strict=True, reason="rA: kvcanary_blocks_quarantined_total and health's blocks_quarantined "
+                   "leave out sliding-window blocks (decision.quarantine_swa)")
+def test_sliding_window_quarantines_are_counted() -> None:
+    """``MetricsSink.on_decision`` and ``HealthSink.on_decision`` add ``len(decision.quarantine)`` only:
+    blocks the isolate policy took out of the sliding-window pool are in neither. Fix: count them too (or
+    a ``pool`` label), and say so in docs/monitoring.md."""
+    reg = CollectorRegistry()
+    mon = Monitor(registry=reg, events=False)
+    mon.on_decision(GuardDecision(step=4, events=(), quarantine=(1,), quarantine_swa=(3, 9)))
+    assert mon.status().blocks_quarantined == 3
+    assert value(scrape(reg), "kvcanary_blocks_quarantined_total") == 3
+
+
+@pytest.mark.xfail(strict=True, reason="rA: kvcanary_isolation_decisions_total counts empty decisions, which "
+                   "are never handed to the engine (docs: 'isolation decisions handed to the engine')")
+def test_an_empty_decision_is_not_counted_as_handed_to_the_engine() -> None:
+    """The manager tells the sinks every decision, also an empty one (rows on a block already quarantined
+    whose holders were failed, or on the padding slot with no holder), and hands only non-empty ones to the
+    adapter. Fix: ``if not decision.empty`` around the increment (or change the docs' wording)."""
+    reg = CollectorRegistry()
+    mon = Monitor(registry=reg, events=False)
+    mon.on_decision(GuardDecision(step=5, events=()))
+    assert value(scrape(reg), "kvcanary_isolation_decisions_total") == 0
+
+
+@pytest.mark.xfail(strict=True, reason="rA: a new manager is detected by its step going below the last one; "
+                   "after a manager that ended only step 0 its counters are dropped")
+def test_a_new_manager_after_a_one_step_manager_continues_the_counters() -> None:
+    """``MetricsSink.on_step`` retires the old manager's totals only when ``stats.step < last.step``. An old
+    manager that ended one step (step 0; flushed when its cache is let go, as the transformers integration
+    does) and a new one whose first step is step 0 look like the same manager: the old launches vanish from
+    ``kvcanary_launches_total``. Fix: tell managers apart by identity (e.g. the stats' source), not by step."""
+    w, mon, reg, _a = monitored()  # one forward, one step: step 0
+    w.manager.flush()
+    before = value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL")
+    assert before > 0
+    w2 = make_world()
+    w2.manager.add_sink(mon)
+    w2.forward([(Req(1, list(range(100, 112)), list(range(1, 5))), 0, 4)])
+    w2.step()
+    w2.manager.flush()
+    assert value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL") == before + 2
+
+
+@pytest.mark.xfail(strict=True, reason="rA: a scrape racing the step that starts a new manager counts the old "
+                   "manager twice, and the next scrape goes backwards")
+def test_a_scrape_racing_a_new_managers_first_step_never_goes_backwards() -> None:
+    """``collect()`` reads ``self._stats`` when called and the base totals later, under the lock, when
+    prometheus-client iterates it; ``on_step`` folds the old stats into the base under the lock and swaps
+    ``self._stats`` after it. A scrape (an HTTP thread) between the two sees the old manager in the base and
+    in the stats: a counter that then falls back on the next scrape (a reset to Prometheus' ``rate``). The
+    interleaving is forced here by creating the collect generator before the step and reading it after.
+    Fix: take ``self._stats`` and the base in one critical section (and swap them in one)."""
+    w, mon, reg, _a = monitored()
+    w.step()
+    assert mon.metrics is not None
+    first = value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL")
+    racing = mon.metrics.collect()  # the scrape has begun: it holds the old manager's stats
+    w2 = make_world()
+    w2.manager.add_sink(mon)
+    w2.step()  # a new manager's first step: the old totals move into the base
+    raced = {s.labels.get("launch_tag"): s.value for fam in racing for s in fam.samples
+             if s.name == "kvcanary_launches_total"}
+    later = value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL")
+    assert raced["HEAD_K_FULL"] <= later, (first, raced["HEAD_K_FULL"], later)
