@@ -94,8 +94,11 @@ class MetricsSink:
     def on_step(self, stats: StepStats) -> None:
         last = self._stats
         if last is not None and stats.step < last.step:
-            self._retire(last)
-        self._stats = stats
+            with self._lock:  # the base and the stats change together: a scrape sees both or neither
+                self._retire(last)
+                self._stats = stats
+        else:
+            self._stats = stats
         counters = stats.kernel_run_counters
         if counters:
             seen = self._sweep_count
@@ -105,30 +108,31 @@ class MetricsSink:
                     self._sweep_step[group] = stats.snapshot_step or 0
 
     def _retire(self, last: StepStats) -> None:
-        """A new manager began: fold the old one's cumulative device counters into the base."""
-        with self._lock:
-            for i, c in enumerate(last.kernel_run_counters):
-                self._base_launches[i] += c
-            for i, c in enumerate(last.slot_run_counters):
-                self._base_slots[i] += c
-            self._base_dropped += last.dropped_rows
-            self._base_skipped += last.skipped_verifies
-            self._base_steps += last.step + 1
-            self._sweep_count = dict.fromkeys(_SWEEP_TAGS, 0)
-            self._sweep_step = dict.fromkeys(_SWEEP_TAGS, 0)
+        """A new manager began: fold the old one's cumulative device counters into the base (the caller holds
+        the lock)."""
+        for i, c in enumerate(last.kernel_run_counters):
+            self._base_launches[i] += c
+        for i, c in enumerate(last.slot_run_counters):
+            self._base_slots[i] += c
+        self._base_dropped += last.dropped_rows
+        self._base_skipped += last.skipped_verifies
+        self._base_steps += last.step + 1
+        self._sweep_count = dict.fromkeys(_SWEEP_TAGS, 0)
+        self._sweep_step = dict.fromkeys(_SWEEP_TAGS, 0)
 
     # -- the collector ------------------------------------------------------------------------------------
     def describe(self) -> list[Metric]:
-        return list(self._families(None))
+        return list(self._families(describing=True))
 
     def collect(self) -> Iterator[Metric]:
-        return self._families(self._stats)
+        return self._families(describing=False)
 
-    def _families(self, stats: StepStats | None) -> Iterator[Metric]:
+    def _families(self, *, describing: bool) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        describe = stats is None and self._stats is None
-        with self._lock:
+        with self._lock:  # the stats with the base they go with (a new manager swaps both under the lock)
+            latest = self._stats
+            stats = None if describing else latest
             launches = list(self._base_launches)
             slots = list(self._base_slots)
             dropped, skipped, steps = self._base_dropped, self._base_skipped, self._base_steps
@@ -136,6 +140,7 @@ class MetricsSink:
             failed = dict(self._failed)
             quarantined, finished, decisions = self._quarantined, self._finished, self._decisions
             sweep_step = dict(self._sweep_step)
+        describe = latest is None
         tags: tuple[CanaryLaunchTag, ...] = ()
         if stats is not None:
             for i, c in enumerate(stats.kernel_run_counters):

@@ -76,15 +76,13 @@ def test_a_new_manager_after_a_one_step_manager_continues_the_counters() -> None
     assert value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL") == before + 2
 
 
-@pytest.mark.xfail(strict=True, reason="rA: a scrape racing the step that starts a new manager counts the old "
-                   "manager twice, and the next scrape goes backwards")
 def test_a_scrape_racing_a_new_managers_first_step_never_goes_backwards() -> None:
-    """``collect()`` reads ``self._stats`` when called and the base totals later, under the lock, when
-    prometheus-client iterates it; ``on_step`` folds the old stats into the base under the lock and swaps
-    ``self._stats`` after it. A scrape (an HTTP thread) between the two sees the old manager in the base and
-    in the stats: a counter that then falls back on the next scrape (a reset to Prometheus' ``rate``). The
-    interleaving is forced here by creating the collect generator before the step and reading it after.
-    Fix: take ``self._stats`` and the base in one critical section (and swap them in one)."""
+    """``collect()`` used to read ``self._stats`` when called and the base totals later, under the lock, when
+    prometheus-client iterated it, while ``on_step`` folded the old stats into the base under the lock and
+    swapped ``self._stats`` after it. A scrape (an HTTP thread) between the two saw the old manager in the
+    base and in the stats: a counter that then fell back on the next scrape (a reset to Prometheus'
+    ``rate``). The interleaving is forced here by creating the collect generator before the step and
+    reading it after. Now the stats and the base are read, and swapped, in one critical section."""
     w, mon, reg, _a = monitored()
     w.step()
     assert mon.metrics is not None
