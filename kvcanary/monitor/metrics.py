@@ -84,6 +84,8 @@ class MetricsSink:
                 self._violations[(v.tag_name, canary_kind(v.kernel_kind), "+".join(v.reason_labels) or "none")] += 1
 
     def on_decision(self, decision: GuardDecision) -> None:
+        if decision.empty:  # the manager hands the adapter only non-empty decisions; the sinks hear every one
+            return
         with self._lock:
             self._decisions += 1
             for f in decision.fail:

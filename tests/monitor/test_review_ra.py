@@ -45,16 +45,16 @@ def test_sliding_window_quarantines_are_counted() -> None:
     assert value(scrape(reg), "kvcanary_blocks_quarantined_total") == 3
 
 
-@pytest.mark.xfail(strict=True, reason="rA: kvcanary_isolation_decisions_total counts empty decisions, which "
-                   "are never handed to the engine (docs: 'isolation decisions handed to the engine')")
 def test_an_empty_decision_is_not_counted_as_handed_to_the_engine() -> None:
     """The manager tells the sinks every decision, also an empty one (rows on a block already quarantined
     whose holders were failed, or on the padding slot with no holder), and hands only non-empty ones to the
-    adapter. Fix: ``if not decision.empty`` around the increment (or change the docs' wording)."""
+    adapter; ``kvcanary_isolation_decisions_total`` counts "isolation decisions handed to the engine"."""
     reg = CollectorRegistry()
     mon = Monitor(registry=reg, events=False)
     mon.on_decision(GuardDecision(step=5, events=()))
     assert value(scrape(reg), "kvcanary_isolation_decisions_total") == 0
+    mon.on_decision(GuardDecision(step=6, events=(), quarantine=(2,)))
+    assert value(scrape(reg), "kvcanary_isolation_decisions_total") == 1
 
 
 @pytest.mark.xfail(strict=True, reason="rA: a new manager is detected by its step going below the last one; "
