@@ -95,3 +95,32 @@ def test_a_scrape_racing_a_new_managers_first_step_never_goes_backwards() -> Non
              if s.name == "kvcanary_launches_total"}
     later = value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL")
     assert raced["HEAD_K_FULL"] <= later, (first, raced["HEAD_K_FULL"], later)
+
+
+@pytest.mark.xfail(strict=True, reason="rA: health's ring-overflow failure is lost when a new manager follows "
+                   "one that ended only step 0: failed (503) turns back into degraded (200)")
+def test_a_ring_overflow_stays_failed_after_a_new_manager_follows_a_one_step_manager() -> None:
+    """``HealthSink`` folds the old manager's dropped rows into its own only when the new stats' step is below
+    the last one's (as ``MetricsSink`` does); after a one-step manager, flushed when its cache is let go, the
+    new manager's step 0 is not below 0, the old dropped rows vanish and the "sticky" failed state with them.
+    Fix: tell managers apart by identity, not by step."""
+    from kvcanary.manager import CanaryConfig
+    from kvcanary.monitor import HealthState
+
+    cfg = CanaryConfig(ring_capacity=2, real_kv_mode=make_world().manager.config.real_kv_mode,
+                       health_warmup_steps=100)
+    w = make_world(config=cfg)
+    mon = Monitor(metrics=False, events=False)
+    w.manager.add_sink(mon)
+    a = Req(1, list(range(100, 112)), list(range(1, 11)))
+    w.forward([(a, 0, 10)])
+    for s in range(2, 8):
+        w.k[s, 0, 0] += 1.0
+    w.forward([(a, 10, 0)])
+    w.step()
+    w.manager.flush()  # the old cache is let go: its last rows are read back
+    assert mon.status().state is HealthState.FAILED and mon.status().dropped_rows > 0
+    w2 = make_world()
+    w2.manager.add_sink(mon)
+    w2.step()
+    assert mon.status().state is HealthState.FAILED, mon.status()
