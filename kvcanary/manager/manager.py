@@ -46,7 +46,7 @@ from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
 from kvcanary.manager.rotation import LayerRotation
 from kvcanary.manager.state import CanaryDeviceState
-from kvcanary.manager.stats import StepStats
+from kvcanary.manager.stats import StepStats, new_source
 from kvcanary.manager.sweep import SweepEntries, SweepRunner, SweepSource
 
 if TYPE_CHECKING:
@@ -143,6 +143,8 @@ class CanaryManager:
         self._on_cuda = self.device.type == "cuda"  # read once: ``torch.device.type`` is not free per forward
         self._head_ids, self._tail_ids = self._phase_ids[Phase.HEAD], self._phase_ids[Phase.TAIL]  # per forward
         self.step = 0
+        self.source_id = new_source()
+        """This manager's number in its stats (``StepStats.source``): how a sink tells one manager from the next."""
         self.init_finished = False
         self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
         self._mark_at = self.health.next_due(1) - 1  # the next step whose end_step marks for the check after it
@@ -277,11 +279,11 @@ class CanaryManager:
         if head is None:
             return StepStats.from_snapshot(None, step=step, sweep_passes=self._sweep.passes, tags=self._tags,
                                            ring_capacity=self.config.ring_capacity, watchdog=health.state,
-                                           watchdog_error=health.failure)
+                                           watchdog_error=health.failure, source=self.source_id)
         return StepStats.from_header(head, snapshot_step=self._pump.read_step, step=step,
                                      sweep_passes=self._sweep.passes, tags=self._tags,
                                      ring_capacity=self.config.ring_capacity, watchdog=health.state,
-                                     watchdog_error=health.failure)
+                                     watchdog_error=health.failure, source=self.source_id)
 
     @property
     def last_snapshot(self) -> HostSnapshot | None:

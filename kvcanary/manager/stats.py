@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -15,7 +16,9 @@ class StepStats:
 
     The fields after ``skipped_verifies`` are what the sinks (:mod:`kvcanary.monitor`) derive their metrics
     and health from: the snapshot's step, the per-tag device counters (cumulative), the ring's capacity and
-    the watchdog's state (``warmup``, ``ok``, ``failed`` with its message)."""
+    the watchdog's state (``warmup``, ``ok``, ``failed`` with its message), and ``source``: which manager made
+    them (:func:`new_source`, one number per manager in the process; 0 for figures made elsewhere), so a sink
+    fed by one manager after another tells them apart even when the new one's step count matches the old's."""
 
     step: int
     protected_tokens: int
@@ -31,6 +34,7 @@ class StepStats:
     tags: tuple[CanaryLaunchTag, ...] = ()
     watchdog: str = "warmup"
     watchdog_error: str | None = None
+    source: int = 0
 
     @property
     def readback_delay(self) -> int | None:
@@ -50,22 +54,22 @@ class StepStats:
     @classmethod
     def from_snapshot(cls, snap: HostSnapshot | None, *, step: int, sweep_passes: int,
                       tags: Sequence[CanaryLaunchTag], ring_capacity: int = 0, watchdog: str = "warmup",
-                      watchdog_error: str | None = None) -> StepStats:
+                      watchdog_error: str | None = None, source: int = 0) -> StepStats:
         """The figures of ``snap`` (all zero before the first snapshot) for the manager's active ``tags``."""
         tags_t = tags if isinstance(tags, tuple) else tuple(tags)
         if snap is None:
             return cls(step, 0, sweep_passes, 0, 0, len(tags), 0, ring_capacity=ring_capacity, tags=tags_t,
-                       watchdog=watchdog, watchdog_error=watchdog_error)
+                       watchdog=watchdog, watchdog_error=watchdog_error, source=source)
         counters = snap.kernel_run_counters
         active = sum([counters[t] > 0 for t in tags_t])
         return cls(step, sum(snap.slot_run_counters), sweep_passes, snap.write_index, active, len(tags),
                    snap.skipped_verifies, snap.step, ring_capacity, snap.kernel_run_counters,
-                   snap.slot_run_counters, tags_t, watchdog, watchdog_error)
+                   snap.slot_run_counters, tags_t, watchdog, watchdog_error, source)
 
     @classmethod
     def from_header(cls, header: list[int], *, snapshot_step: int, step: int, sweep_passes: int,
                     tags: tuple[CanaryLaunchTag, ...], ring_capacity: int, watchdog: str,
-                    watchdog_error: str | None) -> StepStats:
+                    watchdog_error: str | None, source: int = 0) -> StepStats:
         """What :meth:`from_snapshot` makes of the snapshot whose pump header (``SnapshotPump.header``) is
         ``header``, without the snapshot (the manager's per-step path: the header is all the figures need)."""
         kernel, slot = tuple(header[1 : 1 + NUM_LAUNCH_TAGS]), tuple(header[1 + NUM_LAUNCH_TAGS : HEADER_SKIPPED])
@@ -74,9 +78,17 @@ class StepStats:
         out = object.__new__(cls)
         out.__dict__.update(zip(_FIELDS, (
             step, sum(slot), sweep_passes, header[0], sum([kernel[t] > 0 for t in tags]), len(tags),
-            header[HEADER_SKIPPED], snapshot_step, ring_capacity, kernel, slot, tags, watchdog, watchdog_error),
-            strict=True))
+            header[HEADER_SKIPPED], snapshot_step, ring_capacity, kernel, slot, tags, watchdog, watchdog_error,
+            source), strict=True))
         return out
+
+
+_SOURCES = itertools.count(1)
+
+
+def new_source() -> int:
+    """A number no other caller in this process got (from 1): a manager's :attr:`StepStats.source`."""
+    return next(_SOURCES)
 
 
 _FIELDS = tuple(f.name for f in fields(StepStats))
