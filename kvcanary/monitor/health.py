@@ -80,7 +80,6 @@ class HealthSink:
         self._quarantined = 0
         self._watchdog_error: str | None = None
         self._dropped = 0
-        self._retired_violations = 0
 
     # -- GuardSink ----------------------------------------------------------------------------------------
     def on_violations(self, events: Sequence[ViolationEvent]) -> None:
@@ -96,29 +95,29 @@ class HealthSink:
 
     def on_step(self, stats: StepStats) -> None:
         last = self._stats
-        if last is not None and stats.step < last.step:  # a new manager (a new cache): keep what the old saw
-            self._retire(last)
-        self._stats = stats
+        if last is not None and (stats.source != last.source or stats.step < last.step):
+            with self._lock:  # a new manager (a new cache): keep what the old saw; a status sees both or neither
+                self._dropped += last.dropped_rows
+                self._stats = stats
+        else:
+            self._stats = stats
         if stats.watchdog_error is not None and self._watchdog_error is None:  # sticky, kept across managers
             self._watchdog_error = stats.watchdog_error
-
-    def _retire(self, last: StepStats) -> None:
-        with self._lock:
-            self._dropped += last.dropped_rows
 
     # -- the status ---------------------------------------------------------------------------------------
     def status(self) -> CanaryHealth:
         """The state now, with its reasons (``ok`` before the first step)."""
-        stats = self._stats
-        with self._lock:
+        with self._lock:  # the stats with the dropped rows they go with (a new manager swaps both under it)
+            stats = self._stats
             violations, first, failed, quarantined = self._violations, self._first, self._failed, self._quarantined
             dropped = self._dropped + (stats.dropped_rows if stats is not None else 0)
-        watchdog = "failed" if self._watchdog_error is not None else stats.watchdog if stats else "warmup"
+        error = self._watchdog_error
+        watchdog = "failed" if error is not None else stats.watchdog if stats else "warmup"
         reasons: list[str] = []
         state = HealthState.OK
-        if self._watchdog_error is not None:
+        if error is not None:
             state = HealthState.FAILED
-            reasons.append(f"watchdog: {self._watchdog_error}")
+            reasons.append(f"watchdog: {error}")
         if dropped:
             state = HealthState.FAILED
             reasons.append(f"ring overflow: {dropped} violation row(s) counted but not kept; raise "

@@ -48,8 +48,9 @@ class MetricsSink:
     ``REGISTRY``, so an engine that already exports metrics serves kvcanary's on the same endpoint).
 
     ``health`` (optional: a :class:`~kvcanary.monitor.health.HealthSink`) adds ``kvcanary_health_state``.
-    One sink follows one engine cache at a time: when a new canary manager starts (its step count restarts),
-    the counters go on from the old manager's totals instead of falling back.
+    One sink follows one engine cache at a time: when the stats come from a new canary manager (another
+    ``StepStats.source``; or, for stats made outside a manager, a step count that went back), the counters go
+    on from the old manager's totals instead of falling back.
     """
 
     def __init__(self, *, registry: CollectorRegistry | None = None, health: Any = None) -> None:
@@ -95,7 +96,7 @@ class MetricsSink:
 
     def on_step(self, stats: StepStats) -> None:
         last = self._stats
-        if last is not None and stats.step < last.step:
+        if last is not None and (stats.source != last.source or stats.step < last.step):
             with self._lock:  # the base and the stats change together: a scrape sees both or neither
                 self._retire(last)
                 self._stats = stats

@@ -1,18 +1,21 @@
-"""Review rA (wave 3): what the monitor sinks report against what the guard did.
+"""What the monitor sinks report against what the guard did and the device counted (review rA, wave 3).
 
-Each xfail test pins a report that disagrees with the decision or the device counters behind it; the fix
-each expects is in its docstring."""
+Each test pins a report that once disagreed with the decision or the device counters behind it: sliding-window
+quarantines, a manager that follows a one-step manager, a scrape or a status racing a new manager."""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from kvcanary.guard.decision import GuardDecision
-from kvcanary.monitor import Monitor
-from tests.manager.world import Req, make_world
+from kvcanary.manager import CanaryConfig
+from kvcanary.monitor import HealthState, Monitor
+from tests.manager.world import Req, World, make_world
 from tests.monitor.test_monitor import monitored, scrape, value
 
 
@@ -57,13 +60,11 @@ def test_an_empty_decision_is_not_counted_as_handed_to_the_engine() -> None:
     assert value(scrape(reg), "kvcanary_isolation_decisions_total") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="rA: a new manager is detected by its step going below the last one; "
-                   "after a manager that ended only step 0 its counters are dropped")
 def test_a_new_manager_after_a_one_step_manager_continues_the_counters() -> None:
-    """``MetricsSink.on_step`` retires the old manager's totals only when ``stats.step < last.step``. An old
-    manager that ended one step (step 0; flushed when its cache is let go, as the transformers integration
-    does) and a new one whose first step is step 0 look like the same manager: the old launches vanish from
-    ``kvcanary_launches_total``. Fix: tell managers apart by identity (e.g. the stats' source), not by step."""
+    """An old manager that ended one step (step 0; flushed when its cache is let go, as the transformers
+    integration does) and a new one whose first step is step 0 have the same step count: ``MetricsSink`` tells
+    them apart by ``StepStats.source`` and the old launches stay in ``kvcanary_launches_total`` (it used to
+    retire a manager only when the step went back, and lost them)."""
     w, mon, reg, _a = monitored()  # one forward, one step: step 0
     w.manager.flush()
     before = value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL")
@@ -74,6 +75,7 @@ def test_a_new_manager_after_a_one_step_manager_continues_the_counters() -> None
     w2.step()
     w2.manager.flush()
     assert value(scrape(reg), "kvcanary_launches_total", launch_tag="HEAD_K_FULL") == before + 2
+    assert value(scrape(reg), "kvcanary_steps_total") == 2  # one step each
 
 
 def test_a_scrape_racing_a_new_managers_first_step_never_goes_backwards() -> None:
@@ -97,16 +99,9 @@ def test_a_scrape_racing_a_new_managers_first_step_never_goes_backwards() -> Non
     assert raced["HEAD_K_FULL"] <= later, (first, raced["HEAD_K_FULL"], later)
 
 
-@pytest.mark.xfail(strict=True, reason="rA: health's ring-overflow failure is lost when a new manager follows "
-                   "one that ended only step 0: failed (503) turns back into degraded (200)")
-def test_a_ring_overflow_stays_failed_after_a_new_manager_follows_a_one_step_manager() -> None:
-    """``HealthSink`` folds the old manager's dropped rows into its own only when the new stats' step is below
-    the last one's (as ``MetricsSink`` does); after a one-step manager, flushed when its cache is let go, the
-    new manager's step 0 is not below 0, the old dropped rows vanish and the "sticky" failed state with them.
-    Fix: tell managers apart by identity, not by step."""
-    from kvcanary.manager import CanaryConfig
-    from kvcanary.monitor import HealthState
-
+def overflowed() -> tuple[World, Monitor, int]:
+    """A one-step manager whose ring (capacity 2) overflowed, flushed as a let-go cache is, with a health-only
+    monitor; and the rows it dropped."""
     cfg = CanaryConfig(ring_capacity=2, real_kv_mode=make_world().manager.config.real_kv_mode,
                        health_warmup_steps=100)
     w = make_world(config=cfg)
@@ -119,8 +114,50 @@ def test_a_ring_overflow_stays_failed_after_a_new_manager_follows_a_one_step_man
     w.forward([(a, 10, 0)])
     w.step()
     w.manager.flush()  # the old cache is let go: its last rows are read back
-    assert mon.status().state is HealthState.FAILED and mon.status().dropped_rows > 0
+    status = mon.status()
+    assert status.state is HealthState.FAILED and status.dropped_rows > 0 and status.step == 0
+    return w, mon, status.dropped_rows
+
+
+def test_a_ring_overflow_stays_failed_after_a_new_manager_follows_a_one_step_manager() -> None:
+    """``HealthSink`` keeps the old manager's dropped rows when a new manager's stats come (another
+    ``StepStats.source``), also when the old one ended only step 0 and the new one's step 0 is not below it:
+    the "sticky" failed state stays failed (it used to turn back into degraded, 200)."""
+    _w, mon, dropped = overflowed()
     w2 = make_world()
     w2.manager.add_sink(mon)
     w2.step()
     assert mon.status().state is HealthState.FAILED, mon.status()
+    assert mon.status().dropped_rows == dropped
+
+
+class _StepOnEnter:
+    """A lock that runs ``before`` (once) when first entered, then locks: a step of another thread landing
+    between a reader's first look at the sink and its critical section."""
+
+    def __init__(self, lock: threading.Lock, before: Callable[[], None]) -> None:
+        self.lock, self.before = lock, before
+
+    def __enter__(self) -> bool:
+        before, self.before = self.before, None
+        if before is not None:
+            before()
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.__exit__(None, None, None)
+
+
+def test_a_status_racing_a_new_managers_first_step_counts_the_old_dropped_rows_once() -> None:
+    """``status()`` used to read the last stats before taking its lock, and ``on_step`` to fold the old
+    manager's dropped rows into its own under the lock: a status between the two counted them twice (the old
+    stats' and the folded ones). The step is forced into that gap by a lock that runs it when first entered;
+    the status now reads the stats and the folded rows in one critical section."""
+    _w, mon, dropped = overflowed()
+    w2 = make_world()
+    w2.manager.add_sink(mon)
+    health = mon.health
+    health._lock = _StepOnEnter(health._lock, w2.step)  # type: ignore[assignment]
+    racing = mon.status()
+    assert w2.manager.step == 1  # the step ran inside the status
+    assert racing.dropped_rows == dropped == mon.status().dropped_rows, (racing, dropped)
