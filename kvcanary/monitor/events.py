@@ -61,7 +61,9 @@ def violation_event(e: ViolationEvent, *, request_ids: Sequence[str] = ()) -> di
 
 def decision_event(d: GuardDecision) -> dict[str, Any]:
     """The JSON object of one isolation decision: the requests failed (each with its structured error), the
-    blocks quarantined, the requests that had already finished, and the violations behind them."""
+    blocks quarantined (the full-attention pool's and the sliding-window pool's, each in a field of its own:
+    their block ids are spaces of their own), the requests that had already finished, and the violations behind
+    them."""
     return {
         "schema": EVENT_SCHEMA, "event": "isolation", "step": d.step,
         "request_ids": [f.request_id for f in d.fail],
@@ -69,6 +71,7 @@ def decision_event(d: GuardDecision) -> dict[str, Any]:
                     "position": f.position, "fail_reasons": list(f.fail_reasons), "step": f.step,
                     "message": f.message} for f in d.fail],
         "quarantined_blocks": list(d.quarantine),
+        "quarantined_blocks_swa": list(d.quarantine_swa),
         "finished": [{"request_id": f.request_id, "finished_step": f.finished_step} for f in d.finished],
         "violations": [{"slot": e.violation.slot_idx, "position": e.violation.position,
                         "launch_tag": e.violation.tag_name, "step": e.step_recorded} for e in d.events],

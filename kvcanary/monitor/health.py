@@ -91,7 +91,7 @@ class HealthSink:
     def on_decision(self, decision: GuardDecision) -> None:
         with self._lock:
             self._failed += len(decision.fail)
-            self._quarantined += len(decision.quarantine)
+            self._quarantined += len(decision.quarantine) + len(decision.quarantine_swa)
 
     def on_step(self, stats: StepStats) -> None:
         last = self._stats

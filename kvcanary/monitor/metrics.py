@@ -91,7 +91,7 @@ class MetricsSink:
             self._decisions += 1
             for f in decision.fail:
                 self._failed[(f.code, f.alias or "")] += 1
-            self._quarantined += len(decision.quarantine)
+            self._quarantined += len(decision.quarantine) + len(decision.quarantine_swa)
             self._finished += len(decision.finished)
 
     def on_step(self, stats: StepStats) -> None:
@@ -200,8 +200,8 @@ class MetricsSink:
         for (code, alias), n in sorted(failed.items()):
             rf.add_metric([code, alias], n)
         yield rf
-        yield CounterMetricFamily(f"{PREFIX}_blocks_quarantined", "KV blocks the isolation policy quarantined",
-                                  value=quarantined)
+        yield CounterMetricFamily(f"{PREFIX}_blocks_quarantined", "KV blocks the isolation policy quarantined, "
+                                  "full-attention and sliding-window pools together", value=quarantined)
         yield CounterMetricFamily(f"{PREFIX}_finished_requests_affected", "Requests that had read a corrupt slot but "
                                   "finished before the violation was read back (reported, not failed)", value=finished)
         yield CounterMetricFamily(f"{PREFIX}_isolation_decisions", "Isolation decisions handed to the engine",

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kvcanary.guard.decision import FinishedRequest, GuardDecision
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.monitor import Monitor
-from kvcanary.monitor.events import violation_event
+from kvcanary.monitor.events import decision_event, violation_event
 from kvcanary.violations import Violation
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
@@ -40,4 +41,13 @@ def test_every_violation_event_field_is_documented() -> None:
     text = PAGE.read_text()
     section = text[text.index("A **violation** event"):text.index("An **isolation** event")]
     for key in e:
+        assert f"`{key}`" in section, key
+
+
+def test_every_isolation_event_field_is_documented() -> None:
+    d = GuardDecision(step=3, events=(), quarantine=(1,), quarantine_swa=(2,),
+                      finished=(FinishedRequest("r", 2),), notes=("n",))
+    text = PAGE.read_text()
+    section = text[text.index("An **isolation** event"):text.index("A violation event, formatted")]
+    for key in decision_event(d):
         assert f"`{key}`" in section, key
