@@ -133,7 +133,8 @@ class _StepOnEnter:
     between a reader's first look at the sink and its critical section."""
 
     def __init__(self, lock: threading.Lock, before: Callable[[], None]) -> None:
-        self.lock, self.before = lock, before
+        self.lock = lock
+        self.before: Callable[[], None] | None = before
 
     def __enter__(self) -> bool:
         before, self.before = self.before, None
