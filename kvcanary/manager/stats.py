@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot
@@ -18,7 +18,8 @@ class StepStats:
     and health from: the snapshot's step, the per-tag device counters (cumulative), the ring's capacity and
     the watchdog's state (``warmup``, ``ok``, ``failed`` with its message), and ``source``: which manager made
     them (:func:`new_source`, one number per manager in the process; 0 for figures made elsewhere), so a sink
-    fed by one manager after another tells them apart even when the new one's step count matches the old's."""
+    fed by one manager after another tells them apart even when the new one's step count matches the old's.
+    ``source`` is not compared: two managers' equal figures are equal stats."""
 
     step: int
     protected_tokens: int
@@ -34,7 +35,7 @@ class StepStats:
     tags: tuple[CanaryLaunchTag, ...] = ()
     watchdog: str = "warmup"
     watchdog_error: str | None = None
-    source: int = 0
+    source: int = field(default=0, compare=False)
 
     @property
     def readback_delay(self) -> int | None:

@@ -43,3 +43,4 @@ def test_each_manager_stamps_its_stats_with_a_source_of_its_own() -> None:
     s1, s2 = w1.manager.end_step(stats=True), w2.manager.end_step(stats=True)
     assert s1 is not None and s2 is not None and s1.step == s2.step == 0
     assert (s1.source, s2.source) == (w1.manager.source_id, w2.manager.source_id)
+    assert s1 == s2 and hash(s1) == hash(s2)  # the same figures: the source is not compared
