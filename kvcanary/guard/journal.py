@@ -23,7 +23,7 @@ from typing import NoReturn
 import numpy as np
 
 from kvcanary.guard.journal_base import BlockBase
-from kvcanary.guard.journal_codes import OwnerCodes
+from kvcanary.guard.journal_codes import NO_OWNER, OwnerCodes
 from kvcanary.guard.journal_events import (
     ADD_CODES,
     FREED,
@@ -83,7 +83,11 @@ class SlotJournal:
 
     It also keeps when each request finished (:meth:`finish`, at most ``max_finished`` of them, oldest
     forgotten first): a request that read a slot and finished before the violation was read back cannot be
-    failed any more, only reported."""
+    failed any more, only reported. Which requests ended unfinished (:meth:`end`: failed) is kept the same way.
+    A request id names one request from the block it takes to its finish or end: once the id takes a block
+    again (an ADD event: ``ALLOCATED``, ``SHARED``, ``WRITTEN`` or ``CACHED`` with its request owner) it is a
+    new request (an engine that takes the client's id, a client that retries), and the finish or end of the
+    one before is forgotten."""
 
     def __init__(self, *, block_size: int, per_block: int = 64, max_blocks: int = 1 << 20,
                  max_finished: int = 1 << 14, capacity: int = 1 << 20) -> None:
@@ -97,6 +101,15 @@ class SlotJournal:
         self.max_finished = max_finished
         self.capacity = capacity
         self._finished: dict[str, int] = {}
+        self._ended: dict[str, None] = {}
+        """Requests :meth:`end` named that have not taken a block since (at most ``max_finished``)."""
+        self._watch: dict[int, str] = {}
+        """Owner code -> request id of every request finished or ended (its next ADD event starts a new request:
+        :meth:`_restart`); its code stays in the table while it is here."""
+        self._watch_version = 0
+        """Bumped when :attr:`_watch` gains an id (a steady batch already checked is checked again)."""
+        self._checked_version = -1
+        """:attr:`_watch_version` when the cached last call's owners were checked against it."""
         self.recorded = 0
         """Events recorded since creation."""
         self._observers: list[tuple[JournalObserver, frozenset[JournalKind] | None]] = []
@@ -219,6 +232,8 @@ class SlotJournal:
         last = _positions("record", "last_position", [last_position])
         n = len(b)
         self._add("record", step, kcode, b, array("q", [code]) * n, first * n, last * n)
+        if self._watch and kcode < ADD_CODES and code in self._watch:
+            self._restart(code)
         hear = self._hear[kind]
         if hear:
             listed = b.tolist()
@@ -284,6 +299,8 @@ class SlotJournal:
         self.recorded += n
         if p.n >= self._flush_at:
             self._flush()
+        if self._watch and kcode < ADD_CODES and (fresh or self._checked_version != self._watch_version):
+            self._restarts(codes)
         if fresh and self._codes.due():  # new owners may have grown the table
             self._rebuild_codes()
         hear = self._hear[kind]
@@ -330,20 +347,74 @@ class SlotJournal:
         live[self._base.codes()] = True
         cached = np.frombuffer(self._last_codes, dtype=np.int64)
         live[cached[cached >= 0]] = True
+        watched = np.fromiter(self._watch, dtype=np.int64, count=len(self._watch))
+        live[watched] = True
         remap = codes.rebuild(live)  # remap[-1] is NO_OWNER: -1 maps to -1
         self._memos.clear()  # they may name codes the table just dropped: the next reads replay in full
         for at in ring.live():
             ring.owner[at] = remap[ring.owner[at]]
         self._base.renumber(remap)
         self._last_codes = array("q", remap[cached].tobytes())
+        self._watch = dict(zip(remap[watched].tolist(), self._watch.values(), strict=True))
 
-    # -- reading ----------------------------------------------------------------------------------------
+    # -- request ends ---------------------------------------------------------------------------------
     def finish(self, request_id: str, step: int) -> None:
-        """``request_id`` finished (its output was returned) at ``step``."""
+        """``request_id`` finished (its output was returned) at ``step``: kept until the id takes a block again
+        (a new request with the same id) or ``max_finished`` later finishes push it out."""
         self._finished.pop(request_id, None)
         if len(self._finished) >= self.max_finished:
-            del self._finished[next(iter(self._finished))]
+            oldest = next(iter(self._finished))
+            del self._finished[oldest]
+            self._unwatch(oldest)
         self._finished[request_id] = step
+        self._watch_id(request_id)
+
+    def end(self, request_id: str) -> None:
+        """``request_id`` ended unfinished (the isolate policy failed it): :meth:`ended` until the id takes a
+        block again (a retry with the same id) or ``max_finished`` later ends push it out."""
+        self._ended.pop(request_id, None)
+        if len(self._ended) >= self.max_finished:
+            oldest = next(iter(self._ended))
+            del self._ended[oldest]
+            self._unwatch(oldest)
+        self._ended[request_id] = None
+        self._watch_id(request_id)
+
+    def ended(self, request_id: str) -> bool:
+        """Whether :meth:`end` named ``request_id`` and the id has taken no block since (nor was forgotten)."""
+        return request_id in self._ended
+
+    def _watch_id(self, request_id: str) -> None:
+        code = self._code_of(Owner(OwnerKind.REQUEST, request_id))
+        if code not in self._watch:
+            self._watch[code] = request_id
+            self._watch_version += 1
+            if self._codes.due():
+                self._rebuild_codes()
+
+    def _unwatch(self, request_id: str) -> None:
+        """Stop watching ``request_id`` once neither its finish nor its end is kept."""
+        if request_id not in self._finished and request_id not in self._ended:
+            self._watch.pop(self._codes.code_of.get(Owner(OwnerKind.REQUEST, request_id), NO_OWNER), None)
+
+    def _restart(self, code: int) -> None:
+        """The watched owner ``code`` took a block: a new request with its id (the last one's finish or end is
+        forgotten)."""
+        rid = self._watch.pop(code)
+        self._finished.pop(rid, None)
+        self._ended.pop(rid, None)
+
+    def _restarts(self, codes: array[int]) -> None:
+        """:meth:`_restart` each watched owner among a call's ``codes``; when they are the cached last call's,
+        a steady batch passing them again is not checked again until the watch gains an id."""
+        watch = self._watch
+        if not watch.keys().isdisjoint(codes):
+            for code in set(codes).intersection(watch):
+                self._restart(code)
+        if codes is self._last_codes:
+            self._checked_version = self._watch_version
+
+    # -- reading ----------------------------------------------------------------------------------------
 
     def finished_step(self, request_id: str) -> int | None:
         """The step ``request_id`` finished at, None while it has not (or was forgotten)."""

@@ -4,7 +4,9 @@
 the step that reads a violation back). ``isolate`` logs the same reports and also maps each violation to
 the holders of its slot, through the :class:`~kvcanary.guard.journal.SlotJournal`, over every step from the
 one that recorded it to the one that read it back: the requests among them are failed (or, when they
-finished in between, reported), the slot's block is quarantined.
+finished in between, reported), the slot's block is quarantined. A request is failed once and reported once;
+an id that takes a block again after it finished or was failed is a new request (the journal forgets the
+last one's finish and end), failed or reported on its own.
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ class Isolation:
     def __init__(self, journal: SlotJournal, swa_journal: SlotJournal) -> None:
         self.journal = journal
         self.swa_journal = swa_journal
-        self.failed: set[str] = set()
-        """Requests failed so far (a request is failed once)."""
-        self.reported_finished: set[str] = set()
+        self.reported: dict[tuple[str, int], None] = {}
+        """(request id, finish step) of the finished requests reported so far (each is reported once), at most
+        ``journal.max_finished`` of them (oldest forgotten first): a request's finish step tells it apart from
+        another request with its id."""
 
     def decide(self, events: Sequence[ViolationEvent], step: int) -> GuardDecision:
         """The decision for ``events``, read back at ``step``; records the quarantines in the journals."""
@@ -95,11 +98,11 @@ class Isolation:
             if not owners:
                 notes.append(f"{v.tag_name} at slot {v.slot_idx}: no holder in the journal")
             for o in owners:
-                if o.kind is not OwnerKind.REQUEST or o.id in self.failed or o.id in fail:
-                    continue
+                if o.kind is not OwnerKind.REQUEST or o.id in fail or journal.ended(o.id):
+                    continue  # a request is failed once (ended: failed, and its id has taken no block since)
                 done = journal.finished_step(o.id)
                 if done is not None and done <= step:
-                    if o.id not in self.reported_finished and o.id not in finished:
+                    if (o.id, done) not in self.reported and o.id not in finished:
                         finished[o.id] = FinishedRequest(o.id, done)
                     continue
                 check = canary_kind(v.kernel_kind)
@@ -110,8 +113,14 @@ class Isolation:
                 fail[o.id] = RequestFailure(request_id=o.id, code=fc.code, check=check, slot=v.slot_idx,
                                             position=v.position, fail_reasons=reasons, step=e.step_recorded,
                                             message=msg, alias=fc.alias)
-        self.failed.update(fail)
-        self.reported_finished.update(finished)
+        for rid in fail:
+            self.journal.end(rid)
+            self.swa_journal.end(rid)
+        reported = self.reported
+        for f in finished.values():
+            if len(reported) >= self.journal.max_finished:
+                del reported[next(iter(reported))]
+            reported[f.request_id, f.finished_step] = None
         return GuardDecision(step=step, events=tuple(events), fail=tuple(fail.values()), quarantine=tuple(quarantine),
                              finished=tuple(finished.values()), notes=tuple(notes),
                              quarantine_swa=tuple(quarantine_swa))

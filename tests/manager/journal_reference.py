@@ -4,14 +4,15 @@ A plain copy of ``SlotJournal`` as it was (one tuple per event in a list per blo
 the tests hold the real one to (``test_journal_differential.py``). Only the vocabulary (owners, kinds,
 events, observers) is imported from the package: the bookkeeping and every answer are copied, so a change to
 the real journal cannot change what it is compared against. Its constructor checks nothing (the tests pass
-bounds that never bind).
+bounds that never bind). One rule was added since: a request id that takes a block again (an ADD kind with
+its request owner) is a new request, whose predecessor's finish and end are forgotten.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kvcanary.guard.journal import JournalEvent, JournalKind, JournalObserver, Owner
+from kvcanary.guard.journal import JournalEvent, JournalKind, JournalObserver, Owner, OwnerKind
 
 _ADDS = (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.CACHED, JournalKind.WRITTEN)
 """Kinds that make ``owner`` a holder of the block (a writer holds what it writes)."""
@@ -36,6 +37,7 @@ class ReferenceJournal:
         self.max_finished = max_finished
         self._events: dict[int, list[_Entry]] = {}
         self._finished: dict[str, int] = {}
+        self._ended: dict[str, None] = {}
         self.recorded = 0
         """Events recorded since creation (dropped ones included)."""
         self._observers: list[JournalObserver] = []
@@ -75,6 +77,7 @@ class ReferenceJournal:
                 del events[0]
             events.append((step, kind, block, owner, first_position, last_position))
         self.recorded += len(named)
+        self._took(kind, owner)
         for observe in self._observers:
             observe(step, kind, named, owner)
 
@@ -104,6 +107,8 @@ class ReferenceJournal:
             if len(events) >= per:
                 del events[0]
             events.append((step, kind, block, owner, first, last))
+        for owner in owners:
+            self._took(kind, owner)
         self.recorded += n
         if self._observers:  # one call per run of entries with the same owner
             at = 0
@@ -123,6 +128,23 @@ class ReferenceJournal:
     def finished_step(self, request_id: str) -> int | None:
         """The step ``request_id`` finished at, None while it has not (or was forgotten)."""
         return self._finished.get(request_id)
+
+    def end(self, request_id: str) -> None:
+        """``request_id`` ended unfinished (failed)."""
+        self._ended.pop(request_id, None)
+        if len(self._ended) >= self.max_finished:
+            del self._ended[next(iter(self._ended))]
+        self._ended[request_id] = None
+
+    def ended(self, request_id: str) -> bool:
+        """Whether ``request_id`` ended and took no block since."""
+        return request_id in self._ended
+
+    def _took(self, kind: JournalKind, owner: Owner | None) -> None:
+        """An ADD kind of a request owner: a new request with its id (its predecessor's finish and end forgotten)."""
+        if kind in _ADDS and owner is not None and owner.kind is OwnerKind.REQUEST:
+            self._finished.pop(owner.id, None)
+            self._ended.pop(owner.id, None)
 
     def history(self, slot: int) -> list[JournalEvent]:
         """The events kept for ``slot``'s block, oldest first."""

@@ -3,7 +3,7 @@ random event streams and a Hypothesis strategy.
 
 Both journals get the same calls (``record`` and ``record_each`` of every kind, duplicate blocks in a call,
 positions given or not, blocks freed and re-allocated, owners released twice, quarantine and reinstate,
-``finish``); after every few calls every slot's answers must be the same lists (owners in the order they took
+``finish``, ``end``); after every few calls every slot's answers must be the same lists (owners in the order they took
 the block), and the observers must have heard the same calls. The real journal is built with tiny internal
 sizes where its constructor has them (``capacity``: a ring that wraps many times in a long stream); the
 reference's bounds never bind. Where the real journal says what its ring still holds (``covers(step)``), a
@@ -80,7 +80,15 @@ class Finish:
     step: int
 
 
-Call = Record | RecordEach | Finish
+@dataclass(frozen=True)
+class End:
+    """One ``end`` call (a request failed: ended unfinished)."""
+
+    request_id: str
+    step: int
+
+
+Call = Record | RecordEach | Finish | End
 
 
 # -- the pair under test -----------------------------------------------------------------------------------
@@ -124,6 +132,11 @@ class Pair:
             self.ref.finish(call.request_id, call.step)
             self.request_ids.add(call.request_id)
             return
+        if isinstance(call, End):
+            self.real.end(call.request_id)
+            self.ref.end(call.request_id)
+            self.request_ids.add(call.request_id)
+            return
         if isinstance(call, Record):
             for journal in (self.real, self.ref):
                 blocks = call.blocks
@@ -157,6 +170,7 @@ class Pair:
         for rid in self.request_ids:
             got = real.finished_step(rid)
             assert got == ref.finished_step(rid) and (got is None or type(got) is int), rid
+            assert real.ended(rid) is ref.ended(rid), rid
         for slot in range(self.slots):
             q = real.quarantined(slot)
             assert type(q) is bool and q == ref.quarantined(slot), slot
@@ -260,7 +274,7 @@ def stream(rng: np.random.Generator, r: Regime) -> Iterator[Call]:
             made += 1
         if rng.random() < 0.06:
             ids = [o.id for o in owners] + ["never-seen"]
-            yield Finish(ids[int(rng.integers(0, len(ids)))], step)
+            yield (Finish if rng.random() < 0.7 else End)(ids[int(rng.integers(0, len(ids)))], step)
             continue
         kind = KINDS[int(rng.choice(len(KINDS), p=_P))]
         n = int(rng.integers(0, r.max_per_call + 1))
@@ -481,7 +495,8 @@ def calls(draw: st.DrawFn) -> tuple[int, int, list[Call]]:
         what = draw(st.integers(0, 9))
         kind = draw(st.sampled_from(KINDS))
         if what == 0:
-            out.append(Finish(draw(st.sampled_from(["r0", "r1", "r2"])), step))
+            rid = draw(st.sampled_from(["r0", "r1", "r2"]))
+            out.append(Finish(rid, step) if draw(st.booleans()) else End(rid, step))
         elif what <= 4:
             out.append(Record(step, kind, draw(st.lists(block, max_size=5)), draw(_OWNERS), draw(_POS), draw(_POS),
                               draw(st.sampled_from(["list", "tuple", "generator"]))))

@@ -98,7 +98,10 @@ class TfGuard:
         self.quarantined: set[int] = set()
         self.quarantined_swa: set[int] = set()
         self.failed: dict[str, str] = {}
-        """Request id -> the error it was failed with."""
+        """Request id -> the error it was failed with (the latest request with that id)."""
+        self._failing: set[str] = set()
+        """The ids whose latest request was failed: its leaving is no finish. A later request with the id (a
+        client's retry) drops it when it takes its first block, and finishes as any other."""
         self.late: dict[str, str] = {}
         """Requests a decision named that had already finished when it was carried out."""
         self.decisions: list[GuardDecision] = []
@@ -151,7 +154,7 @@ class TfGuard:
             for rid, listed in changes:
                 if listed is None:
                     if rid in self._held:
-                        self._leave(rid, finished=rid not in self.failed)
+                        self._leave(rid, finished=rid not in self._failing)
                 else:
                     look.append(rid)
             changes.clear()
@@ -208,6 +211,8 @@ class TfGuard:
         self._last[rid] = blocks
         m = self.manager
         owner = self._owner(rid)
+        if rid not in self._held:
+            self._failing.discard(rid)  # a new request: a failed one with its id is gone
         old = self._held.get(rid, set())
         gone = old - set(full)
         if gone:
@@ -291,7 +296,7 @@ class TfGuard:
             state = sched.waiting_requests.get(rid)
             waiting = state is not None
         if state is None:
-            if rid not in self.failed:
+            if rid not in self._failing:
                 self.late[rid] = message
             return
         processor._handle_request_error(RuntimeError(message), state)
@@ -303,6 +308,7 @@ class TfGuard:
         else:
             sched.finish_request(rid)
         self.failed[rid] = message
+        self._failing.add(rid)
         logger.warning(message)
 
     def _install_filter(self) -> None:
