@@ -104,7 +104,6 @@ def test_a_bundle_json_that_does_not_decode_is_one_line(text: bytes, tmp_path: P
     assert "not valid JSON" in _one_line_error("inspect", path, capsys)
 
 
-@pytest.mark.xfail(strict=True, reason="html_report writes title=\"position {p}\" unescaped")
 def test_the_page_escapes_the_owners_positions(tmp_path: Path) -> None:
     evil = '"><script>alert(1)</script>'
     b = read_bundle(bundle_path(Fault.DOUBLE_ALLOC))
