@@ -113,7 +113,6 @@ def test_the_page_escapes_the_owners_positions(tmp_path: Path) -> None:
     assert "<script>" not in page
 
 
-@pytest.mark.xfail(strict=True, reason="inspect --html lets FileNotFoundError out: a traceback")
 def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "no" / "page.html"
     assert main(["inspect", str(bundle_path(Fault.RADIX_UAF)), "--html", str(out)]) == 2
