@@ -58,10 +58,11 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     st = _safetensors()
     meta = dict(bundle.meta)
     meta["format"], meta["version"] = BUNDLE_FORMAT, BUNDLE_VERSION
-    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(meta, indent=1, sort_keys=False) + "\n"  # before anything is written: meta that is not
+    path.mkdir(parents=True, exist_ok=True)                     # JSON leaves no half bundle behind
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}
     st.save_file(tensors, str(path / TENSORS_FILE))
-    (path / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    (path / META_FILE).write_text(text, encoding="utf-8")
     return path
 
 

@@ -149,3 +149,13 @@ def test_evidence_replay_is_the_function_whatever_was_imported_first() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert res.returncode == 0, res.stderr
+
+
+def test_meta_that_is_not_json_writes_nothing(tmp_path: Path) -> None:
+    import torch
+
+    from kvcanary.evidence import Bundle, write_bundle
+
+    with pytest.raises(TypeError):
+        write_bundle(Bundle({"slot": 1, "owners": {object()}}, {"records/X": torch.zeros(1, 4)}), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
