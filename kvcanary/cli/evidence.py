@@ -37,7 +37,12 @@ def inspect(args: argparse.Namespace) -> int:
         out = Path(args.html)
         if out.is_dir():
             raise UsageError(f"--html {args.html} is a folder", hint="give the path of the page to write")
-        out.write_text(html_report(bundle), encoding="utf-8")
+        page = html_report(bundle)
+        try:
+            out.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--html {args.html} cannot be written ({exc.strerror or exc})",
+                             hint="give a path in a folder that exists and that you may write") from None
         print(f"wrote {out}")
     return 0
 

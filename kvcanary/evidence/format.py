@@ -58,10 +58,11 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     st = _safetensors()
     meta = dict(bundle.meta)
     meta["format"], meta["version"] = BUNDLE_FORMAT, BUNDLE_VERSION
-    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(meta, indent=1, sort_keys=False) + "\n"  # before anything is written: meta that is not
+    path.mkdir(parents=True, exist_ok=True)                     # JSON leaves no half bundle behind
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}
     st.save_file(tensors, str(path / TENSORS_FILE))
-    (path / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    (path / META_FILE).write_text(text, encoding="utf-8")
     return path
 
 
@@ -74,7 +75,7 @@ def read_bundle(path: Path | str) -> Bundle:
                           "`kvcanary demo --bundles` or BundleSink writes it)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8; too deeply nested
         raise BundleError(f"kv-canary: bundle {str(p)!r}: {META_FILE} is not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"kv-canary: bundle {str(p)!r}: format must be {BUNDLE_FORMAT!r}, got "
@@ -86,5 +87,12 @@ def read_bundle(path: Path | str) -> Bundle:
     tensors: dict[str, torch.Tensor] = {}
     tpath = p / TENSORS_FILE
     if tpath.is_file():
-        tensors = dict(_safetensors().load_file(str(tpath)))
+        st = _safetensors()
+        from safetensors import SafetensorError
+
+        try:
+            tensors = dict(st.load_file(str(tpath)))
+        except (OSError, SafetensorError) as exc:  # a truncated, empty or foreign file
+            raise BundleError(f"kv-canary: bundle {str(p)!r}: {TENSORS_FILE} is not a readable safetensors "
+                              f"file ({type(exc).__name__}: {exc})") from None
     return Bundle(meta, tensors)

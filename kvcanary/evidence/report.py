@@ -166,7 +166,7 @@ def _timeline_svg(meta: dict[str, Any]) -> str:
     xr = x(meta["step_recorded"])
     parts.append(f'<line x1="{xr:.1f}" y1="8" x2="{xr:.1f}" y2="{height - 4}" stroke="#cf222e" '
                  f'stroke-dasharray="4 3"/><text x="{xr + 4:.1f}" y="{height - 6}" fill="#cf222e">'
-                 f'violation (step {meta["step_recorded"]})</text></svg>')
+                 f'violation (step {_e(meta["step_recorded"])})</text></svg>')
     legend = " ".join(f'<span style="color:{c}">&#9679; {k}</span>' for k, c in colors.items())
     return "".join(parts) + f'<div class="meta">{legend}</div>'
 
@@ -212,7 +212,7 @@ def html_report(bundle: Bundle) -> str:
                    f"{'live' if o['live'] else 'not running'})</p><div class=\"grid\">")
         for p, s in zip(o["positions"], o["slots"], strict=True):
             cls = "cell marked" if s == m["slot"] else "cell"
-            out.append(f"<span class=\"{cls}\" title=\"position {p}\">{_e(s)}</span>")
+            out.append(f"<span class=\"{cls}\" title=\"position {_e(p)}\">{_e(s)}</span>")
         out.append("</div>")
     out.append("</div><h2>Journal</h2><table id=\"journal\"><tr><th>step</th><th>event</th><th>owner</th>"
                "<th>positions</th></tr>")
