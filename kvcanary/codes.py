@@ -21,6 +21,7 @@ CONTRACT_MODULES: tuple[str, ...] = (
     "kvcanary.constructors.config",
     "kvcanary.constructors.server_strings",
     "kvcanary.constructors.attach",
+    "kvcanary.constructors.serve_settings",
     "kvcanary.constructors.budget",
     "kvcanary.constructors.budget_methods",
     "kvcanary.constructors.capacities",

@@ -119,7 +119,8 @@ _CPU = {"device": "cpu"}
 ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
                                 "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers",
                                 "Wire": "kvcanary.distributed", "TransferStart": "kvcanary.distributed.verify",
-                                "entries": "kvcanary.distributed.slots", "make_row_source": "kvcanary.manager"}
+                                "entries": "kvcanary.distributed.slots", "make_row_source": "kvcanary.manager",
+                                "ServeSettings": "kvcanary.serve"}
 """Names the example calls use that ``kvcanary`` itself does not export -> the module that does."""
 
 CONSTRUCTORS: Mapping[str, ExampleSet] = {
@@ -158,6 +159,10 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
                                                                  "on_violation": ViolationPolicy.ISOLATE}),)),
     "ViolationPolicy.parse": ExampleSet(
         "ViolationPolicy.parse", (Variant("a flag's value", lambda: {"value": "isolate", "name": "on_violation"}),)),
+    "ServeSettings": ExampleSet("ServeSettings", (
+        Variant("the loopback", lambda: {"host": "127.0.0.1", "port": 8000, "sweep_interval": 4}),
+        Variant("any free port", lambda: {"host": "::1", "port": 0, "sweep_interval": 0}, "IPv6, no sweep"),
+    )),
     "ExpectedTokens": ExampleSet("ExpectedTokens", (
         Variant("3 empty rows", lambda: {"flat": i64(0), "lens": i64(BS)}, "three padding rows"),)),
     "CanaryBatch": ExampleSet("CanaryBatch", (

@@ -24,6 +24,31 @@ def _policy(given: str | None) -> str:
     return given or ("isolate" if has_isolate else "log")
 
 
+_FLAGS = {"host": "--host", "port": "--port"}
+"""The options of ``kvcanary serve`` that :class:`~kvcanary.serve.settings.ServeSettings` checks."""
+
+
+def _check_listen(host: str, port: int) -> None:
+    """``--host`` and ``--port`` by ServeSettings' rules (the code of the rule broken, its fix as the hint), then
+    a socket bound and closed (a host that does not resolve, a port in use): before ``--tiny`` writes anything."""
+    from kvcanary.errors import ContractError
+    from kvcanary.serve.server import bound_socket
+    from kvcanary.serve.settings import ServeSettings
+
+    try:
+        ServeSettings(host=host, port=port)
+    except ContractError as err:
+        arg = next((a for a in err.arguments if a in _FLAGS), "")
+        text = err.message.removeprefix("kv-canary: ")
+        text = text.replace(f"ServeSettings.{arg}", _FLAGS[arg]) if arg else text
+        raise UsageError(f"{text} [{err.code}]", hint=err.check.fix) from None
+    try:
+        bound_socket(host, port).close()
+    except OSError as err:
+        raise UsageError(str(err.strerror or err).removeprefix("kv-canary: "),
+                         hint="pass another --host, or another --port (0: any free port)") from None
+
+
 def _require() -> None:
     from kvcanary.serve.server import require_serving
 
@@ -39,7 +64,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tiny", action="store_true", help="first save a tiny random-weight Llama and its tokenizer "
                    "into MODEL_DIR (nothing downloaded)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="listen port (default: 8000; 0: any free port)")
+    p.add_argument("--port", type=int, default=8000, help="listen port, 0 to 65535 (default: 8000; 0: any free port)")
     p.add_argument("--device", default="cpu", help="torch device of the model (default: cpu)")
     p.add_argument("--backend", default=None, help="force a kvcanary backend (default: automatic)")
     p.add_argument("--on-violation", choices=["log", "raise", "isolate"], default="log",
@@ -51,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
     from kvcanary.cli.common import check_backend_name, usable_device
 
     _require()
+    _check_listen(args.host, args.port)
     usable_device(args.device)
     check_backend_name(args.backend)
     policy = _policy(args.on_violation)

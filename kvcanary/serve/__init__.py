@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvcanary.serve.server import CanaryServer
+    from kvcanary.serve.settings import ServeSettings
     from kvcanary.serve.tiny import build_tiny_model
 
-__all__ = ["CanaryServer", "build_tiny_model"]
+__all__ = ["CanaryServer", "ServeSettings", "build_tiny_model"]
 
 if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise accept any attribute
     from kvcanary._lazy import attach

@@ -6,7 +6,8 @@ concurrent chat completions (streamed and not): first clean, then once per fault
 engine's state, each on a fresh server. For each run it prints what every client received, the metrics that
 moved on ``/metrics`` and the health route's answer, then sends one more request to show the server still
 serves. The run fails when a fault goes unseen, a clean run reports anything, or a request fails that the
-policy did not fail (a healthy one).
+guard did not fail (a healthy one): the guard fails the requests a violation names (the policy's decision) and
+those that held a block it quarantined (``KVC-G004``: their KV there cannot be trusted either).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from kvcanary.guard.codes import QUARANTINED
 from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, NEEDS_SLIDING_WINDOW, TfFault
 from kvcanary.serve.client import ClientResult, Samples, chat, health, run_workload, scrape
 
@@ -52,6 +54,9 @@ class ServeOutcome:
     health: str = ""
     owners: set[str] = field(default_factory=set)
     isolated: set[str] = field(default_factory=set)
+    held_quarantined: set[str] = field(default_factory=set)
+    """Requests the guard failed because they held a block it quarantined (KVC-G004): not in any isolation
+    event's ``request_ids``, which lists the requests the violations named."""
     changed: list[int] = field(default_factory=list)
     later_ok: bool = True
     seconds: float = 0.0
@@ -62,8 +67,10 @@ class ServeOutcome:
 
     @property
     def healthy_failed(self) -> list[str]:
-        """Requests that failed although the policy failed no such request."""
-        return [r.request_id for r in self.results.values() if not r.ok and r.request_id not in self.isolated]
+        """Requests that failed although the guard failed no such request (neither for a violation nor for a
+        quarantined block they held)."""
+        failed_by_guard = self.isolated | self.held_quarantined
+        return [r.request_id for r in self.results.values() if not r.ok and r.request_id not in failed_by_guard]
 
     @property
     def ok(self) -> bool:
@@ -114,6 +121,7 @@ def run_one(model_dir: Any, prompts: Sequence[str], fault: TfFault | None, *, de
             outcome.detail = ", ".join(f"{k}={v}" for k, v in hook.detail.items())
         outcome.owners = {rid for e in log.events if e["event"] == "violation" for rid in e["request_ids"]}
         outcome.isolated = {rid for e in log.events if e["event"] == "isolation" for rid in e["request_ids"]}
+        outcome.held_quarantined = {rid for rid, msg in server.canary.failed.items() if QUARANTINED.code in msg}
         if clean is not None:
             outcome.changed = [i for i, r in results.items()
                                if r.ok and r.request_id not in outcome.owners and r.text != clean[i].text]
@@ -143,6 +151,8 @@ def describe(o: ServeOutcome, out: TextIO) -> None:
                 what += " (its KV was corrupt: reported)"
         else:
             what = f"ERROR {r.status}: {(r.error or '').splitlines()[0][:100] if r.error else ''}"
+            if r.request_id in o.held_quarantined:
+                what += f" (it held a quarantined block: {QUARANTINED.code})"
         out.write(f"  {r.request_id:<28} {kind} {what}\n")
     for name in MOVED:
         if o.moved.get(name):

@@ -2,11 +2,13 @@
 canary attached to the model it serves, kvcanary's metrics at ``/metrics`` and its health at
 ``/kvcanary/health`` beside transformers' own routes.
 
-``with CanaryServer(model_dir) as server: ...`` starts uvicorn on ``server.url`` in a background thread (a
-socket bound before the thread starts: the port is known and free) and always stops it on exit. The
-transformers parts are the ones ``transformers serve`` itself builds (its ``Serve`` command, told not to
-start its own server); two of them are set before the first request: the continuous-batching settings the
-canary needs (eager steps, synchronous batching, small pages) and the canary itself. See docs/serve.md.
+``with CanaryServer(model_dir) as server: ...`` starts uvicorn on ``server.url`` in a background thread (on a
+socket bound before the model loads: the port is known and free, and a bad one fails at once) and always stops
+it on exit. The transformers parts are the ones ``transformers serve`` itself builds (its ``Serve`` command,
+told not to start its own server); two of them are set before the first request: the continuous-batching
+settings the canary needs (eager steps, synchronous batching, small pages) and the canary itself. Its host,
+port and sweep interval are checked before anything is done (their rules and codes: ``KVC-F``). See
+docs/serve.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.monitor.monitor import Monitor
+from kvcanary.serve.settings import ServeSettings
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -73,18 +76,28 @@ def _attach(model: Any, *, on_violation: str, backend: str | None, sweep_interva
     return canary
 
 
-def _bound_socket(host: str, port: int) -> socket.socket:
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``, or an OSError that names both (a host that does not resolve,
+    a port in use or not allowed): the machine's answer, given before a model is loaded."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"kv-canary: cannot listen on host {host!r}, port {port}: "
+                                 f"{err.strerror or err}") from err
     return sock
 
 
 class CanaryServer:
     """transformers' server for ``model_dir`` with canaries, ``/metrics`` and ``/kvcanary/health``.
 
-    ``port`` 0 picks a free port (read ``url`` after :meth:`start`). ``on_violation``: ``log``, ``raise``
+    ``host``: a bare address (an IP address or a host name); ``port``: 0 to 65535, 0 picks a free port (read
+    ``url`` after :meth:`start`); ``sweep_interval``: steps between sweeps, 0 for none. A value that breaks one
+    of these rules is a ContractError (``KVC-F``, :class:`~kvcanary.serve.settings.ServeSettings`) here,
+    before anything is done. ``on_violation``: ``log``, ``raise``
     or ``isolate`` (the last needs the isolation policy of the transformers integration). ``registry``:
     where the metrics go (default: a fresh one, served at ``/metrics``; pass prometheus-client's global
     ``REGISTRY`` to share the process's). ``device``: ``cpu``, ``cuda``, ``cuda:1``...
@@ -93,6 +106,7 @@ class CanaryServer:
     def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu",
                  backend: str | None = None, on_violation: str = "log", sweep_interval: int = 4,
                  registry: CollectorRegistry | None = None, cb: Any = None, quiet: bool = True) -> None:
+        ServeSettings(host=host, port=port, sweep_interval=sweep_interval)  # first; their rules and codes: KVC-F
         require_serving()
         on_violation = ViolationPolicy.parse(on_violation).value  # its rule and code: KVC-F
         path = Path(model_dir)
@@ -107,6 +121,7 @@ class CanaryServer:
         self.cb = cb
         self.quiet = quiet
         self.canary: TransformersCanary | None = None
+        self._attached = False  # the canary is attached and not yet detached (stop detaches it once)
         self.monitor: Monitor | None = None
         self._serve: Any = None
         self._thread: threading.Thread | None = None
@@ -117,7 +132,8 @@ class CanaryServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address is bracketed in a URL
+        return f"http://{host}:{self.port}"
 
     # -- start / stop -----------------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> CanaryServer:
@@ -125,11 +141,14 @@ class CanaryServer:
         try:
             self._start(timeout)
         except BaseException:
-            self.stop()
+            with contextlib.suppress(RuntimeError):  # the failure to start is the error to see
+                self.stop()
             raise
         return self
 
     def _start(self, timeout: float) -> None:
+        self._sock = sock = bound_socket(self.host, self.port)  # first: a port in use fails before the model loads
+        self.port = int(sock.getsockname()[1])
         from transformers.cli.serve import Serve
 
         class _Unstarted(Serve):
@@ -145,6 +164,7 @@ class CanaryServer:
         model = next(iter(serve._model_manager.loaded_models.values())).model
         self.canary = canary = _attach(model, on_violation=self.on_violation, backend=self.backend,
                                        sweep_interval=self.sweep_interval)
+        self._attached = True  # from here on stop() detaches it (a failed attach too: detach reads what it left)
         canary.attach()
         self.monitor = Monitor(registry=self.registry, owners=canary.owners)
         canary.add_sink(self.monitor)
@@ -153,8 +173,6 @@ class CanaryServer:
         if self.quiet:
             for name in _LOGGERS:
                 logging.getLogger(name).setLevel(logging.ERROR)
-        self._sock = sock = _bound_socket(self.host, self.port)
-        self.port = int(sock.getsockname()[1])
         self._server = server = serve.server
         server.config.host, server.config.port = self.host, self.port
 
@@ -208,7 +226,14 @@ class CanaryServer:
         app.add_exception_handler(RuntimeError, failed_by_kvcanary)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop serving, stop transformers' batching thread, detach the canary (idempotent)."""
+        """Stop serving, stop transformers' batching thread, detach the canary (idempotent).
+
+        Under ``raise``, violations that only detaching read back (the last steps') are logged and told to the
+        sinks like any other, and then raised as the canary's RuntimeError, once everything here is stopped:
+        the server is down either way, and the error is not lost. Leaving a ``with`` block on an exception
+        already under way, or a :meth:`start` that failed, never replaces that exception with this one.
+        """
+        found: RuntimeError | None = None
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -220,9 +245,12 @@ class CanaryServer:
             with contextlib.suppress(Exception):
                 self._serve._model_manager.shutdown()
             self._serve = None
-        if self.canary is not None:
-            with contextlib.suppress(RuntimeError):
+        if self.canary is not None and self._attached:
+            self._attached = False
+            try:
                 self.canary.detach()
+            except RuntimeError as err:  # raise mode: the last violations; raised once all is stopped
+                found = err
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
@@ -233,9 +261,15 @@ class CanaryServer:
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
         self._levels.clear()
+        if found is not None:
+            raise found
 
     def __enter__(self) -> CanaryServer:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.stop()
+            return
+        with contextlib.suppress(RuntimeError):  # an exception is already on its way out: never replace it
+            self.stop()

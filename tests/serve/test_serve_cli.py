@@ -1,13 +1,13 @@
-"""``kvcanary serve``: its help imports nothing heavy; a folder that is no model is one line, exit 2."""
+"""``kvcanary serve``: its help imports nothing heavy; a folder that is no model, a host or a port it cannot listen
+on is one line, exit 2, before anything is written."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,13 +35,34 @@ def test_serve_refuses_a_folder_that_is_no_model_in_one_line(tmp_path: Path) -> 
     assert "(hint: pass --tiny" in lines[0] and "Traceback" not in res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="rA: --port is not checked: a port out of range is an OverflowError "
-                   "traceback after --tiny wrote the model and the model was loaded")
 def test_serve_refuses_a_port_out_of_range_before_doing_anything(tmp_path: Path) -> None:
     """Bad input gets one line naming the argument and the rule, and nothing is modified: ``--port 70000``
-    today writes the tiny model into MODEL_DIR, loads it, and only then fails in ``socket.bind``."""
+    used to write the tiny model into MODEL_DIR, load it, and only then fail in ``socket.bind``."""
     model_dir = tmp_path / "tiny"
     res = _run("serve", str(model_dir), "--tiny", "--port", "70000", cwd=tmp_path)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--port" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not model_dir.exists()
+
+
+def test_serve_refuses_a_host_with_a_port_in_one_line_with_its_code(tmp_path: Path) -> None:
+    model_dir = tmp_path / "tiny"
+    res = _run("serve", str(model_dir), "--tiny", "--host", "localhost:8000", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--host must be a bare address" in lines[0] and "[KVC-F" in lines[0], res.stderr
+    assert "(hint: Pass the address alone" in lines[0]
+    assert not model_dir.exists()
+
+
+def test_serve_refuses_a_port_in_use_before_writing_the_model(tmp_path: Path) -> None:
+    model_dir = tmp_path / "tiny"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        res = _run("serve", str(model_dir), "--tiny", "--port", str(port), cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on host '127.0.0.1', port {port}" in lines[0], res.stderr
     assert not model_dir.exists()
