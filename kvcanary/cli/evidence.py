@@ -55,7 +55,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 def replay(args: argparse.Namespace) -> int:
     """Re-run the bundle's checks on the CPU (torch_ref); 0 when the rows are reproduced, 1 otherwise."""
     from kvcanary.evidence.format import Bundle
-    from kvcanary.evidence.replay import replay as run_replay
+    from kvcanary.evidence.rerun import replay as run_replay
 
     bundle = _load(args.bundle)
     assert isinstance(bundle, Bundle)

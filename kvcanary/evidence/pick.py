@@ -18,7 +18,7 @@ def pick_replayable(paths: Sequence[Path]) -> Path:
     """The first bundle of ``paths`` whose rows replay (a slot rewritten after its check may hold too little
     evidence to replay); the first one when none does."""
     from kvcanary.evidence.format import read_bundle
-    from kvcanary.evidence.replay import replay
+    from kvcanary.evidence.rerun import replay
 
     for p in paths:
         if replay(read_bundle(p)).ok:
