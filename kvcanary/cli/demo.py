@@ -141,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     if args.bundles is not None:
         from kvcanary.cli.evidence import demo_bundles
 
-        return demo_bundles(args.bundles, args.engine, args.fault, args.steps, args.seed)
+        return demo_bundles(args)
     if args.engine == "transformers":
         return _transformers(args)
     from kvcanary.cli.common import backend_usage_error, check_backend_name, usable_device

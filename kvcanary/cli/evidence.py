@@ -55,7 +55,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 def replay(args: argparse.Namespace) -> int:
     """Re-run the bundle's checks on the CPU (torch_ref); 0 when the rows are reproduced, 1 otherwise."""
     from kvcanary.evidence.format import Bundle
-    from kvcanary.evidence.replay import replay as run_replay
+    from kvcanary.evidence.rerun import replay as run_replay
 
     bundle = _load(args.bundle)
     assert isinstance(bundle, Bundle)
@@ -75,37 +75,95 @@ def replay(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def demo_bundles(out_dir: str, engine: str, fault: str, steps: int, seed: int) -> int:
-    """``kvcanary demo --bundles DIR``: one bundle per fault class; 1 if one is missing or misattributed."""
-    from kvcanary.evidence.format import read_bundle
+_NOT_WITH_BUNDLES: tuple[tuple[str, object, str, str], ...] = (
+    ("compile", True, "--compile", "bundles come from eager runs (compiled launches record the same rows); "
+     "drop --compile, or drop --bundles to time the compiled demo"),
+    ("workers", 2, "--workers 2", "the two-process rows write no bundles; drop --workers 2"),
+    ("on_violation", "isolate", "--on-violation isolate", "bundles come from runs under the log policy (the "
+     "isolate guard feeds the slot journals its own way); drop --on-violation isolate, or drop --bundles"),
+    ("serve", True, "--serve", "bundles come from in-process runs, not over HTTP; drop --serve, or drop --bundles"),
+)
+"""Demo options a bundle run cannot honour: the attribute, the value that asks for it, the option as written
+and the hint."""
 
-    out = Path(out_dir)
+
+def _check_bundle_options(args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, what ``demo --bundles`` cannot honour; check the rest as the plain demo
+    does (the fault class, ``--steps``, the device, the backend's name)."""
+    from kvcanary.cli.common import check_backend_name, usable_device
+    from kvcanary.cli.demo import MIN_STEPS, fault_names
+
+    out = Path(args.bundles)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--bundles {out_dir} is not a folder", hint="give a folder to write the bundles into")
-    if fault == "none":
+        raise UsageError(f"--bundles {args.bundles} is not a folder", hint="give a folder to write the bundles into")
+    for attr, value, flag, hint in _NOT_WITH_BUNDLES:
+        if getattr(args, attr) == value:
+            raise UsageError(f"{flag} is not available with --bundles", hint=hint)
+    if args.fault == "none":
         raise UsageError("--bundles needs a fault class (--fault all or one class), not none",
                          hint="a clean run writes no bundle")
-    expected: dict[str, str]
-    if engine == "transformers":
+    ours, theirs = fault_names()
+    if args.engine == "transformers":
+        if args.fault != "all" and args.fault not in theirs:
+            raise UsageError(f"--fault {args.fault} is not a fault class of the transformers engine",
+                             hint=f"use one of all, {', '.join(theirs)}")
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            raise UsageError("--engine transformers needs transformers installed",
+                             hint="pip install 'kvcanary[transformers]'") from None
+    else:
+        if args.fault != "all" and args.fault not in ours:
+            raise UsageError(f"--fault {args.fault} is a fault class of the transformers engine only",
+                             hint=f"add --engine transformers, or use one of all, {', '.join(ours)}")
+        if args.steps < MIN_STEPS:
+            raise UsageError(f"--steps must be >= {MIN_STEPS}, got {args.steps}",
+                             hint="the workload's faults need that many steps to occur")
+    usable_device(args.device)
+    check_backend_name(args.backend)
+
+
+def demo_bundles(args: argparse.Namespace) -> int:
+    """``kvcanary demo --bundles DIR``: one bundle per fault class; 1 if one is missing or misattributed.
+
+    The runs honour ``--engine``, ``--fault``, ``--steps``, ``--seed``, ``--device`` and ``--backend``; the
+    options in :data:`_NOT_WITH_BUNDLES` are refused. A bad option, device or backend is one line and exit
+    status 2, before anything runs; so is a bundle that cannot be kept (the sink's write errors, the path).
+    """
+    from kvcanary.cli.common import backend_usage_error
+    from kvcanary.evidence.format import read_bundle
+    from kvcanary.evidence.pick import KeepError
+    from kvcanary.registry import BackendError
+
+    _check_bundle_options(args)
+    out, fault = Path(args.bundles), args.fault
+    run = {"seed": args.seed, "device": args.device, "backend": args.backend}
+    if args.engine == "transformers":
         from kvcanary.evidence.demo_transformers import EXPECTED_TF_CLASS, write_tf_bundles
         from kvcanary.integrations.transformers.fault_kinds import TfFault
 
-        if fault != "all" and fault not in {f.value for f in TfFault}:
-            raise UsageError(f"--fault {fault} is not a fault class of the transformers engine",
-                             hint=f"use one of all, {', '.join(f.value for f in TfFault)}")
         tf_faults = list(TfFault) if fault == "all" else [TfFault(fault)]
-        paths = write_tf_bundles(out, tf_faults, seed=seed)
         expected = {f"transformers-{f.value}": EXPECTED_TF_CLASS[f].value for f in tf_faults}
     else:
         from kvcanary.demo.engine.faults import Fault
         from kvcanary.evidence.demo_bundles import EXPECTED_CLASS, write_demo_bundles
 
-        if fault != "all" and fault not in {f.value for f in Fault}:
-            raise UsageError(f"--fault {fault} is a fault class of the transformers engine only",
-                             hint=f"add --engine transformers, or use one of all, {', '.join(f.value for f in Fault)}")
         faults = list(Fault) if fault == "all" else [Fault(fault)]
-        paths = write_demo_bundles(out, faults, steps=steps, seed=seed)
         expected = {f"demo-{f.value}": EXPECTED_CLASS[f].value for f in faults}
+    for name in expected:
+        if (out / name).exists() and not (out / name).is_dir():
+            raise UsageError(f"--bundles {args.bundles}: {out / name} is a file, where the {name} bundle goes",
+                             hint="remove it, or give another folder")
+    try:
+        if args.engine == "transformers":
+            paths = write_tf_bundles(out, tf_faults, max_new_tokens=max(8, args.steps // 2), **run)
+        else:
+            paths = write_demo_bundles(out, faults, steps=args.steps, **run)
+    except BackendError as exc:
+        raise backend_usage_error(exc, args.backend) from None
+    except KeepError as exc:
+        raise UsageError(f"--bundles {args.bundles}: cannot keep the bundle {exc.path}: {exc.reason}",
+                         hint="remove what is at that path, or give another folder with free space") from None
     bad = 0
     got = {p.name: p for p in paths}
     for name, want in expected.items():

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kvcanary.evidence.capture import BundleLimits, BundleSink
     from kvcanary.evidence.describe import RequestDescriber, RequestView
     from kvcanary.evidence.format import BUNDLE_FORMAT, BUNDLE_VERSION, Bundle, BundleError, read_bundle, write_bundle
-    from kvcanary.evidence.replay import ReplayResult, replay
+    from kvcanary.evidence.rerun import ReplayResult, replay
 
 __all__ = [
     "BUNDLE_FORMAT",

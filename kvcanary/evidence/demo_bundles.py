@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from kvcanary.demo.engine.faults import Fault
 from kvcanary.evidence.attribution import BugClass
 from kvcanary.evidence.pick import CANDIDATES, keep_replayable
+from kvcanary.evidence.quiet import quiet_logs
 
 EXPECTED_CLASS: dict[Fault, BugClass] = {
     Fault.RADIX_UAF: BugClass.USE_AFTER_FREE,
@@ -91,10 +93,12 @@ def run_fault_bundle(fault: Fault, out_dir: Path, *, steps: int = 40, seed: int 
 
 
 def write_demo_bundles(out_dir: Path, faults: Sequence[Fault] | None = None, **kwargs: object) -> list[Path]:
-    """One bundle per fault in ``faults`` (every demo-engine fault by default)."""
+    """One bundle per fault in ``faults`` (every demo-engine fault by default). The manager's log is at ERROR
+    meanwhile, as in the plain demo: the caller prints the table, not every violation row."""
     out: list[Path] = []
-    for f in faults if faults is not None else list(Fault):
-        p = run_fault_bundle(f, out_dir, **kwargs)  # type: ignore[arg-type]
-        if p is not None:
-            out.append(p)
+    with quiet_logs(("kvcanary.manager",), logging.ERROR):
+        for f in faults if faults is not None else list(Fault):
+            p = run_fault_bundle(f, out_dir, **kwargs)  # type: ignore[arg-type]
+            if p is not None:
+                out.append(p)
     return out

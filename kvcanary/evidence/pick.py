@@ -14,11 +14,21 @@ CANDIDATES = 4
 """Bundles a demo run captures (its first violated slots) before it keeps one."""
 
 
+class KeepError(RuntimeError):
+    """A run's bundle could not be kept at ``path``: the sink failed to write, or the path is taken or
+    cannot be written. ``reason`` says which, in a few words."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 def pick_replayable(paths: Sequence[Path]) -> Path:
     """The first bundle of ``paths`` whose rows replay (a slot rewritten after its check may hold too little
     evidence to replay); the first one when none does."""
     from kvcanary.evidence.format import read_bundle
-    from kvcanary.evidence.replay import replay
+    from kvcanary.evidence.rerun import replay
 
     for p in paths:
         if replay(read_bundle(p)).ok:
@@ -27,15 +37,21 @@ def pick_replayable(paths: Sequence[Path]) -> Path:
 
 
 def keep_replayable(sink: BundleSink, target: Path) -> Path | None:
-    """Close ``sink`` and move the bundle :func:`pick_replayable` picks of those it wrote to ``target`` (what
-    was there is replaced); None when it wrote none. Raises RuntimeError naming the sink's write errors."""
+    """Close ``sink`` and move the bundle :func:`pick_replayable` picks of those it wrote to ``target`` (the
+    folder that was there is replaced); None when it wrote none. Raises :class:`KeepError` naming ``target``
+    if the sink had write errors, a file sits at ``target``, or the move fails."""
     written = sink.close()
     if sink.errors:
-        raise RuntimeError("; ".join(sink.errors))
+        raise KeepError(target, "the bundle could not be written (" + "; ".join(sink.errors) + ")")
     if not written:
         return None
-    if target.exists():
-        shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(pick_replayable(written)), str(target))
+    if target.exists() and not target.is_dir():
+        raise KeepError(target, "a file is there, not a bundle folder")
+    try:
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(pick_replayable(written)), str(target))
+    except OSError as exc:
+        raise KeepError(target, f"cannot be written ({exc.strerror or exc})") from exc
     return target
