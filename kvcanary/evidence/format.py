@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from kvcanary.evidence.schema import bundle_problem
+
 BUNDLE_FORMAT = "kvcanary-evidence-bundle"
 BUNDLE_VERSION = 2
 """2: write entries carry what the owner check read (``owner``), ``extensions.write_slot_owner_mismatch``."""
@@ -59,8 +61,11 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     meta = dict(bundle.meta)
     meta["format"], meta["version"] = BUNDLE_FORMAT, BUNDLE_VERSION
     text = json.dumps(meta, indent=1, sort_keys=False) + "\n"  # before anything is written: meta that is not
-    path.mkdir(parents=True, exist_ok=True)                     # JSON leaves no half bundle behind
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}  # JSON, or that a
+    problem = bundle_problem(json.loads(text), tensors)        # reader refuses, leaves no half bundle behind
+    if problem is not None:
+        raise BundleError(f"kv-canary: bundle {str(path)!r} not written: {problem}")
+    path.mkdir(parents=True, exist_ok=True)
     st.save_file(tensors, str(path / TENSORS_FILE))
     (path / META_FILE).write_text(text, encoding="utf-8")
     return path
@@ -81,7 +86,7 @@ def read_bundle(path: Path | str) -> Bundle:
         raise BundleError(f"kv-canary: bundle {str(p)!r}: format must be {BUNDLE_FORMAT!r}, got "
                           f"{meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r}")
     version = meta.get("version")
-    if not isinstance(version, int) or not 1 <= version <= BUNDLE_VERSION:
+    if type(version) is not int or not 1 <= version <= BUNDLE_VERSION:
         raise BundleError(f"kv-canary: bundle {str(p)!r}: version must be 1..{BUNDLE_VERSION} (this kvcanary), "
                           f"got {version!r}")
     tensors: dict[str, torch.Tensor] = {}
@@ -95,4 +100,7 @@ def read_bundle(path: Path | str) -> Bundle:
         except (OSError, SafetensorError) as exc:  # a truncated, empty or foreign file
             raise BundleError(f"kv-canary: bundle {str(p)!r}: {TENSORS_FILE} is not a readable safetensors "
                               f"file ({type(exc).__name__}: {exc})") from None
+    problem = bundle_problem(meta, tensors)
+    if problem is not None:
+        raise BundleError(f"kv-canary: bundle {str(p)!r}: {problem}")
     return Bundle(meta, tensors)

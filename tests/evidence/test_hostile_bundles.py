@@ -69,12 +69,14 @@ HOSTILE: dict[str, tuple[Edit, str]] = {
     "slot not in the buffers": (_set("replay", "verify", 0, "slot", value=12345), "slot"),
     "source bytes of a terabyte": (_set("replay", "buffers", "HEAD_K_FULL", "source_bytes", value=[10**12]),
                                    "source_bytes"),
+    "version true": (_set("version", value=True), "version"),
+    "fields not eight": (_set("rows", 0, "fields", value=[1, 2]), "rows[0].fields"),
+    "owner slots not one per position": (_set("owners", 0, "slots", value=[5]), "owners[0].slots"),
+    "buffer slots not in the tensors": (lambda m: m["replay"]["buffers"]["HEAD_K_FULL"]["slots"].append(3),
+                                        "replay.buffers.HEAD_K_FULL.slots"),
 }
 
 
-@pytest.mark.xfail(strict=True, reason="read_bundle checks only format and version: a missing or wrong-typed "
-                   "field of bundle.json is a KeyError/TypeError/IndexError (or a 10**12-byte allocation) "
-                   "deep in the report or the replay")
 @pytest.mark.parametrize("command", ["inspect", "replay"])
 @pytest.mark.parametrize("case", list(HOSTILE), ids=str)
 def test_a_damaged_field_is_one_line_naming_it(case: str, command: str, tmp_path: Path,
@@ -82,6 +84,17 @@ def test_a_damaged_field_is_one_line_naming_it(case: str, command: str, tmp_path
     edit, field = HOSTILE[case]
     line = _one_line_error(command, _copy(tmp_path, edit), capsys)
     assert field in line, line
+
+
+def test_a_write_slot_table_too_large_to_build_is_one_line(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    dst = tmp_path / "b"
+    shutil.copytree(bundle_path(Fault.DRAFT_PAST_ALLOCATION), dst)
+    meta = json.loads((dst / META_FILE).read_text())
+    assert meta["replay"]["extensions"]["write_slot_mismatch"]
+    meta["replay"]["write"][0]["position"] = 10**15  # the replay's req_to_token would be 4 PB
+    (dst / META_FILE).write_text(json.dumps(meta))
+    assert "replay.write[0].position" in _one_line_error("replay", dst, capsys)
 
 
 @pytest.mark.parametrize("command", ["inspect", "replay"])
