@@ -159,20 +159,24 @@ class BundleSink:
             idx, found = find_link(rec[:, :4], target)
             link = rec[idx, :4].clone()
             sources: list[SourceCapture] = []
-            if 0 <= slot < n and ep.context.real_kv_hash_mode is not RealKvHashMode.NONE:
-                for src in ep.context.real_kv_sources:
-                    eff = 16 if ep.context.real_kv_hash_mode is RealKvHashMode.PARTIAL else src.read_bytes
-                    if eff > budget:
-                        sources = []
-                        break
-                    budget -= eff
-                    words = src.tensor.view(torch.uint8).view(torch.int64)
-                    row = slot // src.page_size
-                    if row >= int(words.shape[0]):
-                        sources.append(SourceCapture(eff, None))
-                        continue
-                    base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
-                    sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
+            mode = ep.context.real_kv_hash_mode
+            # the fingerprint a verify row's replay folds (a write's replay and a HEAD buffer's read no KV)
+            reads_kv = 0 <= slot < n and mode is not RealKvHashMode.NONE and not is_write and tag.name[:4] != "HEAD"
+            srcs = ep.context.real_kv_sources if reads_kv else ()
+            sizes = [16 if mode is RealKvHashMode.PARTIAL else src.read_bytes for src in srcs]
+            if sum(sizes) > budget:  # without the bytes its fingerprint folds, the row cannot be replayed
+                rows.append(RowCapture(e, record, link, idx, found, (), f"its {sum(sizes)} real-KV bytes are over "
+                                       f"the bundle's byte limit (BundleLimits.max_bytes={self.limits.max_bytes})"))
+                continue
+            budget -= sum(sizes)
+            for src, eff in zip(srcs, sizes, strict=True):
+                words = src.tensor.view(torch.uint8).view(torch.int64)
+                row = slot // src.page_size
+                if row >= int(words.shape[0]):
+                    sources.append(SourceCapture(eff, None))
+                    continue
+                base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
+                sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
             owner = None
             owner_map = self.manager.owners
             if (owner_map is not None and kind in self._luts

@@ -138,19 +138,25 @@ def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.C
     assert not out.parent.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="a row whose KV bytes the sink dropped (over max_bytes) stays in the replay "
-                   "plan: the replay folds no source, so the bundle does not replay, and unreplayable is empty")
-def test_rows_over_the_byte_limit_are_listed_unreplayable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fault", [Fault.STALE_SWA_TRANSLATION, Fault.KV_FLIP_USED], ids=str)
+def test_rows_over_the_byte_limit_are_listed_unreplayable(fault: Fault, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from kvcanary.evidence import capture
     from kvcanary.evidence.demo_bundles import run_fault_bundle
     from kvcanary.evidence.replay import replay
 
     monkeypatch.setattr(capture, "BundleLimits", functools.partial(capture.BundleLimits, max_bytes=8))
-    path = run_fault_bundle(Fault.STALE_SWA_TRANSLATION, tmp_path)  # one 16-byte strip is over the limit
+    path = run_fault_bundle(fault, tmp_path)  # one 16-byte strip is over the limit
     assert path is not None
     result = replay(read_bundle(path))
     assert result.unreplayable, "the bundle holds no KV bytes for its fingerprint rows, and says nothing"
+    assert all("byte limit (BundleLimits.max_bytes=8)" in u for u in result.unreplayable), result.unreplayable
     assert not result.extra and not result.missing
+    capsys.readouterr()
+    assert main(["replay", str(path)]) == 1  # nothing it could replay: not "reproduced"
+    out = capsys.readouterr().out
+    assert "not replayable" in out and "NOT reproduced" in out, out
 
 
 @pytest.mark.xfail(strict=True, reason="kvcanary.evidence's lazy namespace: once the submodule "
