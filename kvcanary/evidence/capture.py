@@ -13,6 +13,7 @@ and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -54,6 +55,16 @@ class BundleLimits:
         validate_bundle_limits(self)  # the rules: kvcanary/constructors/evidence.py (KVC-X codes)
 
 
+def _check_name(name: object) -> None:
+    """``name`` starts each bundle's folder name (``out_dir/<name>-full-slot<N>-step<M>``): one plain path
+    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise."""
+    seps = {"/", "\\", os.sep, os.altsep or "/"}
+    if (not isinstance(name, str) or name in ("", ".", "..") or any(s in name for s in seps)
+            or not name.isprintable()):
+        raise ValueError(f"kv-canary: BundleSink name must be one plain folder-name part (printable, no '/' or "
+                         f"'\\', not '.' or '..'): bundles are written as out_dir/<name>-..., got {name!r}")
+
+
 def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
     return PoolKind.SWA if tag.name.endswith("_SWA") else PoolKind.FULL
 
@@ -76,6 +87,7 @@ class BundleSink:
     def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
                  describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
                  engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
+        _check_name(name)
         self.manager = manager
         self.out_dir = Path(out_dir)
         self._journal = journal
