@@ -130,6 +130,34 @@ def test_the_page_escapes_the_owners_positions(tmp_path: Path) -> None:
     assert "<script>" not in page
 
 
+_EVIL = "evil\x1b[2J\x1b]0;owned\x07\nline\u202e"
+
+
+def _evil_strings(meta: dict[str, Any]) -> None:
+    meta["engine"] = meta["attribution"]["reason"] = meta["owners"][0]["request_id"] = _EVIL
+    meta["attribution"]["holders"] = [_EVIL]
+    meta["replay"]["unreplayable"] = [_EVIL]
+
+
+def test_inspect_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(_copy(tmp_path))]) == 0
+    clean = capsys.readouterr().out
+    path = _copy(tmp_path / "evil", _evil_strings)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the terminal"
+    assert out.count("\n") == clean.count("\n") + 1  # one more line: the unreplayable reason; none split
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07\\nline\\u202e" in out
+
+
+def test_replay_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _copy(tmp_path, _evil_strings)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the terminal"
+    assert "not replayable: evil\\x1b[2J" in out
+
+
 def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "no" / "page.html"
     assert main(["inspect", str(bundle_path(Fault.RADIX_UAF)), "--html", str(out)]) == 2
