@@ -4,8 +4,8 @@
 replay plan); ``tensors.safetensors`` the raw arrays the replay feeds to the verify kernel (records as int64
 ``[n, 4]`` and the real-KV bytes as uint8 ``[n, bytes]``), named as ``bundle.json``'s ``replay`` section says.
 ``format`` and ``version`` identify the layout; a reader refuses a bundle of another format or a newer
-version. The safetensors package is the ``kvcanary[evidence]`` extra, imported only when a bundle is
-written or read.
+version, and one that breaks a rule of :mod:`kvcanary.evidence.schema` (which a writer checks too). The
+safetensors package is the ``kvcanary[evidence]`` extra, imported only when a bundle is written or read.
 """
 
 from __future__ import annotations

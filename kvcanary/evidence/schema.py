@@ -215,6 +215,10 @@ _RULES = {"missing": "is missing", "int_type": "must be an integer", "string_typ
           "model_type": "must be an object"}
 
 
+_LENGTHS: dict[str | int, tuple[int, int | None]] = {
+    "fields": (VIOLATION_FIELDS, VIOLATION_FIELDS), "written_positions": (2, 2), "slots": (1, None)}
+
+
 def _rule(err: Any) -> str:
     kind, ctx = err["type"], err.get("ctx", {})
     if kind in _RULES:
@@ -230,9 +234,6 @@ def _rule(err: Any) -> str:
         return (f"must hold {lo} entries" if lo == hi else f"must hold at least {lo} entries") if lo else str(
             err["msg"])
     return str(err["msg"])
-
-
-_LENGTHS = {"fields": (VIOLATION_FIELDS, VIOLATION_FIELDS), "written_positions": (2, 2), "slots": (1, None)}
 
 
 def _in_buffer(slot: int, buffer: Buffer | None) -> bool:
