@@ -231,8 +231,9 @@ def _rule(err: Any) -> str:
         return f"must be a multiple of {ctx['multiple_of']}"
     if kind in ("too_short", "too_long"):
         lo, hi = _LENGTHS.get(err["loc"][-1], (None, None))
-        return (f"must hold {lo} entries" if lo == hi else f"must hold at least {lo} entries") if lo else str(
-            err["msg"])
+        if lo is None:
+            return str(err["msg"])
+        return f"must hold {lo} entries" if lo == hi else f"must hold at least {lo} entr{'y' if lo == 1 else 'ies'}"
     return str(err["msg"])
 
 
