@@ -13,6 +13,7 @@ and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -54,6 +55,16 @@ class BundleLimits:
         validate_bundle_limits(self)  # the rules: kvcanary/constructors/evidence.py (KVC-X codes)
 
 
+def _check_name(name: object) -> None:
+    """``name`` starts each bundle's folder name (``out_dir/<name>-full-slot<N>-step<M>``): one plain path
+    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise."""
+    seps = {"/", "\\", os.sep, os.altsep or "/"}
+    if (not isinstance(name, str) or name in ("", ".", "..") or any(s in name for s in seps)
+            or not name.isprintable()):
+        raise ValueError(f"kv-canary: BundleSink name must be one plain folder-name part (printable, no '/' or "
+                         f"'\\', not '.' or '..'): bundles are written as out_dir/<name>-..., got {name!r}")
+
+
 def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
     return PoolKind.SWA if tag.name.endswith("_SWA") else PoolKind.FULL
 
@@ -76,6 +87,7 @@ class BundleSink:
     def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
                  describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
                  engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
+        _check_name(name)
         self.manager = manager
         self.out_dir = Path(out_dir)
         self._journal = journal
@@ -159,20 +171,24 @@ class BundleSink:
             idx, found = find_link(rec[:, :4], target)
             link = rec[idx, :4].clone()
             sources: list[SourceCapture] = []
-            if 0 <= slot < n and ep.context.real_kv_hash_mode is not RealKvHashMode.NONE:
-                for src in ep.context.real_kv_sources:
-                    eff = 16 if ep.context.real_kv_hash_mode is RealKvHashMode.PARTIAL else src.read_bytes
-                    if eff > budget:
-                        sources = []
-                        break
-                    budget -= eff
-                    words = src.tensor.view(torch.uint8).view(torch.int64)
-                    row = slot // src.page_size
-                    if row >= int(words.shape[0]):
-                        sources.append(SourceCapture(eff, None))
-                        continue
-                    base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
-                    sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
+            mode = ep.context.real_kv_hash_mode
+            # the fingerprint a verify row's replay folds (a write's replay and a HEAD buffer's read no KV)
+            reads_kv = 0 <= slot < n and mode is not RealKvHashMode.NONE and not is_write and tag.name[:4] != "HEAD"
+            srcs = ep.context.real_kv_sources if reads_kv else ()
+            sizes = [16 if mode is RealKvHashMode.PARTIAL else src.read_bytes for src in srcs]
+            if sum(sizes) > budget:  # without the bytes its fingerprint folds, the row cannot be replayed
+                rows.append(RowCapture(e, record, link, idx, found, (), f"its {sum(sizes)} real-KV bytes are over "
+                                       f"the bundle's byte limit (BundleLimits.max_bytes={self.limits.max_bytes})"))
+                continue
+            budget -= sum(sizes)
+            for src, eff in zip(srcs, sizes, strict=True):
+                words = src.tensor.view(torch.uint8).view(torch.int64)
+                row = slot // src.page_size
+                if row >= int(words.shape[0]):
+                    sources.append(SourceCapture(eff, None))
+                    continue
+                base = row * int(words.shape[1]) + (slot % src.page_size) * (src.num_bytes_per_token // 8)
+                sources.append(SourceCapture(eff, words.reshape(-1)[base : base + eff // 8].clone()))
             owner = None
             owner_map = self.manager.owners
             if (owner_map is not None and kind in self._luts

@@ -4,8 +4,8 @@
 replay plan); ``tensors.safetensors`` the raw arrays the replay feeds to the verify kernel (records as int64
 ``[n, 4]`` and the real-KV bytes as uint8 ``[n, bytes]``), named as ``bundle.json``'s ``replay`` section says.
 ``format`` and ``version`` identify the layout; a reader refuses a bundle of another format or a newer
-version. The safetensors package is the ``kvcanary[evidence]`` extra, imported only when a bundle is
-written or read.
+version, and one that breaks a rule of :mod:`kvcanary.evidence.schema` (which a writer checks too). The
+safetensors package is the ``kvcanary[evidence]`` extra, imported only when a bundle is written or read.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from kvcanary.evidence.schema import bundle_problem
 
 BUNDLE_FORMAT = "kvcanary-evidence-bundle"
 BUNDLE_VERSION = 2
@@ -59,8 +61,11 @@ def write_bundle(bundle: Bundle, path: Path) -> Path:
     meta = dict(bundle.meta)
     meta["format"], meta["version"] = BUNDLE_FORMAT, BUNDLE_VERSION
     text = json.dumps(meta, indent=1, sort_keys=False) + "\n"  # before anything is written: meta that is not
-    path.mkdir(parents=True, exist_ok=True)                     # JSON leaves no half bundle behind
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in bundle.tensors.items()}  # JSON, or that a
+    problem = bundle_problem(json.loads(text), tensors)        # reader refuses, leaves no half bundle behind
+    if problem is not None:
+        raise BundleError(f"kv-canary: bundle {str(path)!r} not written: {problem}")
+    path.mkdir(parents=True, exist_ok=True)
     st.save_file(tensors, str(path / TENSORS_FILE))
     (path / META_FILE).write_text(text, encoding="utf-8")
     return path
@@ -81,7 +86,7 @@ def read_bundle(path: Path | str) -> Bundle:
         raise BundleError(f"kv-canary: bundle {str(p)!r}: format must be {BUNDLE_FORMAT!r}, got "
                           f"{meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r}")
     version = meta.get("version")
-    if not isinstance(version, int) or not 1 <= version <= BUNDLE_VERSION:
+    if type(version) is not int or not 1 <= version <= BUNDLE_VERSION:
         raise BundleError(f"kv-canary: bundle {str(p)!r}: version must be 1..{BUNDLE_VERSION} (this kvcanary), "
                           f"got {version!r}")
     tensors: dict[str, torch.Tensor] = {}
@@ -95,4 +100,7 @@ def read_bundle(path: Path | str) -> Bundle:
         except (OSError, SafetensorError) as exc:  # a truncated, empty or foreign file
             raise BundleError(f"kv-canary: bundle {str(p)!r}: {TENSORS_FILE} is not a readable safetensors "
                               f"file ({type(exc).__name__}: {exc})") from None
+    problem = bundle_problem(meta, tensors)
+    if problem is not None:
+        raise BundleError(f"kv-canary: bundle {str(p)!r}: {problem}")
     return Bundle(meta, tensors)

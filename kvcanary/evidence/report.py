@@ -109,7 +109,15 @@ def text_report(bundle: Bundle) -> str:
               f"(real-KV mode {rp['real_kv_mode']}); `kvcanary replay` re-runs them."]
     for u in rp["unreplayable"]:
         lines.append(f"  not replayable: {u}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (control characters, a newline, bidi overrides:
+    what ``str.isprintable`` refuses) written as its Python escape, so a bundle's strings print as text."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _short(xs: list[int], n: int = 16) -> str:

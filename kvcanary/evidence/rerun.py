@@ -18,6 +18,7 @@ import torch
 from kvcanary.consts import CANARY_SLOT_BYTES, VIOLATION_FIELDS, ZERO_SLOT_MARK, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.evidence.format import Bundle
+from kvcanary.evidence.report import printable
 from kvcanary.extensions import Extensions
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
@@ -34,6 +35,7 @@ class ReplayResult:
     expected: tuple[Row, ...]
     replayed: tuple[Row, ...]
     unreplayable: tuple[str, ...] = field(default=())
+    """The bundle's reasons for the rows it could not replay (control characters escaped: they are printed)."""
 
     @property
     def missing(self) -> list[Row]:
@@ -176,7 +178,7 @@ def replay(bundle: Bundle) -> ReplayResult:
                 out[6] = w.map_out(out[6])
             replayed.append(tuple(out))
     expected = tuple(tuple(int(x) for x in rows_meta[i]["fields"]) for i in expected_idx)
-    return ReplayResult(expected, tuple(replayed), tuple(rp.get("unreplayable", ())))
+    return ReplayResult(expected, tuple(replayed), tuple(printable(u) for u in rp.get("unreplayable", ())))
 
 
 def _want_local(w: _TagWorld, want: int) -> int:

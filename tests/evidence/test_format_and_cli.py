@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,11 +23,32 @@ from tests.evidence.bundles import bundle_path
 
 
 def test_a_bundle_round_trips(tmp_path: Path) -> None:
-    b = Bundle({"slot": 3, "attribution": {"bug_class": "unknown"}}, {"records/X": torch.arange(8).view(2, 4)})
-    write_bundle(b, tmp_path / "b")
+    b = read_bundle(bundle_path(Fault.DOUBLE_ALLOC))
+    write_bundle(Bundle({**b.meta, "slot": 3}, b.tensors), tmp_path / "b")
     back = read_bundle(tmp_path / "b")
     assert back.meta["slot"] == 3 and back.meta["version"] == BUNDLE_VERSION
-    assert torch.equal(back.tensors["records/X"], torch.arange(8).view(2, 4))
+    assert back.tensors.keys() == b.tensors.keys()
+    assert all(torch.equal(back.tensors[k], t) for k, t in b.tensors.items())
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda m, t: m.pop("rows"), "rows is missing"),
+    (lambda m, t: m.__setitem__("version", True), None),  # write_bundle stamps its own version
+    (lambda m, t: m["replay"]["verify"][0].__setitem__("row", 7), "replay.verify[0].row must be an index"),
+    (lambda m, t: t.pop(next(k for k in t if k.startswith("records/"))), "must match the tensor records/"),
+], ids=["a field missing", "a stale version", "a row past the rows", "a tensor missing"])
+def test_writing_refuses_meta_a_reader_refuses(edit: Callable[[dict[str, Any], dict[str, torch.Tensor]], object],
+                                               field: str | None, tmp_path: Path) -> None:
+    b = read_bundle(bundle_path(Fault.RADIX_UAF))
+    meta, tensors = copy.deepcopy(b.meta), dict(b.tensors)
+    edit(meta, tensors)
+    if field is None:
+        write_bundle(Bundle(meta, tensors), tmp_path / "b")
+        assert read_bundle(tmp_path / "b").meta["version"] == BUNDLE_VERSION
+        return
+    with pytest.raises(BundleError, match=re.escape(field)):
+        write_bundle(Bundle(meta, tensors), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
 
 
 def test_reading_refuses_what_is_not_a_bundle(tmp_path: Path) -> None:

@@ -69,12 +69,14 @@ HOSTILE: dict[str, tuple[Edit, str]] = {
     "slot not in the buffers": (_set("replay", "verify", 0, "slot", value=12345), "slot"),
     "source bytes of a terabyte": (_set("replay", "buffers", "HEAD_K_FULL", "source_bytes", value=[10**12]),
                                    "source_bytes"),
+    "version true": (_set("version", value=True), "version"),
+    "fields not eight": (_set("rows", 0, "fields", value=[1, 2]), "rows[0].fields"),
+    "owner slots not one per position": (_set("owners", 0, "slots", value=[5]), "owners[0].slots"),
+    "buffer slots not in the tensors": (lambda m: m["replay"]["buffers"]["HEAD_K_FULL"]["slots"].append(3),
+                                        "replay.buffers.HEAD_K_FULL.slots"),
 }
 
 
-@pytest.mark.xfail(strict=True, reason="read_bundle checks only format and version: a missing or wrong-typed "
-                   "field of bundle.json is a KeyError/TypeError/IndexError (or a 10**12-byte allocation) "
-                   "deep in the report or the replay")
 @pytest.mark.parametrize("command", ["inspect", "replay"])
 @pytest.mark.parametrize("case", list(HOSTILE), ids=str)
 def test_a_damaged_field_is_one_line_naming_it(case: str, command: str, tmp_path: Path,
@@ -82,6 +84,17 @@ def test_a_damaged_field_is_one_line_naming_it(case: str, command: str, tmp_path
     edit, field = HOSTILE[case]
     line = _one_line_error(command, _copy(tmp_path, edit), capsys)
     assert field in line, line
+
+
+def test_a_write_slot_table_too_large_to_build_is_one_line(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    dst = tmp_path / "b"
+    shutil.copytree(bundle_path(Fault.DRAFT_PAST_ALLOCATION), dst)
+    meta = json.loads((dst / META_FILE).read_text())
+    assert meta["replay"]["extensions"]["write_slot_mismatch"]
+    meta["replay"]["write"][0]["position"] = 10**15  # the replay's req_to_token would be 4 PB
+    (dst / META_FILE).write_text(json.dumps(meta))
+    assert "replay.write[0].position" in _one_line_error("replay", dst, capsys)
 
 
 @pytest.mark.parametrize("command", ["inspect", "replay"])
@@ -117,6 +130,34 @@ def test_the_page_escapes_the_owners_positions(tmp_path: Path) -> None:
     assert "<script>" not in page
 
 
+_EVIL = "evil\x1b[2J\x1b]0;owned\x07\nline\u202e"
+
+
+def _evil_strings(meta: dict[str, Any]) -> None:
+    meta["engine"] = meta["attribution"]["reason"] = meta["owners"][0]["request_id"] = _EVIL
+    meta["attribution"]["holders"] = [_EVIL]
+    meta["replay"]["unreplayable"] = [_EVIL]
+
+
+def test_inspect_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(_copy(tmp_path))]) == 0
+    clean = capsys.readouterr().out
+    path = _copy(tmp_path / "evil", _evil_strings)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the terminal"
+    assert out.count("\n") == clean.count("\n") + 1  # one more line: the unreplayable reason; none split
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07\\nline\\u202e" in out
+
+
+def test_replay_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _copy(tmp_path, _evil_strings)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the terminal"
+    assert "not replayable: evil\\x1b[2J" in out
+
+
 def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "no" / "page.html"
     assert main(["inspect", str(bundle_path(Fault.RADIX_UAF)), "--html", str(out)]) == 2
@@ -125,18 +166,24 @@ def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.C
     assert not out.parent.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="a row whose KV bytes the sink dropped (over max_bytes) stays in the replay "
-                   "plan: the replay folds no source, so the bundle does not replay, and unreplayable is empty")
-def test_rows_over_the_byte_limit_are_listed_unreplayable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fault", [Fault.STALE_SWA_TRANSLATION, Fault.KV_FLIP_USED], ids=str)
+def test_rows_over_the_byte_limit_are_listed_unreplayable(fault: Fault, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from kvcanary.evidence import capture, replay
     from kvcanary.evidence.demo_bundles import run_fault_bundle
 
     monkeypatch.setattr(capture, "BundleLimits", functools.partial(capture.BundleLimits, max_bytes=8))
-    path = run_fault_bundle(Fault.STALE_SWA_TRANSLATION, tmp_path)  # one 16-byte strip is over the limit
+    path = run_fault_bundle(fault, tmp_path)  # one 16-byte strip is over the limit
     assert path is not None
     result = replay(read_bundle(path))
     assert result.unreplayable, "the bundle holds no KV bytes for its fingerprint rows, and says nothing"
+    assert all("byte limit (BundleLimits.max_bytes=8)" in u for u in result.unreplayable), result.unreplayable
     assert not result.extra and not result.missing
+    capsys.readouterr()
+    assert main(["replay", str(path)]) == 1  # nothing it could replay: not "reproduced"
+    out = capsys.readouterr().out
+    assert "not replayable" in out and "NOT reproduced" in out, out
 
 
 def test_evidence_replay_is_the_function_whatever_was_imported_first() -> None:
