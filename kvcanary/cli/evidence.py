@@ -16,13 +16,15 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str) -> object:
-    from kvcanary.evidence.format import BundleError, read_bundle
+    from kvcanary.evidence.format import META_FILE, BundleError, read_bundle
 
     try:
         return read_bundle(path)
     except BundleError as exc:
+        found = (Path(path) / META_FILE).is_file()  # a bundle that is damaged, not one that is missing
         raise UsageError(str(exc).removeprefix("kv-canary: "),
-                         hint="pass the folder that holds bundle.json") from None
+                         hint="the bundle is damaged or not of this version: write it again" if found else
+                         "pass the folder that holds bundle.json") from None
 
 
 def inspect(args: argparse.Namespace) -> int:

@@ -84,6 +84,14 @@ def test_a_damaged_field_is_one_line_naming_it(case: str, command: str, tmp_path
     edit, field = HOSTILE[case]
     line = _one_line_error(command, _copy(tmp_path, edit), capsys)
     assert field in line, line
+    assert "hint: the bundle is damaged" in line, line  # not "pass the folder": the folder was right
+
+
+@pytest.mark.parametrize("command", ["inspect", "replay"])
+def test_a_folder_without_a_bundle_is_told_to_pass_the_bundles_folder(command: str, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(command, tmp_path, capsys)
+    assert "hint: pass the folder that holds bundle.json" in line, line
 
 
 def test_a_write_slot_table_too_large_to_build_is_one_line(tmp_path: Path,
