@@ -194,9 +194,6 @@ def test_the_transformers_guard_finishes_the_retry_of_a_failed_request() -> None
         guard.close()
 
 
-@pytest.mark.xfail(strict=True, reason="review rC: record_each caches a new owners list without checking it "
-                   "(a non-ADD call, or a call refused for its step), and the next ADD call with that list skips "
-                   "the watch: the id takes a block and keeps its old finish")
 @pytest.mark.parametrize("first", ["freed", "refused"])
 def test_a_steady_batch_cached_by_an_unchecked_call_still_restarts_its_ids(first: str) -> None:
     """The owners list an ADD call reuses from the last call was cached by a call that checked nothing: a
@@ -213,8 +210,6 @@ def test_a_steady_batch_cached_by_an_unchecked_call_still_restarts_its_ids(first
     assert j.finished_step("a") is None
 
 
-@pytest.mark.xfail(strict=True, reason="review rC: record() checks the watch with the owner code it looked up "
-                   "before _add, which may rebuild the owner table (renumbering the watch): a watched id is missed")
 def test_record_restarts_a_watched_id_when_its_call_rebuilds_the_owner_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refused call can grow the owner table past its rebuild point without rebuilding it; the next
     ``record`` rebuilds it inside, and must look its owner's code up again after that."""
