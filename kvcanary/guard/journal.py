@@ -231,9 +231,10 @@ class SlotJournal:
         first = _positions("record", "first_position", [first_position])
         last = _positions("record", "last_position", [last_position])
         n = len(b)
+        restart = bool(self._watch) and kcode < ADD_CODES and code in self._watch
         self._add("record", step, kcode, b, array("q", [code]) * n, first * n, last * n)
-        if self._watch and kcode < ADD_CODES and code in self._watch:
-            self._restart(code)
+        if restart:  # _add may have rebuilt the owner table (renumbering the watch): look the code up again
+            self._restart(self._code_of(owner))
         hear = self._hear[kind]
         if hear:
             listed = b.tolist()
@@ -267,8 +268,9 @@ class SlotJournal:
                 codes = array("q", map(self._code_of, owners))
             except TypeError as err:
                 raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
-            if type(owners) is list:
+            if type(owners) is list:  # cached unchecked (a non-ADD or refused call checks nothing)
                 self._last_owners, self._last_codes = list(owners), codes
+                self._checked_version = -1
         try:  # C-level; NO_POSITION itself (or a bad position) goes the slow way, which raises
             f = _NO_POSITIONS * n if firsts is None else array("Q", firsts)  # type: ignore[arg-type, type-var]
             if firsts is not None and (raw := f.tobytes()).find(255) >= 0 and _ALL_ONES in raw:
@@ -409,7 +411,7 @@ class SlotJournal:
         a steady batch passing them again is not checked again until the watch gains an id."""
         watch = self._watch
         if not watch.keys().isdisjoint(codes):
-            for code in set(codes).intersection(watch):
+            for code in {c for c in codes if c in watch}:  # O(len(codes)): set.intersection(watch) walks the watch
                 self._restart(code)
         if codes is self._last_codes:
             self._checked_version = self._watch_version

@@ -192,3 +192,35 @@ def test_the_transformers_guard_finishes_the_retry_of_a_failed_request() -> None
         assert list(guard.late) == ["r1"]
     finally:
         guard.close()
+
+
+@pytest.mark.parametrize("first", ["freed", "refused"])
+def test_a_steady_batch_cached_by_an_unchecked_call_still_restarts_its_ids(first: str) -> None:
+    """The owners list an ADD call reuses from the last call was cached by a call that checked nothing: a
+    release-type call (no ADD), or one refused for going back a step. The ADD call must still see a watched id."""
+    j = SlotJournal(block_size=1, capacity=64)
+    j.finish("a", 1)
+    j.record_each(5, K.WRITTEN, [0], [_req("b")])  # the cached owners checked against the watch as it is now
+    if first == "freed":
+        j.record_each(6, K.FREED, [1], [_req("a")])  # a new list, cached: no ADD, so not checked
+    else:
+        with pytest.raises(ValueError, match="step must not go back"):
+            j.record_each(3, K.WRITTEN, [1], [_req("a")])  # refused, yet its list was cached
+    j.record_each(7, K.WRITTEN, [1], [_req("a")])  # the same owners again: "a" takes a block
+    assert j.finished_step("a") is None
+
+
+def test_record_restarts_a_watched_id_when_its_call_rebuilds_the_owner_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused call can grow the owner table past its rebuild point without rebuilding it; the next
+    ``record`` rebuilds it inside, and must look its owner's code up again after that."""
+    monkeypatch.setattr(journal_module, "OwnerCodes", lambda: OwnerCodes(floor=8))
+    j = SlotJournal(block_size=1, capacity=64)
+    j.record(1, K.FREED, [0])
+    with pytest.raises(ValueError, match="step must not go back"):
+        j.record_each(0, K.WRITTEN, [0] * 4, tuple(_req(f"x{i}") for i in range(4)))  # codes 0-3, named nowhere
+    j.record(1, K.ALLOCATED, [1], _req("w"))  # code 4
+    j.finish("w", 1)
+    with pytest.raises(ValueError, match="step must not go back"):
+        j.record_each(0, K.WRITTEN, [0] * 5, tuple(_req(f"y{i}") for i in range(5)))  # 10 codes: due, not rebuilt
+    j.record(2, K.ALLOCATED, [2], _req("w"))  # rebuilds the table ("w" becomes code 0), then checks the watch
+    assert j.finished_step("w") is None
