@@ -20,7 +20,7 @@ from pathlib import Path
 from kvcanary.demo.engine.faults import Fault
 from kvcanary.evidence.attribution import BugClass
 from kvcanary.evidence.pick import CANDIDATES, keep_replayable
-from kvcanary.evidence.quiet import quiet_logs
+from kvcanary.quiet_logs import quiet_logs
 
 EXPECTED_CLASS: dict[Fault, BugClass] = {
     Fault.RADIX_UAF: BugClass.USE_AFTER_FREE,

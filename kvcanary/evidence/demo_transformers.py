@@ -23,9 +23,9 @@ from kvcanary.evidence.attribution import BugClass
 from kvcanary.evidence.capture import BundleLimits, BundleSink
 from kvcanary.evidence.describe import RequestView
 from kvcanary.evidence.pick import CANDIDATES, keep_replayable
-from kvcanary.evidence.quiet import quiet_logs
 from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.integrations.transformers.fault_kinds import TfFault
+from kvcanary.quiet_logs import TRANSFORMERS_LOGGERS, quiet_logs
 
 EXPECTED_TF_CLASS: dict[TfFault, BugClass] = {
     TfFault.KV_FLIP_USED: BugClass.BYTE_CORRUPTION,
@@ -36,10 +36,6 @@ EXPECTED_TF_CLASS: dict[TfFault, BugClass] = {
 }
 """The bug class a report should name for each transformers fault (a block table entry pointed at another
 request's block is a wrong translation of that position: the ownership of both blocks is clean)."""
-
-_LOGS = ("kvcanary.manager", "kvcanary.transformers", "ContinuousBatchingLogger")
-"""The loggers ``kvcanary demo --engine transformers`` quiets while it runs."""
-
 
 class TfEvidenceHook:
     """Journal feed, describer and sink feed for one transformers run (see the module docstring)."""
@@ -171,7 +167,7 @@ def run_tf_fault_bundle(fault: TfFault, out_dir: Path, *, seed: int = 0, max_new
 def write_tf_bundles(out_dir: Path, faults: Sequence[TfFault], **kwargs: Any) -> list[Path]:
     """One bundle per fault in ``faults``; the loggers the transformers demo quiets are quiet meanwhile."""
     out: list[Path] = []
-    with quiet_logs(_LOGS, logging.CRITICAL):  # a fault may fail requests: transformers logs those too
+    with quiet_logs(TRANSFORMERS_LOGGERS, logging.CRITICAL):  # a fault may fail requests: transformers logs those too
         for f in faults:
             p = run_tf_fault_bundle(f, out_dir, **kwargs)
             if p is not None:

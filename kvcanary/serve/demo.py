@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from kvcanary.guard.codes import QUARANTINED
 from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, NEEDS_SLIDING_WINDOW, TfFault
+from kvcanary.quiet_logs import TRANSFORMERS_LOGGERS, quiet_logs
 from kvcanary.serve.client import ClientResult, Samples, chat, health, run_workload, scrape
 
 MOVED = ("kvcanary_violations_total", "kvcanary_violation_rows_dropped_total", "kvcanary_requests_failed_total",
@@ -187,23 +188,17 @@ def run_serve_demo(faults: Sequence[TfFault], *, device: str, backend: str | Non
               f"(even ones streamed), {max_tokens} tokens each, a fresh server per run\n")
     if skipped:
         out.write(f"left out (they need a sliding-window model): {', '.join(f.value for f in skipped)}\n")
-    quiet = [logging.getLogger(n) for n in ("kvcanary.manager", "kvcanary.transformers", "ContinuousBatchingLogger")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.CRITICAL)  # the demo prints what the clients and /metrics show instead
-    try:
-        with tempfile.TemporaryDirectory(prefix="kvcanary-serve-") as tmp:
-            model_dir = build_tiny_model(tmp, seed=seed)
-            kw: dict[str, Any] = {"device": device, "backend": backend, "on_violation": on_violation,
-                                  "max_tokens": max_tokens}
-            clean = run_one(model_dir, work, None, clean=None, **kw)
-            describe(clean, out)
-            outcomes = [clean]
-            for f in faults:
-                o = run_one(model_dir, work, f, clean=clean.results, **kw)
-                describe(o, out)
-                outcomes.append(o)
-    finally:
-        for q, lvl in zip(quiet, levels, strict=True):
-            q.setLevel(lvl)
+    # the demo prints what the clients and /metrics show instead
+    with (quiet_logs(TRANSFORMERS_LOGGERS, logging.CRITICAL),
+          tempfile.TemporaryDirectory(prefix="kvcanary-serve-") as tmp):
+        model_dir = build_tiny_model(tmp, seed=seed)
+        kw: dict[str, Any] = {"device": device, "backend": backend, "on_violation": on_violation,
+                              "max_tokens": max_tokens}
+        clean = run_one(model_dir, work, None, clean=None, **kw)
+        describe(clean, out)
+        outcomes = [clean]
+        for f in faults:
+            o = run_one(model_dir, work, f, clean=clean.results, **kw)
+            describe(o, out)
+            outcomes.append(o)
     return outcomes

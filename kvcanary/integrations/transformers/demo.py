@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from kvcanary.integrations.transformers.fault_kinds import DESCRIPTIONS, TfFault
+from kvcanary.quiet_logs import TRANSFORMERS_LOGGERS, quiet_logs
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,8 @@ def run_demo(faults: Sequence[TfFault], *, device: str, backend: str | None, see
     out.write(f"kvcanary demo on transformers {transformers.__version__} continuous batching ({device}): tiny "
               f"Llama (full attention) and Qwen2 (a sliding-window layer, marked swa), {len(prompts)} shared-prefix "
               f"requests, {max_new_tokens} new tokens each\n")
-    quiet = [logging.getLogger(n) for n in ("kvcanary.manager", "kvcanary.transformers", "ContinuousBatchingLogger")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.CRITICAL)  # the demo prints the reports itself; a fault may fail requests
-    try:
+    # the demo prints the reports itself; a fault may fail requests
+    with quiet_logs(TRANSFORMERS_LOGGERS, logging.CRITICAL):
         outcomes = []
         for name, model in models.items():
             reference = generate(model, prompts, max_new_tokens=max_new_tokens)
@@ -131,9 +129,6 @@ def run_demo(faults: Sequence[TfFault], *, device: str, backend: str | None, see
             name = "hybrid" if f in NEEDS_SLIDING_WINDOW else "llama"
             outcomes.append(run_one(models[name], prompts, f, backend=backend, max_new_tokens=max_new_tokens,
                                     name=name))
-    finally:
-        for q, lvl in zip(quiet, levels, strict=True):
-            q.setLevel(lvl)
     for o in outcomes:
         describe(o, out)
     summary(outcomes, out)

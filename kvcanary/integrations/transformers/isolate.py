@@ -21,6 +21,7 @@ from kvcanary.guard.outcome import BLOCKS, IsolationOutcome, describe, sorted_id
 from kvcanary.guard.policy import uncovered_note
 from kvcanary.integrations.transformers.fault_kinds import TfFault
 from kvcanary.integrations.transformers.session import StepView
+from kvcanary.quiet_logs import TRANSFORMERS_LOGGERS, quiet_logs
 
 Outputs = dict[str, tuple[str, tuple[int, ...]]]
 """Request id -> (transformers' final status name, generated tokens)."""
@@ -142,12 +143,8 @@ def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str |
     prompts = shared_prefix_prompts(seed=seed)
     out.write(f"kvcanary demo on transformers {transformers.__version__} continuous batching ({device}), isolate "
               f"policy: {len(prompts)} shared-prefix requests, {max_new_tokens} new tokens each\n")
-    quiet = [logging.getLogger(n) for n in ("kvcanary.manager", "kvcanary.transformers", "ContinuousBatchingLogger")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.CRITICAL)
     outcomes: list[IsolationOutcome] = []
-    try:
+    with quiet_logs(TRANSFORMERS_LOGGERS, logging.CRITICAL):
         refs = {name: generate_status(m, prompts, max_new_tokens=max_new_tokens)[0] for name, m in models.items()}
         runs: list[tuple[str, TfFault | str | None]] = [(name, None) for name in models]
         runs += [("hybrid" if f in NEEDS_SLIDING_WINDOW else "llama", f) for f in faults]
@@ -158,9 +155,6 @@ def run_isolation_demo(faults: Sequence[TfFault], *, device: str, backend: str |
                              max_new_tokens=max_new_tokens, name=name)
             describe(o, out)
             outcomes.append(o)
-    finally:
-        for q, lvl in zip(quiet, levels, strict=True):
-            q.setLevel(lvl)
     return outcomes
 
 

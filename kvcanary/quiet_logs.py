@@ -1,7 +1,7 @@
-"""The bundle runs' log levels: lowered while a demo writes bundles, as the plain demo lowers them.
+"""The demos' log levels: lowered while a demo runs, restored after it.
 
-A fault run logs every violation row (thousands of lines); ``kvcanary demo --bundles`` prints its own table,
-so the loggers that would repeat it are raised to a level above their reports and restored afterwards.
+A fault run logs every violation row (thousands of lines); each demo prints its own table, so the loggers that
+would repeat it are raised above their reports for the run and put back afterwards.
 """
 
 from __future__ import annotations
@@ -9,6 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+
+TRANSFORMERS_LOGGERS = ("kvcanary.manager", "kvcanary.transformers", "ContinuousBatchingLogger")
+"""What a transformers run logs per violation and per failed request: the manager's reports, the
+integration's, transformers' continuous batching's."""
 
 
 @contextlib.contextmanager
