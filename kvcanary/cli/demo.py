@@ -89,6 +89,22 @@ def check_fault(given: str, engine: str) -> None:
                      hint=f"`kvcanary demo{flag} --help` lists them; all and none also work")
 
 
+def check_steps(steps: int) -> None:
+    """The demo engine's ``--steps``: at least :data:`MIN_STEPS`, or its faults never occur."""
+    if steps < MIN_STEPS:
+        raise UsageError(f"--steps must be >= {MIN_STEPS}, got {steps}",
+                         hint="the workload's faults need that many steps to occur")
+
+
+def require_transformers() -> None:
+    """``--engine transformers`` needs transformers importable: one line with the install command otherwise."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UsageError("--engine transformers needs transformers installed",
+                         hint="pip install 'kvcanary[transformers]'") from None
+
+
 def _transformers(args: argparse.Namespace) -> int:
     """``--engine transformers``: option checks, then :func:`kvcanary.integrations.transformers.demo.run_demo`."""
     from kvcanary.cli.common import backend_usage_error, check_backend_name, usable_device
@@ -101,11 +117,7 @@ def _transformers(args: argparse.Namespace) -> int:
                              hint="the transformers integration runs eagerly in one process; drop the option, "
                              "or use the default engine")
     check_fault(args.fault, "transformers")
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        raise UsageError("--engine transformers needs transformers installed",
-                         hint="pip install 'kvcanary[transformers]'") from None
+    require_transformers()
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(TfFault) if args.fault == "all" else [] if args.fault == "none" else [TfFault(args.fault)]
@@ -155,9 +167,7 @@ def main(args: argparse.Namespace) -> int:
     if args.workers == 2 and args.compile:
         raise UsageError("--compile applies to the single-process runs only, not to --workers 2",
                          hint="drop one of the two options")
-    if args.steps < MIN_STEPS:
-        raise UsageError(f"--steps must be >= {MIN_STEPS}, got {args.steps}",
-                         hint="the workload's faults need that many steps to occur")
+    check_steps(args.steps)
     usable_device(args.device)
     check_backend_name(args.backend)
     faults = list(Fault) if args.fault == "all" else [] if args.fault == "none" else [Fault(args.fault)]

@@ -93,7 +93,7 @@ def _check_bundle_options(args: argparse.Namespace) -> None:
     """Refuse, before anything runs, what ``demo --bundles`` cannot honour; check the rest as the plain demo
     does (the fault class, ``--steps``, the device, the backend's name)."""
     from kvcanary.cli.common import check_backend_name, usable_device
-    from kvcanary.cli.demo import MIN_STEPS, fault_names
+    from kvcanary.cli.demo import check_fault, check_steps, require_transformers
 
     out = Path(args.bundles)
     if out.exists() and not out.is_dir():
@@ -104,23 +104,11 @@ def _check_bundle_options(args: argparse.Namespace) -> None:
     if args.fault == "none":
         raise UsageError("--bundles needs a fault class (--fault all or one class), not none",
                          hint="a clean run writes no bundle")
-    ours, theirs = fault_names()
+    check_fault(args.fault, args.engine)
     if args.engine == "transformers":
-        if args.fault != "all" and args.fault not in theirs:
-            raise UsageError(f"--fault {args.fault} is not a fault class of the transformers engine",
-                             hint=f"use one of all, {', '.join(theirs)}")
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            raise UsageError("--engine transformers needs transformers installed",
-                             hint="pip install 'kvcanary[transformers]'") from None
+        require_transformers()
     else:
-        if args.fault != "all" and args.fault not in ours:
-            raise UsageError(f"--fault {args.fault} is a fault class of the transformers engine only",
-                             hint=f"add --engine transformers, or use one of all, {', '.join(ours)}")
-        if args.steps < MIN_STEPS:
-            raise UsageError(f"--steps must be >= {MIN_STEPS}, got {args.steps}",
-                             hint="the workload's faults need that many steps to occur")
+        check_steps(args.steps)
     usable_device(args.device)
     check_backend_name(args.backend)
 

@@ -30,6 +30,20 @@ def test_an_option_bundles_cannot_honour_is_one_line(extra: list[str], tmp_path:
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["--fault", "block_handed_twice"], "--fault block_handed_twice is a fault class of the transformers engine only"),
+    (["--engine", "transformers", "--fault", "radix_uaf"], "--fault radix_uaf is a fault class of the kvcanary "
+                                                           "engine only"),
+    (["--fault", "kv_flip_usd"], "did you mean kv_flip_used"),
+], ids=" ".join)
+def test_a_fault_class_is_checked_as_the_plain_demo_checks_it(args: list[str], said: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--bundles", str(tmp_path / "b"), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not (tmp_path / "b").exists()
+
+
 def test_demo_bundles_prints_no_violation_log(tmp_path: Path) -> None:
     res = kvcanary_cmd("demo", "--bundles", str(tmp_path / "b"), "--fault", "kv_flip_used", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
