@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ JournalObserver = Callable[[int, JournalKind, list[int], Owner | None], None]
 _NO_POSITIONS: array[int] = array("Q", [NO_POSITION])
 _ALL_ONES = b"\xff" * 8
 """:data:`NO_POSITION`'s bytes (every byte set, whatever the byte order)."""
+_V = TypeVar("_V")  # what a request's kept finish or end holds (its step, or nothing)
 _FLUSH_EVENTS = 1 << 14
 """Pending events that trigger a flush into the ring (a read flushes at once)."""
 
@@ -363,23 +364,22 @@ class SlotJournal:
     def finish(self, request_id: str, step: int) -> None:
         """``request_id`` finished (its output was returned) at ``step``: kept until the id takes a block again
         (a new request with the same id) or ``max_finished`` later finishes push it out."""
-        self._finished.pop(request_id, None)
-        if len(self._finished) >= self.max_finished:
-            oldest = next(iter(self._finished))
-            del self._finished[oldest]
-            self._unwatch(oldest)
-        self._finished[request_id] = step
-        self._watch_id(request_id)
+        self._keep(self._finished, request_id, step)
 
     def end(self, request_id: str) -> None:
         """``request_id`` ended unfinished (the isolate policy failed it): :meth:`ended` until the id takes a
         block again (a retry with the same id) or ``max_finished`` later ends push it out."""
-        self._ended.pop(request_id, None)
-        if len(self._ended) >= self.max_finished:
-            oldest = next(iter(self._ended))
-            del self._ended[oldest]
+        self._keep(self._ended, request_id, None)
+
+    def _keep(self, kept: dict[str, _V], request_id: str, value: _V) -> None:
+        """``request_id``'s finish or end into ``kept`` (newest last, at most ``max_finished``: the oldest is
+        forgotten first), and its id watched for its next block."""
+        kept.pop(request_id, None)
+        if len(kept) >= self.max_finished:
+            oldest = next(iter(kept))
+            del kept[oldest]
             self._unwatch(oldest)
-        self._ended[request_id] = None
+        kept[request_id] = value
         self._watch_id(request_id)
 
     def ended(self, request_id: str) -> bool:
