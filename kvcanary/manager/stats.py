@@ -42,6 +42,12 @@ class StepStats:
         """Steps between the step that ended and the device state these figures show (None before any)."""
         return None if self.snapshot_step is None else self.step - self.snapshot_step
 
+    def from_new_manager(self, last: StepStats) -> bool:
+        """Whether these figures come from another manager than ``last`` (a sink fed by one manager after
+        another keeps the old one's totals then): another :attr:`source`, or, for figures made outside a
+        manager (``source`` 0), a step count that went back."""
+        return self.source != last.source or self.step < last.step
+
     @property
     def dropped_rows(self) -> int:
         """Violation rows recorded after the ring was full (counted, not kept)."""

@@ -95,7 +95,7 @@ class HealthSink:
 
     def on_step(self, stats: StepStats) -> None:
         last = self._stats
-        if last is not None and (stats.source != last.source or stats.step < last.step):
+        if last is not None and stats.from_new_manager(last):
             with self._lock:  # a new manager (a new cache): keep what the old saw; a status sees both or neither
                 self._dropped += last.dropped_rows
                 self._stats = stats

@@ -96,7 +96,7 @@ class MetricsSink:
 
     def on_step(self, stats: StepStats) -> None:
         last = self._stats
-        if last is not None and (stats.source != last.source or stats.step < last.step):
+        if last is not None and stats.from_new_manager(last):
             with self._lock:  # the base and the stats change together: a scrape sees both or neither
                 self._retire(last)
                 self._stats = stats
