@@ -15,15 +15,28 @@ that leave it. The floor is the least copy that keeps the same events: the step'
 codes copied into machine arrays (the journal's own first step; everything after it is the journal's
 bookkeeping). The sink figure is a :class:`BundleSink`'s per-step cost when nothing fires (the ``on_step``
 the manager hands it). The goal for both together: under 2 % of the canary's own per-step host time.
+
+:func:`churn_feed` is the same decode with requests finishing all the time, as in a server: every ``every``
+steps one request finishes (``journal.finish``) and a new one takes its row, every fourth new one with the id
+of a request that finished earlier (a client's retry, or an engine that takes the client's id): the journal
+then restarts that id. Usage (repository root, any machine)::
+
+    python benchmarks/journal_cost.py [--bs 64] [--every 1,16]
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import statistics
+import sys
 import tempfile
 import time
 from array import array
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvcanary.guard.journal import JournalKind, Owner, OwnerKind, SlotJournal
 
@@ -77,6 +90,38 @@ def allocated_step_feed(journal: SlotJournal, step: int, bs: int, block_size: in
     if step % block_size:
         return
     journal.record_each(step, JournalKind.ALLOCATED, _entered(step, bs, block_size), _batch(bs))
+
+
+RETRY_EVERY = 4
+"""In :func:`churn_feed`, every this many new requests one takes the id of a request that finished earlier."""
+RETRY_AGE = 50
+"""The retried id is that of the request that finished this many finishes earlier."""
+
+
+def churn_feed(every: int) -> JournalFeed:
+    """:func:`decode_step_feed` with a request finishing every ``every`` steps (its row taken by a new request;
+    every :data:`RETRY_EVERY`-th new one reuses the id of the request :data:`RETRY_AGE` finishes earlier).
+    The feed keeps its batch between calls: a fresh one per timed journal."""
+    ids: list[str] = []
+    owners: list[Owner] = []
+    done: list[str] = []
+
+    def feed(journal: SlotJournal, step: int, bs: int, block_size: int) -> None:
+        if not ids:
+            ids.extend(str(i) for i in range(bs))
+            owners.extend(_owners(bs))
+        if step % every == 0:
+            row = step % bs
+            journal.finish(ids[row], step)
+            done.append(ids[row])
+            new = len(done) + bs
+            rid = done[-RETRY_AGE] if new % RETRY_EVERY == 0 and len(done) > RETRY_AGE else str(new)
+            ids[row], owners[row] = rid, Owner(OwnerKind.REQUEST, rid)
+        if step % block_size == 0:
+            positions = [step] * bs
+            journal.record_each(step, JournalKind.ALLOCATED, _entered(step, bs, block_size), owners, positions,
+                                positions)
+    return feed
 
 
 _CODES: dict[int, array[int]] = {}
@@ -222,3 +267,34 @@ def sink_step_seconds(manager: object, *, steps: int = 2000) -> float:
         manager.sinks.remove(sink)
         sink.close()
     return statistics.median(rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the journal's per-step figure beside its floor for the steady feed and the churn feeds."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--bs", type=int, default=64)
+    ap.add_argument("--every", default="1,16", help="churn feeds: a request finishes every N steps (comma list)")
+    args = ap.parse_args(argv)
+    feeds: list[tuple[str, Callable[[], JournalFeed]]] = [("steady decode", lambda: decode_step_feed)]
+    feeds += [(f"a finish every {n} step(s), ids reused", functools.partial(churn_feed, int(n)))
+              for n in args.every.split(",") if n]
+    print(f"slot journal per decode step, bs {args.bs}, one-slot blocks (fastest of 5 rounds, full ring)")
+    for name, make in feeds:
+        fig, floor = journal_step_seconds(bs=args.bs, block_size=1, feed=_fresh(make))
+        print(f"  {name:<36} {fig * 1e6:7.2f} us  floor {floor * 1e6:5.2f} us  ({fig / floor:.2f}x)")
+    return 0
+
+
+def _fresh(make: Callable[[], JournalFeed]) -> JournalFeed:
+    """A feed that starts a new ``make()`` (a new batch) whenever it is handed a journal it has not seen."""
+    current: list[tuple[SlotJournal, JournalFeed]] = []
+
+    def feed(journal: SlotJournal, step: int, bs: int, block_size: int) -> None:
+        if not current or current[0][0] is not journal:
+            current[:] = [(journal, make())]
+        current[0][1](journal, step, bs, block_size)
+    return feed
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
