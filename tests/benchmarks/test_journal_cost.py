@@ -77,3 +77,27 @@ def test_the_busy_block_feed_files_a_quarter_of_its_events_on_block_0_and_the_re
     journal_cost.release_path(journal)
     journal_cost.busy_block_feed(journal, 4)
     assert reads == [0] * journal_cost.BUSY_SHARERS and journal.holders(0) == []
+
+
+def test_the_churn_feed_finishes_a_request_every_n_steps_and_reuses_ids_the_journal_restarts() -> None:
+    bs, every = 4, 2
+    feed = journal_cost.churn_feed(every)
+    journal = SlotJournal(block_size=1)
+    finished: list[str] = []
+    kept_before: list[int | None] = []  # what the journal held of the id's last finish, at each finish
+    finish = journal.finish
+
+    def counted(rid: str, step: int) -> None:
+        finished.append(rid)
+        kept_before.append(journal.finished_step(rid))
+        finish(rid, step)
+
+    journal.finish = counted  # type: ignore[method-assign, assignment]
+    steps = 2 * every * (journal_cost.RETRY_AGE + journal_cost.RETRY_EVERY)
+    for s in range(steps):
+        feed(journal, s, bs, 1)
+    assert len(finished) == steps // every  # one finish every `every` steps
+    assert journal.recorded == bs * steps  # and a decode of every row each step, as decode_step_feed's
+    again = [i for i, r in enumerate(finished) if r in finished[:i]]
+    assert again, "some new requests take a finished request's id (and finish in turn)"
+    assert all(kept_before[i] is None for i in again)  # each took a block again first: a new request
