@@ -48,13 +48,13 @@ def _source_call() -> Call:
 
 def _config() -> Call:
     """Every setting given, none at its default: RAISE with PARTIAL hashing, a sweep, a budget, extensions and
-    a two-buffer layer rotation."""
+    a two-buffer layer rotation, guard records of 64 entries."""
     return {"mode": CanaryMode.RAISE, "real_kv_mode": RealKvHashMode.PARTIAL, "sweep_interval": 8,
             "ring_capacity": 256, "enable_v": True, "enable_verify_token": True, "enable_write_input_assert": True,
             "stats_every": 50, "health_warmup_steps": 10, "health_every": 20, "num_forward_slots": 2,
             "backend": "torch_ref", "verify_budget": VerifyBudget(max_entries=64, newest_per_request=2),
             "extensions": Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True), "layer_rotation": 2,
-            "compile": True, "graphs": False, "on_violation": ViolationPolicy.RAISE}
+            "compile": True, "graphs": False, "on_violation": ViolationPolicy.RAISE, "guard_history": 64}
 
 
 def _kv(rows: int = NUM_SLOTS) -> torch.Tensor:

@@ -52,8 +52,9 @@ def setting(type_: type, doc: str, *, optional: bool = False,
 
 
 def count(doc: str, *, minimum: int = 1, why: str, fix: str, message: str | None = None,
-          breaks: object = None) -> Setting:
-    """An int field of at least ``minimum`` (1: "a positive int", 0: "a non-negative int").
+          breaks: object = None, optional: bool = False) -> Setting:
+    """An int field of at least ``minimum`` (1: "a positive int", 0: "a non-negative int"); ``optional``:
+    None is allowed too (the range is checked only for an int).
 
     ``message`` (``str.format`` names ``label`` and ``name``, the latter for the value) replaces the default
     "<label> must be a positive int, got <value>"; a bool gets the same message (True is not a count).
@@ -61,16 +62,17 @@ def count(doc: str, *, minimum: int = 1, why: str, fix: str, message: str | None
     """
     origin = declared_here()
     what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
-    text = message or "{label} must be " + what + ", got {{{name}}}"
+    text = message or "{label} must be " + what + (" or None" if optional else "") + ", got {{{name}}}"
     slug = {1: "positive", 0: "non_negative"}.get(minimum, f"at_least_{minimum}")
 
     def rule(name: str, label: str) -> Rule:
         return Relation(name=f"{name}_{slug}", require=f"{name} >= {minimum}",
+                        when=f"{name} is not None" if optional else None,
                         message=text.format(label=label, name=name), why=why, fix=fix, origin=origin,
                         breaks={} if breaks is None else {name: breaks})
 
     bool_text = text.format(label="{name}", name="value")  # the generated check's names: label and value
-    return Setting(int, doc, rules=(rule,), messages={"bool_as_int": bool_text}, origin=origin)
+    return Setting(int, doc, optional, rules=(rule,), messages={"bool_as_int": bool_text}, origin=origin)
 
 
 def settings_contract(owner: str, letter: str, summary: str, settings: Mapping[str, Setting], *,

@@ -52,6 +52,12 @@ CanaryConfigContract = settings_contract(
         "on_violation": setting(
             ViolationPolicy, "The violation policy: log, raise or isolate (None: mode's).", optional=True,
             messages={"type": "{name} must be a ViolationPolicy or None, got {type}"}),
+        "guard_history": count(
+            "Decisions and failed requests each isolate-policy record keeps, the newest (None: every one).",
+            optional=True,
+            why="The records keep the newest guard_history entries; with room for none they would keep nothing, "
+                "and monitoring already counts every decision and failure.",
+            fix="Use the default (1024), any positive size, or None to keep every entry (tests, demos)."),
     },
     rules=(
         Relation(

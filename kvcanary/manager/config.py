@@ -10,6 +10,7 @@ from kvcanary.constructors import config as config_contract
 from kvcanary.constructors.server_strings import check_from_strings
 from kvcanary.consts import DEFAULT_RING_CAPACITY, CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
+from kvcanary.guard.history import DEFAULT_GUARD_HISTORY
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.manager.budget import VerifyBudget
 
@@ -39,7 +40,10 @@ class CanaryConfig:
     are ``mode`` LOG and RAISE; ``isolate`` logs as LOG does and also hands the engine's adapter one decision
     per step (fail the requests that read a corrupt slot, quarantine its block; docs/policies.md). ``mode``
     stays SGLang's switch (NONE turns the canary off); set ``on_violation`` to a value other than ``mode``'s
-    only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect.
+    only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect. ``guard_history`` is how
+    many entries each of the isolate policy's in-memory records keeps (the manager's ``decisions``, an
+    engine guard's decisions and failed requests), the newest; None keeps every one. Monitoring counts every
+    decision and failure whatever the size (:mod:`kvcanary.guard.history`).
     """
 
     mode: CanaryMode = CanaryMode.LOG
@@ -60,6 +64,7 @@ class CanaryConfig:
     compile: bool = False
     graphs: bool | None = None
     on_violation: ViolationPolicy | None = None
+    guard_history: int | None = DEFAULT_GUARD_HISTORY
 
     def __post_init__(self) -> None:
         config_contract.validate_canary_config(self)  # every rule: kvcanary/constructors/config.py (KVC-C codes)

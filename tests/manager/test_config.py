@@ -36,6 +36,23 @@ def test_config_fields(field: str, value: object, rule: str) -> None:
     assert info.value.arguments[0] in (field, f"CanaryConfig.{field}")
 
 
+@pytest.mark.parametrize(("value", "code", "text"), [
+    (0, "KVC-C115", "CanaryConfig.guard_history must be a positive int or None, got 0"),
+    (-5, "KVC-C115", "CanaryConfig.guard_history must be a positive int or None, got -5"),
+    (True, "KVC-C113", "CanaryConfig.guard_history must be a positive int or None, got True"),
+    ("64", "KVC-C112", "CanaryConfig.guard_history must be int or None, got str"),
+])
+def test_guard_history_is_a_positive_int_or_none(value: object, code: str, text: str) -> None:
+    """The isolate policy's records' size: a positive count, or None for every entry; anything else names the
+    setting and the rule."""
+    with pytest.raises(ValueError) as info:
+        CanaryConfig(guard_history=value)  # type: ignore[arg-type]
+    assert isinstance(info.value, ContractError) and info.value.code == code
+    assert str(info.value).splitlines()[0] == f"kv-canary: {text}"
+    assert CanaryConfig().guard_history == 1024 and CanaryConfig(guard_history=None).guard_history is None
+    assert CanaryConfig(guard_history=1).guard_history == 1
+
+
 def test_config_enum_types() -> None:
     with pytest.raises(TypeError, match=r"CanaryConfig.mode must be a CanaryMode") as info:
         CanaryConfig(mode="log")  # type: ignore[arg-type]
