@@ -25,6 +25,7 @@ from kvcanary.consts import CanaryLaunchTag, PoolKind
 from kvcanary.extensions import write_owner_on
 from kvcanary.guard.adapter import EngineAdapter
 from kvcanary.guard.decision import GuardDecision
+from kvcanary.guard.history import History
 from kvcanary.guard.journal import SlotJournal
 from kvcanary.guard.policy import Isolation, ViolationPolicy
 from kvcanary.guard.sink import GuardSink
@@ -131,8 +132,9 @@ class CanaryManager:
         """Who hears about violations, decisions and steps (:meth:`add_sink`)."""
         for sink in sinks:
             self.add_sink(sink)
-        self.decisions: list[GuardDecision] = []
-        """Every non-empty decision made so far (``isolate`` policy)."""
+        self.decisions: History[GuardDecision] = History(config.guard_history)
+        """The decisions made so far (``isolate`` policy: one per step whose read-back held new rows), the newest
+        ``config.guard_history`` of them; ``decisions.total`` counts every one (as the monitor's counters do)."""
         if adapter is not None:
             self.set_adapter(adapter)
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)

@@ -251,6 +251,36 @@ def test_isolate_quarantines_a_block_only_the_cache_holds() -> None:
     assert all(not later.quarantine for later in m.decisions[1:])  # quarantined once
 
 
+def test_a_long_isolate_run_keeps_only_the_newest_guard_history_decisions() -> None:
+    """A cached block read back corrupt by every sweep: one decision a step for 300 steps. The manager keeps
+    the newest ``guard_history`` of them (the sink hears every one); ``total`` and ``dropped`` count the rest."""
+    w, rec = isolate_world(sweep_interval=1, guard_history=16)
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8], [1, 2, 3])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    for s in a.slots:
+        m.journal.record(m.step, JournalKind.RELEASED, [s], req("a"))
+        m.journal.record(m.step, JournalKind.CACHED, [s], Owner(OwnerKind.CACHE, "radix"))
+    m.journal.finish("a", m.step)
+    m.set_sweep_source(lambda: chain_entries([a]))
+    w.step()
+    w.k[3, 0, 0] += 1.0
+    logging.getLogger("kvcanary.manager").disabled = True  # 300 reports
+    try:
+        for _ in range(300):
+            w.step()
+    finally:
+        logging.getLogger("kvcanary.manager").disabled = False
+    assert len(rec.decisions) >= 299, "the scenario makes a decision every step"
+    assert len(m.decisions) == 16 and m.decisions.limit == 16
+    assert m.decisions.total == len(rec.decisions) and m.decisions.dropped == len(rec.decisions) - 16
+    assert all(kept is heard for kept, heard in zip(m.decisions, rec.decisions[-16:], strict=True))
+    assert m.decisions[-1] is rec.decisions[-1] and m.decisions[-1].step == m.step - 1
+    assert rec.decisions[0].quarantine == (3,) and rec.decisions[0] not in m.decisions  # the first is let go
+
+
 def test_log_and_raise_policies_make_no_decision() -> None:
     for mode in (CanaryMode.LOG, CanaryMode.RAISE):
         w = make_world(config=CanaryConfig(mode=mode, real_kv_mode=RealKvHashMode.ALL, enable_verify_token=True))
