@@ -8,18 +8,15 @@ request's finish and failure, so the second is failed or reported on its own."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
-
 import pytest
 
-from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, RequestFailure, SlotJournal
+from kvcanary.guard import JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard import journal as journal_module
 from kvcanary.guard.journal_codes import OwnerCodes
 from kvcanary.guard.policy import Isolation
-from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.manager import ViolationEvent
 from kvcanary.violations import Violation
+from tests.integrations.transformers.guard_fakes import GuardRig
 
 K = JournalKind
 
@@ -134,61 +131,21 @@ def test_watched_ids_survive_an_owner_table_rebuild(monkeypatch: pytest.MonkeyPa
     assert j.finished_step("old") is None
 
 
-class _Manager:
-    """What :class:`TfGuard` uses of a manager: the step and the journals."""
-
-    def __init__(self) -> None:
-        self.step = 0
-        self.journal, self.swa_journal = _journals()
-
-    def set_adapter(self, adapter: object, *, block_size: int, swa_block_size: int | None) -> None:
-        pass
-
-
-class _Processor:
-    """What :meth:`TfGuard.carry_out` uses of transformers' batch processor, for active requests only."""
-
-    def __init__(self, active: list[str]) -> None:
-        self.scheduler = SimpleNamespace(active_requests={r: object() for r in active}, waiting_requests={},
-                                         finish_request=lambda rid: None)
-        self.errors: list[str] = []
-
-    def _handle_request_error(self, error: Exception, state: object) -> None:
-        self.errors.append(str(error))
-
-
-def _failure(rid: str) -> RequestFailure:
-    return RequestFailure(request_id=rid, code="KVC-G001", check="verify", slot=4, position=0, fail_reasons=(),
-                          step=0, message=f"{rid} failed")
-
-
 def test_the_transformers_guard_finishes_the_retry_of_a_failed_request() -> None:
     """A request failed by a decision leaves unfinished; a retry with its id that is served to its end is
     filed as finished in both journals (the leaving of a failed id used to be no finish forever)."""
-    m = _Manager()
-    block_manager = SimpleNamespace(_id_to_block={}, _hash_to_id={}, _uninit_block_ids=[])
-    layout = SimpleNamespace(cache=SimpleNamespace(_block_manager=block_manager), stride=4, sliding=None, page=4,
-                             block_table={}, cached_blocks=lambda: [])
-    rows = SimpleNamespace(changes=[])
-    guard = TfGuard(cast(Any, m), cast(Any, layout), cast(Any, rows))
+    rig = GuardRig()
+    m, guard = rig.manager, rig.guard
     try:
-        def step(changes: list[tuple[str, list[int] | None]], running: list[str]) -> None:
-            m.step += 1
-            layout.block_table = {rid: blocks for rid, blocks in changes if blocks is not None}
-            rows.changes = list(changes)
-            guard.observe(running, [0] * len(running), [4] * len(running))
-
-        step([("r1", [1])], ["r1"])
-        guard.apply(GuardDecision(step=m.step, events=(), fail=(_failure("r1"),)))
-        guard.carry_out(_Processor(["r1"]))
+        rig.step([("r1", [1])], ["r1"])
+        rig.fail(["r1"])
         assert list(guard.failed) == ["r1"] and not guard.late
-        step([("r1", None)], [])  # the failed r1 leaves: no finish
+        rig.step([("r1", None)], [])  # the failed r1 leaves: no finish
         assert m.journal.finished_step("r1") is None
-        step([("r1", [2])], ["r1"])  # the client retries with the same id
-        step([("r1", None)], [])  # and the retry is served to its end
+        rig.step([("r1", [2])], ["r1"])  # the client retries with the same id
+        rig.step([("r1", None)], [])  # and the retry is served to its end
         assert m.journal.finished_step("r1") == m.step - 1 and m.swa_journal.finished_step("r1") == m.step - 1
-        guard.apply(GuardDecision(step=m.step, events=(), fail=(_failure("r1"),)))  # named after it finished
-        guard.carry_out(_Processor([]))
+        rig.fail(["r1"], active=[])  # named after it finished
         assert list(guard.late) == ["r1"]
     finally:
         guard.close()

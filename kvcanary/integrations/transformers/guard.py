@@ -23,6 +23,7 @@ from typing import Any
 
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
 from kvcanary.guard.codes import quarantined_message
+from kvcanary.guard.history import History, HistoryMap
 from kvcanary.integrations.transformers.layout import CacheLayout
 from kvcanary.integrations.transformers.rows import RequestRows
 from kvcanary.manager import CanaryManager
@@ -97,18 +98,30 @@ class TfGuard:
         self._pending_q_swa: set[int] = set()
         self.quarantined: set[int] = set()
         self.quarantined_swa: set[int] = set()
-        self.failed: dict[str, str] = {}
-        """Request id -> the error it was failed with (the latest request with that id)."""
+        keep = manager.config.guard_history
+        self.failed: HistoryMap[str, str] = HistoryMap(keep, on_drop=self._forget_failed)
+        """Request id -> the error it was failed with (the latest request with that id), the newest
+        ``config.guard_history`` ids (the monitor counts every failure)."""
         self._failing: set[str] = set()
         """The ids whose latest request was failed: its leaving is no finish. A later request with the id (a
-        client's retry) drops it when it takes its first block, and finishes as any other."""
-        self.late: dict[str, str] = {}
-        """Requests a decision named that had already finished when it was carried out."""
-        self.decisions: list[GuardDecision] = []
+        client's retry) drops it when it takes its first block, and finishes as any other. An id let go from
+        :attr:`failed` leaves it too (at once, or at its leaving if it still holds blocks), so it holds no
+        more than :attr:`failed`'s ids and the live requests'."""
+        self.late: HistoryMap[str, str] = HistoryMap(keep)
+        """Requests a decision named that had already finished when it was carried out (the newest
+        ``config.guard_history``)."""
+        self.decisions: History[GuardDecision] = History(keep)
+        """The decisions handed to this guard, the newest ``config.guard_history``."""
         self._filter_installed = False
         with _LOCK:
             _install()
             _GUARDS[id(self.cache)] = self
+
+    def _forget_failed(self, rid: str, message: str) -> None:
+        """``rid`` was let go from :attr:`failed`: forget it was failing too, once it has left (a request
+        still holding blocks is forgotten at its leaving, which must not count as a finish)."""
+        if rid not in self._held:
+            self._failing.discard(rid)
 
     def close(self) -> None:
         """Stop acting on this cache (the session let it go)."""
@@ -252,6 +265,8 @@ class TfGuard:
         if finished:
             m.journal.finish(rid, m.step - 1)  # it left in the previous step's update
             m.swa_journal.finish(rid, m.step - 1)
+        elif rid not in self.failed:  # let go from the record while it still held blocks
+            self._failing.discard(rid)
 
     # -- the adapter ---------------------------------------------------------------------------------------
     def apply(self, decision: GuardDecision) -> None:
