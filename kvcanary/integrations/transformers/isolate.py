@@ -80,8 +80,9 @@ def run_isolated(model: Any, prompts: list[list[int]], scenario: TfFault | str |
     elif scenario == CACHED_FLIP:
         hook = CachedFlip()
     start = time.perf_counter()
-    # the sweep every step: a block only the cache holds is read by nothing else
-    with attach_canaries(model, backend=backend, on_violation="isolate",
+    # the sweep every step: a block only the cache holds is read by nothing else; every decision and failure
+    # kept (the outcome is computed from them)
+    with attach_canaries(model, backend=backend, on_violation="isolate", guard_history=None,
                          sweep_interval=1 if scenario == CACHED_FLIP else 4) as canary:
         if hook is not None:
             canary.hooks.append(hook)

@@ -25,6 +25,7 @@ import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
+from kvcanary.guard.history import DEFAULT_GUARD_HISTORY
 from kvcanary.guard.sink import GuardSink
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.integrations.transformers.guard import TfGuard
@@ -241,7 +242,8 @@ class TransformersCanary:
 
     @property
     def failed(self) -> dict[str, str]:
-        """Requests the isolate policy failed: request id -> the error transformers returned for it."""
+        """Requests the isolate policy failed: request id -> the error transformers returned for it (each
+        guard's newest ``config.guard_history``; the monitor counts every one)."""
         return {rid: msg for g in self.guards for rid, msg in g.failed.items()}
 
     def _retire_pools(self) -> None:
@@ -398,7 +400,8 @@ class TransformersCanary:
 def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,
                     enable_v: bool = True, backend: str | None = None, max_requests: int | None = None,
                     max_context_len: int | None = None, on_violation: str | None = None,
-                    owner_check: bool = False) -> TransformersCanary:
+                    owner_check: bool = False,
+                    guard_history: int | None = DEFAULT_GUARD_HISTORY) -> TransformersCanary:
     """Canaries on ``model``'s continuous-batching runs (``generate_batch``, the manager, ``serve``).
 
     ``with attach_canaries(model) as canary: model.generate_batch(...)``; ``canary.reports`` lists what
@@ -408,7 +411,9 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     twice the engine's batch, and the model's ``max_position_embeddings`` or the cache, whichever is less).
     ``on_violation`` (None: ``mode``): ``log``, ``raise`` or ``isolate``: the requests that read corrupt KV end
     in transformers' failed state with kvcanary's error text, the run goes on, the poisoned blocks leave the
-    prefix cache and the free lists (``canary.failed``, ``canary.guards``; docs/policies.md).
+    prefix cache and the free lists (``canary.failed``, ``canary.guards``; docs/policies.md);
+    ``guard_history``: how many of the newest failed requests and decisions each guard keeps (None: every one;
+    ``CanaryConfig.guard_history``), so a long-running server's records stay bounded.
     ``owner_check``: the write-time owner check (``Extensions(write_slot_owner_mismatch=True)``): a write into
     a block another live request wrote, or one only the prefix cache keeps, is reported at the write, naming
     both request rows (docs/extensions/write-slot-owner-mismatch.md).
@@ -423,6 +428,7 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     policy = ViolationPolicy.parse(on_violation) if on_violation is not None else None
     config = attach_config(mode=mode, real_kv=real_kv, on_violation=policy, sweep_interval=sweep_interval,
                            enable_v=enable_v, backend=backend, stats_every=10**9,
-                           extensions=Extensions(write_slot_owner_mismatch=True) if owner_check else None)
+                           extensions=Extensions(write_slot_owner_mismatch=True) if owner_check else None,
+                           guard_history=guard_history)
     assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
     return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)

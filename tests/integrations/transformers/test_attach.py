@@ -40,6 +40,11 @@ def test_bad_settings_are_refused(model: Any) -> None:
         attach_canaries(model, real_kv="none")
     with pytest.raises(ValueError, match="mode must be 'log' or 'raise'"):
         attach_canaries(model, mode="off")
+    before = ModelRunner.compute_batch
+    with pytest.raises(ValueError, match=r"CanaryConfig.guard_history must be a positive int or None, got 0"):
+        attach_canaries(model, on_violation="isolate", guard_history=0)
+    assert ModelRunner.compute_batch is before, "refused before anything was attached"
+    assert attach_canaries(model, on_violation="isolate", guard_history=None).config.guard_history is None
 
 
 def test_version_range() -> None:
