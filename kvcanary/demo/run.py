@@ -51,7 +51,8 @@ def build_engines(fault: Fault | None, settings: DemoSettings, *, extensions: bo
     ext = Extensions(zero_slot_in_live_range=True, write_slot_mismatch=True) if extensions else None
     canary = CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_v=True, enable_verify_token=True,
                           sweep_interval=2, health_warmup_steps=10, health_every=10, stats_every=10,
-                          backend=settings.backend, extensions=ext, compile=settings.compile, on_violation=policy)
+                          backend=settings.backend, extensions=ext, compile=settings.compile, on_violation=policy,
+                          guard_history=None)  # the isolate demo's outcome reads every decision and failure
     cfg: EngineConfig = demo_engine_config(settings.device)
     drafts = fault is Fault.DRAFT_PAST_ALLOCATION  # speculative decoding: full attention, no PD peer
     if drafts:

@@ -47,10 +47,11 @@ class SoakSettings:
 
 def canary_config(settings: SoakSettings) -> CanaryConfig:
     """The K half of every endpoint, PARTIAL real-KV fingerprints, token checks and a sweep every 2 steps (the
-    demo's settings, V half off: a corruption of K and V bytes alike shows in K)."""
+    demo's settings, V half off: a corruption of K and V bytes alike shows in K); the isolate policy's records
+    keep every entry (an episode's outcome counts them)."""
     return CanaryConfig(real_kv_mode=RealKvHashMode.PARTIAL, enable_verify_token=True, sweep_interval=2,
                         health_warmup_steps=10, health_every=50, stats_every=10**9, backend=settings.backend,
-                        on_violation=settings.policy)
+                        on_violation=settings.policy, guard_history=None)
 
 
 def engine_config(layout: str, device: str) -> EngineConfig:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kvcanary.demo.engine.requests import ReqState
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.codes import quarantined_message
+from kvcanary.guard.history import History, HistoryMap
 
 if TYPE_CHECKING:
     from kvcanary.demo.engine.forward_batch import Forward
@@ -88,9 +89,11 @@ class DemoGuard:
         self._cached: set[int] = set()
         self._tree_version = -1  # the radix tree's version when _cached was taken
         self.quarantines: list[Quarantine] = []
-        self.failed: dict[int, str] = {}
-        """Request id -> the error it was failed with."""
-        self.decisions: list[GuardDecision] = []
+        keep = managers[0].config.guard_history
+        self.failed: HistoryMap[int, str] = HistoryMap(keep)
+        """Request id -> the error it was failed with, the newest ``config.guard_history`` (None: every one)."""
+        self.decisions: History[GuardDecision] = History(keep)
+        """The decisions handed to this guard, the newest ``config.guard_history``."""
         for m in managers:
             m.set_adapter(self)
 
