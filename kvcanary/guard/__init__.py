@@ -9,17 +9,21 @@ and to every :class:`GuardSink`; the sinks derive what they report from the rows
 from kvcanary.guard.adapter import EngineAdapter
 from kvcanary.guard.codes import FailureCode, failure_codes
 from kvcanary.guard.decision import FinishedRequest, GuardDecision, RequestFailure
+from kvcanary.guard.history import DEFAULT_GUARD_HISTORY, History, HistoryMap
 from kvcanary.guard.journal import JournalEvent, JournalKind, Owner, OwnerKind, SlotJournal
 from kvcanary.guard.policy import FAILURE_CODES, Isolation, ViolationPolicy, failure_code
 from kvcanary.guard.sink import GuardSink
 
 __all__ = [
+    "DEFAULT_GUARD_HISTORY",
     "FAILURE_CODES",
     "EngineAdapter",
     "FailureCode",
     "FinishedRequest",
     "GuardDecision",
     "GuardSink",
+    "History",
+    "HistoryMap",
     "Isolation",
     "JournalEvent",
     "JournalKind",
