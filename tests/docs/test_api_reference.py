@@ -14,7 +14,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 _MISSING = pytest.mark.xfail(strict=True, reason="rD: docs/api has no entry for kvcanary.evidence (BundleSink, "
                                                   "BundleLimits, read_bundle, replay, ...), kvcanary.integrations."
-                                                  "transformers (attach_canaries, TransformersCanary, ...) nor Owner / "
+                                                  "transformers (attach_canaries, attach_config, CanaryReport) nor Owner / "
                                                   "OwnerKind / JournalKind / JournalEvent")
 NAMESPACES = [pytest.param("kvcanary.guard", marks=_MISSING), "kvcanary.monitor",
               pytest.param("kvcanary.evidence", marks=_MISSING), "kvcanary.serve",
