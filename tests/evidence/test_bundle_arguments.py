@@ -15,12 +15,10 @@ from tests.evidence.bundles import bundle_path
 from tests.evidence.test_sink_name import _manager
 
 
-@pytest.mark.xfail(strict=True, reason="rD: write_bundle(bundle, path) takes only a Path (read_bundle takes Path | "
-                                       "str): a str fails with AttributeError 'mkdir'")
 def test_write_bundle_takes_a_str_path_as_read_bundle_does(tmp_path: Path) -> None:
     b = read_bundle(bundle_path(Fault.KV_FLIP_USED))
     out = str(tmp_path / "copy")
-    write_bundle(b, out)  # type: ignore[arg-type]
+    write_bundle(b, out)
     assert read_bundle(out).meta == read_bundle(Path(out)).meta == {**b.meta}
 
 
