@@ -55,8 +55,10 @@ def _safetensors() -> Any:
     return st
 
 
-def write_bundle(bundle: Bundle, path: Path) -> Path:
-    """Write ``bundle`` as the folder ``path`` (created; an existing bundle there is replaced)."""
+def write_bundle(bundle: Bundle, path: Path | str) -> Path:
+    """Write ``bundle`` as the folder ``path`` (created; an existing bundle there is replaced); a str is taken as
+    :func:`read_bundle` takes it."""
+    path = Path(path)
     st = _safetensors()
     meta = dict(bundle.meta)
     meta["format"], meta["version"] = BUNDLE_FORMAT, BUNDLE_VERSION

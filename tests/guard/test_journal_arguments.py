@@ -1,0 +1,100 @@
+"""What an adapter hands the journal by hand: an ``Owner``'s kind and id, and a request's finish step. A value of the
+wrong kind is refused where it is given, naming it; today it is kept and breaks the isolate policy later (rD)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
+from tests.manager.test_guard import isolate_world, own, req
+from tests.manager.world import Req
+
+
+def _isolated() -> list[GuardDecision]:
+    """A's slots recorded with ``Owner("request", "a")`` (the kind as its plain string), a flip under them, one
+    read-back: the decisions the adapter got."""
+    w, rec = isolate_world()
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
+    for s in a.slots:
+        m.journal.record(m.step, JournalKind.ALLOCATED, [s], Owner("request", "a"))  # type: ignore[arg-type]
+    w.forward([(a, 0, 3)])
+    w.step()
+    w.k[1, 1, 1] -= 2.0
+    a.slots.append(4)
+    m.journal.record(m.step, JournalKind.ALLOCATED, [4], Owner("request", "a"))  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(logging.getLogger("kvcanary.manager"), "disabled", True)
+        w.forward([(a, 3, 1)])
+        w.step()
+        w.step()
+    return rec.applied
+
+
+@pytest.mark.xfail(strict=True, reason="rD: Owner keeps a plain 'request' string as its kind; the policy compares "
+                                       "kind with `is OwnerKind.REQUEST`, so the request that read the flip is not "
+                                       "failed (the block is quarantined, nobody is named)")
+def test_an_owner_built_from_the_kinds_string_is_failed_like_one_built_from_the_enum() -> None:
+    try:
+        owner = Owner("request", "a")  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:  # refusing the string, naming the field, is a fix as good as coercing it
+        assert "kind" in str(err)
+        return
+    applied = _isolated()
+    assert [d.failed_ids for d in applied] == [("a",)], owner  # today: [()], the block quarantined, nobody failed
+
+
+@pytest.mark.xfail(strict=True, reason="rD: Owner accepts any kind and any id; the journal files them and the "
+                                       "policy skips them")
+@pytest.mark.parametrize(("kind", "rid", "field"), [("requst", "a", "kind"), (None, "a", "kind"),
+                                                    (OwnerKind.REQUEST, 5, "id"), (OwnerKind.REQUEST, None, "id")])
+def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid: object, field: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=rf"\b{field}\b"):
+        Owner(kind, rid)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, reason="rD: SlotJournal.finish keeps any step; a str crashes the next end_step "
+                                       "that reads a violation back (TypeError in Isolation.decide)")
+@pytest.mark.parametrize("step", ["3", None, 2.5])
+def test_finish_refuses_a_step_that_is_no_int_and_keeps_nothing(step: object) -> None:
+    j = SlotJournal(block_size=1)
+    with pytest.raises(TypeError, match=r"\bstep\b"):
+        j.finish("a", step)  # type: ignore[arg-type]
+    assert j.finished_step("a") is None
+
+
+@pytest.mark.xfail(strict=True, reason="rD: SlotJournal.finish / end keep a request id of any type; an int id never "
+                                       "matches the str ids the owners carry")
+@pytest.mark.parametrize("call", ["finish", "end"])
+def test_finish_and_end_refuse_a_request_id_that_is_no_string(call: str) -> None:
+    j = SlotJournal(block_size=1)
+    with pytest.raises(TypeError, match=r"\brequest_id\b"):
+        if call == "finish":
+            j.finish(7, 3)  # type: ignore[arg-type]
+        else:
+            j.end(7)  # type: ignore[arg-type]
+    assert j.finished_step(7) is None and not j.ended(7)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, reason="rD: a finish step given as a str is kept; the end_step that reads the "
+                                       "violation back raises TypeError from Isolation.decide (`done <= step`)")
+def test_a_finish_step_of_the_wrong_type_never_reaches_the_read_back() -> None:
+    w, rec = isolate_world()
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
+    b = Req(2, [5, 6, 7, 30, 31], [1, 2, 3, 4])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    own(w, m.step, "b", [1, 2, 3], JournalKind.SHARED)
+    own(w, m.step, "b", [4])
+    w.k[1, 1, 1] -= 2.0
+    w.forward([(b, 3, 1)])
+    with pytest.raises(TypeError, match=r"\bstep\b"):  # refused here, at the adapter's call...
+        m.journal.finish("b", str(m.step))  # type: ignore[arg-type]
+    w.step()
+    w.step()  # ...so the read-back goes on (b, whose finish was refused, counts as running)
+    assert [set(d.failed_ids) for d in rec.applied] == [{"a", "b"}]
+    assert req("b") in m.journal.owners_at(1, 1)

@@ -1,0 +1,39 @@
+"""An engine adapter that raises in ``apply``: the error reaches the engine from ``end_step``, and the sinks still
+hear the decision and the step's end, as ``add_sink`` promises ("also when the step raises"). The decision is the
+operator's only record of the isolation (its JSON event, ``kvcanary_requests_failed_total``, the health) (rD)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcanary.guard import GuardDecision
+from tests.manager.test_guard import isolate_world, own
+from tests.manager.world import Req
+
+
+class _Broken:
+    def apply(self, decision: GuardDecision) -> None:
+        raise RuntimeError("engine: cannot fail request a")
+
+
+@pytest.mark.xfail(strict=True, reason="rD: CanaryManager._guard calls adapter.apply before the sinks' "
+                                       "on_decision, and end_step runs _guard before the sinks' on_step in one "
+                                       "finally: an adapter error skips both")
+def test_the_sinks_hear_a_decision_and_the_step_when_the_adapter_raises() -> None:
+    w, rec = isolate_world()
+    m = w.manager
+    m.set_adapter(_Broken())
+    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    w.k[1, 1, 1] -= 2.0
+    a.slots.append(4)
+    own(w, m.step, "a", [4])
+    w.forward([(a, 3, 1)])
+    w.step()
+    ended = m.step
+    with pytest.raises(RuntimeError, match="cannot fail request a"):
+        w.step()  # the read-back: a decision for a
+    assert [d.failed_ids for d in rec.decisions] == [("a",)]
+    assert rec.steps[-1] == ended
