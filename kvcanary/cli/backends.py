@@ -8,8 +8,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvcanary.cli.common import device_problem, parse_device
+from kvcanary.cli.common import parse_device
 from kvcanary.cli.parser import arguments
+from kvcanary.devices import device_problem
 
 if TYPE_CHECKING:
     import torch

@@ -1,5 +1,6 @@
 """Checks several subcommands share: a ``--device`` torch can use, a backend that is registered, and a
-:class:`~kvcanary.registry.BackendError` as one line.
+:class:`~kvcanary.registry.BackendError` as one line. The device and backend rules are the API's
+(:mod:`kvcanary.devices`, :mod:`kvcanary.backend_names`), worded here as usage lines with hints.
 
 Nothing heavy is imported at module level: each check imports torch and the registry when it runs.
 """
@@ -9,7 +10,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from kvcanary.backend_names import env_name, forced_backend, unregistered
 from kvcanary.cli.parser import UsageError
+from kvcanary.devices import DEVICE_FORMS, as_device, device_problem
 
 if TYPE_CHECKING:
     import torch
@@ -19,37 +22,10 @@ if TYPE_CHECKING:
 
 def parse_device(text: str) -> torch.device:
     """``text`` as a torch device, or a :class:`UsageError` naming the forms torch accepts."""
-    import torch
-
-    try:
-        return torch.device(text)
-    except (RuntimeError, ValueError, TypeError):
-        raise UsageError(f"unknown device {text!r}", hint="a torch device such as cpu, cuda or cuda:1") from None
-
-
-def device_problem(dev: torch.device) -> tuple[str, str] | None:
-    """Why torch cannot use ``dev`` on this machine, with a hint; None when it can."""
-    import torch
-
-    if dev.type == "cpu":
-        return None
-    if dev.type == "meta":
-        return "the meta device holds no data (tensors without storage)", "use --device cpu or cuda"
-    if dev.type == "cuda":
-        if torch.version.cuda is None and not getattr(torch.version, "hip", None):
-            return (f"this torch ({torch.__version__}) is a CPU-only build",
-                    "install a CUDA build of torch, or use --device cpu")
-        if not torch.cuda.is_available():
-            return "torch sees no CUDA device", "check the driver (nvidia-smi), or use --device cpu"
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            return f"{dev} does not exist: torch sees {count} CUDA device(s)", f"use cuda:0 to cuda:{count - 1}"
-        return None
-    module = getattr(torch, dev.type, None)
-    available = getattr(module, "is_available", None)
-    if callable(available) and not available():
-        return f"torch sees no {dev.type} device", "use --device cpu"
-    return None
+    dev = as_device(text)
+    if dev is None:
+        raise UsageError(f"unknown device {text!r}", hint=DEVICE_FORMS)
+    return dev
 
 
 def usable_device(text: str) -> torch.device:
@@ -84,13 +60,12 @@ def backend_usage_error(exc: BackendError, given: str | None = None) -> UsageErr
 
 
 def check_backend_name(given: str | None) -> None:
-    """The forced backend (``given``, else ``KVCANARY_BACKEND``) must be registered."""
-    from kvcanary.registry import ENV_BACKEND, REGISTRY
-
-    name = given or os.environ.get(ENV_BACKEND) or None
-    known = REGISTRY.backends()
-    if name is None or name in known:
+    """The forced backend (``given``, else ``KVCANARY_BACKEND``) must be registered (the rule:
+    :mod:`kvcanary.backend_names`)."""
+    name = forced_backend(given)
+    problem = None if name is None else unregistered(name)
+    if problem is None:
         return
-    hint = (f"{ENV_BACKEND}={name} is set in the environment: unset it or name another backend"
+    hint = (f"{env_name()}={name} is set in the environment: unset it or name another backend"
             if given is None else "pass one of the known names, or leave --backend out")
-    raise UsageError(f"no backend named {name!r} is registered (known: {', '.join(sorted(known)) or 'none'})", hint)
+    raise UsageError(problem, hint)
