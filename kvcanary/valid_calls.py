@@ -118,6 +118,7 @@ _CPU = {"device": "cpu"}
 
 ELSEWHERE: Mapping[str, str] = {"BundleLimits": "kvcanary.evidence", "RequestView": "kvcanary.evidence",
                                 "SlotJournal": "kvcanary.guard", "attach_config": "kvcanary.integrations.transformers",
+                                "RequestTableSizes": "kvcanary.integrations.transformers.settings",
                                 "Wire": "kvcanary.distributed", "TransferStart": "kvcanary.distributed.verify",
                                 "entries": "kvcanary.distributed.slots", "make_row_source": "kvcanary.manager",
                                 "ServeSettings": "kvcanary.serve"}
@@ -157,6 +158,10 @@ CONSTRUCTORS: Mapping[str, ExampleSet] = {
     "attach_config": ExampleSet(
         "attach_config", (Variant("the isolate policy", lambda: {"mode": "log", "real_kv": "partial",
                                                                  "on_violation": ViolationPolicy.ISOLATE}),)),
+    "RequestTableSizes": ExampleSet("RequestTableSizes", (
+        Variant("a table of 16 requests", lambda: {"max_requests": 16, "max_context_len": 2048}),
+        Variant("the engine's sizes", lambda: {"max_requests": None, "max_context_len": None}, "both left to None"),
+    )),
     "ViolationPolicy.parse": ExampleSet(
         "ViolationPolicy.parse", (Variant("a flag's value", lambda: {"value": "isolate", "name": "on_violation"}),)),
     "ServeSettings": ExampleSet("ServeSettings", (

@@ -1,12 +1,12 @@
-"""Contract of ``attach_config(mode=..., real_kv=..., on_violation=...)``: the settings ``attach_canaries``
-takes as strings, narrower than SGLang's server strings (``CanaryConfig.from_strings``).
+"""Contracts of ``attach_config(mode=..., real_kv=..., on_violation=...)``: the settings ``attach_canaries`` takes
+as strings, narrower than SGLang's server strings (``CanaryConfig.from_strings``); and of its table sizes.
 
 The transformers integration always runs a canary with a fingerprint: ``mode`` is ``log`` or ``raise`` (no
 ``none``) and ``real_kv`` is ``partial`` or ``all`` (no ``none``). The values are read from the enums they
 name, less their NONE; the texts are those ``attach_canaries`` has always given.
 """
 
-from kvcanary.constructors._settings import setting, settings_contract
+from kvcanary.constructors._settings import count, setting, settings_contract, validator
 from kvcanary.consts import CanaryMode, RealKvHashMode
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary_contracts import Relation
@@ -54,3 +54,22 @@ AttachConfigContract = settings_contract(
 )
 
 check_attach_config = AttachConfigContract.checker()
+
+RequestTableSizesContract = settings_contract(
+    "RequestTableSizes", "F", "The request table's sizes attach_canaries takes (max_requests, max_context_len).", {
+        "max_requests": count(
+            "Rows of the request table: requests held at once (None: twice the engine's batch).", optional=True,
+            why="The table holds one row per request the engine runs at once; below one row it holds none, and "
+                "every request of the run would fail at its first step.",
+            fix="Pass the most requests the engine holds at once, or None for twice its batch."),
+        "max_context_len": count(
+            "Tokens one request's row holds (None: the model's max_position_embeddings or the cache's slots, "
+            "whichever is less).", optional=True,
+            why="Each row maps a request's tokens to their slots; a row of no tokens maps none, and every request "
+                "would fail at its first step.",
+            fix="Pass the longest context a request reaches, or None for the model's."),
+    },
+    qualified=False,
+)
+
+validate_request_table_sizes = validator(RequestTableSizesContract)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from kvcanary.backend_names import check_backend
 from kvcanary.consts import CanaryMode, RealKvHashMode
 from kvcanary.extensions import Extensions
 from kvcanary.guard.history import DEFAULT_GUARD_HISTORY
@@ -32,7 +33,7 @@ from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.integrations.transformers.layout import CacheLayout, read_layout
 from kvcanary.integrations.transformers.pool import PoolState, ScheduledRequest
 from kvcanary.integrations.transformers.rows import RequestRows
-from kvcanary.integrations.transformers.settings import attach_config
+from kvcanary.integrations.transformers.settings import RequestTableSizes, attach_config
 from kvcanary.manager import (
     CanaryConfig,
     CanaryManager,
@@ -397,6 +398,16 @@ class TransformersCanary:
         self.steps += 1
 
 
+def check_model(model: object) -> None:
+    """``model`` must be one transformers steps with continuous batching (it has ``generate_batch``): the step
+    wrapper follows the model ``compute_batch`` is called with, so another object (the inner base model, a
+    model id) would attach to nothing and a run would report nothing. A TypeError naming ``model`` otherwise."""
+    if not callable(getattr(model, "generate_batch", None)):
+        raise TypeError("kv-canary: model must be a transformers model with continuous batching (one with "
+                        "generate_batch, such as AutoModelForCausalLM.from_pretrained(...)'s, not its inner base "
+                        f"model nor a model id), got {type(model).__name__}")
+
+
 def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", sweep_interval: int = 4,
                     enable_v: bool = True, backend: str | None = None, max_requests: int | None = None,
                     max_context_len: int | None = None, on_violation: str | None = None,
@@ -405,10 +416,12 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     """Canaries on ``model``'s continuous-batching runs (``generate_batch``, the manager, ``serve``).
 
     ``with attach_canaries(model) as canary: model.generate_batch(...)``; ``canary.reports`` lists what
-    was found. ``mode``: ``log`` or ``raise`` (the step fails, naming the requests); ``real_kv``:
-    ``partial`` (16 bytes of each K/V row) or ``all``; ``sweep_interval``: steps between sweeps of shared
-    and cached blocks (0: off). ``max_requests`` / ``max_context_len`` size the request table (default:
-    twice the engine's batch, and the model's ``max_position_embeddings`` or the cache, whichever is less).
+    was found. ``model``: the one ``generate_batch`` is called on (not its inner base model). ``mode``: ``log``
+    or ``raise`` (the step fails, naming the requests); ``real_kv``: ``partial`` (16 bytes of each K/V row) or
+    ``all``; ``sweep_interval``: steps between sweeps of shared and cached blocks (0: off); ``backend``: a
+    registered backend's name (None: the registry's choice). ``max_requests`` / ``max_context_len`` size the
+    request table, positive ints (None: twice the engine's batch, and the model's ``max_position_embeddings``
+    or the cache, whichever is less). A value none of these rules takes is refused here, before anything runs.
     ``on_violation`` (None: ``mode``): ``log``, ``raise`` or ``isolate``: the requests that read corrupt KV end
     in transformers' failed state with kvcanary's error text, the run goes on, the poisoned blocks leave the
     prefix cache and the free lists (``canary.failed``, ``canary.guards``; docs/policies.md);
@@ -423,6 +436,8 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
     from kvcanary.integrations.transformers.version import check_version
 
     check_version(transformers.__version__)
+    check_model(model)
+    RequestTableSizes(max_requests=max_requests, max_context_len=max_context_len)  # their rules and codes: KVC-F
     if not isinstance(owner_check, bool):
         raise TypeError(f"kv-canary: owner_check must be a bool, got {type(owner_check).__name__}")
     policy = ViolationPolicy.parse(on_violation) if on_violation is not None else None
@@ -430,5 +445,6 @@ def attach_canaries(model: Any, *, mode: str = "log", real_kv: str = "partial", 
                            enable_v=enable_v, backend=backend, stats_every=10**9,
                            extensions=Extensions(write_slot_owner_mismatch=True) if owner_check else None,
                            guard_history=guard_history)
+    check_backend(backend)  # after the config's own checks of its type and its emptiness
     assert config.real_kv_mode is not RealKvHashMode.NONE and config.mode is not CanaryMode.NONE
     return TransformersCanary(model, config=config, max_requests=max_requests, max_context_len=max_context_len)
