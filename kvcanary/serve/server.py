@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvcanary.backend_names import check_backend
+from kvcanary.devices import check_device
 from kvcanary.guard.violation_policy import ViolationPolicy
 from kvcanary.monitor.monitor import Monitor
 from kvcanary.serve.settings import ServeSettings
@@ -100,7 +102,9 @@ class CanaryServer:
     before anything is done. ``on_violation``: ``log``, ``raise``
     or ``isolate`` (the last needs the isolation policy of the transformers integration). ``registry``:
     where the metrics go (default: a fresh one, served at ``/metrics``; pass prometheus-client's global
-    ``REGISTRY`` to share the process's). ``device``: ``cpu``, ``cuda``, ``cuda:1``...
+    ``REGISTRY`` to share the process's). ``device``: ``cpu``, ``cuda``, ``cuda:1``..., one torch can use here
+    (else a ValueError, as the model would not load); ``backend``: a registered backend's name (else a
+    ValueError: every completion would fail), None for the registry's choice.
     """
 
     def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu",
@@ -109,6 +113,8 @@ class CanaryServer:
         ServeSettings(host=host, port=port, sweep_interval=sweep_interval)  # first; their rules and codes: KVC-F
         require_serving()
         on_violation = ViolationPolicy.parse(on_violation).value  # its rule and code: KVC-F
+        check_device(device)  # the rules kvcanary serve's --device and --backend follow
+        check_backend(backend)
         path = Path(model_dir)
         if not (path / "config.json").is_file():
             raise ValueError(f"kv-canary: model_dir must be a model directory with a config.json, got {str(path)!r}")
@@ -135,9 +141,18 @@ class CanaryServer:
         host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address is bracketed in a URL
         return f"http://{host}:{self.port}"
 
+    @property
+    def serving(self) -> bool:
+        """Whether :meth:`start` has this server running (its thread alive), until :meth:`stop`."""
+        return self._thread is not None and self._thread.is_alive()
+
     # -- start / stop -----------------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> CanaryServer:
-        """Load the model, attach the canary, mount the routes, serve; return once the server accepts."""
+        """Load the model, attach the canary, mount the routes, serve; return once the server accepts. On a server
+        already serving (``start()`` then ``with server:``), nothing is done: binding its port again would fail,
+        and the clean-up of that failure would stop the server that runs."""
+        if self.serving:
+            return self
         try:
             self._start(timeout)
         except BaseException:
