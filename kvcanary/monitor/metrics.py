@@ -20,6 +20,8 @@ from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
+from kvcanary.monitor.health import HealthSink
+from kvcanary.monitor.registry import check_registry
 from kvcanary.violations import canary_kind
 
 if TYPE_CHECKING:
@@ -53,7 +55,11 @@ class MetricsSink:
     on from the old manager's totals instead of falling back.
     """
 
-    def __init__(self, *, registry: CollectorRegistry | None = None, health: Any = None) -> None:
+    def __init__(self, *, registry: CollectorRegistry | None = None, health: HealthSink | None = None) -> None:
+        check_registry(registry, "MetricsSink")
+        if health is not None and not isinstance(health, HealthSink):
+            raise TypeError("kv-canary: MetricsSink: health must be a HealthSink or None, got "
+                            f"{type(health).__name__} {health!r}")
         pc = require_prometheus()
         self._lock = threading.Lock()
         self._stats: StepStats | None = None
