@@ -34,6 +34,14 @@ Owners = Callable[[ViolationEvent], Sequence[str]]
 """Maps a violation to the engine request ids that held its slot (an engine integration provides it)."""
 
 
+def check_owners(owners: object, where: str) -> None:
+    """Refuse an ``owners`` resolver that cannot be called (each violation would log a traceback instead of
+    the request ids); ``where`` names the constructor."""
+    if owners is not None and not callable(owners):
+        raise TypeError(f"kv-canary: {where}: owners must be a callable (a ViolationEvent to the request ids "
+                        f"that held its slot) or None, got {type(owners).__name__} {owners!r}")
+
+
 def _hex(x: int) -> str:
     return f"{x:#018x}"
 
@@ -85,6 +93,10 @@ class EventSink:
     Nothing happens per step."""
 
     def __init__(self, *, owners: Owners | None = None, logger: logging.Logger | None = None) -> None:
+        check_owners(owners, "EventSink")
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise TypeError("kv-canary: EventSink: logger must be a logging.Logger or None (logging.getLogger(name) "
+                            f"for a name), got {type(logger).__name__} {logger!r}")
         self.owners = owners
         self.logger = logger or logging.getLogger(EVENT_LOGGER)
 

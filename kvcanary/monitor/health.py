@@ -17,6 +17,7 @@ from typing import Any
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
+from kvcanary.monitor.sources import SourceTable, latest, worst_watchdog
 
 HEALTH_SCHEMA = "kvcanary.health/1"
 """The version of :meth:`CanaryHealth.to_dict`'s layout (a field is only ever added under the same version)."""
@@ -67,13 +68,15 @@ class CanaryHealth:
 class HealthSink:
     """A :class:`~kvcanary.guard.GuardSink` that keeps what the status needs; :meth:`status` builds it.
 
-    Per step it keeps a reference to the step's stats (nothing else), so it costs nothing while nothing
-    fires. Thread-safe for one writer (the engine's step) and any number of readers (HTTP handlers).
+    Per step it keeps the step's stats as their manager's latest (:mod:`kvcanary.monitor.sources`: one sink
+    may hear several managers), so it costs next to nothing while nothing fires. The status counts every
+    manager heard: the dropped rows of all, the watchdog's worst state among those still stepping (``failed``
+    sticky). Thread-safe for one writer (the engine's step) and any number of readers (HTTP handlers).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stats: StepStats | None = None
+        self._sources = SourceTable(self._retire)
         self._violations = 0
         self._first: ViolationEvent | None = None
         self._failed = 0
@@ -94,25 +97,29 @@ class HealthSink:
             self._quarantined += len(decision.quarantine) + len(decision.quarantine_swa)
 
     def on_step(self, stats: StepStats) -> None:
-        last = self._stats
-        if last is not None and stats.from_new_manager(last):
-            with self._lock:  # a new manager (a new cache): keep what the old saw; a status sees both or neither
-                self._dropped += last.dropped_rows
-                self._stats = stats
-        else:
-            self._stats = stats
-        if stats.watchdog_error is not None and self._watchdog_error is None:  # sticky, kept across managers
-            self._watchdog_error = stats.watchdog_error
+        if stats.watchdog_error is not None and self._watchdog_error is None:  # sticky, across managers
+            self._watchdog_error = stats.watchdog_error  # before the stats: a status seeing them sees it
+        if not self._sources.put(stats, ()):  # a step of a manager heard before: one assignment, no lock
+            with self._lock:  # a new manager: what it retires moves into the base as a status reads them
+                self._sources.admit(stats, ())
+
+    def _retire(self, last: StepStats) -> None:
+        """A source left the table (replaced, or the least recently heard of too many): keep its dropped
+        rows (the caller holds the lock)."""
+        self._dropped += last.dropped_rows
 
     # -- the status ---------------------------------------------------------------------------------------
     def status(self) -> CanaryHealth:
         """The state now, with its reasons (``ok`` before the first step)."""
-        with self._lock:  # the stats with the dropped rows they go with (a new manager swaps both under it)
-            stats = self._stats
+        with self._lock:  # every source's stats with the dropped rows folded from those that left
+            table = self._sources
+            kept = table.entries()
+            error = self._watchdog_error  # read after the stats: it is set before them
+            dropped = self._dropped + sum([e[0].dropped_rows for e in kept])
+            live = [e[0].watchdog for e in kept if table.live(e)]
             violations, first, failed, quarantined = self._violations, self._first, self._failed, self._quarantined
-            dropped = self._dropped + (stats.dropped_rows if stats is not None else 0)
-        error = self._watchdog_error
-        watchdog = "failed" if error is not None else stats.watchdog if stats else "warmup"
+        last = latest(kept)
+        watchdog = "failed" if error is not None else worst_watchdog(live)
         reasons: list[str] = []
         state = HealthState.OK
         if error is not None:
@@ -132,6 +139,6 @@ class HealthSink:
                            f"(step {first.step_recorded})")
         if failed or quarantined:
             reasons.append(f"isolation: {failed} request(s) failed, {quarantined} block(s) quarantined")
-        return CanaryHealth(state=state, reasons=tuple(reasons), step=stats.step if stats is not None else -1,
+        return CanaryHealth(state=state, reasons=tuple(reasons), step=last.step if last is not None else -1,
                             violations=violations, dropped_rows=dropped, watchdog=watchdog,
                             requests_failed=failed, blocks_quarantined=quarantined)

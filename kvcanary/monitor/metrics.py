@@ -20,6 +20,9 @@ from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
+from kvcanary.monitor.health import HealthSink
+from kvcanary.monitor.registry import check_registry
+from kvcanary.monitor.sources import SourceTable, worst_watchdog
 from kvcanary.violations import canary_kind
 
 if TYPE_CHECKING:
@@ -29,8 +32,13 @@ if TYPE_CHECKING:
 PREFIX = "kvcanary"
 WATCHDOG_STATES = ("warmup", "ok", "failed")
 _SWEEP_TAGS = {"full": CanaryLaunchTag.SWEEP_K_FULL, "swa": CanaryLaunchTag.SWEEP_K_SWA}
-_SWEEP_INDEX = tuple((group, int(tag)) for group, tag in _SWEEP_TAGS.items())
 _SWEEP_V = {"full": CanaryLaunchTag.SWEEP_V_FULL, "swa": CanaryLaunchTag.SWEEP_V_SWA}
+_SWEEP_FULL, _SWEEP_SWA = int(CanaryLaunchTag.SWEEP_K_FULL), int(CanaryLaunchTag.SWEEP_K_SWA)
+_NO_SWEEP = (0, 0, 0, 0)
+"""A source's sweep record before its first step: per pool group (full, swa) the K sweep counter last seen, then
+per group the snapshot step it last moved at (the sweep age's start)."""
+_SWEEP_GROUPS = tuple((2 + g, group, (_SWEEP_TAGS[group], _SWEEP_V[group])) for g, group in enumerate(_SWEEP_TAGS))
+"""Per pool group: where its last sweep step is in the sweep record, its label, its sweep tags."""
 
 
 def require_prometheus() -> Any:
@@ -47,16 +55,22 @@ class MetricsSink:
     """Collects kvcanary's metrics and registers them on ``registry`` (default: prometheus-client's global
     ``REGISTRY``, so an engine that already exports metrics serves kvcanary's on the same endpoint).
 
-    ``health`` (optional: a :class:`~kvcanary.monitor.health.HealthSink`) adds ``kvcanary_health_state``.
-    One sink follows one engine cache at a time: when the stats come from a new canary manager (another
-    ``StepStats.source``; or, for stats made outside a manager, a step count that went back), the counters go
-    on from the old manager's totals instead of falling back.
+    ``health`` (optional: a :class:`~kvcanary.monitor.health.HealthSink`) adds ``kvcanary_health_state`` and
+    gives the watchdog gauge its state. One sink may hear several managers at once (a target and a draft pool)
+    and one after another (a new cache): it keeps each manager's latest stats (by ``StepStats.source``;
+    :mod:`kvcanary.monitor.sources`), a counter is the sum over them (so it never falls back), and a gauge
+    is the worst among those still stepping.
     """
 
-    def __init__(self, *, registry: CollectorRegistry | None = None, health: Any = None) -> None:
+    def __init__(self, *, registry: CollectorRegistry | None = None, health: HealthSink | None = None) -> None:
+        check_registry(registry, "MetricsSink")
+        if health is not None and not isinstance(health, HealthSink):
+            raise TypeError("kv-canary: MetricsSink: health must be a HealthSink or None, got "
+                            f"{type(health).__name__} {health!r}")
         pc = require_prometheus()
         self._lock = threading.Lock()
-        self._stats: StepStats | None = None
+        self._sources = SourceTable(self._retire)
+        self._base_tags: set[CanaryLaunchTag] = set()
         self._base_launches = [0] * NUM_LAUNCH_TAGS
         self._base_slots = [0] * NUM_LAUNCH_TAGS
         self._base_dropped = 0
@@ -67,8 +81,7 @@ class MetricsSink:
         self._quarantined = 0
         self._finished = 0
         self._decisions = 0
-        self._sweep_count = dict.fromkeys(_SWEEP_TAGS, 0)
-        self._sweep_step = dict.fromkeys(_SWEEP_TAGS, 0)
+        self._watchdog_failed = False
         self.health = health
         self.registry = registry if registry is not None else pc.REGISTRY
         self.registry.register(self)
@@ -95,33 +108,34 @@ class MetricsSink:
             self._finished += len(decision.finished)
 
     def on_step(self, stats: StepStats) -> None:
-        last = self._stats
-        if last is not None and stats.from_new_manager(last):
-            with self._lock:  # the base and the stats change together: a scrape sees both or neither
-                self._retire(last)
-                self._stats = stats
-        else:
-            self._stats = stats
+        table = self._sources
+        last = table.known(stats)
+        sweep = _NO_SWEEP if last is None else last[2]
         counters = stats.kernel_run_counters
-        if counters:
-            seen = self._sweep_count
-            for group, i in _SWEEP_INDEX:  # sweep age: the step the device last counted a sweep launch
-                if counters[i] != seen[group]:
-                    seen[group] = counters[i]
-                    self._sweep_step[group] = stats.snapshot_step or 0
+        if counters:  # sweep age: the snapshot step the device last counted a sweep launch at, per group
+            full, swa = counters[_SWEEP_FULL], counters[_SWEEP_SWA]
+            if full != sweep[0] or swa != sweep[1]:
+                snap = stats.snapshot_step or 0
+                sweep = (full, swa, snap if full != sweep[0] else sweep[2], snap if swa != sweep[1] else sweep[3])
+        if stats.watchdog_error is not None:
+            self._watchdog_failed = True  # sticky, as health's; set before the stats that carry it
+        if last is not None:
+            table.set(stats, sweep)  # the stats with their sweep record in one assignment: a scrape sees both
+        else:
+            with self._lock:  # a new manager: what it retires moves into the base as a scrape reads them
+                table.admit(stats, sweep)
 
     def _retire(self, last: StepStats) -> None:
-        """A new manager began: fold the old one's cumulative device counters into the base (the caller holds
-        the lock)."""
+        """A source left the table (replaced, or the least recently heard of too many): fold its cumulative
+        device counters into the base (the caller holds the lock)."""
         for i, c in enumerate(last.kernel_run_counters):
             self._base_launches[i] += c
         for i, c in enumerate(last.slot_run_counters):
             self._base_slots[i] += c
+        self._base_tags.update(last.tags)
         self._base_dropped += last.dropped_rows
         self._base_skipped += last.skipped_verifies
         self._base_steps += last.step + 1
-        self._sweep_count = dict.fromkeys(_SWEEP_TAGS, 0)
-        self._sweep_step = dict.fromkeys(_SWEEP_TAGS, 0)
 
     # -- the collector ------------------------------------------------------------------------------------
     def describe(self) -> list[Metric]:
@@ -133,19 +147,19 @@ class MetricsSink:
     def _families(self, *, describing: bool) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        with self._lock:  # the stats with the base they go with (a new manager swaps both under the lock)
-            latest = self._stats
-            stats = None if describing else latest
+        with self._lock:  # every source's stats with the base they go with (a retired source moves under it)
+            table = self._sources
+            kept = [] if describing else [(e[0], e[2], table.live(e)) for e in table.entries()]
             launches = list(self._base_launches)
             slots = list(self._base_slots)
+            tag_set = set() if describing else set(self._base_tags)
             dropped, skipped, steps = self._base_dropped, self._base_skipped, self._base_steps
             violations = dict(self._violations)
             failed = dict(self._failed)
             quarantined, finished, decisions = self._quarantined, self._finished, self._decisions
-            sweep_step = dict(self._sweep_step)
-        describe = latest is None
-        tags: tuple[CanaryLaunchTag, ...] = ()
-        if stats is not None:
+            watchdog_failed = self._watchdog_failed  # read after the stats: it is set before them
+        health = self.health.status() if self.health is not None and not describing else None  # once a scrape
+        for stats, _sweep, _live in kept:
             for i, c in enumerate(stats.kernel_run_counters):
                 launches[i] += c
             for i, c in enumerate(stats.slot_run_counters):
@@ -153,7 +167,9 @@ class MetricsSink:
             dropped += stats.dropped_rows
             skipped += stats.skipped_verifies
             steps += stats.step + 1
-            tags = stats.tags
+            tag_set.update(stats.tags)
+        tags = sorted(tag_set)
+        live = [(stats, sweep) for stats, sweep, is_live in kept if is_live]
 
         v = CounterMetricFamily(f"{PREFIX}_violations", "Violation rows read back from the device ring, by launch "
                                 "tag, check and fail-reason combination", labels=["launch_tag", "check", "fail_reason"])
@@ -176,24 +192,26 @@ class MetricsSink:
         yield CounterMetricFamily(f"{PREFIX}_steps", "Engine steps the canary ended (end_step calls)", value=steps)
         age = GaugeMetricFamily(f"{PREFIX}_sweep_age_steps", "Steps since the device last counted a sweep of the "
                                 "pool group (as of the last read-back)", labels=["group"])
-        for group, sweep_tag in _SWEEP_TAGS.items():
-            if sweep_tag in tags or _SWEEP_V[group] in tags:
-                snap = stats.snapshot_step if stats is not None and stats.snapshot_step is not None else 0
-                age.add_metric([group], max(0, snap - sweep_step[group]))
+        for g, group, sweep_tags in _SWEEP_GROUPS:  # the stalest sweep among the live managers that sweep it
+            ages = [max(0, (stats.snapshot_step or 0) - sweep[g]) for stats, sweep in live
+                    if sweep_tags[0] in stats.tags or sweep_tags[1] in stats.tags]
+            if ages:
+                age.add_metric([group], max(ages))
         yield age
         wd = GaugeMetricFamily(f"{PREFIX}_watchdog_state", "The kernel-run-counter watchdog's state (1 for the "
                                "current one): warmup, ok, failed", labels=["state"])
-        current = stats.watchdog if stats is not None else "warmup"
-        if self.health is not None:
-            current = self.health.status().watchdog
+        if health is not None:
+            current = health.watchdog
+        else:
+            current = "failed" if watchdog_failed else worst_watchdog(stats.watchdog for stats, _ in live)
         for s in WATCHDOG_STATES:
             wd.add_metric([s], 1.0 if s == current else 0.0)
         yield wd
         rb = GaugeMetricFamily(f"{PREFIX}_readback_delay_steps", "Steps between the step that ended last and the "
                                "device state the host last read (the read-back is one step behind)")
-        delay = stats.readback_delay if stats is not None else None
-        if delay is not None:
-            rb.add_metric([], delay)
+        delays = [d for stats, _ in live if (d := stats.readback_delay) is not None]
+        if delays:
+            rb.add_metric([], max(delays))
         yield rb
         rf = CounterMetricFamily(f"{PREFIX}_requests_failed", "Requests the isolation policy failed, by catalog "
                                  "code (kvcanary explain CODE) and the code's older alias", labels=["code", "alias"])
@@ -209,7 +227,7 @@ class MetricsSink:
         if self.health is not None:
             hf = GaugeMetricFamily(f"{PREFIX}_health_state", "The canary's health (1 for the current state): ok, "
                                    "degraded (violations seen), failed (watchdog or ring overflow)", labels=["state"])
-            state = "ok" if describe else self.health.status().state.value
+            state = health.state.value if health is not None else "ok"
             for s in ("ok", "degraded", "failed"):
                 hf.add_metric([s], 1.0 if s == state else 0.0)
             yield hf

@@ -1,4 +1,4 @@
-"""One sink for an engine: health, JSON events and (optionally) Prometheus metrics, fed by one manager.
+"""One sink for an engine: health, JSON events and (optionally) Prometheus metrics, fed by its managers.
 
 ``monitor = Monitor(registry=my_registry); manager.add_sink(monitor)`` (or ``canary.add_sink(monitor)`` on
 the transformers integration), then ``monitor.status()`` for the readiness route. See docs/monitoring.md.
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
-from kvcanary.monitor.events import EventSink, Owners
+from kvcanary.monitor.events import EventSink, Owners, check_owners
 from kvcanary.monitor.health import CanaryHealth, HealthSink
+from kvcanary.monitor.registry import check_registry
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -27,6 +28,11 @@ class Monitor:
 
     def __init__(self, *, metrics: bool = True, registry: CollectorRegistry | None = None, events: bool = True,
                  owners: Owners | None = None) -> None:
+        for name, flag in (("metrics", metrics), ("events", events)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"kv-canary: Monitor: {name} must be a bool, got {type(flag).__name__} {flag!r}")
+        check_owners(owners, "Monitor")
+        check_registry(registry, "Monitor")  # every argument before anything is built or registered
         self.health = HealthSink()
         self.events = EventSink(owners=owners) if events else None
         self.metrics: MetricsSink | None = None

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from kvcanary.consts import NUM_LAUNCH_TAGS, CanaryLaunchTag
@@ -47,8 +46,6 @@ def _join(stats: StepStats) -> None:
         t.join(5)
 
 
-@pytest.mark.xfail(strict=True, reason="rD: HealthSink.on_step publishes the stats before the watchdog error they "
-                                       "carry: a status read between says watchdog 'failed' with state ok, ready")
 def test_a_health_read_inside_on_step_never_says_ok_with_a_failed_watchdog() -> None:
     sink = HealthSink()
     sink.on_step(StepStats(3, 0, 0, 0, 0, 1, 0, snapshot_step=2, watchdog="ok"))
@@ -70,9 +67,6 @@ def _counters(sweeps: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-@pytest.mark.xfail(strict=True, reason="rD: MetricsSink.on_step publishes the stats before it moves the sweep's "
-                                       "last step: a scrape between reports the age up to the sweep that just ran "
-                                       "(4 here, where it is 0)")
 def test_a_scrape_inside_on_step_reports_the_sweep_age_of_one_step() -> None:
     reg = CollectorRegistry()
     sink = MetricsSink(registry=reg)
