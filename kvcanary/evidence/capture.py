@@ -4,10 +4,12 @@
 bundled yet (at most ``limits.max_bundles``) it copies, with device operations only (no value is read
 back to the host there): the slot's record in every buffer a row names, the record its chain link came
 from (found by hashing the buffer, see :mod:`kvcanary.evidence.hashes`) and the real-KV words its
-fingerprint covers. It copies the host facts that change later too: the slot's journal history and the
-owners' descriptions. A background thread turns the copies into a bundle (attribution, replay plan, JSON
-and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding-window row's full slot
-(for the journal) is found through the group's translation table, one small read on that thread.
+fingerprint covers. It copies the host facts that change later too: the owners' descriptions, and at the
+step's end (:meth:`BundleSink.on_step`, still the step's thread) the slot's journal history. A
+sliding-window row's full slots (the journal's key) are found there through the group's translation table
+(a copy taken at the capture), one small read. A background thread turns the copies into a bundle
+(attribution, replay plan, JSON and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. It
+never reads the live journal, which the engine's thread goes on recording into.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from kvcanary.evidence.describe import RequestDescriber, RequestView
 from kvcanary.evidence.format import write_bundle
 from kvcanary.evidence.hashes import find_link
 from kvcanary.guard.decision import GuardDecision
-from kvcanary.guard.journal import OwnerKind, SlotJournal
+from kvcanary.guard.journal import JournalEvent, OwnerKind, SlotJournal
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
 
@@ -73,7 +75,9 @@ def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
 class _Job:
     captured: Captured
     path: Path
-    devices: list[torch.Tensor] = field(default_factory=list)
+    swa_full_slots: torch.Tensor | None = None
+    """A sliding-window slot's full slots (a device copy of the translation table's match, taken at the
+    capture), resolved on the step's thread by :meth:`BundleSink._release`."""
 
 
 class BundleSink:
@@ -120,15 +124,31 @@ class BundleSink:
             self._release()
 
     def _release(self) -> None:
+        """On the step's thread: take each captured slot's journal history now (the writer thread never
+        reads the live journal), then hand the job to the writer."""
         jobs, self._pending = self._pending, []
         for job in jobs:
-            if job.captured.kind is PoolKind.FULL:
-                job.captured = dataclasses.replace(job.captured, history=tuple(self.journal.history(job.captured.slot)))
+            job.captured = self._with_history(job)
             if self._background:
                 self._ensure_thread()
                 self._queue.put(job)
             else:
                 self._write(job)
+
+    def _with_history(self, job: _Job) -> Captured:
+        """The capture with its full slots and the journal history of the first of them that has one (a
+        full-pool slot is its own full slot; a sliding-window slot's are resolved from the capture's copy)."""
+        cap = job.captured
+        full_slots: tuple[int, ...] = (cap.slot,)
+        if job.swa_full_slots is not None:
+            full_slots = tuple(int(x) for x in job.swa_full_slots.tolist())
+        journal = self.journal
+        history: list[JournalEvent] = []
+        for fs in full_slots:
+            history = journal.history(fs)
+            if history:
+                break
+        return dataclasses.replace(cap, full_slots=full_slots, history=tuple(history))
 
     def on_decision(self, decision: GuardDecision) -> None:
         return None
@@ -197,11 +217,11 @@ class BundleSink:
                 if 0 <= slot < int(table.shape[0]):
                     owner = table[slot].clone()
             rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None, owner))
-        history = []
-        full_slots: list[int] | torch.Tensor = [slot]
+        history: list[JournalEvent] = []
+        swa_full_slots: torch.Tensor | None = None
         lut = self._luts.get(kind)
         if kind is PoolKind.SWA and lut is not None:
-            full_slots = (lut == slot).nonzero().flatten()[:4].clone()
+            swa_full_slots = (lut == slot).nonzero().flatten()[:4].clone()
         describer = self.describer
         views: dict[str, RequestView] = {}
         readers: list[str] = []
@@ -220,7 +240,7 @@ class BundleSink:
                     views[rid] = view
         engine = describer.engine_version() if describer is not None else self.engine
         cap = Captured(kind=kind, slot=slot, rows=tuple(rows), history=tuple(history), views=views,
-                       readers=tuple(readers), full_slots=full_slots, engine=engine,
+                       readers=tuple(readers), full_slots=(slot,) if kind is PoolKind.FULL else (), engine=engine,
                        block_size=self.journal.block_size,
                        real_kv_mode=self.manager.config.real_kv_mode,
                        peers=tuple((e.violation.kernel_kind, e.violation.slot_idx, e.violation.stored_token,
@@ -229,7 +249,7 @@ class BundleSink:
                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         first = events[0]
         name = f"{self.name}-{kind.name.lower()}-slot{slot}-step{first.step_recorded}"
-        return _Job(cap, self.out_dir / name)
+        return _Job(cap, self.out_dir / name, swa_full_slots)
 
     # -- writing (background thread) ------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -249,7 +269,7 @@ class BundleSink:
 
     def _write(self, job: _Job) -> None:
         try:
-            bundle = assemble(job.captured, self.journal)
+            bundle = assemble(job.captured)
             write_bundle(bundle, job.path)
             self.written.append(job.path)
         except Exception as exc:  # a bundle must never take the engine down: keep the reason
