@@ -59,12 +59,48 @@ class BundleLimits:
 
 def _check_name(name: object) -> None:
     """``name`` starts each bundle's folder name (``out_dir/<name>-full-slot<N>-step<M>``): one plain path
-    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise."""
+    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise (TypeError
+    for a name that is not a str)."""
+    if not isinstance(name, str):
+        raise TypeError(f"kv-canary: BundleSink name must be a str (the start of each bundle's folder name), got "
+                        f"{type(name).__name__}")
     seps = {"/", "\\", os.sep, os.altsep or "/"}
-    if (not isinstance(name, str) or name in ("", ".", "..") or any(s in name for s in seps)
-            or not name.isprintable()):
+    if name in ("", ".", "..") or any(s in name for s in seps) or not name.isprintable():
         raise ValueError(f"kv-canary: BundleSink name must be one plain folder-name part (printable, no '/' or "
                          f"'\\', not '.' or '..'): bundles are written as out_dir/<name>-..., got {name!r}")
+
+
+_KINDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("journal", SlotJournal, "a SlotJournal or None (None: the manager's journal)"),
+    ("describer", RequestDescriber, "a RequestDescriber (describe_request, requests_holding, engine_version) or None"),
+    ("limits", BundleLimits, "a BundleLimits or None (None: the defaults)"),
+)
+
+
+def _check_arguments(manager: object, out_dir: object, engine: object, background: object,
+                     optional: dict[str, object]) -> None:
+    """What ``BundleSink`` keeps, checked before it keeps anything: each a TypeError naming the argument (a
+    wrong kind would otherwise fail at the first violation's capture, in the step, with no bundle written);
+    an ``out_dir`` that exists and is not a folder is a ValueError (every bundle's write would fail)."""
+    from kvcanary.manager.manager import CanaryManager  # at call time: the manager package imports no evidence
+
+    if not isinstance(manager, CanaryManager):
+        raise TypeError(f"kv-canary: BundleSink manager must be a CanaryManager (the one whose violations it "
+                        f"bundles), got {type(manager).__name__}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"kv-canary: BundleSink out_dir must be a path (str or Path), got {type(out_dir).__name__}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"kv-canary: BundleSink out_dir must be a folder (bundles are folders written inside it) "
+                         f"or a path not yet there, got the file {str(out_dir)!r}")
+    for name, kind, what in _KINDS:
+        value = optional[name]
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"kv-canary: BundleSink {name} must be {what}, got {type(value).__name__}")
+    if not isinstance(engine, str):
+        raise TypeError(f"kv-canary: BundleSink engine must be a str (the engine's name and version a bundle "
+                        f"records), got {type(engine).__name__}")
+    if not isinstance(background, bool):
+        raise TypeError(f"kv-canary: BundleSink background must be a bool, got {type(background).__name__}")
 
 
 def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
@@ -86,11 +122,14 @@ class BundleSink:
     ``journal`` is the manager's (:attr:`CanaryManager.journal`, which the engine adapter feeds) unless one is
     given; ``describer`` is optional. Without a fed journal and a describer a bundle still holds the rows,
     records and KV bytes (and replays), but names no owners. Attach it with :meth:`CanaryManager.add_sink`.
-    ``background=False`` writes in ``on_violations`` itself."""
+    ``background=False`` writes at the step's end, in ``on_step`` itself. An argument of the wrong kind is a
+    TypeError naming it, here rather than at the first violation."""
 
     def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
                  describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
                  engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
+        _check_arguments(manager, out_dir, engine, background,
+                         {"journal": journal, "describer": describer, "limits": limits})
         _check_name(name)
         self.manager = manager
         self.out_dir = Path(out_dir)
