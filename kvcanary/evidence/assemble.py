@@ -21,7 +21,7 @@ from kvcanary.evidence.attribution import attribute
 from kvcanary.evidence.describe import RequestView
 from kvcanary.evidence.format import Bundle
 from kvcanary.evidence.hashes import ANCHOR_I64
-from kvcanary.guard.journal import JournalEvent, SlotJournal
+from kvcanary.guard.journal import JournalEvent
 from kvcanary.hashing import real_kv_hash, record_hash, to_int64
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.violations import Violation
@@ -63,7 +63,9 @@ class Captured:
     history: tuple[JournalEvent, ...]
     views: dict[str, RequestView]
     readers: tuple[str, ...]
-    full_slots: list[int] | torch.Tensor
+    full_slots: tuple[int, ...]
+    """The full-pool slots the journal history was looked up at (the slot itself for a full-pool slot; for a
+    sliding-window slot, those the translation table mapped to it), resolved on the step's thread."""
     engine: str
     block_size: int
     real_kv_mode: RealKvHashMode
@@ -163,8 +165,9 @@ def _record_at_check(v: Violation, fields: list[int], now: list[int], sources: t
     return [*at_check, to_int64(real_kv_hash(strips, mode))], None
 
 
-def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
-    """Build the bundle of one slot from its capture (runs on the writer thread)."""
+def assemble(cap: Captured) -> Bundle:
+    """Build the bundle of one slot from its capture (runs on the writer thread): from the capture only,
+    never the live journal (its history was taken on the step's thread)."""
     rows_json: list[dict[str, Any]] = []
     records_json: list[dict[str, Any]] = []
     verify: list[dict[str, Any]] = []
@@ -272,13 +275,8 @@ def assemble(cap: Captured, journal: SlotJournal | None) -> Bundle:
                              "neighbour": neighbour})
     buf_meta, tensors = bufs.tensors()
     # attribution over the journal (full-slot space)
-    full_slots = cap.full_slots if isinstance(cap.full_slots, list) else [int(x) for x in cap.full_slots.tolist()]
+    full_slots = list(cap.full_slots)
     history = list(cap.history)
-    if not history and journal is not None and cap.kind is PoolKind.SWA:
-        for fs in full_slots:
-            history = journal.history(fs)
-            if history:
-                break
     tables = {rid: dict(zip(view.positions, view.slots, strict=True)) for rid, view in cap.views.items()}
     violations = [rc.event.violation for rc in cap.rows]
     step = min(rc.event.step_recorded for rc in cap.rows)

@@ -4,10 +4,12 @@
 bundled yet (at most ``limits.max_bundles``) it copies, with device operations only (no value is read
 back to the host there): the slot's record in every buffer a row names, the record its chain link came
 from (found by hashing the buffer, see :mod:`kvcanary.evidence.hashes`) and the real-KV words its
-fingerprint covers. It copies the host facts that change later too: the slot's journal history and the
-owners' descriptions. A background thread turns the copies into a bundle (attribution, replay plan, JSON
-and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. A sliding-window row's full slot
-(for the journal) is found through the group's translation table, one small read on that thread.
+fingerprint covers. It copies the host facts that change later too: the owners' descriptions, and at the
+step's end (:meth:`BundleSink.on_step`, still the step's thread) the slot's journal history. A
+sliding-window row's full slots (the journal's key) are found there through the group's translation table
+(a copy taken at the capture), one small read. A background thread turns the copies into a bundle
+(attribution, replay plan, JSON and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. It
+never reads the live journal, which the engine's thread goes on recording into.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from kvcanary.evidence.describe import RequestDescriber, RequestView
 from kvcanary.evidence.format import write_bundle
 from kvcanary.evidence.hashes import find_link
 from kvcanary.guard.decision import GuardDecision
-from kvcanary.guard.journal import OwnerKind, SlotJournal
+from kvcanary.guard.journal import JournalEvent, OwnerKind, SlotJournal
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
 
@@ -57,12 +59,48 @@ class BundleLimits:
 
 def _check_name(name: object) -> None:
     """``name`` starts each bundle's folder name (``out_dir/<name>-full-slot<N>-step<M>``): one plain path
-    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise."""
+    component, so no bundle lands outside ``out_dir``. ValueError naming the argument otherwise (TypeError
+    for a name that is not a str)."""
+    if not isinstance(name, str):
+        raise TypeError(f"kv-canary: BundleSink name must be a str (the start of each bundle's folder name), got "
+                        f"{type(name).__name__}")
     seps = {"/", "\\", os.sep, os.altsep or "/"}
-    if (not isinstance(name, str) or name in ("", ".", "..") or any(s in name for s in seps)
-            or not name.isprintable()):
+    if name in ("", ".", "..") or any(s in name for s in seps) or not name.isprintable():
         raise ValueError(f"kv-canary: BundleSink name must be one plain folder-name part (printable, no '/' or "
                          f"'\\', not '.' or '..'): bundles are written as out_dir/<name>-..., got {name!r}")
+
+
+_KINDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("journal", SlotJournal, "a SlotJournal or None (None: the manager's journal)"),
+    ("describer", RequestDescriber, "a RequestDescriber (describe_request, requests_holding, engine_version) or None"),
+    ("limits", BundleLimits, "a BundleLimits or None (None: the defaults)"),
+)
+
+
+def _check_arguments(manager: object, out_dir: object, engine: object, background: object,
+                     optional: dict[str, object]) -> None:
+    """What ``BundleSink`` keeps, checked before it keeps anything: each a TypeError naming the argument (a
+    wrong kind would otherwise fail at the first violation's capture, in the step, with no bundle written);
+    an ``out_dir`` that exists and is not a folder is a ValueError (every bundle's write would fail)."""
+    from kvcanary.manager.manager import CanaryManager  # at call time: the manager package imports no evidence
+
+    if not isinstance(manager, CanaryManager):
+        raise TypeError(f"kv-canary: BundleSink manager must be a CanaryManager (the one whose violations it "
+                        f"bundles), got {type(manager).__name__}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"kv-canary: BundleSink out_dir must be a path (str or Path), got {type(out_dir).__name__}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"kv-canary: BundleSink out_dir must be a folder (bundles are folders written inside it) "
+                         f"or a path not yet there, got the file {str(out_dir)!r}")
+    for name, kind, what in _KINDS:
+        value = optional[name]
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"kv-canary: BundleSink {name} must be {what}, got {type(value).__name__}")
+    if not isinstance(engine, str):
+        raise TypeError(f"kv-canary: BundleSink engine must be a str (the engine's name and version a bundle "
+                        f"records), got {type(engine).__name__}")
+    if not isinstance(background, bool):
+        raise TypeError(f"kv-canary: BundleSink background must be a bool, got {type(background).__name__}")
 
 
 def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
@@ -73,7 +111,9 @@ def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
 class _Job:
     captured: Captured
     path: Path
-    devices: list[torch.Tensor] = field(default_factory=list)
+    swa_full_slots: torch.Tensor | None = None
+    """A sliding-window slot's full slots (a device copy of the translation table's match, taken at the
+    capture), resolved on the step's thread by :meth:`BundleSink._release`."""
 
 
 class BundleSink:
@@ -82,11 +122,14 @@ class BundleSink:
     ``journal`` is the manager's (:attr:`CanaryManager.journal`, which the engine adapter feeds) unless one is
     given; ``describer`` is optional. Without a fed journal and a describer a bundle still holds the rows,
     records and KV bytes (and replays), but names no owners. Attach it with :meth:`CanaryManager.add_sink`.
-    ``background=False`` writes in ``on_violations`` itself."""
+    ``background=False`` writes at the step's end, in ``on_step`` itself. An argument of the wrong kind is a
+    TypeError naming it, here rather than at the first violation."""
 
     def __init__(self, manager: CanaryManager, out_dir: Path | str, *, journal: SlotJournal | None = None,
                  describer: RequestDescriber | None = None, limits: BundleLimits | None = None,
                  engine: str = "unknown", background: bool = True, name: str = "bundle") -> None:
+        _check_arguments(manager, out_dir, engine, background,
+                         {"journal": journal, "describer": describer, "limits": limits})
         _check_name(name)
         self.manager = manager
         self.out_dir = Path(out_dir)
@@ -120,15 +163,31 @@ class BundleSink:
             self._release()
 
     def _release(self) -> None:
+        """On the step's thread: take each captured slot's journal history now (the writer thread never
+        reads the live journal), then hand the job to the writer."""
         jobs, self._pending = self._pending, []
         for job in jobs:
-            if job.captured.kind is PoolKind.FULL:
-                job.captured = dataclasses.replace(job.captured, history=tuple(self.journal.history(job.captured.slot)))
+            job.captured = self._with_history(job)
             if self._background:
                 self._ensure_thread()
                 self._queue.put(job)
             else:
                 self._write(job)
+
+    def _with_history(self, job: _Job) -> Captured:
+        """The capture with its full slots and the journal history of the first of them that has one (a
+        full-pool slot is its own full slot; a sliding-window slot's are resolved from the capture's copy)."""
+        cap = job.captured
+        full_slots: tuple[int, ...] = (cap.slot,)
+        if job.swa_full_slots is not None:
+            full_slots = tuple(int(x) for x in job.swa_full_slots.tolist())
+        journal = self.journal
+        history: list[JournalEvent] = []
+        for fs in full_slots:
+            history = journal.history(fs)
+            if history:
+                break
+        return dataclasses.replace(cap, full_slots=full_slots, history=tuple(history))
 
     def on_decision(self, decision: GuardDecision) -> None:
         return None
@@ -197,11 +256,11 @@ class BundleSink:
                 if 0 <= slot < int(table.shape[0]):
                     owner = table[slot].clone()
             rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None, owner))
-        history = []
-        full_slots: list[int] | torch.Tensor = [slot]
+        history: list[JournalEvent] = []
+        swa_full_slots: torch.Tensor | None = None
         lut = self._luts.get(kind)
         if kind is PoolKind.SWA and lut is not None:
-            full_slots = (lut == slot).nonzero().flatten()[:4].clone()
+            swa_full_slots = (lut == slot).nonzero().flatten()[:4].clone()
         describer = self.describer
         views: dict[str, RequestView] = {}
         readers: list[str] = []
@@ -220,7 +279,7 @@ class BundleSink:
                     views[rid] = view
         engine = describer.engine_version() if describer is not None else self.engine
         cap = Captured(kind=kind, slot=slot, rows=tuple(rows), history=tuple(history), views=views,
-                       readers=tuple(readers), full_slots=full_slots, engine=engine,
+                       readers=tuple(readers), full_slots=(slot,) if kind is PoolKind.FULL else (), engine=engine,
                        block_size=self.journal.block_size,
                        real_kv_mode=self.manager.config.real_kv_mode,
                        peers=tuple((e.violation.kernel_kind, e.violation.slot_idx, e.violation.stored_token,
@@ -229,7 +288,7 @@ class BundleSink:
                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         first = events[0]
         name = f"{self.name}-{kind.name.lower()}-slot{slot}-step{first.step_recorded}"
-        return _Job(cap, self.out_dir / name)
+        return _Job(cap, self.out_dir / name, swa_full_slots)
 
     # -- writing (background thread) ------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -249,7 +308,7 @@ class BundleSink:
 
     def _write(self, job: _Job) -> None:
         try:
-            bundle = assemble(job.captured, self.journal)
+            bundle = assemble(job.captured)
             write_bundle(bundle, job.path)
             self.written.append(job.path)
         except Exception as exc:  # a bundle must never take the engine down: keep the reason

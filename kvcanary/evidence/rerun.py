@@ -9,15 +9,17 @@ computes what it computed in the engine; the rows' slot fields are mapped back b
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from kvcanary.consts import CANARY_SLOT_BYTES, VIOLATION_FIELDS, ZERO_SLOT_MARK, CanaryLaunchTag, RealKvHashMode
 from kvcanary.context import VerifyOrWriteContext
-from kvcanary.evidence.format import Bundle
+from kvcanary.evidence.format import Bundle, read_bundle
 from kvcanary.evidence.report import printable
 from kvcanary.extensions import Extensions
 from kvcanary.launch.verify import launch_canary_verify_kernel
@@ -105,8 +107,14 @@ class _TagWorld:
         return [tuple(int(x) for x in r) for r in self.ring[:n].tolist()]
 
 
-def replay(bundle: Bundle) -> ReplayResult:
-    """Re-run the bundle's checks on torch_ref and compare their rows with the bundle's rows."""
+def replay(bundle: Bundle | Path | str) -> ReplayResult:
+    """Re-run the bundle's checks on torch_ref and compare their rows with the bundle's rows. ``bundle`` is a
+    :class:`Bundle` or the folder ``kvcanary replay`` takes (read with :func:`read_bundle`); TypeError otherwise."""
+    if isinstance(bundle, (str, os.PathLike)):
+        bundle = read_bundle(Path(bundle))
+    elif not isinstance(bundle, Bundle):
+        raise TypeError(f"kv-canary: replay's bundle must be a Bundle (from read_bundle) or a bundle folder's path, "
+                        f"got {type(bundle).__name__}")
     rp = bundle.meta["replay"]
     rows_meta = bundle.meta["rows"]
     mode = RealKvHashMode[rp["real_kv_mode"]]
