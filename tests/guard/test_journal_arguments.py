@@ -33,26 +33,23 @@ def _isolated() -> list[GuardDecision]:
     return rec.applied
 
 
-@pytest.mark.xfail(strict=True, reason="rD: Owner keeps a plain 'request' string as its kind; the policy compares "
-                                       "kind with `is OwnerKind.REQUEST`, so the request that read the flip is not "
-                                       "failed (the block is quarantined, nobody is named)")
 def test_an_owner_built_from_the_kinds_string_is_failed_like_one_built_from_the_enum() -> None:
-    try:
-        owner = Owner("request", "a")  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:  # refusing the string, naming the field, is a fix as good as coercing it
-        assert "kind" in str(err)
-        return
+    owner = Owner("request", "a")  # type: ignore[arg-type]
+    assert owner.kind is OwnerKind.REQUEST and owner == Owner(OwnerKind.REQUEST, "a")
+    assert Owner("cache", "c").kind is OwnerKind.CACHE  # type: ignore[arg-type]
     applied = _isolated()
-    assert [d.failed_ids for d in applied] == [("a",)], owner  # today: [()], the block quarantined, nobody failed
+    assert [d.failed_ids for d in applied] == [("a",)]  # before the fix: [()], the block quarantined, nobody failed
 
 
-@pytest.mark.xfail(strict=True, reason="rD: Owner accepts any kind and any id; the journal files them and the "
-                                       "policy skips them")
-@pytest.mark.parametrize(("kind", "rid", "field"), [("requst", "a", "kind"), (None, "a", "kind"),
-                                                    (OwnerKind.REQUEST, 5, "id"), (OwnerKind.REQUEST, None, "id")])
-def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid: object, field: str) -> None:
-    with pytest.raises((TypeError, ValueError), match=rf"\b{field}\b"):
+@pytest.mark.parametrize(("kind", "rid", "field", "error"), [
+    ("requst", "a", "kind", ValueError), ("REQUEST", "a", "kind", ValueError), (None, "a", "kind", TypeError),
+    (1, "a", "kind", TypeError), (OwnerKind.REQUEST, 5, "id", TypeError), (OwnerKind.REQUEST, None, "id", TypeError),
+    (OwnerKind.CACHE, b"a", "id", TypeError)])
+def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid: object, field: str,
+                                                              error: type[Exception]) -> None:
+    with pytest.raises(error, match=rf"\bOwner\.{field} must be ") as info:
         Owner(kind, rid)  # type: ignore[arg-type]
+    assert type(info.value) is error
 
 
 @pytest.mark.xfail(strict=True, reason="rD: SlotJournal.finish keeps any step; a str crashes the next end_step "
