@@ -197,15 +197,20 @@ class CanaryManager:
     def set_adapter(self, adapter: EngineAdapter | None, *, block_size: int = 1,
                     swa_block_size: int | None = None) -> None:
         """The engine adapter that carries out the ``isolate`` policy's decisions, and the block sizes (in
-        slots) of the journals it records into (a fresh journal pair when the sizes change)."""
+        slots) of the journals it records into (a fresh journal pair when the sizes change). Every argument is
+        checked before anything changes; the journals, the isolation reading them and the adapter are then
+        replaced together."""
         if adapter is not None and not isinstance(adapter, EngineAdapter):
             raise TypeError(f"kv-canary: adapter must implement EngineAdapter (apply(decision)), "
                             f"got {type(adapter).__name__}")
+        _block_size("block_size", block_size)
+        if swa_block_size is not None:
+            _block_size("swa_block_size", swa_block_size)
         swa = block_size if swa_block_size is None else swa_block_size
         if block_size != self.journal.block_size or swa != self.swa_journal.block_size:
-            self.journal = self._journal(PoolKind.FULL, block_size)
-            self.swa_journal = self._journal(PoolKind.SWA, swa)
-            self._isolation = Isolation(self.journal, self.swa_journal)
+            journal, swa_journal = self._journal(PoolKind.FULL, block_size), self._journal(PoolKind.SWA, swa)
+            self.journal, self.swa_journal = journal, swa_journal
+            self._isolation = Isolation(journal, swa_journal)
             self._watch_journals()
         self.adapter = adapter
 
@@ -521,3 +526,14 @@ class CanaryManager:
     def total_violations(self) -> int:
         """Violations recorded so far as of the last snapshot read, including rows the ring dropped."""
         return self.reporter.total
+
+
+def _block_size(name: str, value: object) -> None:
+    """Refuse a block size (``set_adapter``'s ``name``) that is no positive int: the journal files each slot's
+    events under ``slot // block size`` (a bool is no size)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"kv-canary: set_adapter: {name} must be an int (slots per block), got "
+                        f"{type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"kv-canary: set_adapter: {name} must be a positive int (slots per block; 1 for a "
+                         f"token-major pool), got {value}")
