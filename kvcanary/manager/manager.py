@@ -228,15 +228,18 @@ class CanaryManager:
 
     def _guard(self, new: list[ViolationEvent], step: int) -> None:
         """The rows read back at ``step``: to the sinks, then (``isolate``) one decision to the adapter
-        and the sinks."""
+        and the sinks. The sinks hear the decision also when the adapter raises (their record of it is the
+        operator's only one); the adapter's error then goes on to the caller."""
         self._tell("on_violations", new)
         if self.config.policy is not ViolationPolicy.ISOLATE:
             return
         decision = self._isolation.decide(new, step)
         self.decisions.append(decision)
-        if self.adapter is not None and not decision.empty:
-            self.adapter.apply(decision)
-        self._tell("on_decision", decision)
+        try:
+            if self.adapter is not None and not decision.empty:
+                self.adapter.apply(decision)
+        finally:
+            self._tell("on_decision", decision)
 
     # -- configuration ----------------------------------------------------------------------------------
     @property
@@ -490,14 +493,16 @@ class CanaryManager:
                         health.check(pump.last(), s)
         finally:
             self.step = s + 1
-            if len(rep.events) > seen:
-                self._guard(rep.events[seen:], s)
-            logged = self.step % self.config.stats_every == 0
-            made: StepStats | None = None
-            if stats or logged or self.sinks:
-                made = self._stats(s)
-                if self.sinks:
-                    self._tell("on_step", made)
+            try:
+                if len(rep.events) > seen:
+                    self._guard(rep.events[seen:], s)  # an adapter that raises: the sinks still hear the step
+            finally:
+                logged = self.step % self.config.stats_every == 0
+                made: StepStats | None = None
+                if stats or logged or self.sinks:
+                    made = self._stats(s)
+                    if self.sinks:
+                        self._tell("on_step", made)
         if logged and made is not None:  # made whenever logged
             logger.info(made.line())
         return made if stats else None
@@ -512,10 +517,12 @@ class CanaryManager:
         try:
             return self.reporter.process(snap, self.step)
         finally:
-            if len(self.reporter.events) > seen:
-                self._guard(self.reporter.events[seen:], self.step)
-            if self.sinks and not during_step:
-                self._tell("on_step", self._stats(max(self.step - 1, 0)))
+            try:
+                if len(self.reporter.events) > seen:
+                    self._guard(self.reporter.events[seen:], self.step)
+            finally:
+                if self.sinks and not during_step:
+                    self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property
     def events(self) -> list[ViolationEvent]:
