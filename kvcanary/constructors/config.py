@@ -92,6 +92,17 @@ CanaryConfigContract = settings_contract(
             fix="Leave mode at LOG (the default) and set on_violation alone, or drop on_violation.",
             breaks={"on_violation": ViolationPolicy.ISOLATE}),
         Relation(
+            name="on_violation_needs_the_canary",
+            require="on_violation is None or mode.name != 'NONE' or on_violation.name == 'LOG'",
+            over=("on_violation", "mode"),
+            message="CanaryConfig.on_violation={on_violation.value} conflicts with mode=NONE (the canary is off); "
+                    "leave mode at LOG (the default) when on_violation is set",
+            why="mode=NONE turns the canary off: the engine attaches no manager, so no violation is read back and "
+                "no policy acts on one. A raise or isolate policy beside it promises a check that never runs.",
+            fix="Leave mode at LOG (the default) and set on_violation alone, or drop on_violation to run without "
+                "a canary.",
+            breaks={"mode": CanaryMode.NONE, "on_violation": ViolationPolicy.ISOLATE}),
+        Relation(
             name="graphs_or_compile", require="not (graphs is True and compile)", over=("graphs", "compile"),
             message="CanaryConfig.graphs=True conflicts with compile=True; choose one way to run the launches",
             why="Both replace the manager's eager HEAD and TAIL launches: the CUDA graphs replay them as "

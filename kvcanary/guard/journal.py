@@ -362,14 +362,16 @@ class SlotJournal:
 
     # -- request ends ---------------------------------------------------------------------------------
     def finish(self, request_id: str, step: int) -> None:
-        """``request_id`` finished (its output was returned) at ``step``: kept until the id takes a block again
-        (a new request with the same id) or ``max_finished`` later finishes push it out."""
-        self._keep(self._finished, request_id, step)
+        """``request_id`` (a str, as its owner's id) finished (its output was returned) at ``step`` (an int): kept
+        until the id takes a block again (a new request with the same id) or ``max_finished`` later finishes push
+        it out. A value of another type is refused and nothing is kept (the read-back compares the step with
+        its own, and an id with its owners')."""
+        self._keep(self._finished, _request_id("finish", request_id), _step("finish", step))
 
     def end(self, request_id: str) -> None:
         """``request_id`` ended unfinished (the isolate policy failed it): :meth:`ended` until the id takes a
         block again (a retry with the same id) or ``max_finished`` later ends push it out."""
-        self._keep(self._ended, request_id, None)
+        self._keep(self._ended, _request_id("end", request_id), None)
 
     def _keep(self, kept: dict[str, _V], request_id: str, value: _V) -> None:
         """``request_id``'s finish or end into ``kept`` (newest last, at most ``max_finished``: the oldest is
@@ -541,6 +543,25 @@ def _kind_set(kinds: Iterable[JournalKind]) -> frozenset[JournalKind]:
     if bad:
         raise TypeError(f"add_observer: kinds must be JournalKind members, got {type(bad[0]).__name__} {bad[0]!r}")
     return out
+
+
+def _request_id(where: str, request_id: object) -> str:
+    """``request_id`` if it is a str (the ids :class:`Owner` carries: any other never matches one)."""
+    if not isinstance(request_id, str):
+        raise TypeError(f"{where}: request_id must be a str (the id its Owner carries), got "
+                        f"{type(request_id).__name__} {request_id!r}")
+    return request_id
+
+
+def _step(where: str, step: object) -> int:
+    """``step`` as a Python int (the read-back compares it with its own step)."""
+    if type(step) is int:
+        return step
+    try:
+        return operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{where}: step must be an int (the step the request finished at), got "
+                        f"{type(step).__name__} {step!r}") from None
 
 
 def _is_int(v: object) -> bool:

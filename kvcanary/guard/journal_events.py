@@ -19,10 +19,29 @@ class OwnerKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """One holder of a block: an engine request id, or a prefix-cache entry's id."""
+    """One holder of a block: an engine request id, or a prefix-cache entry's id.
+
+    ``kind`` may be given as its value (``"request"``), kept as the :class:`OwnerKind` member: the isolate
+    policy tells a request from the cache by identity, so a plain string would make the request unfailable.
+    Any other kind, or an ``id`` that is no ``str`` (the engine's ids, which :meth:`SlotJournal.finish` names),
+    is refused here, before the journal files it."""
 
     kind: OwnerKind
     id: str
+
+    def __post_init__(self) -> None:
+        kind = self.kind
+        if type(kind) is not OwnerKind:
+            if not isinstance(kind, str):
+                raise TypeError(f"kv-canary: Owner.kind must be an OwnerKind, got {type(kind).__name__} {kind!r}")
+            try:
+                object.__setattr__(self, "kind", OwnerKind(kind))
+            except ValueError:
+                raise ValueError(f"kv-canary: Owner.kind must be one of {[k.value for k in OwnerKind]} (an "
+                                 f"OwnerKind), got {kind!r}") from None
+        if not isinstance(self.id, str):
+            raise TypeError(f"kv-canary: Owner.id must be a str (the engine's request id or the cache entry's "
+                            f"id), got {type(self.id).__name__} {self.id!r}")
 
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.id}"

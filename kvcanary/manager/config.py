@@ -40,10 +40,10 @@ class CanaryConfig:
     are ``mode`` LOG and RAISE; ``isolate`` logs as LOG does and also hands the engine's adapter one decision
     per step (fail the requests that read a corrupt slot, quarantine its block; docs/policies.md). ``mode``
     stays SGLang's switch (NONE turns the canary off); set ``on_violation`` to a value other than ``mode``'s
-    only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect. ``guard_history`` is how
-    many entries each of the isolate policy's in-memory records keeps (the manager's ``decisions``, an
-    engine guard's decisions and failed requests), the newest; None keeps every one. Monitoring counts every
-    decision and failure whatever the size (:mod:`kvcanary.guard.history`).
+    policy (NONE's is LOG) only with ``mode`` LOG, the default. :attr:`policy` is the policy in effect.
+    ``guard_history`` is how many entries each of the isolate policy's in-memory records keeps (the manager's
+    ``decisions``, an engine guard's decisions and failed requests), the newest; None keeps every one.
+    Monitoring counts every decision and failure whatever the size (:mod:`kvcanary.guard.history`).
     """
 
     mode: CanaryMode = CanaryMode.LOG

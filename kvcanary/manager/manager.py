@@ -197,15 +197,20 @@ class CanaryManager:
     def set_adapter(self, adapter: EngineAdapter | None, *, block_size: int = 1,
                     swa_block_size: int | None = None) -> None:
         """The engine adapter that carries out the ``isolate`` policy's decisions, and the block sizes (in
-        slots) of the journals it records into (a fresh journal pair when the sizes change)."""
+        slots) of the journals it records into (a fresh journal pair when the sizes change). Every argument is
+        checked before anything changes; the journals, the isolation reading them and the adapter are then
+        replaced together."""
         if adapter is not None and not isinstance(adapter, EngineAdapter):
             raise TypeError(f"kv-canary: adapter must implement EngineAdapter (apply(decision)), "
                             f"got {type(adapter).__name__}")
+        _block_size("block_size", block_size)
+        if swa_block_size is not None:
+            _block_size("swa_block_size", swa_block_size)
         swa = block_size if swa_block_size is None else swa_block_size
         if block_size != self.journal.block_size or swa != self.swa_journal.block_size:
-            self.journal = self._journal(PoolKind.FULL, block_size)
-            self.swa_journal = self._journal(PoolKind.SWA, swa)
-            self._isolation = Isolation(self.journal, self.swa_journal)
+            journal, swa_journal = self._journal(PoolKind.FULL, block_size), self._journal(PoolKind.SWA, swa)
+            self.journal, self.swa_journal = journal, swa_journal
+            self._isolation = Isolation(journal, swa_journal)
             self._watch_journals()
         self.adapter = adapter
 
@@ -223,15 +228,18 @@ class CanaryManager:
 
     def _guard(self, new: list[ViolationEvent], step: int) -> None:
         """The rows read back at ``step``: to the sinks, then (``isolate``) one decision to the adapter
-        and the sinks."""
+        and the sinks. The sinks hear the decision also when the adapter raises (their record of it is the
+        operator's only one); the adapter's error then goes on to the caller."""
         self._tell("on_violations", new)
         if self.config.policy is not ViolationPolicy.ISOLATE:
             return
         decision = self._isolation.decide(new, step)
         self.decisions.append(decision)
-        if self.adapter is not None and not decision.empty:
-            self.adapter.apply(decision)
-        self._tell("on_decision", decision)
+        try:
+            if self.adapter is not None and not decision.empty:
+                self.adapter.apply(decision)
+        finally:
+            self._tell("on_decision", decision)
 
     # -- configuration ----------------------------------------------------------------------------------
     @property
@@ -485,14 +493,16 @@ class CanaryManager:
                         health.check(pump.last(), s)
         finally:
             self.step = s + 1
-            if len(rep.events) > seen:
-                self._guard(rep.events[seen:], s)
-            logged = self.step % self.config.stats_every == 0
-            made: StepStats | None = None
-            if stats or logged or self.sinks:
-                made = self._stats(s)
-                if self.sinks:
-                    self._tell("on_step", made)
+            try:
+                if len(rep.events) > seen:
+                    self._guard(rep.events[seen:], s)  # an adapter that raises: the sinks still hear the step
+            finally:
+                logged = self.step % self.config.stats_every == 0
+                made: StepStats | None = None
+                if stats or logged or self.sinks:
+                    made = self._stats(s)
+                    if self.sinks:
+                        self._tell("on_step", made)
         if logged and made is not None:  # made whenever logged
             logger.info(made.line())
         return made if stats else None
@@ -507,10 +517,12 @@ class CanaryManager:
         try:
             return self.reporter.process(snap, self.step)
         finally:
-            if len(self.reporter.events) > seen:
-                self._guard(self.reporter.events[seen:], self.step)
-            if self.sinks and not during_step:
-                self._tell("on_step", self._stats(max(self.step - 1, 0)))
+            try:
+                if len(self.reporter.events) > seen:
+                    self._guard(self.reporter.events[seen:], self.step)
+            finally:
+                if self.sinks and not during_step:
+                    self._tell("on_step", self._stats(max(self.step - 1, 0)))
 
     @property
     def events(self) -> list[ViolationEvent]:
@@ -521,3 +533,14 @@ class CanaryManager:
     def total_violations(self) -> int:
         """Violations recorded so far as of the last snapshot read, including rows the ring dropped."""
         return self.reporter.total
+
+
+def _block_size(name: str, value: object) -> None:
+    """Refuse a block size (``set_adapter``'s ``name``) that is no positive int: the journal files each slot's
+    events under ``slot // block size`` (a bool is no size)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"kv-canary: set_adapter: {name} must be an int (slots per block), got "
+                        f"{type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"kv-canary: set_adapter: {name} must be a positive int (slots per block; 1 for a "
+                         f"token-major pool), got {value}")

@@ -1,10 +1,12 @@
 """What an adapter hands the journal by hand: an ``Owner``'s kind and id, and a request's finish step. A value of the
-wrong kind is refused where it is given, naming it; today it is kept and breaks the isolate policy later (rD)."""
+wrong kind is refused where it is given, naming it, and nothing is kept (it broke the isolate policy later: rD). A kind
+given as its value (``"request"``) is kept as its ``OwnerKind``."""
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
@@ -33,44 +35,43 @@ def _isolated() -> list[GuardDecision]:
     return rec.applied
 
 
-@pytest.mark.xfail(strict=True, reason="rD: Owner keeps a plain 'request' string as its kind; the policy compares "
-                                       "kind with `is OwnerKind.REQUEST`, so the request that read the flip is not "
-                                       "failed (the block is quarantined, nobody is named)")
 def test_an_owner_built_from_the_kinds_string_is_failed_like_one_built_from_the_enum() -> None:
-    try:
-        owner = Owner("request", "a")  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:  # refusing the string, naming the field, is a fix as good as coercing it
-        assert "kind" in str(err)
-        return
+    owner = Owner("request", "a")  # type: ignore[arg-type]
+    assert owner.kind is OwnerKind.REQUEST and owner == Owner(OwnerKind.REQUEST, "a")
+    assert Owner("cache", "c").kind is OwnerKind.CACHE  # type: ignore[arg-type]
     applied = _isolated()
-    assert [d.failed_ids for d in applied] == [("a",)], owner  # today: [()], the block quarantined, nobody failed
+    assert [d.failed_ids for d in applied] == [("a",)]  # before the fix: [()], the block quarantined, nobody failed
 
 
-@pytest.mark.xfail(strict=True, reason="rD: Owner accepts any kind and any id; the journal files them and the "
-                                       "policy skips them")
-@pytest.mark.parametrize(("kind", "rid", "field"), [("requst", "a", "kind"), (None, "a", "kind"),
-                                                    (OwnerKind.REQUEST, 5, "id"), (OwnerKind.REQUEST, None, "id")])
-def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid: object, field: str) -> None:
-    with pytest.raises((TypeError, ValueError), match=rf"\b{field}\b"):
+@pytest.mark.parametrize(("kind", "rid", "field", "error"), [
+    ("requst", "a", "kind", ValueError), ("REQUEST", "a", "kind", ValueError), (None, "a", "kind", TypeError),
+    (1, "a", "kind", TypeError), (OwnerKind.REQUEST, 5, "id", TypeError), (OwnerKind.REQUEST, None, "id", TypeError),
+    (OwnerKind.CACHE, b"a", "id", TypeError)])
+def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid: object, field: str,
+                                                              error: type[Exception]) -> None:
+    with pytest.raises(error, match=rf"\bOwner\.{field} must be ") as info:
         Owner(kind, rid)  # type: ignore[arg-type]
+    assert type(info.value) is error
 
 
-@pytest.mark.xfail(strict=True, reason="rD: SlotJournal.finish keeps any step; a str crashes the next end_step "
-                                       "that reads a violation back (TypeError in Isolation.decide)")
 @pytest.mark.parametrize("step", ["3", None, 2.5])
 def test_finish_refuses_a_step_that_is_no_int_and_keeps_nothing(step: object) -> None:
     j = SlotJournal(block_size=1)
-    with pytest.raises(TypeError, match=r"\bstep\b"):
+    with pytest.raises(TypeError, match=r"^finish: step must be an int \(the step the request finished at\), got "):
         j.finish("a", step)  # type: ignore[arg-type]
     assert j.finished_step("a") is None
 
 
-@pytest.mark.xfail(strict=True, reason="rD: SlotJournal.finish / end keep a request id of any type; an int id never "
-                                       "matches the str ids the owners carry")
+def test_finish_keeps_an_integer_step_as_an_int() -> None:
+    j = SlotJournal(block_size=1)
+    j.finish("a", np.int64(3))
+    assert type(j.finished_step("a")) is int and j.finished_step("a") == 3
+
+
 @pytest.mark.parametrize("call", ["finish", "end"])
 def test_finish_and_end_refuse_a_request_id_that_is_no_string(call: str) -> None:
     j = SlotJournal(block_size=1)
-    with pytest.raises(TypeError, match=r"\brequest_id\b"):
+    with pytest.raises(TypeError, match=rf"^{call}: request_id must be a str \(the id its Owner carries\), got int 7$"):
         if call == "finish":
             j.finish(7, 3)  # type: ignore[arg-type]
         else:
@@ -78,8 +79,6 @@ def test_finish_and_end_refuse_a_request_id_that_is_no_string(call: str) -> None
     assert j.finished_step(7) is None and not j.ended(7)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="rD: a finish step given as a str is kept; the end_step that reads the "
-                                       "violation back raises TypeError from Isolation.decide (`done <= step`)")
 def test_a_finish_step_of_the_wrong_type_never_reaches_the_read_back() -> None:
     w, rec = isolate_world()
     m = w.manager

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kvcanary.guard import GuardDecision
-from tests.manager.test_guard import isolate_world, own
-from tests.manager.world import Req
+from tests.manager.test_guard import Recorder, isolate_world, own
+from tests.manager.world import Req, World
 
 
 class _Broken:
@@ -16,10 +16,8 @@ class _Broken:
         raise RuntimeError("engine: cannot fail request a")
 
 
-@pytest.mark.xfail(strict=True, reason="rD: CanaryManager._guard calls adapter.apply before the sinks' "
-                                       "on_decision, and end_step runs _guard before the sinks' on_step in one "
-                                       "finally: an adapter error skips both")
-def test_the_sinks_hear_a_decision_and_the_step_when_the_adapter_raises() -> None:
+def _read_back_pending() -> tuple[World, Recorder]:
+    """A world whose adapter raises, with a flip under ``a``'s slot that the next end_step or flush reads back."""
     w, rec = isolate_world()
     m = w.manager
     m.set_adapter(_Broken())
@@ -32,8 +30,25 @@ def test_the_sinks_hear_a_decision_and_the_step_when_the_adapter_raises() -> Non
     own(w, m.step, "a", [4])
     w.forward([(a, 3, 1)])
     w.step()
+    return w, rec
+
+
+def test_the_sinks_hear_a_decision_and_the_step_when_the_adapter_raises() -> None:
+    w, rec = _read_back_pending()
+    m = w.manager
     ended = m.step
     with pytest.raises(RuntimeError, match="cannot fail request a"):
         w.step()  # the read-back: a decision for a
     assert [d.failed_ids for d in rec.decisions] == [("a",)]
-    assert rec.steps[-1] == ended
+    assert rec.steps[-1] == ended and m.step == ended + 1
+    assert [d.failed_ids for d in m.decisions] == [("a",)]
+
+
+def test_a_flush_whose_adapter_raises_still_tells_the_sinks() -> None:
+    w, rec = _read_back_pending()
+    m = w.manager
+    heard = len(rec.steps)
+    with pytest.raises(RuntimeError, match="cannot fail request a"):
+        m.flush()  # the same read-back, synchronously
+    assert [d.failed_ids for d in rec.decisions] == [("a",)]
+    assert len(rec.steps) == heard + 1 and rec.steps[-1] == m.step - 1

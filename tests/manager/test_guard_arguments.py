@@ -8,6 +8,7 @@ import pytest
 from kvcanary.consts import CanaryMode
 from kvcanary.guard import GuardDecision, ViolationPolicy
 from kvcanary.manager import CanaryConfig
+from kvcanary_contracts import ContractError
 from tests.manager.world import make_world
 
 
@@ -16,29 +17,55 @@ class _Adapter:
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="rD: set_adapter divides by block_size before SlotJournal checks it "
-                                       "(ZeroDivisionError / TypeError from `slots // block_size`)")
-@pytest.mark.parametrize(("kwargs", "name"), [({"block_size": 0}, "block_size"), ({"block_size": "4"}, "block_size"),
-                                              ({"block_size": 4, "swa_block_size": 0}, "swa_block_size")])
-def test_set_adapter_refuses_a_block_size_below_one_naming_it(kwargs: dict[str, object], name: str) -> None:
+_BAD_SIZES = [({"block_size": 0}, "block_size", ValueError), ({"block_size": -2}, "block_size", ValueError),
+              ({"block_size": "4"}, "block_size", TypeError), ({"block_size": True}, "block_size", TypeError),
+              ({"block_size": 4.0}, "block_size", TypeError),
+              ({"block_size": 4, "swa_block_size": 0}, "swa_block_size", ValueError),
+              ({"block_size": 4, "swa_block_size": "2"}, "swa_block_size", TypeError)]
+
+
+@pytest.mark.parametrize(("kwargs", "name", "error"), _BAD_SIZES)
+def test_set_adapter_refuses_a_block_size_below_one_naming_it(kwargs: dict[str, object], name: str,
+                                                              error: type[Exception]) -> None:
     m = make_world().manager
-    with pytest.raises((TypeError, ValueError), match=rf"\b{name}\b"):
+    with pytest.raises(error, match=rf"^kv-canary: set_adapter: {name} must be (a positive int|an int) ") as info:
         m.set_adapter(_Adapter(), **kwargs)  # type: ignore[arg-type]
+    assert type(info.value) is error
 
 
-@pytest.mark.xfail(strict=True, reason="rD: set_adapter(block_size=4, swa_block_size=0) replaces manager.journal, "
-                                       "then fails on the SWA journal: the isolation still reads the old journal "
-                                       "while the adapter records into the new one")
-def test_a_refused_set_adapter_leaves_the_journals_and_the_isolation_as_they_were() -> None:
+@pytest.mark.parametrize(("kwargs", "name", "error"), _BAD_SIZES)
+def test_a_refused_set_adapter_leaves_the_journals_and_the_isolation_as_they_were(
+        kwargs: dict[str, object], name: str, error: type[Exception]) -> None:
     m = make_world().manager
     journal, swa, isolation = m.journal, m.swa_journal, m._isolation
-    with pytest.raises((ArithmeticError, TypeError, ValueError)):
-        m.set_adapter(_Adapter(), block_size=4, swa_block_size=0)
+    with pytest.raises(error, match=rf"\b{name}\b"):
+        m.set_adapter(_Adapter(), **kwargs)  # type: ignore[arg-type]
     assert (m.journal, m.swa_journal, m._isolation, m.adapter) == (journal, swa, isolation, None)
 
 
-@pytest.mark.xfail(strict=True, reason="rD: CanaryConfig takes on_violation=ISOLATE with mode=NONE (no canary) and "
-                                       "reports policy ISOLATE; only mode=RAISE is checked for a conflict")
-def test_an_isolate_policy_with_the_canary_off_is_refused_as_a_conflict() -> None:
-    with pytest.raises(ValueError, match="on_violation"):
-        CanaryConfig(mode=CanaryMode.NONE, on_violation=ViolationPolicy.ISOLATE)
+def test_set_adapter_with_new_sizes_replaces_the_journals_and_the_isolation_together() -> None:
+    m = make_world().manager
+    adapter = _Adapter()
+    m.set_adapter(adapter, block_size=4, swa_block_size=2)
+    assert (m.journal.block_size, m.swa_journal.block_size, m.adapter) == (4, 2, adapter)
+    assert m._isolation.journal is m.journal and m._isolation.swa_journal is m.swa_journal
+    journal = m.journal
+    m.set_adapter(None, block_size=4, swa_block_size=2)  # the same sizes: the journals are kept
+    assert m.journal is journal and m.adapter is None
+
+
+@pytest.mark.parametrize("policy", [ViolationPolicy.ISOLATE, ViolationPolicy.RAISE])
+def test_an_isolate_policy_with_the_canary_off_is_refused_as_a_conflict(policy: ViolationPolicy) -> None:
+    with pytest.raises(ValueError, match="on_violation") as info:
+        CanaryConfig(mode=CanaryMode.NONE, on_violation=policy)
+    err = info.value
+    assert isinstance(err, ContractError) and err.check.slug == "on_violation_needs_the_canary"
+    assert str(err).splitlines()[0] == (
+        f"kv-canary: CanaryConfig.on_violation={policy.value} conflicts with mode=NONE (the canary is off); leave "
+        "mode at LOG (the default) when on_violation is set")
+
+
+@pytest.mark.parametrize("policy", [None, ViolationPolicy.LOG])
+def test_the_canary_off_takes_no_policy_or_its_own(policy: ViolationPolicy | None) -> None:
+    """mode NONE's policy is LOG (``CanaryConfig.policy``): saying so again is no conflict."""
+    assert CanaryConfig(mode=CanaryMode.NONE, on_violation=policy).policy is ViolationPolicy.LOG
