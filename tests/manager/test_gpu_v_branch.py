@@ -28,8 +28,9 @@ Row = tuple[int, ...]
 
 def _world(backend: str, *, budget: bool, graphs: bool) -> tuple[World, CanaryBatch]:
     """Two prefilled requests; the newest entry of request ``a`` (verified by every forward, budget or not) has
-    its K and V canary records and its K and V bytes corrupted, so every forward's HEAD and TAIL report on both
-    halves; then their decode batch (not run)."""
+    its K and V HEAD records' stored chain hash (bytes 16-23, which HEAD's verify checks) and its K and V bytes (TAIL's
+    real-KV hash) corrupted, so every forward's HEAD and TAIL report on both halves; then their decode batch (not
+    run)."""
     try:
         for op in (Op.PLAN, Op.VERIFY, Op.WRITE, Op.VERIFY_BUDGET, Op.SCATTER):
             REGISTRY.select(op, torch.device("cuda"), backend)
@@ -48,8 +49,8 @@ def _world(backend: str, *, budget: bool, graphs: bool) -> tuple[World, CanaryBa
     g = w.manager.groups[0]
     assert g.v_head is not None
     newest = a.slots[9]
-    g.k_head[newest].view(torch.uint8)[0] ^= 0x20
-    g.v_head[newest].view(torch.uint8)[0] ^= 0x20
+    g.k_head[newest].view(torch.uint8)[16] ^= 0x20
+    g.v_head[newest].view(torch.uint8)[16] ^= 0x20
     w.k[newest, 0, 0] += 1.0
     w.v[newest, 0, 0] += 1.0
     return w, batch
