@@ -89,11 +89,12 @@ TUNING: Tuning = Tuning({
     "write_fold_max": 16,  # at most this many fold programs per request row
     "write_chain_fold": 1,  # 1: a decode-shaped write's chain program folds its tokens' strips (no fold programs)
     "write_chain_fold_all": 0,  # 1: real-KV ALL too (its fold reads every byte, serial with the chain: untimed)
-    # the write's latency changes, bits (0: the kernel before them; write.py's docstring, docs/tuning.md):
+    # the write's latency changes, bits (0: the kernel before them; 3, relaxed atomics and the lean chain, the
+    # default: docs/tuning.md; write.py's docstring):
     # 1 relaxed atomics (no fence before a counter or a ring claim); 2 the lean decode chain (the first round
     # holds every independent load; a one-token tile runs no serial step); 4 a decode write's strips at the
     # guessed slot (PARTIAL chain fold: request r's token at index r)
-    "write_variant": 0,
+    "write_variant": 3,
     "plan_tile": 1024,  # verify entries per plan tile (a tile never spans two requests)
     "plan_chunk": 256,  # batch rows held in registers at a time (the scan: one chunk for bs <= 256)
     "plan_warps": 8,

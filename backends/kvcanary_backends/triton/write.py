@@ -23,7 +23,7 @@ their loads at the top of the tile, before its serial loop (their address is the
 already holds, so no dependent round is added), and stores all four fields. ``TUNING["write_chain_fold"] = 0``
 keeps the two-program layout for those writes (a benchmark times both).
 
-``TUNING["write_variant"]`` (bits; 0: the kernel before them), each sparing the decode path latency:
+``TUNING["write_variant"]`` (bits; 0: the kernel before them; 3 the default), each sparing the decode path latency:
 bit 1, relaxed atomics (``SEM``): the counters and the ring claims need no order within a launch, and an
 "acq_rel" atomic compiles to a fence (``MEMBAR.ALL.GPU``) that waits for every earlier store, the slot
 counter's after the records' stores: one more round trip at the end of every program. Bit 2, the lean
