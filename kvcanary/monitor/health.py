@@ -76,7 +76,7 @@ class HealthSink:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sources = SourceTable(self._retire)
+        self._sources = SourceTable(self._retire, self._restore)
         self._violations = 0
         self._first: ViolationEvent | None = None
         self._failed = 0
@@ -107,6 +107,11 @@ class HealthSink:
         """A source left the table (replaced, or the least recently heard of too many): keep its dropped
         rows (the caller holds the lock)."""
         self._dropped += last.dropped_rows
+
+    def _restore(self, last: StepStats) -> None:
+        """A source retired as the least recently heard steps again: its new stats carry the dropped rows
+        :meth:`_retire` kept (the caller holds the lock)."""
+        self._dropped -= last.dropped_rows
 
     # -- the status ---------------------------------------------------------------------------------------
     def status(self) -> CanaryHealth:

@@ -69,7 +69,7 @@ class MetricsSink:
                             f"{type(health).__name__} {health!r}")
         pc = require_prometheus()
         self._lock = threading.Lock()
-        self._sources = SourceTable(self._retire)
+        self._sources = SourceTable(self._retire, self._restore)
         self._base_tags: set[CanaryLaunchTag] = set()
         self._base_launches = [0] * NUM_LAUNCH_TAGS
         self._base_slots = [0] * NUM_LAUNCH_TAGS
@@ -110,7 +110,8 @@ class MetricsSink:
     def on_step(self, stats: StepStats) -> None:
         table = self._sources
         last = table.known(stats)
-        sweep = _NO_SWEEP if last is None else last[2]
+        prior = last if last is not None else table.retired(stats)  # a retired manager goes on from its record
+        sweep = _NO_SWEEP if prior is None else prior[2]
         counters = stats.kernel_run_counters
         if counters:  # sweep age: the snapshot step the device last counted a sweep launch at, per group
             full, swa = counters[_SWEEP_FULL], counters[_SWEEP_SWA]
@@ -128,14 +129,23 @@ class MetricsSink:
     def _retire(self, last: StepStats) -> None:
         """A source left the table (replaced, or the least recently heard of too many): fold its cumulative
         device counters into the base (the caller holds the lock)."""
-        for i, c in enumerate(last.kernel_run_counters):
-            self._base_launches[i] += c
-        for i, c in enumerate(last.slot_run_counters):
-            self._base_slots[i] += c
+        self._fold(last, 1)
         self._base_tags.update(last.tags)
-        self._base_dropped += last.dropped_rows
-        self._base_skipped += last.skipped_verifies
-        self._base_steps += last.step + 1
+
+    def _restore(self, last: StepStats) -> None:
+        """A source retired as the least recently heard steps again: take the figures :meth:`_retire` folded
+        back out of the base, its new stats carry them (the caller holds the lock; its tags stay)."""
+        self._fold(last, -1)
+
+    def _fold(self, last: StepStats, sign: int) -> None:
+        """Add ``sign`` times the cumulative figures of ``last`` to the base."""
+        for i, c in enumerate(last.kernel_run_counters):
+            self._base_launches[i] += sign * c
+        for i, c in enumerate(last.slot_run_counters):
+            self._base_slots[i] += sign * c
+        self._base_dropped += sign * last.dropped_rows
+        self._base_skipped += sign * last.skipped_verifies
+        self._base_steps += sign * (last.step + 1)
 
     # -- the collector ------------------------------------------------------------------------------------
     def describe(self) -> list[Metric]:

@@ -6,7 +6,9 @@ its stats with its own number (``StepStats.source``); a :class:`SourceTable` kee
 so a sink sums each counter over the sources (every source's counters are cumulative, so the sum never goes
 back) and takes a gauge from the sources still stepping. The table is bounded: past :data:`MAX_SOURCES`, the
 least recently heard source is retired (its figures folded into the sink's base), so a server that makes a
-manager per run does not grow it without end.
+manager per run does not grow it without end. A retired source may still be alive (an idle main manager beside
+many short runs): the table remembers what it folded (at most :data:`MAX_RETIRED` sources), and when one steps
+again the sink takes those figures back out of the base before it counts the new ones, so none counts twice.
 
 Each source's entry is one immutable tuple, ``(stats, heard, extra)``: the stats, the table's step count when
 they came, and what the sink derived from them (the metrics' sweep counters). A step of a known source replaces
@@ -22,6 +24,11 @@ from kvcanary.manager.stats import StepStats
 
 MAX_SOURCES = 16
 """Sources a table keeps; one more retires the least recently heard."""
+
+MAX_RETIRED = 1024
+"""Retired sources whose folded figures a table remembers, so one that steps again is not counted twice; one
+more forgets the earliest retired (its figures stay in the base: were it to step again, its figures up to its
+retirement would count twice). A few hundred bytes each."""
 
 LIVE_STEPS = 64
 """A source is live while it was heard within the sink's last ``LIVE_STEPS`` steps (from any source): enough for
@@ -42,20 +49,30 @@ class SourceTable:
     :meth:`entries` under the same lock, with the base the sink folds retired sources into: ``retire(stats)``
     gets the last stats of a source that leaves the table (the least recently heard when a new source would
     make one too many, or a source whose step count went back: figures made outside a manager, all of source
-    0, that began again).
+    0, that began again); ``restore(stats)`` gets them back when a source retired as the least recently heard
+    steps again (its step count did not go back), for the sink to take them out of its base.
     """
 
-    __slots__ = ("_by_source", "_retire", "heard")
+    __slots__ = ("_by_source", "_restore", "_retire", "_retired", "heard")
 
-    def __init__(self, retire: Callable[[StepStats], None]) -> None:
+    def __init__(self, retire: Callable[[StepStats], None], restore: Callable[[StepStats], None]) -> None:
         self._by_source: dict[int, Heard] = {}
+        self._retired: dict[int, Heard] = {}
+        """The entries of sources retired as the least recently heard, earliest first (the writer's alone)."""
         self._retire = retire
+        self._restore = restore
         self.heard = 0
         """Steps heard, from every source (the writer's count)."""
 
     def known(self, stats: StepStats) -> Heard | None:
         """The entry ``stats`` goes on from: its source's, unless the source is new or its step went back."""
         last = self._by_source.get(stats.source)
+        return last if last is not None and stats.step >= last[0].step else None
+
+    def retired(self, stats: StepStats) -> Heard | None:
+        """The entry ``stats`` goes on from when its source was retired as the least recently heard (None if
+        it was not, or its step went back): what :meth:`admit` will restore. The writer's call."""
+        last = self._retired.get(stats.source)
         return last if last is not None and stats.step >= last[0].step else None
 
     def set(self, stats: StepStats, extra: tuple[int, ...]) -> None:
@@ -75,16 +92,25 @@ class SourceTable:
         return True
 
     def admit(self, stats: StepStats, extra: tuple[int, ...]) -> None:
-        """Keep a new source's entry (or a source's that began again), retiring what it replaces; the caller
-        holds its lock, so a reader sees the retired figures in the base or in the table, never both."""
+        """Keep a new source's entry (or a source's that began again, or one retired that steps again),
+        retiring what it replaces; the caller holds its lock, so a reader sees the retired figures in the base
+        or in the table, never both, and a restored source's figures once."""
         source = stats.source
         old = self._by_source.pop(source, None)
-        if old is not None:
+        if old is not None:  # its step went back: the old run's figures stay in the base for good
             self._retire(old[0])
-        elif len(self._by_source) >= MAX_SOURCES:
-            oldest = min(self._by_source.values(), key=lambda e: e[1])
-            del self._by_source[oldest[0].source]
-            self._retire(oldest[0])
+        else:
+            back = self._retired.pop(source, None)
+            if back is not None and stats.step >= back[0].step:  # the same manager, stepping again
+                self._restore(back[0])
+            if len(self._by_source) >= MAX_SOURCES:
+                oldest = min(self._by_source.values(), key=lambda e: e[1])
+                gone = oldest[0].source
+                del self._by_source[gone]
+                self._retire(oldest[0])
+                if len(self._retired) >= MAX_RETIRED:  # forget the earliest: its figures stay in the base
+                    del self._retired[next(iter(self._retired))]
+                self._retired[gone] = oldest
         self.heard += 1
         self._by_source[source] = (stats, self.heard, extra)
 

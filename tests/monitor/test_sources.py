@@ -36,13 +36,14 @@ def hear(table: SourceTable, s: StepStats) -> Heard:
 
 def test_the_table_keeps_each_sources_latest_and_retires_the_least_recently_heard() -> None:
     retired: list[StepStats] = []
-    table = SourceTable(retired.append)
+    restored: list[StepStats] = []
+    table = SourceTable(retired.append, restored.append)
     for src in range(1, MAX_SOURCES + 1):
         hear(table, stats(src, 0))
     hear(table, stats(1, 1))  # source 1 heard again: source 2 is now the least recently heard
     assert retired == [] and len(table.entries()) == MAX_SOURCES
     last = hear(table, stats(MAX_SOURCES + 1, 0))
-    assert [s.source for s in retired] == [2] and len(table.entries()) == MAX_SOURCES
+    assert [s.source for s in retired] == [2] and len(table.entries()) == MAX_SOURCES and restored == []
     assert {e[0].source for e in table.entries()} == {1, *range(3, MAX_SOURCES + 2)}
     assert {e[0].step for e in table.entries() if e[0].source == 1} == {1}
     assert latest(table.entries()) is last[0] and latest([]) is None
@@ -51,17 +52,19 @@ def test_the_table_keeps_each_sources_latest_and_retires_the_least_recently_hear
 def test_a_source_whose_step_went_back_is_retired_and_begins_again() -> None:
     """Figures made outside a manager all carry source 0: a step that goes back is a new run."""
     retired: list[StepStats] = []
-    table = SourceTable(retired.append)
+    restored: list[StepStats] = []
+    table = SourceTable(retired.append, restored.append)
     hear(table, stats(0, 5))
     assert table.known(stats(0, 5)) is not None and table.known(stats(1, 5)) is None
     hear(table, stats(0, 6))
     assert retired == [] and table.known(stats(0, 4)) is None
     hear(table, stats(0, 2))
     assert [s.step for s in retired] == [6] and [e[0].step for e in table.entries()] == [2]
+    assert restored == []  # begun again: the old run's figures stay in the base
 
 
 def test_a_source_is_live_for_live_steps_after_it_was_last_heard() -> None:
-    table = SourceTable(lambda s: None)
+    table = SourceTable(lambda s: None, lambda s: None)
     old = hear(table, stats(1, 0))
     for n in range(LIVE_STEPS - 1):
         hear(table, stats(2, n))
