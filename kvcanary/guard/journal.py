@@ -554,14 +554,17 @@ def _request_id(where: str, request_id: object) -> str:
 
 
 def _step(where: str, step: object) -> int:
-    """``step`` as a Python int (the read-back compares it with its own step)."""
+    """``step`` as a Python int (the read-back compares it with its own step); a bool is no step (True would
+    be kept as step 1)."""
     if type(step) is int:
         return step
-    try:
-        return operator.index(step)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{where}: step must be an int (the step the request finished at), got "
-                        f"{type(step).__name__} {step!r}") from None
+    if not isinstance(step, bool):
+        try:
+            return operator.index(step)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{where}: step must be an int (the step the request finished at), got "
+                    f"{type(step).__name__} {step!r}")
 
 
 def _is_int(v: object) -> bool:

@@ -19,10 +19,9 @@ def test_a_limit_of_the_wrong_type_is_a_type_error(limit: object) -> None:
         assert type(info.value) is TypeError
 
 
-@pytest.mark.xfail(strict=True, reason="rE: SlotJournal.finish keeps a bool step as step 1")
 def test_finish_refuses_a_bool_step_and_keeps_nothing() -> None:
     j = SlotJournal(block_size=1)
-    with pytest.raises(TypeError, match=r"\bstep\b"):
+    with pytest.raises(TypeError, match=r"\bstep must be an int \(the step the request finished at\), got bool True$"):
         j.finish("a", True)
     assert j.finished_step("a") is None
 
