@@ -103,10 +103,10 @@ class TfGuard:
         """Request id -> the error it was failed with (the latest request with that id), the newest
         ``config.guard_history`` ids (the monitor counts every failure)."""
         self._failing: set[str] = set()
-        """The ids whose latest request was failed: its leaving is no finish. A later request with the id (a
-        client's retry) drops it when it takes its first block, and finishes as any other. An id let go from
-        :attr:`failed` leaves it too (at once, or at its leaving if it still holds blocks), so it holds no
-        more than :attr:`failed`'s ids and the live requests'."""
+        """The ids whose latest request was failed: it left, unfinished, when it was failed (transformers freed
+        its blocks then). A later request with the id (a client's retry) drops it when it takes its first
+        block, even before the rows' next sync, and finishes as any other. An id let go from :attr:`failed`
+        leaves it too, so it holds no more than :attr:`failed`'s ids."""
         self.late: HistoryMap[str, str] = HistoryMap(keep)
         """Requests a decision named that had already finished when it was carried out (the newest
         ``config.guard_history``)."""
@@ -118,8 +118,8 @@ class TfGuard:
             _GUARDS[id(self.cache)] = self
 
     def _forget_failed(self, rid: str, message: str) -> None:
-        """``rid`` was let go from :attr:`failed`: forget it was failing too, once it has left (a request
-        still holding blocks is forgotten at its leaving, which must not count as a finish)."""
+        """``rid`` was let go from :attr:`failed`: forget it was failing too. It left when it was failed; were
+        it still holding blocks, it would be forgotten at its leaving, which must not count as a finish."""
         if rid not in self._held:
             self._failing.discard(rid)
 
@@ -324,6 +324,8 @@ class TfGuard:
             sched.finish_request(rid)
         self.failed[rid] = message
         self._failing.add(rid)
+        if rid in self._held:  # transformers freed its blocks: it left now, unfinished (a retry under its id
+            self._leave(rid, finished=False)  # may take blocks before the rows' next sync could tell the leave)
         logger.warning(message)
 
     def _install_filter(self) -> None:
