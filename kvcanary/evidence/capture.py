@@ -164,10 +164,15 @@ class BundleSink:
 
     def _release(self) -> None:
         """On the step's thread: take each captured slot's journal history now (the writer thread never
-        reads the live journal), then hand the job to the writer."""
+        reads the live journal), then hand the job to the writer. A job whose history cannot be taken is not
+        written and lands in :attr:`errors`, as a failed write does; the step's other jobs go on."""
         jobs, self._pending = self._pending, []
         for job in jobs:
-            job.captured = self._with_history(job)
+            try:
+                job.captured = self._with_history(job)
+            except Exception as exc:  # a bundle must never take the engine down, nor the step's other bundles
+                self.errors.append(f"{job.path.name}: {type(exc).__name__}: {exc}")
+                continue
             if self._background:
                 self._ensure_thread()
                 self._queue.put(job)

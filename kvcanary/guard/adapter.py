@@ -19,5 +19,8 @@ class EngineAdapter(Protocol):
     def apply(self, decision: GuardDecision) -> None:
         """Fail ``decision.fail`` (each with its structured error; the rest of the batch keeps running) and
         quarantine ``decision.quarantine``: never hand those blocks out again until their records are
-        rewritten, and drop them from any prefix cache so no later request reuses them."""
+        rewritten, and drop them from any prefix cache so no later request reuses them. A request it fails on its
+        own (one holding a quarantined block: ``KVC-G004``) goes to the sinks through
+        ``manager.report_failures`` (:func:`~kvcanary.guard.followup.quarantined_failure`), or no monitor
+        counts it."""
         ...

@@ -107,10 +107,13 @@ _CODES: tuple[FailureCode, ...] = (
                   "cannot continue on it. The error text names the quarantined blocks (or slots)."),
         operator_sees=("The engine ends the request in its failed state with the one-line error text, in the "
                        "step it carries out the decision that quarantined the block. The engine fails it, not "
-                       "the policy: the `isolation` event lists the block in `quarantined_blocks` (a block of "
-                       "the sliding-window pool in `quarantined_blocks_swa`) and the requests the violation "
-                       "named in `failed` (with their own codes), not this one, and "
-                       "`kvcanary_requests_failed_total` does not count it."),
+                       "the policy: the decision's `isolation` event lists the block in `quarantined_blocks` (a "
+                       "block of the sliding-window pool in `quarantined_blocks_swa`) and the requests the "
+                       "violation named in `failed` (with their own codes). The engine's adapter then reports "
+                       "this request: a follow-up `isolation` event of the same `step`, with no violations and "
+                       "no blocks, lists it in `failed` with this code (`check` `quarantine`, `slot` the first "
+                       "slot of the lowest quarantined block it held, `position` -1), and "
+                       "`kvcanary_requests_failed_total{code=...}` and the health's `requests_failed` count it."),
         action=("Retry the request: the quarantined block is never handed out again until it is rewritten, "
                 "so the retry recomputes its prefix. The violation behind it has its own code, on the other "
                 "requests of the same event; look there for the cause.")),

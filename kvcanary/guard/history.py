@@ -22,7 +22,14 @@ DEFAULT_GUARD_HISTORY: int = 1024
 
 
 def _checked(limit: int | None) -> int | None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    """``limit`` if it is None or a positive int: another type is a TypeError, a bool (no count, as in
+    ``CanaryConfig.guard_history``) or an int below 1 a ValueError."""
+    if limit is None:
+        return None
+    if not isinstance(limit, int):
+        raise TypeError(f"kv-canary: limit must be a positive int or None (keep everything), got "
+                        f"{type(limit).__name__} {limit!r}")
+    if isinstance(limit, bool) or limit < 1:
         raise ValueError(f"kv-canary: limit must be a positive int or None (keep everything), got {limit!r}")
     return limit
 
@@ -79,6 +86,9 @@ class HistoryMap(MutableMapping[K, V]):
 
     def __init__(self, limit: int | None = DEFAULT_GUARD_HISTORY, *,
                  on_drop: Callable[[K, V], None] | None = None) -> None:
+        if on_drop is not None and not callable(on_drop):
+            raise TypeError(f"kv-canary: on_drop must be a callable (key, value) -> None or None, got "
+                            f"{type(on_drop).__name__} {on_drop!r}")
         self.limit = _checked(limit)
         self.on_drop = on_drop
         self._items: dict[K, V] = {}

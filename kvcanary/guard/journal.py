@@ -49,6 +49,8 @@ _ALL_ONES = b"\xff" * 8
 _V = TypeVar("_V")  # what a request's kept finish or end holds (its step, or nothing)
 _FLUSH_EVENTS = 1 << 14
 """Pending events that trigger a flush into the ring (a read flushes at once)."""
+_WHO = "kv-canary: SlotJournal."
+"""What each error's text starts with, before the method that refused the call."""
 
 
 class _Pending:
@@ -157,11 +159,11 @@ class SlotJournal:
             out = array("Q", blocks)
         except (TypeError, OverflowError):
             bad = next((b for b in blocks if not _is_int(b) or not 0 <= b < self.max_blocks), None)
-            raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), "
+            raise ValueError(f"{_WHO}{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), "
                              f"got {bad!r}") from None
         top = max(blocks) if type(blocks) is list else max(out)
         if top >= self.max_blocks:
-            raise ValueError(f"{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), got {top} "
+            raise ValueError(f"{_WHO}{where}: blocks must be block ids in [0, max_blocks={self.max_blocks}), got {top} "
                              f"(the journal's max_blocks: the pool's block count)")
         if top >= self._blocks:
             self._grow(operator.index(top) + 1)  # a numpy int or a 0-d tensor: a Python int from here on
@@ -176,7 +178,7 @@ class SlotJournal:
     def _kind_code(self, where: str, kind: JournalKind) -> int:
         code = KIND_CODE.get(kind) if isinstance(kind, JournalKind) else None
         if code is None:
-            raise TypeError(f"{where}: kind must be a JournalKind, got {type(kind).__name__} {kind!r}")
+            raise TypeError(f"{_WHO}{where}: kind must be a JournalKind, got {type(kind).__name__} {kind!r}")
         return code
 
     def _add(self, where: str, step: int, kcode: int, blocks: array[int], codes: array[int], firsts: array[int],
@@ -211,10 +213,10 @@ class SlotJournal:
         try:
             value = operator.index(step)  # type: ignore[arg-type]
         except TypeError:
-            raise TypeError(f"{where}: step must be an int, got {type(step).__name__} {step!r}") from None
+            raise TypeError(f"{_WHO}{where}: step must be an int, got {type(step).__name__} {step!r}") from None
         if not -(1 << 63) <= value < 1 << 63:
-            raise ValueError(f"{where}: step must be in [-2**63, 2**63), got {value}")
-        raise ValueError(f"{where}: step must not go back: got {value}, below the latest recorded step "
+            raise ValueError(f"{_WHO}{where}: step must be in [-2**63, 2**63), got {value}")
+        raise ValueError(f"{_WHO}{where}: step must not go back: got {value}, below the latest recorded step "
                          f"{self.latest_step}")
 
     def record(self, step: int, kind: JournalKind, blocks: Iterable[int], owner: Owner | None = None, *,
@@ -228,7 +230,8 @@ class SlotJournal:
         try:
             code = self._code_of(owner)
         except TypeError as err:
-            raise TypeError(f"record: owner must be an Owner or None, got {type(owner).__name__} {owner!r}") from err
+            raise TypeError(f"{_WHO}record: owner must be an Owner or None, got {type(owner).__name__} "
+                            f"{owner!r}") from err
         first = _positions("record", "first_position", [first_position])
         last = _positions("record", "last_position", [last_position])
         n = len(b)
@@ -249,7 +252,7 @@ class SlotJournal:
         sequences run in parallel; blocks are ints already (the caller's own lists, not tensors)."""
         n = len(blocks)
         if len(owners) != n or (firsts is not None and len(firsts) != n) or (lasts is not None and len(lasts) != n):
-            raise ValueError(f"record_each: blocks, owners, firsts and lasts must be as long as each other "
+            raise ValueError(f"{_WHO}record_each: blocks, owners, firsts and lasts must be as long as each other "
                              f"(blocks has {n})")
         if not n:
             return
@@ -268,7 +271,7 @@ class SlotJournal:
             try:
                 codes = array("q", map(self._code_of, owners))
             except TypeError as err:
-                raise TypeError(f"record_each: owners must be Owners or None ({err})") from None
+                raise TypeError(f"{_WHO}record_each: owners must be Owners or None ({err})") from None
             if type(owners) is list:  # cached unchecked (a non-ADD or refused call checks nothing)
                 self._last_owners, self._last_codes = list(owners), codes
                 self._checked_version = -1
@@ -532,36 +535,40 @@ def _kind_set(kinds: Iterable[JournalKind]) -> frozenset[JournalKind]:
     """``kinds`` as a set, each a :class:`JournalKind` (a lone kind or string is refused)."""
     if isinstance(kinds, str):
         fix = f"{{JournalKind.{kinds.name}}}" if isinstance(kinds, JournalKind) else "{JournalKind.FREED, ...}"
-        raise TypeError(f"add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
+        raise TypeError(f"{_WHO}add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
                         f"{kinds!r} (pass a set: kinds={fix})")
     try:
         out = frozenset(kinds)
     except TypeError:
-        raise TypeError(f"add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
+        raise TypeError(f"{_WHO}add_observer: kinds must be a collection of JournalKind, got {type(kinds).__name__} "
                         f"{kinds!r}") from None
     bad = [k for k in out if not isinstance(k, JournalKind)]
     if bad:
-        raise TypeError(f"add_observer: kinds must be JournalKind members, got {type(bad[0]).__name__} {bad[0]!r}")
+        raise TypeError(f"{_WHO}add_observer: kinds must be JournalKind members, got {type(bad[0]).__name__} "
+                        f"{bad[0]!r}")
     return out
 
 
 def _request_id(where: str, request_id: object) -> str:
     """``request_id`` if it is a str (the ids :class:`Owner` carries: any other never matches one)."""
     if not isinstance(request_id, str):
-        raise TypeError(f"{where}: request_id must be a str (the id its Owner carries), got "
+        raise TypeError(f"{_WHO}{where}: request_id must be a str (the id its Owner carries), got "
                         f"{type(request_id).__name__} {request_id!r}")
     return request_id
 
 
 def _step(where: str, step: object) -> int:
-    """``step`` as a Python int (the read-back compares it with its own step)."""
+    """``step`` as a Python int (the read-back compares it with its own step); a bool is no step (True would
+    be kept as step 1)."""
     if type(step) is int:
         return step
-    try:
-        return operator.index(step)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{where}: step must be an int (the step the request finished at), got "
-                        f"{type(step).__name__} {step!r}") from None
+    if not isinstance(step, bool):
+        try:
+            return operator.index(step)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{_WHO}{where}: step must be an int (the step the request finished at), got "
+                    f"{type(step).__name__} {step!r}")
 
 
 def _is_int(v: object) -> bool:
@@ -592,8 +599,8 @@ def _positions(where: str, name: str, values: Sequence[int | None] | None, n: in
         try:
             p = operator.index(v)
         except TypeError:
-            raise TypeError(f"{where}: {name} must be ints or None, got {type(v).__name__} {v!r}") from None
+            raise TypeError(f"{_WHO}{where}: {name} must be ints or None, got {type(v).__name__} {v!r}") from None
         if not 0 <= p < NO_POSITION:
-            raise ValueError(f"{where}: {name} must be positions in [0, 2**64 - 1) or None, got {p}")
+            raise ValueError(f"{_WHO}{where}: {name} must be positions in [0, 2**64 - 1) or None, got {p}")
         out.append(p)
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
 import torch
@@ -24,7 +24,8 @@ from kvcanary.constructors.manager import check_manager
 from kvcanary.consts import CanaryLaunchTag, PoolKind
 from kvcanary.extensions import write_owner_on
 from kvcanary.guard.adapter import EngineAdapter
-from kvcanary.guard.decision import GuardDecision
+from kvcanary.guard.decision import GuardDecision, RequestFailure
+from kvcanary.guard.followup import followup_decision
 from kvcanary.guard.history import History
 from kvcanary.guard.journal import SlotJournal
 from kvcanary.guard.policy import Isolation, ViolationPolicy
@@ -128,13 +129,16 @@ class CanaryManager:
         self._isolation = Isolation(self.journal, self.swa_journal)
         self._watch_journals()
         self.adapter: EngineAdapter | None = None
+        self._followups: list[GuardDecision] | None = None
+        """While the adapter applies a decision: the follow-ups it reported (:meth:`report_failures`)."""
         self.sinks: list[GuardSink] = []
         """Who hears about violations, decisions and steps (:meth:`add_sink`)."""
         for sink in sinks:
             self.add_sink(sink)
         self.decisions: History[GuardDecision] = History(config.guard_history)
         """The decisions made so far (``isolate`` policy: one per step whose read-back held new rows), the newest
-        ``config.guard_history`` of them; ``decisions.total`` counts every one (as the monitor's counters do)."""
+        ``config.guard_history`` of them; ``decisions.total`` counts every one (the monitor counts those that do
+        something, and the adapter's follow-ups, :meth:`report_failures`, which are not kept here)."""
         if adapter is not None:
             self.set_adapter(adapter)
         self.health = HealthChecker(self.active_tags, warmup=config.health_warmup_steps, every=config.health_every)
@@ -237,8 +241,27 @@ class CanaryManager:
         self.decisions.append(decision)
         try:
             if self.adapter is not None and not decision.empty:
+                self._followups = []
                 self.adapter.apply(decision)
         finally:
+            self._tell("on_decision", decision)
+            if self._followups is not None:  # what the adapter failed on its own, heard after the decision
+                followups, self._followups = self._followups, None
+                for d in followups:
+                    self._tell("on_decision", d)
+
+    def report_failures(self, failures: Sequence[RequestFailure], *, step: int) -> None:
+        """The requests the engine adapter failed on its own, carrying out the decision of ``step``: those that
+        held a block it quarantined (``KVC-G004``, :func:`~kvcanary.guard.followup.quarantined_failure`). Every
+        sink hears them as one follow-up decision of only those failures (no violations, no blocks), so the
+        monitor counts every request failed; called within the adapter's ``apply``, right after the decision
+        itself. Kept nowhere here (not in :attr:`decisions`). A value of the wrong type is a TypeError."""
+        decision = followup_decision(failures, step)
+        if not decision.fail:
+            return
+        if self._followups is not None:
+            self._followups.append(decision)
+        else:
             self._tell("on_decision", decision)
 
     # -- configuration ----------------------------------------------------------------------------------

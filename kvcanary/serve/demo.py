@@ -56,8 +56,8 @@ class ServeOutcome:
     owners: set[str] = field(default_factory=set)
     isolated: set[str] = field(default_factory=set)
     held_quarantined: set[str] = field(default_factory=set)
-    """Requests the guard failed because they held a block it quarantined (KVC-G004): not in any isolation
-    event's ``request_ids``, which lists the requests the violations named."""
+    """Requests the guard failed because they held a block it quarantined (KVC-G004), from the guard's own
+    record (the follow-up isolation event that reports them names them too)."""
     changed: list[int] = field(default_factory=list)
     later_ok: bool = True
     seconds: float = 0.0

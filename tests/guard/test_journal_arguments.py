@@ -5,6 +5,7 @@ given as its value (``"request"``) is kept as its ``OwnerKind``."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -57,7 +58,8 @@ def test_an_owner_of_no_known_kind_or_no_string_id_is_refused(kind: object, rid:
 @pytest.mark.parametrize("step", ["3", None, 2.5])
 def test_finish_refuses_a_step_that_is_no_int_and_keeps_nothing(step: object) -> None:
     j = SlotJournal(block_size=1)
-    with pytest.raises(TypeError, match=r"^finish: step must be an int \(the step the request finished at\), got "):
+    with pytest.raises(TypeError, match=r"^kv-canary: SlotJournal\.finish: step must be an int \(the step the request "
+                                        r"finished at\), got "):
         j.finish("a", step)  # type: ignore[arg-type]
     assert j.finished_step("a") is None
 
@@ -71,7 +73,8 @@ def test_finish_keeps_an_integer_step_as_an_int() -> None:
 @pytest.mark.parametrize("call", ["finish", "end"])
 def test_finish_and_end_refuse_a_request_id_that_is_no_string(call: str) -> None:
     j = SlotJournal(block_size=1)
-    with pytest.raises(TypeError, match=rf"^{call}: request_id must be a str \(the id its Owner carries\), got int 7$"):
+    with pytest.raises(TypeError, match=rf"^kv-canary: SlotJournal\.{call}: request_id must be a str \(the id its Owner "
+                                        r"carries\), got int 7$"):
         if call == "finish":
             j.finish(7, 3)  # type: ignore[arg-type]
         else:
@@ -97,3 +100,26 @@ def test_a_finish_step_of_the_wrong_type_never_reaches_the_read_back() -> None:
     w.step()  # ...so the read-back goes on (b, whose finish was refused, counts as running)
     assert [set(d.failed_ids) for d in rec.applied] == [{"a", "b"}]
     assert req("b") in m.journal.owners_at(1, 1)
+
+
+_REFUSED: list[tuple[str, Callable[[SlotJournal], object]]] = [
+    ("record", lambda j: j.record(1, JournalKind.ALLOCATED, [-1])),
+    ("record", lambda j: j.record(1, "allocated", [1])),  # type: ignore[arg-type]
+    ("record", lambda j: j.record(1, JournalKind.ALLOCATED, [1], "a")),  # type: ignore[arg-type]
+    ("record", lambda j: j.record(0, JournalKind.ALLOCATED, [1])),  # below the latest recorded step, 1
+    ("record_each", lambda j: j.record_each(1, JournalKind.ALLOCATED, [1, 2], [None])),
+    ("record_each", lambda j: j.record_each(1, JournalKind.ALLOCATED, [1], [None], ["x"], [1])),  # type: ignore[list-item]
+    ("finish", lambda j: j.finish("a", 1.0)),  # type: ignore[arg-type]
+    ("end", lambda j: j.end(None)),  # type: ignore[arg-type]
+    ("add_observer", lambda j: j.add_observer(lambda *a: None, JournalKind.FREED)),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("method", "call"), _REFUSED, ids=[f"{m}-{i}" for i, (m, _) in enumerate(_REFUSED)])
+def test_every_refusal_names_the_journal_and_the_method(method: str, call: Callable[[SlotJournal], object]) -> None:
+    """As every kv-canary error: ``kv-canary: SlotJournal.<method>: ...``, the call refused (rE noted a)."""
+    j = SlotJournal(block_size=1)
+    j.record(1, JournalKind.ALLOCATED, [3])
+    with pytest.raises((TypeError, ValueError), match=rf"^kv-canary: SlotJournal\.{method}: [\w, ]+ must "):
+        call(j)
+    assert j.recorded == 1

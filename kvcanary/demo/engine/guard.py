@@ -19,8 +19,8 @@ from time import perf_counter
 from typing import TYPE_CHECKING
 
 from kvcanary.demo.engine.requests import ReqState
-from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
-from kvcanary.guard.codes import quarantined_message
+from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, RequestFailure, SlotJournal
+from kvcanary.guard.followup import quarantined_failure
 from kvcanary.guard.history import History, HistoryMap
 
 if TYPE_CHECKING:
@@ -260,7 +260,8 @@ class DemoGuard:
 
     # -- the adapter ----------------------------------------------------------------------------------------
     def apply(self, decision: GuardDecision) -> None:
-        """Fail the decision's requests, quarantine its slots, fail whoever else holds a quarantined slot."""
+        """Fail the decision's requests, quarantine its slots, fail whoever else holds a quarantined slot
+        (``KVC-G004``: no decision names them, so they are reported to the deciding manager's sinks)."""
         self.decisions.append(decision)
         for f in decision.fail:
             req = self.requests.get(int(f.request_id))
@@ -270,12 +271,25 @@ class DemoGuard:
         if not (slots or swa):
             return
         bad = slots | self.memory.mapped_to(swa)
+        held_failed: list[RequestFailure] = []
         for req in list(self.requests.running):
-            held = set(self.memory.r2t.read(req.row, 0, req.alloc_len))
-            if held & bad and not req.done:
-                self._fail(req, quarantined_message(str(req.rid), "slot(s)", sorted(held & bad)))
+            held = sorted(set(self.memory.r2t.read(req.row, 0, req.alloc_len)) & bad)
+            if held and not req.done:
+                f = quarantined_failure(str(req.rid), "slot(s)", held, slot=held[0], step=decision.step)
+                self._fail(req, f.message)
+                held_failed.append(f)
         self.memory.quarantine(slots, swa)
         self.quarantines.append(Quarantine(self.step, slots, swa))
+        if held_failed:
+            self._decider(decision).report_failures(held_failed, step=decision.step)
+
+    def _decider(self, decision: GuardDecision) -> CanaryManager:
+        """The manager whose newest decision ``decision`` is (the one applying it now), else the first: whose
+        sinks hear the requests failed with it."""
+        for m in self.managers:
+            if len(m.decisions) and m.decisions[-1] is decision:
+                return m
+        return self.managers[0]
 
     def _fail(self, req: Request, message: str) -> None:
         self.requests.fail(req, message, self.step)

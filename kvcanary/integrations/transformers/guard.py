@@ -9,9 +9,10 @@ sliding group's ring blocks too.
 A decision is carried out after the engine's ``update_batch`` of the same step (the step's outputs are in):
 each request to fail ends in transformers' failed state (``RequestStatus.FAILED``, ``state.error`` = the
 decision's message, delivered like any failed request), its blocks freed; every other request holding a
-quarantined block fails too; the quarantined blocks lose their prefix-cache hashes, never return to the
-free lists, and the prefix cache's unreferenced blocks are dropped (the blocks computed over a corrupt
-prefix are among them, and the cache cannot tell which on 5.22+). A request that finished before its
+quarantined block fails too (``KVC-G004``: no decision names it, so the guard reports it to the manager's
+sinks); the quarantined blocks lose their prefix-cache hashes, never return to the free lists, and the
+prefix cache's unreferenced blocks are dropped (the blocks computed over a corrupt prefix are among them,
+and the cache cannot tell which on 5.22+). A request that finished before its
 failure could be carried out is kept in :attr:`TfGuard.late`.
 """
 
@@ -21,8 +22,8 @@ import logging
 import threading
 from typing import Any
 
-from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind
-from kvcanary.guard.codes import quarantined_message
+from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, RequestFailure
+from kvcanary.guard.followup import quarantined_failure
 from kvcanary.guard.history import History, HistoryMap
 from kvcanary.integrations.transformers.layout import CacheLayout
 from kvcanary.integrations.transformers.rows import RequestRows
@@ -96,6 +97,8 @@ class TfGuard:
         self._pending_fail: dict[str, str] = {}
         self._pending_q: set[int] = set()
         self._pending_q_swa: set[int] = set()
+        self._pending_step = 0
+        """The step of the latest decision handed over (its quarantine's ``KVC-G004`` failures carry it)."""
         self.quarantined: set[int] = set()
         self.quarantined_swa: set[int] = set()
         keep = manager.config.guard_history
@@ -103,10 +106,10 @@ class TfGuard:
         """Request id -> the error it was failed with (the latest request with that id), the newest
         ``config.guard_history`` ids (the monitor counts every failure)."""
         self._failing: set[str] = set()
-        """The ids whose latest request was failed: its leaving is no finish. A later request with the id (a
-        client's retry) drops it when it takes its first block, and finishes as any other. An id let go from
-        :attr:`failed` leaves it too (at once, or at its leaving if it still holds blocks), so it holds no
-        more than :attr:`failed`'s ids and the live requests'."""
+        """The ids whose latest request was failed: it left, unfinished, when it was failed (transformers freed
+        its blocks then). A later request with the id (a client's retry) drops it when it takes its first
+        block, even before the rows' next sync, and finishes as any other. An id let go from :attr:`failed`
+        leaves it too, so it holds no more than :attr:`failed`'s ids."""
         self.late: HistoryMap[str, str] = HistoryMap(keep)
         """Requests a decision named that had already finished when it was carried out (the newest
         ``config.guard_history``)."""
@@ -118,8 +121,8 @@ class TfGuard:
             _GUARDS[id(self.cache)] = self
 
     def _forget_failed(self, rid: str, message: str) -> None:
-        """``rid`` was let go from :attr:`failed`: forget it was failing too, once it has left (a request
-        still holding blocks is forgotten at its leaving, which must not count as a finish)."""
+        """``rid`` was let go from :attr:`failed`: forget it was failing too. It left when it was failed; were
+        it still holding blocks, it would be forgotten at its leaving, which must not count as a finish."""
         if rid not in self._held:
             self._failing.discard(rid)
 
@@ -276,34 +279,42 @@ class TfGuard:
             self._pending_fail.setdefault(f.request_id, f.message)
         self._pending_q |= set(decision.quarantine)
         self._pending_q_swa |= set(decision.quarantine_swa)
+        self._pending_step = decision.step
 
     def carry_out(self, processor: Any) -> None:
-        """After ``update_batch``: fail the requests, quarantine the blocks."""
+        """After ``update_batch``: fail the requests, quarantine the blocks. The requests failed for holding a
+        quarantined block (``KVC-G004``; no decision names them) are reported to the manager's sinks."""
         if not (self._pending_fail or self._pending_q or self._pending_q_swa):
             return
         self._install_filter()
         self.quarantined |= self._pending_q
         self.quarantined_swa |= self._pending_q_swa
         fail = dict(self._pending_fail)
-        lay = self.layout
+        held: dict[str, RequestFailure] = {}  # the requests failed for a quarantined block they hold
+        lay, step = self.layout, self._pending_step
         for rid, blocks in list(lay.block_table.items()):
-            bad = set(blocks) & self.quarantined
+            bad = sorted(set(blocks) & self.quarantined)
             if bad and rid not in fail:
-                fail[rid] = quarantined_message(rid, "block(s)", sorted(bad))
+                held[rid] = quarantined_failure(rid, "block(s)", bad, slot=bad[0] * lay.stride, step=step)
         sw = lay.sliding
         if sw is not None:
             for rid, blocks in list(sw.block_table.items()):
-                bad = set(blocks) & self.quarantined_swa
-                if bad and rid not in fail:
-                    fail[rid] = quarantined_message(rid, "ring block(s)", sorted(bad))
+                bad = sorted(set(blocks) & self.quarantined_swa)
+                if bad and rid not in fail and rid not in held:
+                    held[rid] = quarantined_failure(rid, "ring block(s)", bad, slot=bad[0] * sw.stride, step=step)
         for rid, msg in fail.items():
             self._fail(processor, rid, msg)
+        failed = [f for rid, f in held.items() if self._fail(processor, rid, f.message)]
         self._purge()
         self._pending_fail.clear()
         self._pending_q.clear()
         self._pending_q_swa.clear()
+        if failed:
+            self.manager.report_failures(failed, step=step)
 
-    def _fail(self, processor: Any, rid: str, message: str) -> None:
+    def _fail(self, processor: Any, rid: str, message: str) -> bool:
+        """Fail ``rid`` in transformers with ``message`` (its blocks freed: it leaves now); False when it is
+        no longer there to fail (kept in :attr:`late` then, unless its id's latest request was failed already)."""
         sched = processor.scheduler
         state = sched.active_requests.get(rid)
         waiting = False
@@ -313,7 +324,7 @@ class TfGuard:
         if state is None:
             if rid not in self._failing:
                 self.late[rid] = message
-            return
+            return False
         processor._handle_request_error(RuntimeError(message), state)
         if waiting:
             sched.waiting_requests.pop(rid, None)
@@ -324,7 +335,10 @@ class TfGuard:
             sched.finish_request(rid)
         self.failed[rid] = message
         self._failing.add(rid)
+        if rid in self._held:  # transformers freed its blocks: it left now, unfinished (a retry under its id
+            self._leave(rid, finished=False)  # may take blocks before the rows' next sync could tell the leave)
         logger.warning(message)
+        return True
 
     def _install_filter(self) -> None:
         """5.22+: the cache pool never takes a quarantined block back on its free lists."""

@@ -3,25 +3,35 @@ its journal feed and its decisions run without a model (unit tests of the guard'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, cast
 
-from kvcanary.guard import GuardDecision, RequestFailure, SlotJournal, ViolationPolicy
+from kvcanary.guard import GuardDecision, GuardSink, RequestFailure, SlotJournal, ViolationPolicy
+from kvcanary.guard.followup import followup_decision
 from kvcanary.integrations.transformers.guard import TfGuard
 from kvcanary.manager import CanaryConfig
 
 
 class FakeManager:
-    """The step, the journals and the config (its ``guard_history``) of a manager."""
+    """The step, the journals, the config (its ``guard_history``) and the sinks of a manager."""
 
     def __init__(self, guard_history: int | None = None) -> None:
         self.step = 0
         self.journal = SlotJournal(block_size=1, capacity=64)
         self.swa_journal = SlotJournal(block_size=1, capacity=64)
         self.config = CanaryConfig(on_violation=ViolationPolicy.ISOLATE, guard_history=guard_history)
+        self.sinks: list[GuardSink] = []
 
     def set_adapter(self, adapter: object, *, block_size: int, swa_block_size: int | None) -> None:
         pass
+
+    def report_failures(self, failures: Sequence[RequestFailure], *, step: int) -> None:
+        """As the manager's, outside a decision's ``apply``: the sinks hear the follow-up decision at once."""
+        decision = followup_decision(failures, step)
+        if decision.fail:
+            for sink in self.sinks:
+                sink.on_decision(decision)
 
 
 class FakeProcessor:

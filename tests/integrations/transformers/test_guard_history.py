@@ -41,17 +41,19 @@ def test_late_keeps_the_newest_requests_named_after_they_finished() -> None:
         guard.close()
 
 
-def test_an_id_let_go_while_it_holds_blocks_still_leaves_unfinished() -> None:
-    """Two requests failed by one decision with room for one: the first is let go from ``failed`` while its
-    blocks are still held; its leaving is still no finish, and only then is it forgotten."""
+def test_two_requests_failed_with_room_for_one_leave_unfinished_and_the_first_is_forgotten() -> None:
+    """Two requests failed by one decision with room for one: each leaves, unfinished, as it is failed
+    (transformers frees its blocks), so the first is forgotten as soon as it is let go from ``failed``; the
+    rows' later sync of their leaving files nothing more, and no finish."""
     rig = GuardRig(guard_history=1)
     guard, j = rig.guard, rig.manager.journal
     try:
         rig.step([("a", [1]), ("b", [2])], ["a", "b"])
         rig.fail(["a", "b"])
-        assert list(guard.failed) == ["b"] and guard._failing == {"a", "b"}
+        assert list(guard.failed) == ["b"] and guard._failing == {"b"} and not guard._held
+        recorded = j.recorded
         rig.step([("a", None), ("b", None)], [])
-        assert j.finished_step("a") is None and j.finished_step("b") is None
+        assert j.finished_step("a") is None and j.finished_step("b") is None and j.recorded == recorded
         assert guard._failing == {"b"}
         rig.step([("a", [3])], ["a"])  # "a" comes back: a new request, served to its end
         rig.step([("a", None)], [])
