@@ -29,8 +29,8 @@ from kvcanary.manager.endpoints import Endpoint
 from kvcanary.registry import REGISTRY, Op
 
 ON_BY_DEFAULT = False
-"""Whether a new manager forks V's launches under capture. Off until the fork's GPU tests and figures have run
-on a GPU; ``manager.branch.enabled = True`` turns it on for one manager (its GPU tests and
+"""Whether a new manager forks V's launches under capture. Off until the fork's GPU tests pass on a GPU (its
+figures: docs/graphs.md); ``manager.branch.enabled = True`` turns it on for one manager (its GPU tests and
 ``benchmarks/budget_nodes.py`` do)."""
 
 FORK_BACKENDS = frozenset({"cuda", "triton"})
