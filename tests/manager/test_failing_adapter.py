@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kvcanary.guard import GuardDecision
-from tests.manager.test_guard import Recorder, isolate_world, own
-from tests.manager.world import Req, World
+from tests.manager.test_guard import Recorder, flip_under_a, isolate_world
+from tests.manager.world import World
 
 
 class _Broken:
@@ -19,17 +19,8 @@ class _Broken:
 def _read_back_pending() -> tuple[World, Recorder]:
     """A world whose adapter raises, with a flip under ``a``'s slot that the next end_step or flush reads back."""
     w, rec = isolate_world()
-    m = w.manager
-    m.set_adapter(_Broken())
-    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    w.k[1, 1, 1] -= 2.0
-    a.slots.append(4)
-    own(w, m.step, "a", [4])
-    w.forward([(a, 3, 1)])
-    w.step()
+    w.manager.set_adapter(_Broken())
+    flip_under_a(w)
     return w, rec
 
 

@@ -159,6 +159,22 @@ def own(w: World, step: int, rid: str, slots: list[int], kind: JournalKind = Jou
         w.manager.journal.record(step, kind, [s], req(rid))
 
 
+def flip_under_a(w: World) -> Req:
+    """Request ``a`` prefilled over slots 1-3, slot 1's K bytes then flipped, and a decode step of ``a`` onto slot
+    4: the next end_step (or flush) reads the flip back as ``a``'s. Returns ``a``."""
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    w.k[1, 1, 1] -= 2.0
+    a.slots.append(4)
+    own(w, m.step, "a", [4])
+    w.forward([(a, 3, 1)])
+    w.step()
+    return a
+
+
 def test_isolate_fails_every_reader_of_the_slot_and_quarantines_it(caplog: pytest.LogCaptureFixture) -> None:
     w, rec = isolate_world()
     m = w.manager

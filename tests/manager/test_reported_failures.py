@@ -11,8 +11,8 @@ from kvcanary.guard.codes import QUARANTINED
 from kvcanary.guard.followup import FOLLOWUP_NOTE, quarantined_failure
 from kvcanary.manager import CanaryManager
 from kvcanary.monitor import Monitor
-from tests.manager.test_guard import Recorder, isolate_world, own
-from tests.manager.world import Req, World
+from tests.manager.test_guard import Recorder, flip_under_a, isolate_world
+from tests.manager.world import World
 
 
 class _FailsHolders:
@@ -35,15 +35,7 @@ def _read_back_pending(adapter: type[_FailsHolders] | None = None, **kw: bool) -
     m = w.manager
     if adapter is not None:
         m.set_adapter(adapter(m, ["c"], **kw))
-    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    w.k[1, 1, 1] -= 2.0
-    a.slots.append(4)
-    own(w, m.step, "a", [4])
-    w.forward([(a, 3, 1)])
-    w.step()
+    flip_under_a(w)
     return w, rec
 
 
