@@ -121,10 +121,10 @@ class TfGuard:
             _GUARDS[id(self.cache)] = self
 
     def _forget_failed(self, rid: str, message: str) -> None:
-        """``rid`` was let go from :attr:`failed`: forget it was failing too. It left when it was failed; were
-        it still holding blocks, it would be forgotten at its leaving, which must not count as a finish."""
-        if rid not in self._held:
-            self._failing.discard(rid)
+        """``rid`` was let go from :attr:`failed`: forget it was failing too. It holds no blocks: it left when it
+        was failed (:meth:`_fail`), and a later request with its id dropped it from the failing ids at its first
+        block."""
+        self._failing.discard(rid)
 
     def close(self) -> None:
         """Stop acting on this cache (the session let it go)."""
@@ -268,8 +268,6 @@ class TfGuard:
         if finished:
             m.journal.finish(rid, m.step - 1)  # it left in the previous step's update
             m.swa_journal.finish(rid, m.step - 1)
-        elif rid not in self.failed:  # let go from the record while it still held blocks
-            self._failing.discard(rid)
 
     # -- the adapter ---------------------------------------------------------------------------------------
     def apply(self, decision: GuardDecision) -> None:
