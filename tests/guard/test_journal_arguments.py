@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kvcanary.guard import GuardDecision, JournalKind, Owner, OwnerKind, SlotJournal
-from tests.manager.test_guard import isolate_world, own, req
+from tests.manager.test_guard import b_reads_corrupt_slot_1, isolate_world, req
 from tests.manager.world import Req
 
 
@@ -85,15 +85,7 @@ def test_finish_and_end_refuse_a_request_id_that_is_no_string(call: str) -> None
 def test_a_finish_step_of_the_wrong_type_never_reaches_the_read_back() -> None:
     w, rec = isolate_world()
     m = w.manager
-    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
-    b = Req(2, [5, 6, 7, 30, 31], [1, 2, 3, 4])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    own(w, m.step, "b", [1, 2, 3], JournalKind.SHARED)
-    own(w, m.step, "b", [4])
-    w.k[1, 1, 1] -= 2.0
-    w.forward([(b, 3, 1)])
+    b_reads_corrupt_slot_1(w)
     with pytest.raises(TypeError, match=r"\bstep\b"):  # refused here, at the adapter's call...
         m.journal.finish("b", str(m.step))  # type: ignore[arg-type]
     w.step()

@@ -175,6 +175,39 @@ def flip_under_a(w: World) -> Req:
     return a
 
 
+def b_reads_corrupt_slot_1(w: World) -> None:
+    """Request ``a`` prefilled over slots 1-3; ``b`` shares them and owns slot 4; slot 1's K bytes flipped, then
+    ``b``'s decode forward reads it (the step not ended: the caller may finish ``b`` in it)."""
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
+    b = Req(2, [5, 6, 7, 30, 31], [1, 2, 3, 4])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    own(w, m.step, "b", [1, 2, 3], JournalKind.SHARED)
+    own(w, m.step, "b", [4])
+    w.k[1, 1, 1] -= 2.0
+    w.forward([(b, 3, 1)])
+
+
+def corrupt_a_cached_block(w: World) -> None:
+    """Request ``a`` prefilled over slots 1-3 and finished, its slots kept by the prefix cache alone, the sweep
+    looking at them every step; then slot 3's K bytes flipped: every later sweep reads it back corrupt (the
+    world needs ``sweep_interval=1``)."""
+    m = w.manager
+    a = Req(1, [5, 6, 7, 8], [1, 2, 3])
+    own(w, m.step, "a", a.slots)
+    w.forward([(a, 0, 3)])
+    w.step()
+    for s in a.slots:  # a finished: the prefix cache keeps its slots
+        m.journal.record(m.step, JournalKind.RELEASED, [s], req("a"))
+        m.journal.record(m.step, JournalKind.CACHED, [s], Owner(OwnerKind.CACHE, "radix"))
+    m.journal.finish("a", m.step)
+    m.set_sweep_source(lambda: chain_entries([a]))
+    w.step()
+    w.k[3, 0, 0] += 1.0
+
+
 def test_isolate_fails_every_reader_of_the_slot_and_quarantines_it(caplog: pytest.LogCaptureFixture) -> None:
     w, rec = isolate_world()
     m = w.manager
@@ -224,15 +257,7 @@ def test_isolate_fails_every_reader_of_the_slot_and_quarantines_it(caplog: pytes
 def test_isolate_reports_a_reader_that_finished_before_the_read_back() -> None:
     w, rec = isolate_world()
     m = w.manager
-    a = Req(1, [5, 6, 7, 8, 9], [1, 2, 3])
-    b = Req(2, [5, 6, 7, 30, 31], [1, 2, 3, 4])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    own(w, m.step, "b", [1, 2, 3], JournalKind.SHARED)
-    own(w, m.step, "b", [4])
-    w.k[1, 1, 1] -= 2.0
-    w.forward([(b, 3, 1)])  # b reads the corrupt slot 1 and finishes in this step
+    b_reads_corrupt_slot_1(w)  # and finishes in this step
     m.journal.finish("b", m.step)
     finished_at = m.step
     w.step()
@@ -246,17 +271,7 @@ def test_isolate_reports_a_reader_that_finished_before_the_read_back() -> None:
 def test_isolate_quarantines_a_block_only_the_cache_holds() -> None:
     w, rec = isolate_world(sweep_interval=1)
     m = w.manager
-    a = Req(1, [5, 6, 7, 8], [1, 2, 3])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    for s in a.slots:  # a finished: the prefix cache keeps its slots
-        m.journal.record(m.step, JournalKind.RELEASED, [s], req("a"))
-        m.journal.record(m.step, JournalKind.CACHED, [s], Owner(OwnerKind.CACHE, "radix"))
-    m.journal.finish("a", m.step)
-    m.set_sweep_source(lambda: chain_entries([a]))
-    w.step()
-    w.k[3, 0, 0] += 1.0
+    corrupt_a_cached_block(w)
     for _ in range(3):
         w.step()
     d = rec.applied[0]
@@ -272,17 +287,7 @@ def test_a_long_isolate_run_keeps_only_the_newest_guard_history_decisions() -> N
     the newest ``guard_history`` of them (the sink hears every one); ``total`` and ``dropped`` count the rest."""
     w, rec = isolate_world(sweep_interval=1, guard_history=16)
     m = w.manager
-    a = Req(1, [5, 6, 7, 8], [1, 2, 3])
-    own(w, m.step, "a", a.slots)
-    w.forward([(a, 0, 3)])
-    w.step()
-    for s in a.slots:
-        m.journal.record(m.step, JournalKind.RELEASED, [s], req("a"))
-        m.journal.record(m.step, JournalKind.CACHED, [s], Owner(OwnerKind.CACHE, "radix"))
-    m.journal.finish("a", m.step)
-    m.set_sweep_source(lambda: chain_entries([a]))
-    w.step()
-    w.k[3, 0, 0] += 1.0
+    corrupt_a_cached_block(w)
     logging.getLogger("kvcanary.manager").disabled = True  # 300 reports
     try:
         for _ in range(300):
