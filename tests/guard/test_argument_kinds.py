@@ -1,4 +1,4 @@
-"""Argument kinds in the guard's new checks (rE): a value of the wrong type is a TypeError (COMMON rule: TypeError
+"""Argument kinds in the guard's new checks (rE; History's limit: test_history.py): a value of the wrong type is a TypeError (COMMON rule: TypeError
 for a wrong type, ValueError for a wrong value), and a bool is no int (as ``CanaryConfig``'s contracts and
 ``set_adapter``'s block sizes hold)."""
 
@@ -7,16 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvcanary.guard import SlotJournal
-from kvcanary.guard.history import History, HistoryMap
-
-
-@pytest.mark.parametrize("limit", ["8", 2.0])
-def test_a_limit_of_the_wrong_type_is_a_type_error(limit: object) -> None:
-    for make in (History, HistoryMap):
-        with pytest.raises(TypeError, match=r"^kv-canary: limit must be a positive int or None \(keep everything\), "
-                                            rf"got {type(limit).__name__} {limit!r}$") as info:
-            make(limit)  # type: ignore[arg-type]
-        assert type(info.value) is TypeError
+from kvcanary.guard.history import HistoryMap
 
 
 def test_finish_refuses_a_bool_step_and_keeps_nothing() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kvcanary.guard.history import History, HistoryMap
@@ -50,10 +52,13 @@ def test_history_map_without_a_limit_keeps_every_key() -> None:
     assert len(m) == 3000 and m.dropped == 0 and m.total == 3000
 
 
-@pytest.mark.parametrize("limit", [0, -1, True])  # a limit of another type: test_argument_kinds
-def test_a_bad_limit_is_refused(limit: object) -> None:
+@pytest.mark.parametrize(("limit", "error", "got"), [
+    (0, ValueError, "0"), (-1, ValueError, "-1"), (True, ValueError, "True"),  # a bool is no size
+    ("8", TypeError, "str '8'"), (2.0, TypeError, "float 2.0"),  # a wrong type: a TypeError
+])
+def test_a_bad_limit_is_refused(limit: object, error: type[Exception], got: str) -> None:
     for make in (History, HistoryMap):
-        with pytest.raises(ValueError, match=r"^kv-canary: limit must be a positive int or None \(keep everything\), "
-                                             rf"got {limit!r}$") as info:
+        with pytest.raises(error, match=r"^kv-canary: limit must be a positive int or None \(keep everything\), "
+                                        rf"got {re.escape(got)}$") as info:
             make(limit)  # type: ignore[arg-type]
-        assert type(info.value) is ValueError
+        assert type(info.value) is error
