@@ -4,7 +4,7 @@
 # default variant, racecheck over Triton's write, then the manager's other GPU tests for what the call has left.
 set -u
 mkdir -p "$OUT"
-source "$(dirname "$0")/step.sh"  # rc and step
+source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
 python3 -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
 python3 -c "from kvcanary_backends.triton._jit import TUNING; print('write_variant', TUNING['write_variant'])"
 step v_branch 110 python3 -m pytest tests/manager/test_gpu_v_branch.py -x -o addopts="" -q --tb=short -p no:cacheprovider
@@ -18,11 +18,6 @@ step racecheck_write 60 compute-sanitizer --tool racecheck --error-exitcode 3 --
     python3 tests/gpu/sanitize.py --backend triton --quick --ops write
 left=$(( ${W11_SECONDS:-520} - SECONDS ))
 if [ "$left" -gt 30 ]; then
-    step manager_gpu "$left" python3 -m pytest tests/manager/test_gpu_graphs.py tests/manager/test_gpu_engine_capture.py \
-        tests/manager/test_batch_reuse.py tests/manager/test_pinned.py tests/manager/test_pump.py \
-        tests/manager/test_tail_readback.py tests/manager/test_budget.py tests/manager/test_graphs.py \
-        tests/manager/test_capture_safety.py tests/integrations/transformers/test_gpu.py \
-        -o addopts="" -q -rfE -p no:cacheprovider
-    grep -E "^(FAILED|ERROR)" "$OUT/manager_gpu.log" | head -12
+    manager_gpu "$left"
 fi
 exit $rc

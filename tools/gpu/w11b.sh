@@ -5,7 +5,7 @@
 # manager's other GPU tests with the fork on.
 set -u
 mkdir -p "$OUT"
-source "$(dirname "$0")/step.sh"  # rc and step
+source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
 python3 -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
 step v_branch 100 python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short -p no:cacheprovider
 grep -E "^(FAILED|ERROR)|^E " "$OUT/v_branch.log" | head -20 | cut -c1-200
@@ -24,10 +24,5 @@ mkdir -p /tmp/before7 && tar -xzf .gpucache/before7.tgz -C /tmp/before7 && (cd /
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc-before7 . \
     >/dev/null 2>&1) || echo "warning: the seventh pass's tree"
 fast fast_on1 1; fast fast_off1 0; old fast_old1
-step manager_gpu $(( ${W11_SECONDS:-290} - SECONDS )) python3 -m pytest tests/manager/test_gpu_graphs.py tests/manager/test_gpu_engine_capture.py \
-    tests/manager/test_batch_reuse.py tests/manager/test_pinned.py tests/manager/test_pump.py \
-    tests/manager/test_tail_readback.py tests/manager/test_budget.py tests/manager/test_graphs.py \
-    tests/manager/test_capture_safety.py tests/integrations/transformers/test_gpu.py \
-    -o addopts="" -q -rfE -p no:cacheprovider
-grep -E "^(FAILED|ERROR)" "$OUT/manager_gpu.log" | head -12
+manager_gpu $(( ${W11_SECONDS:-290} - SECONDS ))
 exit $rc

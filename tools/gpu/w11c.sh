@@ -4,14 +4,9 @@
 # inputs, the pump, the TAIL read-back, budget, capture safety, the transformers integration).
 set -u
 mkdir -p "$OUT"
-source "$(dirname "$0")/step.sh"  # rc and step
+source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
 python3 -c "import torch; import kvcanary.manager.branch as b; print(torch.cuda.get_device_name(), 'fork', b.ON_BY_DEFAULT)"
 step v_branch 80 python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short -p no:cacheprovider
 grep -E "^(FAILED|ERROR)|^E " "$OUT/v_branch.log" | head -16 | cut -c1-200
-step manager_gpu $(( ${W11_SECONDS:-200} - SECONDS )) python3 -m pytest tests/manager/test_gpu_graphs.py \
-    tests/manager/test_gpu_engine_capture.py tests/manager/test_batch_reuse.py tests/manager/test_pinned.py \
-    tests/manager/test_pump.py tests/manager/test_tail_readback.py tests/manager/test_budget.py \
-    tests/manager/test_graphs.py tests/manager/test_capture_safety.py tests/integrations/transformers/test_gpu.py \
-    -o addopts="" -q -rfE -p no:cacheprovider
-grep -E "^(FAILED|ERROR)" "$OUT/manager_gpu.log" | head -12
+manager_gpu $(( ${W11_SECONDS:-200} - SECONDS ))
 exit $rc
