@@ -168,9 +168,26 @@ def in_thread(fn: Callable[[], float]) -> float:
     return box[0]
 
 
-def in_generate_batch(calls: dict[str, Probe], dev: torch.device, steps_wanted: int) -> dict[str, float]:
+def other_threads() -> list[str]:
+    """Every other Python thread of the process and where it is (its three innermost frames)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out: list[str] = []
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        where: list[str] = []
+        f: Any = frame
+        while f is not None and len(where) < 3:
+            where.append(f"{f.f_code.co_name} ({Path(f.f_code.co_filename).name}:{f.f_lineno})")
+            f = f.f_back
+        out.append(f"{names.get(ident, ident)}: {' < '.join(where)}")
+    return out
+
+
+def in_generate_batch(calls: dict[str, Probe], dev: torch.device,
+                      steps_wanted: int) -> tuple[dict[str, float], list[str]]:
     """Each call timed once per step right after transformers' forward, in its generation thread (device drained
-    first); medians over the run's steps."""
+    first); medians over the run's steps, and what the process's other threads were doing at the fifth step."""
     import transformers
 
     from kvcanary.integrations.transformers.workload import cb_config, tiny_llama
@@ -180,8 +197,12 @@ def in_generate_batch(calls: dict[str, Probe], dev: torch.device, steps_wanted: 
     got: dict[str, list[int]] = {name: [] for name in calls}
     forward = model.forward
 
+    threads: list[str] = []
+
     def timed_forward(*args: Any, **kwargs: Any) -> Any:
         out = forward(*args, **kwargs)
+        if len(got[next(iter(calls))]) == 4:
+            threads.extend(other_threads())
         for name, fn in calls.items():
             torch.cuda.synchronize(dev)
             t0 = time.perf_counter_ns()
@@ -198,7 +219,7 @@ def in_generate_batch(calls: dict[str, Probe], dev: torch.device, steps_wanted: 
     gc = gen_cls(max_new_tokens=steps_wanted, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = cb_config(page=256, num_blocks=bs * 2 + 8, max_batch_tokens=4096, max_requests=bs)
     model.generate_batch(prompts, generation_config=gc, continuous_batching_config=cb, progress_bar=False)
-    return {name: float(statistics.median(v[2:])) for name, v in got.items() if len(v) > 2}
+    return {name: float(statistics.median(v[2:])) for name, v in got.items() if len(v) > 2}, threads
 
 
 def main() -> int:
@@ -231,7 +252,10 @@ def main() -> int:
             r.value(f"{name}, {setting}", timer(fn) / 1e3, floor / 1e3, unit="us",
                     note="floor: one eager one-element kernel, main thread, idle device")
     if not a.no_transformers:
-        for name, ns in in_generate_batch(calls, dev, 24).items():
+        medians, threads = in_generate_batch(calls, dev, 24)
+        for line in threads:
+            r.note(f"other thread during the step: {line}")
+        for name, ns in medians.items():
             r.value(f"{name}, in step (transformers' generation thread)", ns / 1e3, floor / 1e3, unit="us",
                     note="floor: one eager one-element kernel, main thread, idle device")
     r.write(a.out)

@@ -11,7 +11,7 @@ source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
 python3 -c "import torch, triton, kvcanary.manager.branch as b; print(torch.cuda.get_device_name(), torch.__version__, \
 triton.__version__, 'fork', b.ON_BY_DEFAULT)"
 step graph_launch 90 python3 benchmarks/graph_launch.py --out "$OUT/graph_launch.json"
-grep -E "replay|cuGraphLaunch|add_|floor" "$OUT/graph_launch.log" | head -30 | cut -c1-110
+grep -E "replay|cuGraphLaunch|add_|floor|other thread" "$OUT/graph_launch.log" | head -30 | cut -c1-110
 step v_branch 100 python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short -p no:cacheprovider
 grep -E "^(FAILED|ERROR)|^E " "$OUT/v_branch.log" | head -16 | cut -c1-200
 fast() {  # fast NAME FORK: bench_fast_step --quick with the fork on (1) or off (0)
