@@ -48,8 +48,6 @@ def _unchanged(w: World, before: list[torch.Tensor]) -> bool:
     return all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-@pytest.mark.xfail(strict=True, reason="rG: pack_kv of zero slots crashes in reshape(0, -1); a layer of no rows "
-                                       "in t[0]")
 def test_a_transfer_of_zero_slots_packs_to_an_empty_message() -> None:
     """A request whose whole prompt hit the receiver's prefix cache transfers nothing: the sender's
     ``make_message`` must give an empty message, not crash in a reshape (wire.py pack_kv)."""
