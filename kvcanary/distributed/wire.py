@@ -10,6 +10,7 @@ before first use (:class:`~kvcanary.distributed.verify.TransferVerifier`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,12 @@ def _check_layers(layers: Sequence[torch.Tensor]) -> None:
                              f"{layers[0].device}, got shape {tuple(t.shape)} on {t.device}")
 
 
+def _row_elements(t: torch.Tensor) -> int:
+    """Elements in one slot's row of a layer buffer, from its shape (a run or a pool of no slots has no row 0
+    to count, and ``reshape(0, -1)`` cannot infer the width)."""
+    return math.prod(int(d) for d in t.shape[1:])
+
+
 def _kv_slots(layers: Sequence[torch.Tensor], slots: Entries) -> torch.Tensor:
     """The layers checked, and ``slots`` as an index into their rows (in ``[1, num_slots)``)."""
     _check_layers(layers)
@@ -46,7 +53,7 @@ def _kv_widths(layers: Sequence[torch.Tensor], n: int, payload: torch.Tensor) ->
     """Bytes per slot of each layer, once ``payload`` is known to be the ``uint8 [n, Σ widths]`` they need."""
     if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
         raise ValueError("kv-canary: payload must be the uint8 tensor pack_kv returned")
-    widths = [int(t[0].numel()) * t.element_size() for t in layers]
+    widths = [_row_elements(t) * t.element_size() for t in layers]
     if tuple(payload.shape) != (n, sum(widths)):
         raise ValueError(f"kv-canary: KV payload has shape {tuple(payload.shape)}, expected {(n, sum(widths))}")
     return widths
@@ -56,7 +63,7 @@ def pack_kv(layers: Sequence[torch.Tensor], slots: Entries) -> torch.Tensor:
     """``uint8 [n, Σ bytes per slot]``: each layer buffer's (``[num_slots, ...]``) rows of ``slots``."""
     idx = _kv_slots(layers, slots)
     n = int(idx.shape[0])
-    return torch.cat([t.index_select(0, idx).reshape(n, -1).view(torch.uint8) for t in layers], dim=1)
+    return torch.cat([t.index_select(0, idx).reshape(n, _row_elements(t)).view(torch.uint8) for t in layers], dim=1)
 
 
 def unpack_kv(layers: Sequence[torch.Tensor], slots: Entries, payload: torch.Tensor) -> None:

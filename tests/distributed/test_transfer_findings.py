@@ -1,0 +1,170 @@
+"""Review findings on the prefill→decode transfer (rG, session 12): each test states what the transfer API
+should do and fails until it does (``xfail(strict=True)``: a fix turns it into an XPASS, which fails, so the
+marker goes with the fix)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from kvcanary.consts import FailReason
+from kvcanary.distributed import (
+    TransferMessage,
+    TransferVerifier,
+    Wire,
+    accept_transfer,
+    make_message,
+    pack_kv,
+    unpack_kv,
+    unpack_records,
+)
+from kvcanary.distributed.slots import entries
+from kvcanary_contracts import ContractError
+from tests.distributed.world import events
+from tests.manager.test_rotation import layered_world
+from tests.manager.world import Req, World, make_world
+
+CPU = torch.device("cpu")
+REAL_KV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+
+
+def _prefilled(n: int = 6) -> tuple[World, Req]:
+    rng = random.Random()
+    w = make_world()
+    req = Req(row=1, tokens=[rng.randrange(50_000) for _ in range(n + 1)], slots=rng.sample(range(1, 64), n))
+    w.forward([(req, 0, n)])
+    return w, req
+
+
+def _snapshot(w: World) -> list[torch.Tensor]:
+    return [t.clone() for _, t in w.manager.transfer_buffers()] + [w.k.clone(), w.v.clone()]
+
+
+def _unchanged(w: World, before: list[torch.Tensor]) -> bool:
+    after = [t for _, t in w.manager.transfer_buffers()] + [w.k, w.v]
+    return all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_a_transfer_of_zero_slots_packs_to_an_empty_message() -> None:
+    """A request whose whole prompt hit the receiver's prefix cache transfers nothing: the sender's
+    ``make_message`` must give an empty message, not crash in a reshape (wire.py pack_kv)."""
+    w, _ = _prefilled()
+    assert tuple(pack_kv([w.k, w.v], []).shape) == (0, 2 * w.k[0].numel() * w.k.element_size())
+    msg = make_message(w.manager, [w.k, w.v], torch.zeros(0, dtype=torch.int64))
+    assert msg.num_slots == 0 and tuple(msg.records.shape) == (4, 0, 32)
+    empty = torch.zeros(0, 4)  # a pool of no slots: the width comes from the shape, not from row 0
+    unpack_kv([empty], [], torch.zeros(0, 16, dtype=torch.uint8))
+
+
+@pytest.mark.xfail(strict=True, reason="rG: a written run with a repeated slot is accepted, written, then "
+                                       "reported as transfer corruption (index_copy_ with duplicates)")
+def test_a_receiver_run_that_repeats_a_slot_raises_and_writes_nothing() -> None:
+    src, req = _prefilled()
+    dst = make_world()
+    msg = make_message(src.manager, [src.k, src.v], req.slots)
+    before = _snapshot(dst)
+    dup = [40, 41, 41, 43, 44, 45]
+    with pytest.raises(ValueError, match="slots"):
+        accept_transfer(dst.manager, TransferVerifier(dst.manager, 16), [dst.k, dst.v], msg, dup)
+    with pytest.raises(ValueError, match="slots"):
+        unpack_records(dst.manager, msg.records, dup)
+    with pytest.raises(ValueError, match="slots"):
+        unpack_kv([dst.k, dst.v], dup, msg.kv)
+    assert _unchanged(dst, before)
+
+
+@pytest.mark.xfail(strict=True, reason="rG: a suffix run that overwrites its own predecessor slot is accepted")
+def test_a_suffix_run_that_names_its_predecessor_among_its_slots_raises() -> None:
+    src, req = _prefilled()
+    dst = make_world()
+    msg = make_message(src.manager, [src.k, src.v], req.slots[3:])
+    before = _snapshot(dst)
+    with pytest.raises(ValueError, match="prev_slot"):
+        accept_transfer(dst.manager, TransferVerifier(dst.manager, 16), [dst.k, dst.v], msg, [32, 50, 51],
+                        first_position=3, prev_slot=32)
+    assert _unchanged(dst, before)
+
+
+@pytest.mark.xfail(strict=True, reason="rG: layers given as one tensor, with a None or a 0-d entry crash deep "
+                                       "(RuntimeError/AttributeError/IndexError in _check_layers)")
+@pytest.mark.parametrize("bad", ["one tensor", "a None", "a 0-d tensor"])
+def test_layers_that_are_not_a_list_of_buffers_raise_naming_layers(bad: str) -> None:
+    w, req = _prefilled()
+    layers: Any = {"one tensor": w.k, "a None": [w.k, None], "a 0-d tensor": [torch.tensor(1.0)]}[bad]
+    with pytest.raises((ValueError, TypeError), match="layers"):
+        pack_kv(layers, req.slots[:2])
+
+
+@pytest.mark.xfail(strict=True, reason="rG: accept_transfer reads msg.num_slots before checking msg (AttributeError)")
+@pytest.mark.parametrize("bad", ["None", "kv a list"])
+def test_accept_transfer_refuses_what_is_not_a_message(bad: str) -> None:
+    dst = make_world()
+    before = _snapshot(dst)
+    kv: Any = [1]
+    msg: Any = None if bad == "None" else TransferMessage(kv, torch.zeros(4, 1, 32, dtype=torch.uint8))
+    with pytest.raises((ValueError, TypeError), match=r"msg|payload"):
+        accept_transfer(dst.manager, TransferVerifier(dst.manager, 4), [dst.k, dst.v], msg, [1, 2])
+    assert _unchanged(dst, before)
+
+
+@pytest.mark.xfail(strict=True, reason="rG: Wire.send puts a header on the wire for records that do not match the "
+                                       "KV; the receiver reads a stream out of step")
+@pytest.mark.parametrize("bad", ["records of other slots", "records not uint8", "kv not uint8"])
+def test_wire_send_refuses_a_message_whose_parts_disagree(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, req = _prefilled()
+    msg = make_message(src.manager, [src.k, src.v], req.slots)
+    sent: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.distributed, "send", lambda t, *_, **__: sent.append(t))
+    wrong = {"records of other slots": TransferMessage(msg.kv[:4], msg.records),
+             "records not uint8": TransferMessage(msg.kv, msg.records.view(torch.int64)),
+             "kv not uint8": TransferMessage(msg.kv.view(torch.float32), msg.records)}[bad]
+    with pytest.raises(ValueError, match=r"kv|records"):
+        Wire(backend="gloo", device=CPU).send(wrong, dst=1)
+    assert sent == []  # nothing reached the transport
+
+
+@pytest.mark.xfail(strict=True, reason="rG: a token past int64 raises torch's 'Overflow when unpacking long long', "
+                                       "no contract names tokens (TransferStart has its fit-in-int64 rules)")
+def test_a_token_past_int64_is_refused_by_the_contract_naming_tokens() -> None:
+    with pytest.raises(ContractError, match="tokens"):
+        entries([5, 2**70], "tokens", CPU)
+
+
+@pytest.mark.xfail(strict=True, reason="rG: accept_transfer checks the chain start and tokens only with a verifier "
+                                       "and a non-empty run; docs/distributed.md says it always does")
+@pytest.mark.parametrize("case", ["no verifier", "empty run"])
+def test_accept_transfer_checks_the_chain_start_and_tokens_on_every_call(case: str) -> None:
+    dst = make_world()
+    ver = None if case == "no verifier" else TransferVerifier(dst.manager, 4)
+    slots = [1, 2] if case == "no verifier" else []
+    empty = TransferMessage(torch.zeros(0, 128, dtype=torch.uint8), torch.zeros(4, 0, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="first_position"):
+        accept_transfer(dst.manager, ver, [dst.k, dst.v], empty, slots, first_position=-3)
+    with pytest.raises(ValueError, match="tokens"):
+        accept_transfer(dst.manager, ver, [dst.k, dst.v], empty, slots, tokens=[1.5, 2.5])  # type: ignore[list-item]
+
+
+@pytest.mark.xfail(strict=True, reason="rG: the rotation sets' records travel (full.rotation*) but TransferVerifier "
+                                       "verifies HEAD/TAIL only: a flip in layer >= 1 (K1, V1, ...) is first seen after first use")
+def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
+    rng = random.Random()
+    src = layered_world(3, 1)  # 6 layer buffers, one per forward: 6 rotation sets
+    n = 6
+    req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
+    src.forward([(req, 0, n)])
+    src.step()
+    assert src.events() == []
+    msg = make_message(src.manager, list(src.layers), req.slots)
+    kv = msg.kv.clone()
+    width = kv.shape[1] // len(src.layers)
+    layer, row = rng.randrange(2, len(src.layers)), rng.randrange(n)  # past K0, V0 (HEAD/TAIL's)
+    kv[row, layer * width + rng.randrange(width)] ^= 0x10
+    dst = layered_world(3, 1)
+    slots = list(range(40, 40 + n))
+    accept_transfer(dst.manager, TransferVerifier(dst.manager, 16), list(dst.layers), TransferMessage(kv, msg.records),
+                    slots, tokens=req.tokens[:n])
+    got = events(dst.manager)
+    assert got and {(s, b) for _, s, b in got} == {(slots[row], REAL_KV)}
