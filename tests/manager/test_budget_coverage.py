@@ -1,0 +1,85 @@
+"""The budget's coverage promises (docs/budget.md) on workloads the period tests do not make: a sliding window
+that drops entries as the cursor moves, and a layer rotation whose rounds a request is not in every forward of."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvcanary.launch.plan import launch_canary_plan_kernels
+from kvcanary.manager import VerifyBudget
+from kvcanary.manager.budget import BudgetFilter
+from kvcanary.manager.rotation import rotation_sets
+from kvcanary.plans import VerifyPlan, WritePlan
+from tests.manager.test_rotation import layered_world
+from tests.manager.world import Req
+
+
+def _t(x: list[int]) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.int64)
+
+
+@pytest.mark.xfail(strict=True, reason="rH: the SWA cursor indexes a window that slides, skipping entries")
+def test_a_sliding_window_request_has_every_older_entry_verified_within_the_period() -> None:
+    """One request decoding (E = 1) past an SWA window of 37: 35 older entries, stride 6. The docs promise each
+    is verified within ``ceil(35 / (6 - 1)) + 1 = 8`` steps; the window's start moves E entries a step while the
+    cursor counts plan indices, so the kept window jumps ``stride + E`` positions, and with ``M % (stride + E)
+    == 0`` the same positions are skipped on every pass: some leave the window never verified."""
+    window, newest, steps, prefill = 37, 2, 60, 60
+    budget = VerifyBudget(max_entries=8, newest_per_request=newest)
+    length = prefill + steps + 1
+    r2t = (torch.arange(length, dtype=torch.int32) + 1).reshape(1, length).repeat(2, 1)  # row 0: padding
+    lut = torch.arange(length + 2, dtype=torch.int64)  # full -> SWA: identity
+    vp = VerifyPlan.allocate(verify_capacity=length, device="cpu")
+    wp = WritePlan.allocate(write_req_capacity=1, device="cpu")
+    flt = BudgetFilter(budget, num_rows=2, device=torch.device("cpu"))
+    period = budget.period(batch_size=1, max_verify_len=window, slide=1)
+    assert period == 8
+    unverified: dict[int, int] = {}  # slot -> consecutive steps it was live and not verified
+    worst = 0
+    for step in range(steps):
+        launch_canary_plan_kernels(
+            verify_plan_out=vp, write_plan_out=wp, req_pool_indices=_t([1]), prefix_lens=_t([prefill + step]),
+            extend_seq_lens=_t([1]), req_to_token=r2t, swa_window_size=window, full_to_swa_index_mapping=lut,
+            verify_capacity=length, req_to_verify_expected_tokens=None,
+            req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0, backend="torch_ref")
+        live = vp.verify_slot_indices[: int(vp.verify_num_valid[0])].tolist()
+        assert len(live) == window
+        kept = flt.apply(vp, batch_size=1, req_pool_indices=_t([1]))
+        got = set(kept.verify_slot_indices[: int(kept.verify_num_valid[0])].tolist())
+        unverified = {s: 0 if s in got else unverified.get(s, 0) + 1 for s in live}
+        worst = max(worst, *unverified.values())
+    assert worst < period, f"an older entry went {worst} steps unverified; the period is {period}"
+
+
+@pytest.mark.xfail(strict=True, reason="rH: a request absent at its rounds' last forward never moves its cursor")
+def test_with_rotation_a_request_in_every_other_forward_still_gets_its_window_moved() -> None:
+    """Two rotation sets and a budget of stride 6; request A decodes in every other forward (an engine that
+    alternates A's decode with B's, as chunked prefill beside decode does). The cursors move only in a round's
+    last forward (``LayerRotation.round_ends``, a global counter): A is never in one, so its window stays at
+    its first 6 older entries. A flip of layer 0's K (read by every TAIL verify) in A's ninth slot is never
+    reported, while alone A reports it within its second forward; the docs promise G periods."""
+    budget = VerifyBudget(max_entries=8, newest_per_request=2)
+    w = layered_world(2, 2, budget=budget)
+    a = Req(1, list(range(100, 140)), list(range(1, 13)))
+    b = Req(2, list(range(200, 240)), list(range(32, 37)))
+    w.forward([(a, 0, 12)])
+    w.step()
+    w.forward([(b, 0, 5)])
+    w.step()
+    victim = a.slots[8]
+    w.k[victim].view(torch.uint8).reshape(-1)[0] ^= 0x10
+    steps = 18
+    bound = rotation_sets(4, 2) * budget.period(batch_size=1, max_verify_len=12 + steps)
+    assert bound == 12
+    caught = None
+    for n in range(steps):
+        a.slots.append(13 + n)
+        w.forward([(a, 12 + n, 1)])
+        w.step()
+        b.slots.append(37 + n)
+        w.forward([(b, 5 + n, 1)])
+        w.step()
+        if caught is None and any(slot == victim for _, slot, _ in w.events()):
+            caught = n + 1
+    assert caught is not None and caught <= bound, (caught, bound)
