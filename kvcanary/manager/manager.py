@@ -490,10 +490,25 @@ class CanaryManager:
         copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
         sweep and the watchdog are looked at only on the steps they are due. ``stats=False``: the caller does
         not read the stats (returns None), so a step whose stats no sink hears and no stats line logs makes
-        none (the same figures as ``end_step()``'s wherever they are made)."""
+        none (the same figures as ``end_step()``'s wherever they are made).
+
+        A sweep source that raises (the engine's walker failed, or its entries broke their rules): the step
+        still ends as usual (read-back, step count, guard, sinks), then the sweep's error is raised; the
+        failed sweep counts as the due one, so the source is asked again at the next due step, not at every
+        step. An error of the step's own end (RAISE mode, an adapter) is raised instead, the sweep's error
+        its ``__context__``."""
         s = self.step
-        if s >= self._sweep.next_due and self._sweep_source is not None:
-            self.run_sweep()
+        try:
+            if s >= self._sweep.next_due and self._sweep_source is not None:
+                self._sweep.schedule(s)  # a source that raises is asked again when the next sweep is due
+                self.run_sweep()
+        finally:  # the step ends whether or not the sweep raised (its error is raised after)
+            made = self._end_step(s, stats)
+        return made
+
+    def _end_step(self, s: int, stats: bool) -> StepStats | None:
+        """:meth:`end_step` after the sweep: the retired graphs, the watchdog's mark, the read-back, the step
+        count, the guard, the stats and the sinks."""
         for runner in self._forwards:  # graphs dropped while the engine captured its forward
             g = runner.graphs
             if g is not None and g.retired:

@@ -40,8 +40,6 @@ def _walker_failed() -> SweepEntries:
     raise RuntimeError("rF: the radix walker failed")
 
 
-@pytest.mark.xfail(strict=True, reason="rF: a sweep source that raises in end_step ends no step: manager.step, the "
-                                       "read-back and the sinks stop while it keeps failing")
 def test_a_sweep_source_that_raises_still_ends_the_step_and_reads_back() -> None:
     w = make_world(sweep=1)
     sink = _Steps()
