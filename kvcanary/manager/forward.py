@@ -226,11 +226,23 @@ class ForwardRunner:
         self._reuses = 0
         return True
 
+    def forget_kept(self, batch: CanaryBatch) -> None:
+        """``batch`` is no longer the kept one (the manager's :meth:`~kvcanary.manager.CanaryManager.prepare`
+        saw its tensors resized in place since it was kept): its next :meth:`head` stages it as a new batch,
+        into its own bucket, and its staged graphs are dropped there."""
+        last = self._last_head
+        if last is not None and last[0] is batch:
+            self._last_head = None
+        self.staging.forget(batch)
+
     def _staged_for(self, batch: CanaryBatch, bucket: Bucket, launches: Callable[[], None]) -> _Staged | None:
         """The kept batch's staged HEAD launches (its staging copy, then the bucket's HEAD launches) and the views
         they fill, made once per batch. The staged graph reads the batch's tensors at the addresses they had
         when it was captured: where they are (data pointers and sizes) is compared at every forward, and a batch
-        whose tensors moved (or were resized) gets a new staged graph. None: the staging holds another batch."""
+        whose tensors moved (storage swapped in place, the same sizes) gets a new staged graph. A batch resized
+        in place never gets here: the manager's ``prepare`` compares its rows' and tokens' sizes with those it
+        was accepted at and hands it on as a new batch (:meth:`forget_kept`). None: the staging holds another
+        batch."""
         staged = self._staged
         if staged is not None:  # made for this batch (a new batch drops it): its parts are the staging's kept ones
             parts = staged.parts

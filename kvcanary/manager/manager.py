@@ -155,9 +155,10 @@ class CanaryManager:
         self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
         self._mark_at = self.health.next_due(1) - 1  # the next step whose end_step marks for the check after it
         self._prepared = [False] * config.num_forward_slots
-        self._checked: list[CanaryBatch | None] = [None] * config.num_forward_slots
-        """Per forward slot, the last batch :meth:`prepare` accepted: a batch is immutable (its tensors' device
-        and shapes with it), so the same object passes the device and capacity checks again."""
+        self._checked: list[tuple[CanaryBatch, torch.Size, torch.Size] | None] = [None] * config.num_forward_slots
+        """Per forward slot, the last batch :meth:`prepare` accepted, with its rows' and tokens' shapes then
+        (``req_pool_indices``, ``input_ids``): the same object at those shapes passes the device and capacity
+        checks again; one whose tensors were resized in place since is checked and staged as a new batch."""
         self._checked_token: list[bool] = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
@@ -357,8 +358,11 @@ class CanaryManager:
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
         runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
         caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
-        # the very batch of the previous forward passed these (unless the token check was switched on since)
-        fresh = batch is not self._checked[forward_index] or check_token is not self._checked_token[forward_index]
+        # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
+        # switched on since): two shape reads; a batch resized in place is a new one (its checks, its bucket)
+        last = self._checked[forward_index]
+        fresh = (last is None or batch is not last[0] or batch.req_pool_indices.shape != last[1]
+                 or batch.input_ids.shape != last[2] or check_token is not self._checked_token[forward_index])
         if fresh:
             batch.validate(self.device)
         if self.owners is not None:
@@ -367,7 +371,11 @@ class CanaryManager:
             if (batch.batch_size > caps.write_req_capacity or batch.num_tokens > caps.write_token_capacity or (
                     check_token and (exp is None or exp.flat.numel() > caps.expected_token_capacity))):
                 caps.check_batch(batch, enable_verify_token=check_token)  # raises the rule's error, with its code
-            self._checked[forward_index], self._checked_token[forward_index] = batch, check_token
+            rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
+            if last is not None and batch is last[0] and (rows != last[1] or tokens != last[2]):
+                runner.forget_kept(batch)  # resized in place: staged as a new batch, not into its old bucket
+            self._checked[forward_index] = (batch, rows, tokens)
+            self._checked_token[forward_index] = check_token
         if check_token:
             assert exp is not None
             if runner.pinned is not None:  # the scatter reads the batch's rows: the pinned inputs copied first
@@ -490,10 +498,25 @@ class CanaryManager:
         copy holds anything the reporter has not seen (only then is a snapshot made and reported), and the
         sweep and the watchdog are looked at only on the steps they are due. ``stats=False``: the caller does
         not read the stats (returns None), so a step whose stats no sink hears and no stats line logs makes
-        none (the same figures as ``end_step()``'s wherever they are made)."""
+        none (the same figures as ``end_step()``'s wherever they are made).
+
+        A sweep source that raises (the engine's walker failed, or its entries broke their rules): the step
+        still ends as usual (read-back, step count, guard, sinks), then the sweep's error is raised; the
+        failed sweep counts as the due one, so the source is asked again at the next due step, not at every
+        step. An error of the step's own end (RAISE mode, an adapter) is raised instead, the sweep's error
+        its ``__context__``."""
         s = self.step
-        if s >= self._sweep.next_due and self._sweep_source is not None:
-            self.run_sweep()
+        try:
+            if s >= self._sweep.next_due and self._sweep_source is not None:
+                self._sweep.schedule(s)  # a source that raises is asked again when the next sweep is due
+                self.run_sweep()
+        finally:  # the step ends whether or not the sweep raised (its error is raised after)
+            made = self._end_step(s, stats)
+        return made
+
+    def _end_step(self, s: int, stats: bool) -> StepStats | None:
+        """:meth:`end_step` after the sweep: the retired graphs, the watchdog's mark, the read-back, the step
+        count, the guard, the stats and the sinks."""
         for runner in self._forwards:  # graphs dropped while the engine captured its forward
             g = runner.graphs
             if g is not None and g.retired:

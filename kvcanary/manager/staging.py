@@ -109,7 +109,8 @@ class StepStaging:
         ``req_pool_indices`` 0 (the padding row) and zero lengths, tokens ``out_cache_loc`` -1 (not written)
         and zero ids and positions. SWA slots are not translated here: :meth:`translate` does it, inside the
         bucket's HEAD graph. The very batch of the previous call, to the same bucket, is staged again from the
-        parts listed then (an engine may hand the same batch object while its tensors' values change)."""
+        parts listed then (an engine may hand the same batch object while its tensors' values change; one whose
+        tensors were resized in place is forgotten first, :meth:`forget`, and staged anew)."""
         last = self._last_padded
         if last is not None and last[0] is batch and last[1] == rows and last[2] == tokens:
             torch.cat(last[3], out=last[4])
@@ -147,6 +148,13 @@ class StepStaging:
             parts += [batch.expected_input_tokens, zt, batch.expected_input_positions, zt] if pad_tokens else \
                 [batch.expected_input_tokens, batch.expected_input_positions]
         return parts
+
+    def forget(self, batch: CanaryBatch) -> None:
+        """``batch``, if the previous :meth:`load_padded` staged it, is staged anew (its parts listed again, with
+        their padding) at its next call: its tensors were resized in place."""
+        last = self._last_padded
+        if last is not None and last[0] is batch:
+            self._last_padded = None
 
     def kept(self, batch: CanaryBatch, rows: int, tokens: int) -> tuple[list[torch.Tensor], torch.Tensor] | None:
         """What the previous :meth:`load_padded` staged when it was ``batch`` into the bucket (``rows``,

@@ -124,8 +124,14 @@ class SweepRunner:
             self._run_chunk(entries, start, min(n, start + self.capacity), reuse=reuse)
         self._loaded = entries if n <= self.capacity else None
         self.passes += 1
-        self.next_due = _NEVER if not self.enabled else -_NEVER if step < 0 else step + self.interval
+        self.schedule(step)
         return n
+
+    def schedule(self, step: int) -> None:
+        """Count a sweep at ``step`` as run for the schedule (:meth:`due`): what :meth:`run` does after its
+        launches, and what the manager does before asking its source, so a source that raises is asked again
+        at the next due step rather than at every step."""
+        self.next_due = _NEVER if not self.enabled else -_NEVER if step < 0 else step + self.interval
 
     def _run_chunk(self, entries: SweepEntries, start: int, end: int, *, reuse: bool) -> None:
         """Sweep ``entries[start:end]``; ``reuse``: the plans already hold them (only the SWA translation,

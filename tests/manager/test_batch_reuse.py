@@ -6,6 +6,7 @@ device buffer, event and launch count ends byte-identical to fresh batches."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -239,3 +240,96 @@ def test_a_kept_batch_replayed_from_its_staged_graph_equals_fresh_eager_batches(
     assert differences(device_buffers(graphed.manager), device_buffers(fresh.manager)) == []
     assert [e.violation for e in graphed.manager.events] == [e.violation for e in fresh.manager.events]
     assert graphed.manager.health.issued == fresh.manager.health.issued
+
+
+class _ResizedBatches(ReusedBatches):
+    """Hands the first batch object at every forward, each tensor refilled in place and resized in place first
+    where the new batch's shape differs (an engine whose staging buffers follow the batch's size)."""
+
+    def reuse(self, fresh: CanaryBatch) -> CanaryBatch:
+        kept = self.kept
+        if kept is None:
+            self.kept = fresh
+            return fresh
+        for dst, src in zip(self.refilled(kept), self.refilled(fresh), strict=True):
+            if dst.shape != src.shape and dst.untyped_storage().resizable():
+                dst.resize_(src.shape)
+            elif dst.shape != src.shape:  # a storage the manager's host copy made fixed: new memory, same object
+                new = torch.empty_like(src)
+                dst.set_(new.untyped_storage(), 0, new.shape, new.stride())
+            dst.copy_(src)
+        self.reused += 1
+        return kept
+
+
+def _resized_run(w: World, flip: bool = True) -> None:
+    """A prefill of two requests, four decodes of both (a K byte of a live slot flipped at the third), an extend
+    of the second by two, two decodes of the first alone: each size change a resize of the one batch object."""
+    a = Req(1, list(range(100, 130)), [1, 2, 3])
+    b = Req(2, list(range(200, 230)), [4, 5])
+    w.forward([(a, 0, 3), (b, 0, 2)])
+    w.step()
+    for n in range(4):
+        a.slots.append(20 + n)
+        b.slots.append(30 + n)
+        if flip and n == 2:
+            w.k[2, 0, 0] += 1.0
+        w.forward([(a, 3 + n, 1), (b, 2 + n, 1)])
+        w.step()
+    b.slots += [34, 35]
+    w.forward([(b, 6, 2)])
+    w.step()
+    for n in range(2):
+        a.slots.append(24 + n)
+        w.forward([(a, 7 + n, 1)])
+        w.step()
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "bucketed"])
+def test_a_kept_batch_resized_in_place_is_staged_as_a_new_batch(padded: bool) -> None:
+    """The one batch object, resized in place at every size change (also after its staged HEAD was made): each
+    resize is a new batch (its checks, its bucket, the staged HEAD dropped), and every buffer, event and launch
+    count ends as fresh batches leave them, without torch resizing the staging's slice."""
+    w, fresh = make_world(config=_config()), make_world(config=_config())
+    caps = w.manager.capacities
+    g = _Phases(rows_capacity=caps.write_req_capacity, tokens_capacity=caps.write_token_capacity)
+    if padded:
+        w.manager._forwards[0].graphs = g
+        pad_eagerly(fresh.manager)
+    resized = _ResizedBatches(w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch.cat resizing a staged slice warns
+        _resized_run(w)
+    _resized_run(fresh)
+    assert resized.reused == 7
+    same_as_fresh(w, fresh)
+    if padded:
+        heads = [r for r in g.runs if not r.startswith("tail")]
+        staged = "head_staged"
+        # prefill, decodes (a new size, then kept: staged from the STAGED_AFTER-th), the extend, the lone decodes
+        assert heads == ["head", "head", "head", staged, staged, f"drop {staged}", "head", "head", "head"]
+
+
+def test_a_kept_batch_grown_past_capacity_is_refused_as_a_fresh_one_is() -> None:
+    caps = CanaryCapacities(verify_capacity=64, write_req_capacity=2, write_token_capacity=32, sweep_capacity=8,
+                            expected_token_capacity=64)
+    w = make_world(config=_config(), capacities=caps)
+    pad_eagerly(w.manager)
+    resized = _ResizedBatches(w)
+    a, b, c = (Req(r, list(range(100 * r, 100 * r + 30)), [r * 4, r * 4 + 1]) for r in (1, 2, 3))
+    w.forward([(a, 0, 1), (b, 0, 1)])
+    w.step()
+    kept = resized.kept
+    assert kept is not None
+    with pytest.raises(ValueError) as fresh_err:  # what a fresh batch of three rows gets
+        w.manager.prepare(resized._build([(a, 1, 1), (b, 1, 1), (c, 0, 1)]))
+    grown = w.build([(a, 1, 1), (b, 1, 1), (c, 0, 1)])
+    assert grown is kept and grown.batch_size == 3
+    with pytest.raises(ValueError) as kept_err:
+        w.manager.prepare(grown)
+    assert str(kept_err.value) == str(fresh_err.value) and "write_req_capacity" in str(kept_err.value)
+    assert w.build([(a, 1, 1), (b, 1, 1)]) is kept  # back to the sizes it was accepted at: kept as before
+    with w.manager.forward(kept):
+        w.write_kv(kept.out_cache_loc.tolist())
+    w.step()
+    assert w.events() == []

@@ -1,9 +1,9 @@
 """Review rF (session 12) of the manager's host path: a failed step's end and a kept batch the engine changed.
 
-Each test is a finding, marked ``xfail(strict=True)`` until its fix lands (the reason names it): the sweep
-source raising in ``end_step`` ends no step (the step count, the read-back and the sinks stop while it keeps
-failing), and the very batch object handed again with a tensor resized in place is staged into the kept
-bucket's old layout (false violations, no error)."""
+Each test was a finding, marked ``xfail(strict=True)`` until its fix landed: the sweep source raising in
+``end_step`` ended no step (the step count, the read-back and the sinks stopped while it kept failing), and the
+very batch object handed again with a tensor resized in place was staged into the kept bucket's old layout
+(false violations, no error); it is now staged as a new batch."""
 
 from __future__ import annotations
 
@@ -40,8 +40,6 @@ def _walker_failed() -> SweepEntries:
     raise RuntimeError("rF: the radix walker failed")
 
 
-@pytest.mark.xfail(strict=True, reason="rF: a sweep source that raises in end_step ends no step: manager.step, the "
-                                       "read-back and the sinks stop while it keeps failing")
 def test_a_sweep_source_that_raises_still_ends_the_step_and_reads_back() -> None:
     w = make_world(sweep=1)
     sink = _Steps()
@@ -90,21 +88,14 @@ def _three_forwards(w: World, *, resize_in_place: bool) -> None:
     w.step()
 
 
-@pytest.mark.xfail(strict=True, reason="rF: a kept batch whose tensor was resized in place keeps its old bucket: "
-                                       "torch.cat resizes the staged slice and the bucket's views read shifted "
-                                       "inputs (false write_position rows, no error)")
-def test_a_kept_batch_resized_in_place_is_refused_or_staged_as_a_fresh_one() -> None:
+def test_a_kept_batch_resized_in_place_is_staged_as_a_fresh_one() -> None:
     fresh, resized = make_world(), make_world()
     pad_eagerly(fresh.manager)
     pad_eagerly(resized.manager)
     _three_forwards(fresh, resize_in_place=False)
     assert fresh.events() == []  # nothing was corrupted
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            _three_forwards(resized, resize_in_place=True)
-    except (ValueError, RuntimeError) as err:  # a clear refusal is a fix too: it must name the batch
-        assert "batch" in str(err)
-        return
-    assert resized.events() == []  # today: write_position rows of slots 3 and 4 at every HEAD and TAIL endpoint
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _three_forwards(resized, resize_in_place=True)  # staged as a new batch: its checks, its own bucket
+    assert resized.events() == []  # before the fix: write_position rows of slots 3 and 4 at every HEAD and TAIL
     assert not [w for w in caught if "was resized" in str(w.message)]  # torch.cat resized the staged slice

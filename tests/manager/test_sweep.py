@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvcanary.consts import FailReason, RealKvHashMode
+from kvcanary.consts import CanaryMode, FailReason, RealKvHashMode
 from kvcanary.manager import CanaryCapacities, CanaryConfig, SweepEntries
 from kvcanary.manager.graphs import ForwardGraphs
 from tests.manager.world import Req, World, chain_entries, make_world
@@ -153,3 +153,67 @@ def test_the_sweep_runs_its_launches_through_the_graphs_when_they_are_on() -> No
     assert graphs.padded_eager == 5 and w.manager.sweep_passes == plain.manager.sweep_passes == 5
     assert w.manager.health.issued == plain.manager.health.issued
     assert make_world(sweep=1).manager.sweep_graphs is None  # a CPU pool: no graphs
+
+
+def test_a_failing_sweep_source_is_asked_at_due_steps_only_and_each_step_still_ends() -> None:
+    # the watchdog late: a sweep that never runs fails its check (SWEEP counters at zero), an error of its own
+    w = make_world(config=CanaryConfig(sweep_interval=3, real_kv_mode=RealKvHashMode.ALL, health_warmup_steps=50))
+    a = Req(1, list(range(100, 120)), list(range(1, 5)))
+    w.forward([(a, 0, 4)])
+    asked: list[int] = []
+    failing = [True]
+
+    def source() -> SweepEntries:
+        asked.append(w.manager.step)
+        if failing[0]:
+            raise RuntimeError("the radix walker failed")
+        return chain_entries([a])
+
+    w.manager.set_sweep_source(source)
+    raised = []
+    for _ in range(8):
+        try:
+            w.step()
+        except RuntimeError as err:
+            assert "radix walker failed" in str(err)
+            raised.append(w.manager.step - 1)  # the step it was raised at has ended
+    assert asked == raised == [0, 3, 6]  # the failed sweep counts as the due one: asked again when next due
+    assert w.manager.step == 8 and w.manager.sweep_passes == 0
+    failing[0] = False
+    for _ in range(2):
+        w.step()
+    assert asked == [0, 3, 6, 9] and w.manager.sweep_passes == 1 and w.manager.step == 10
+
+
+def test_sweep_entries_that_broke_their_rules_raise_after_the_step_ended() -> None:
+    w = make_world(sweep=1)
+    a = Req(1, list(range(100, 120)), list(range(1, 5)))
+    w.forward([(a, 0, 4)])
+    entries = chain_entries([a])
+    entries.positions.resize_(1)  # changed after construction: the sweep's own check refuses it
+    w.manager.set_sweep_source(lambda: entries)
+    with pytest.raises(ValueError, match=r"SweepEntries.positions must be 1-D int64 of length 4"):
+        w.step()
+    assert w.manager.step == 1 and w.manager.sweep_passes == 0
+
+
+def test_in_raise_mode_the_steps_own_error_wins_with_the_sweeps_as_its_context() -> None:
+    w = make_world(config=CanaryConfig(mode=CanaryMode.RAISE, sweep_interval=1, real_kv_mode=RealKvHashMode.ALL))
+    a = Req(1, list(range(100, 130)), list(range(1, 6)))
+    w.forward([(a, 0, 3)])
+    w.step()
+    walker = RuntimeError("the radix walker failed")
+
+    def failed() -> SweepEntries:
+        raise walker
+
+    w.manager.set_sweep_source(failed)
+    w.k[2, 0, 0] += 1.0  # read by the decode's verifies: the next step's end reports it
+    w.forward([(a, 3, 1)])
+    with pytest.raises(RuntimeError, match="radix walker failed"):
+        w.step()  # step 1: the decode's rows are in its copy, reported at step 2's end
+    w.forward([(a, 4, 1)])
+    with pytest.raises(RuntimeError) as info:
+        w.step()
+    assert info.value is not walker and "slot" in str(info.value) and info.value.__context__ is walker
+    assert w.manager.step == 3 and {e.violation.slot_idx for e in w.manager.events} == {2}
