@@ -2,10 +2,10 @@
 (where a transferred run starts in its request's chain) and ``entries(values, name, device, num_slots)`` (a
 run of slots or tokens a transfer names).
 
-A run is a host sequence of integers or a 1-D integer tensor; slots that are written or gathered must lie in
-``[1, num_slots)`` (slot 0 is the padding slot). Slots already on a device cost one read-back of their minimum
-and maximum, and only when ``num_slots`` is given (a transfer is a host event: its send or receive blocks
-anyway).
+A run is a host sequence of integers (each fits in int64) or a 1-D integer tensor; slots that are written or
+gathered must lie in ``[1, num_slots)`` (slot 0 is the padding slot) and be distinct (one request's positions).
+Slots already on a device are read back once, and only when ``num_slots`` is given (a transfer is a host event:
+its send or receive blocks anyway): :func:`kvcanary.distributed.slots.entries` checks the host copy.
 """
 
 import abc
@@ -99,6 +99,30 @@ def first_non_integer(values: Sequence[Any]) -> int:
     return -1
 
 
+INT64 = (-(2**63), 2**63 - 1)
+"""The range an entry must fit: runs become int64 tensors."""
+
+
+def first_outside_int64(values: Sequence[Any]) -> int:
+    """The index of the first integer entry of ``values`` outside int64, or -1 (run after the integer rule)."""
+    for i, v in enumerate(values):
+        if not INT64[0] <= operator.index(v) <= INT64[1]:
+            return i
+    return -1
+
+
+def first_repeat(values: Sequence[int] | torch.Tensor) -> int:
+    """The index of the first entry of ``values`` equal to an earlier one, or -1 (a tensor is read on the host:
+    :func:`~kvcanary.distributed.slots.entries` hands the contract a host copy of a device run)."""
+    seen: set[int] = set()
+    items = values.tolist() if isinstance(values, torch.Tensor) else [operator.index(v) for v in values]
+    for i, v in enumerate(items):
+        if v in seen:
+            return i
+        seen.add(v)
+    return -1
+
+
 def bounds(values: Sequence[int] | torch.Tensor) -> tuple[int, int]:
     """``(min, max)`` of a non-empty run (one read-back for a tensor on a device)."""
     if isinstance(values, torch.Tensor):
@@ -133,6 +157,10 @@ class EntriesContract(Contract):
                    "is_integer_dtype": _Helper(is_integer_dtype, "whether a dtype holds integers"),
                    "first_non_integer": _Helper(first_non_integer, "the index of the first entry that is no "
                                                 "integer (a bool is none), or -1"),
+                   "first_outside_int64": _Helper(first_outside_int64, "the index of the first entry outside "
+                                                  "int64, or -1"),
+                   "first_repeat": _Helper(first_repeat, "the index of the first entry equal to an earlier one, "
+                                           "or -1"),
                    "bounds": _Helper(bounds, "(min, max) of the run"),
                    "in_slot_range": _Helper(in_slot_range, "whether every slot lies in [1, num_slots)"),
                    "as_float_tensor": _Helper(as_float_tensor, "the run as a float32 tensor")},
@@ -155,6 +183,16 @@ class EntriesContract(Contract):
                 fix="Pass Python ints (or a 1-D integer tensor).",
                 breaks={"values": "[*values, 2.5]"}),
             Relation(
+                name="items_fit_int64", require="first_outside_int64(values) < 0",
+                when="not isinstance(values, Tensor)", over=("values",),
+                values={"setting": "name", "i": "first_outside_int64(values)",
+                        "got": "values[first_outside_int64(values)]"},
+                message="{setting}[{i}] must fit in int64 ([-2**63, 2**63)), got {got}",
+                why="A run becomes an int64 tensor (slot numbers and token ids are int64 on the device); a larger "
+                    "integer has no such value.",
+                fix="Pass the real slot numbers or token ids (a value this large is a caller's bug).",
+                breaks={"values": "[*values, 2**70]"}),
+            Relation(
                 name="slots_in_range", require="in_slot_range(values, num_slots)", when="num_slots is not None",
                 over=("values", "num_slots"),
                 values={"setting": "name", "lo": "bounds(values)[0]", "hi": "bounds(values)[1]"},
@@ -164,6 +202,17 @@ class EntriesContract(Contract):
                     "entries at, and a slot past the buffer is out of bounds.",
                 fix="Pass the request's slots (from its block table), each in [1, num_slots).",
                 breaks={"values": "[0, *values]"}),
+            Relation(
+                name="slots_distinct", require="first_repeat(values) < 0", when="num_slots is not None",
+                over=("values", "num_slots"),
+                values={"setting": "name", "i": "first_repeat(values)",
+                        "slot": "int(values[first_repeat(values)])"},
+                message="{setting} must hold distinct slots: {setting}[{i}] repeats slot {slot}",
+                why="A run holds one request's positions, each in its own slot: a repeated slot would write two "
+                    "positions' KV and records to one place (the later wins; on CUDA index_copy_ with repeated "
+                    "indices is undefined), and the verify would then blame the transport.",
+                fix="Pass the request's slots from its block table, one per transferred position.",
+                breaks={"values": "[*values, values[0]]"}),
         ),
     )
 

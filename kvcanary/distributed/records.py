@@ -57,6 +57,12 @@ def unpack_records(manager: CanaryManager, packed: torch.Tensor, slots: Entries)
     if tuple(packed.shape) != want:
         raise ValueError(f"kv-canary: packed has shape {tuple(packed.shape)}, expected {want} "
                          "(num_buffers, len(slots), 32): a partial or mismatched records message")
+    write_records(manager, packed, idx)
+
+
+def write_records(manager: CanaryManager, packed: torch.Tensor, idx: torch.Tensor) -> None:
+    """The write of :func:`unpack_records`, for a caller that has checked ``packed`` and the slot index
+    ``idx`` (int64, in range, distinct) itself: no check, no read-back."""
     src = packed.to(manager.device, non_blocking=True)
     for i, (_, buf) in enumerate(record_buffers(manager)):
-        buf.index_copy_(0, idx, src[i])
+        buf.index_copy_(0, idx.to(manager.device), src[i])

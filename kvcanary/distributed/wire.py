@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 
 from kvcanary.constructors.transfer import check_wire
-from kvcanary.distributed.records import pack_records, packed_shape, unpack_records
-from kvcanary.distributed.slots import Entries, entries, slot_index
+from kvcanary.consts import CANARY_SLOT_BYTES
+from kvcanary.distributed.records import pack_records, packed_shape, write_records
+from kvcanary.distributed.slots import Entries, checked_run, entries, slot_index
 from kvcanary.distributed.verify import TransferStart, TransferVerifier
 from kvcanary.manager import CanaryManager
 
@@ -28,11 +29,22 @@ HEADER_FIELDS = 4
 
 
 def _check_layers(layers: Sequence[torch.Tensor]) -> None:
+    """``layers`` is a list of KV buffers: tensors of ``[num_slots, ...]`` rows, contiguous, on one device
+    (types first, then shapes: nothing is read from an entry that is not such a tensor)."""
+    if isinstance(layers, torch.Tensor) or not isinstance(layers, Sequence):
+        raise TypeError(f"kv-canary: layers must be a list of KV buffer tensors (one per layer, K and V), got "
+                        f"{type(layers).__name__}")
     if not layers:
         raise ValueError("kv-canary: layers must name at least one KV buffer")
+    for i, t in enumerate(layers):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"kv-canary: layers[{i}] must be a tensor, got {type(t).__name__}")
+        if t.ndim < 1:
+            raise ValueError(f"kv-canary: layers[{i}] must be a [num_slots, ...] tensor (at least 1-D), got a "
+                             f"{t.ndim}-D tensor")
     n = int(layers[0].shape[0])
     for i, t in enumerate(layers):
-        if t.ndim < 1 or int(t.shape[0]) != n or not t.is_contiguous() or t.device != layers[0].device:
+        if int(t.shape[0]) != n or not t.is_contiguous() or t.device != layers[0].device:
             raise ValueError(f"kv-canary: layers[{i}] must be a contiguous [num_slots={n}, ...] tensor on "
                              f"{layers[0].device}, got shape {tuple(t.shape)} on {t.device}")
 
@@ -105,6 +117,26 @@ def make_message(manager: CanaryManager | None, layers: Sequence[torch.Tensor], 
     return TransferMessage(kv, pack_records(manager, slots))
 
 
+def check_message(msg: TransferMessage, name: str = "msg") -> None:
+    """``msg`` is a :class:`TransferMessage` whose parts agree: ``kv`` a ``uint8 [n, bytes]`` tensor,
+    ``records`` a ``uint8 [buffers, n, 32]`` tensor of the same ``n`` slots (TypeError for a wrong type,
+    ValueError for a wrong dtype or shape)."""
+    if not isinstance(msg, TransferMessage):
+        raise TypeError(f"kv-canary: {name} must be a TransferMessage (from make_message or Wire.recv), got "
+                        f"{type(msg).__name__}")
+    for part in ("kv", "records"):
+        if not isinstance(getattr(msg, part), torch.Tensor):
+            raise TypeError(f"kv-canary: {name}.{part} must be a uint8 tensor, got {type(getattr(msg, part)).__name__}")
+    kv, rec = msg.kv, msg.records
+    if kv.dtype != torch.uint8 or kv.ndim != 2:
+        raise ValueError(f"kv-canary: {name}.kv must be a 2-D uint8 tensor [slots, KV bytes per slot] (the KV "
+                         f"payload pack_kv returns), got {kv.dtype} of shape {tuple(kv.shape)}")
+    n = int(kv.shape[0])
+    if rec.dtype != torch.uint8 or rec.ndim != 3 or int(rec.shape[1]) != n or int(rec.shape[2]) != CANARY_SLOT_BYTES:
+        raise ValueError(f"kv-canary: {name}.records must be a uint8 tensor [buffers, {n}, {CANARY_SLOT_BYTES}] (the "
+                         f"records of the KV's {n} slots), got {rec.dtype} of shape {tuple(rec.shape)}")
+
+
 class Wire:
     """Point-to-point transport of :class:`TransferMessage` for ``backend`` ('gloo' or 'nccl') and the
     device the KV lives on; gloo with CUDA tensors stages through the host."""
@@ -120,7 +152,9 @@ class Wire:
         return dist.get_global_rank(self.group, rank) if self.group is not None else rank
 
     def send(self, msg: TransferMessage, dst: int) -> None:
-        """Send ``msg`` to rank ``dst`` (blocking until the transport has it)."""
+        """Send ``msg`` to rank ``dst`` (blocking until the transport has it); a message whose parts disagree
+        (:func:`check_message`) raises before anything is sent."""
+        check_message(msg)
         n, w = (int(x) for x in msg.kv.shape)
         header = torch.tensor([MAGIC, n, w, int(msg.records.shape[0])], dtype=torch.int64, device=self.wire_device)
         peer = self._peer(dst)
@@ -163,33 +197,35 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     """Receiver side: write ``msg``'s KV and records at ``slots`` (the receiver's; a shorter message fills
     a prefix of them), then verify every expected slot before first use. Everything is checked before the
     first write: slots (integers in ``[1, num_slots)``), a message with more slots than expected, KV or
-    records of another layout, the chain start and the tokens raise ValueError and write nothing."""
+    records of another layout, the chain start and the tokens raise (TypeError for a wrong type, ValueError
+    otherwise) and write nothing, with or without a verifier and for an empty run too."""
+    check_message(msg)
     n = msg.num_slots
     _check_layers(layers)
     num_slots = int(layers[0].shape[0])
     if manager is not None:
         num_slots = min(num_slots, manager.groups[0].num_slots)
-    idx = slot_index(slots, "slots", num_slots, layers[0].device)
+    idx, host = checked_run(slots, "slots", layers[0].device, num_slots)
     want = int(idx.shape[0])
+    TransferStart(first_position=first_position, prev_slot=prev_slot)
+    if host is not None and prev_slot in host:
+        raise ValueError(f"kv-canary: prev_slot ({prev_slot}, the slot of position {first_position - 1}) must not "
+                         f"be one of slots (slots[{host.index(prev_slot)}]): the run would overwrite its own "
+                         "predecessor")
+    tok = None if tokens is None else entries(tokens, "tokens", layers[0].device if verifier is None
+                                              else verifier.manager.device)
+    if tok is not None and int(tok.shape[0]) != want:
+        raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {want}")
     if n > want:
         raise ValueError(f"kv-canary: transfer message carries {n} slots, the receiver expects at most {want}")
     widths = _kv_widths(layers, n, msg.kv)
-    if manager is not None:
-        if not isinstance(msg.records, torch.Tensor) or msg.records.dtype != torch.uint8:
-            raise ValueError("kv-canary: records payload must be the uint8 tensor pack_records returned")
-        if tuple(msg.records.shape) != packed_shape(manager, n):
-            raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
-                             f"{packed_shape(manager, n)}")
-    tok = None
-    if verifier is not None and want:
-        TransferStart(first_position=first_position, prev_slot=prev_slot)
-        tok = None if tokens is None else entries(tokens, "tokens", verifier.manager.device)
-        if tok is not None and int(tok.shape[0]) != want:
-            raise ValueError(f"kv-canary: tokens has {int(tok.shape[0])} entries, slots has {want}")
+    if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
+        raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
+                         f"{packed_shape(manager, n)}")
     # every check passed: write
     _write_kv(layers, idx[:n], msg.kv, widths)
     if manager is not None:
-        unpack_records(manager, msg.records, idx[:n])
+        write_records(manager, msg.records, idx[:n])
     if verifier is not None and want:
         verifier.verify(idx, first_position=first_position, prev_slot=prev_slot, tokens=tok)
     return ReceivedTransfer(n, want)

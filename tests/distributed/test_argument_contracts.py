@@ -92,6 +92,13 @@ def test_good_chain_starts_pass() -> None:
      "kv-canary: slots must hold slots in [1, 8) (slot 0 is the padding slot), got values in [0, 3]"),
     (torch.tensor([5, 8], dtype=torch.int32), "slots", 8, "slots_in_range",
      "kv-canary: slots must hold slots in [1, 8) (slot 0 is the padding slot), got values in [5, 8]"),
+    ([5, 2**70], "tokens", None, "items_fit_int64", f"kv-canary: tokens[1] must fit in int64 ([-2**63, 2**63)), "
+                                                    f"got {2**70}"),
+    ([-(2**63) - 1], "slots", 8, "items_fit_int64", f"kv-canary: slots[0] must fit in int64 ([-2**63, 2**63)), "
+                                                    f"got {-(2**63) - 1}"),
+    ([3, 4, 3], "slots", 8, "slots_distinct", "kv-canary: slots must hold distinct slots: slots[2] repeats slot 3"),
+    (torch.tensor([6, 2, 2], dtype=torch.int32), "slots", 8, "slots_distinct",
+     "kv-canary: slots must hold distinct slots: slots[2] repeats slot 2"),
 ])
 def test_each_run_rule_fires_with_its_code(values: object, name: str, num_slots: int | None, slug: str,
                                            text: str) -> None:
@@ -106,6 +113,7 @@ def test_good_runs_become_int64_on_the_device() -> None:
         assert out.dtype == torch.int64 and out.tolist() == [1, 7]
     assert entries([], "tokens", CPU).tolist() == []
     assert entries([0, -5], "tokens", CPU).tolist() == [0, -5]  # tokens have no slot range
+    assert entries([4, 4, 2**63 - 1, -(2**63)], "tokens", CPU).tolist() == [4, 4, 2**63 - 1, -(2**63)]  # nor distinct
 
 
 def test_the_verifier_capacity_is_its_plans_verify_capacity() -> None:

@@ -113,7 +113,7 @@ def test_bad_messages_raise_and_write_nothing() -> None:
         ({"slots": [0, *dst_slots[1:]]}, r"slots must hold slots in \[1, 64\)"),
         ({"slots": [*dst_slots[:-1], 64]}, r"slots must hold slots in \[1, 64\)"),
         ({"slots": torch.tensor(dst_slots, dtype=torch.float32)}, "slots must be a 1-D integer tensor"),
-        ({"msg": TransferMessage(msg.kv, msg.records.view(torch.int8))}, "records payload must be the uint8"),
+        ({"msg": TransferMessage(msg.kv, msg.records.view(torch.int8))}, r"msg\.records must be a uint8 tensor"),
         ({"msg": TransferMessage(msg.kv[:, :-1], msg.records)}, "KV payload has shape"),
     ]
     for change, error in late:

@@ -12,6 +12,7 @@ import torch
 
 from kvcanary.consts import FailReason
 from kvcanary.distributed import (
+    ReceivedTransfer,
     TransferMessage,
     TransferVerifier,
     Wire,
@@ -59,8 +60,6 @@ def test_a_transfer_of_zero_slots_packs_to_an_empty_message() -> None:
     unpack_kv([empty], [], torch.zeros(0, 16, dtype=torch.uint8))
 
 
-@pytest.mark.xfail(strict=True, reason="rG: a written run with a repeated slot is accepted, written, then "
-                                       "reported as transfer corruption (index_copy_ with duplicates)")
 def test_a_receiver_run_that_repeats_a_slot_raises_and_writes_nothing() -> None:
     src, req = _prefilled()
     dst = make_world()
@@ -76,7 +75,6 @@ def test_a_receiver_run_that_repeats_a_slot_raises_and_writes_nothing() -> None:
     assert _unchanged(dst, before)
 
 
-@pytest.mark.xfail(strict=True, reason="rG: a suffix run that overwrites its own predecessor slot is accepted")
 def test_a_suffix_run_that_names_its_predecessor_among_its_slots_raises() -> None:
     src, req = _prefilled()
     dst = make_world()
@@ -88,8 +86,6 @@ def test_a_suffix_run_that_names_its_predecessor_among_its_slots_raises() -> Non
     assert _unchanged(dst, before)
 
 
-@pytest.mark.xfail(strict=True, reason="rG: layers given as one tensor, with a None or a 0-d entry crash deep "
-                                       "(RuntimeError/AttributeError/IndexError in _check_layers)")
 @pytest.mark.parametrize("bad", ["one tensor", "a None", "a 0-d tensor"])
 def test_layers_that_are_not_a_list_of_buffers_raise_naming_layers(bad: str) -> None:
     w, req = _prefilled()
@@ -98,7 +94,6 @@ def test_layers_that_are_not_a_list_of_buffers_raise_naming_layers(bad: str) -> 
         pack_kv(layers, req.slots[:2])
 
 
-@pytest.mark.xfail(strict=True, reason="rG: accept_transfer reads msg.num_slots before checking msg (AttributeError)")
 @pytest.mark.parametrize("bad", ["None", "kv a list"])
 def test_accept_transfer_refuses_what_is_not_a_message(bad: str) -> None:
     dst = make_world()
@@ -110,8 +105,6 @@ def test_accept_transfer_refuses_what_is_not_a_message(bad: str) -> None:
     assert _unchanged(dst, before)
 
 
-@pytest.mark.xfail(strict=True, reason="rG: Wire.send puts a header on the wire for records that do not match the "
-                                       "KV; the receiver reads a stream out of step")
 @pytest.mark.parametrize("bad", ["records of other slots", "records not uint8", "kv not uint8"])
 def test_wire_send_refuses_a_message_whose_parts_disagree(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
     src, req = _prefilled()
@@ -126,15 +119,11 @@ def test_wire_send_refuses_a_message_whose_parts_disagree(bad: str, monkeypatch:
     assert sent == []  # nothing reached the transport
 
 
-@pytest.mark.xfail(strict=True, reason="rG: a token past int64 raises torch's 'Overflow when unpacking long long', "
-                                       "no contract names tokens (TransferStart has its fit-in-int64 rules)")
 def test_a_token_past_int64_is_refused_by_the_contract_naming_tokens() -> None:
     with pytest.raises(ContractError, match="tokens"):
         entries([5, 2**70], "tokens", CPU)
 
 
-@pytest.mark.xfail(strict=True, reason="rG: accept_transfer checks the chain start and tokens only with a verifier "
-                                       "and a non-empty run; docs/distributed.md says it always does")
 @pytest.mark.parametrize("case", ["no verifier", "empty run"])
 def test_accept_transfer_checks_the_chain_start_and_tokens_on_every_call(case: str) -> None:
     dst = make_world()
@@ -168,3 +157,45 @@ def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
                     slots, tokens=req.tokens[:n])
     got = events(dst.manager)
     assert got and {(s, b) for _, s, b in got} == {(slots[row], REAL_KV)}
+
+
+# -- the fixes' own cases: each refused call leaves the receiver untouched ------------------------------------------
+@pytest.mark.parametrize("case", ["first_position", "tokens not integers", "tokens too short", "token past int64",
+                                  "repeat as a tensor", "prev_slot in slots", "records of other slots",
+                                  "msg not a message", "layers one tensor"])
+def test_a_refused_transfer_leaves_the_receiver_untouched(case: str) -> None:
+    """A real two-slot message, no verifier: each rule fires before the first write (a write would show)."""
+    src, req = _prefilled()
+    dst = make_world()
+    msg = make_message(src.manager, [src.k, src.v], req.slots[:2])
+    call: dict[str, Any] = {"msg": msg, "slots": [10, 11], "layers": [dst.k, dst.v]}
+    changes: dict[str, dict[str, Any]] = {"first_position": {"first_position": -3},
+        "tokens not integers": {"tokens": [1, 2.0]},
+        "tokens too short": {"tokens": [1]},
+        "token past int64": {"tokens": [1, -(2**64)]},
+        "repeat as a tensor": {"slots": torch.tensor([11, 11], dtype=torch.int32)},
+        "prev_slot in slots": {"slots": [10, 11], "first_position": 2, "prev_slot": 11},
+        "records of other slots": {"msg": TransferMessage(msg.kv, msg.records[:, :1])},
+        "msg not a message": {"msg": (msg.kv, msg.records)},
+        "layers one tensor": {"layers": dst.k}}
+    call.update(changes[case])
+    name = {"first_position": "first_position", "prev_slot in slots": "prev_slot", "msg not a message": "msg",
+            "records of other slots": "msg.records", "layers one tensor": "layers",
+            "repeat as a tensor": "slots"}.get(case, "tokens")
+    before = _snapshot(dst)
+    with pytest.raises((TypeError, ValueError), match=name):
+        accept_transfer(dst.manager, None, call.pop("layers"), call.pop("msg"), call.pop("slots"), **call)
+    assert _unchanged(dst, before)
+    got = accept_transfer(dst.manager, None, [dst.k, dst.v], msg, [10, 11], tokens=req.tokens[:2])
+    assert got == ReceivedTransfer(2, 2) and not _unchanged(dst, before)  # the same call, corrected, writes
+
+
+def test_a_good_message_goes_out_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message check passes what make_message builds, with records or without (manager None)."""
+    src, req = _prefilled()
+    sent: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.distributed, "send", lambda t, *_, **__: sent.append(t))
+    wire = Wire(backend="gloo", device=CPU)
+    wire.send(make_message(src.manager, [src.k, src.v], req.slots), dst=1)
+    wire.send(make_message(None, [src.k, src.v], req.slots), dst=1)
+    assert [tuple(t.shape) for t in sent] == [(4,), (6, 128), (4, 6, 32), (4,), (6, 128)]
