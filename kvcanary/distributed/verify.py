@@ -3,9 +3,12 @@
 After :func:`~kvcanary.distributed.records.unpack_records` and the KV copy, :class:`TransferVerifier`
 verifies every transferred slot on the manager's own HEAD and TAIL endpoints of the FULL group: chain link
 (from the receiver's predecessor slot), position, token (when the receiver knows the request's tokens) and,
-on the TAIL buffers, the real-KV fingerprint of the bytes that actually arrived. Violations land in the
-manager's ring like any other (tagged HEAD_*/TAIL_*_FULL) and are reported by its pump; nothing here reads
-a device value on the host. Eager only (a transfer is a host event, never inside a captured graph).
+on the TAIL buffers, the real-KV fingerprint of the bytes that actually arrived. With layer rotation it also
+verifies the range on every rotation set of the FULL group (each set fingerprints its own layers' bytes), so a
+byte flipped in transit in any listed layer is reported before first use, not when that set's turn comes.
+Violations land in the manager's ring like any other (tagged HEAD_*/TAIL_*_FULL; a rotation set's rows carry
+the group's TAIL_K tag) and are reported by its pump; nothing here reads a device value on the host. Eager only
+(a transfer is a host event, never inside a captured graph).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 from kvcanary.constructors.transfer import validate_transfer_start
 from kvcanary.consts import PoolKind
+from kvcanary.context import VerifyOrWriteContext
 from kvcanary.distributed.slots import Entries, entries
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager import CanaryManager, Phase
@@ -55,6 +59,11 @@ class TransferVerifier:
         self.capacity = capacity
         self.endpoints = [e for e in manager.endpoints
                           if e.kind is PoolKind.FULL and e.phase in (Phase.HEAD, Phase.TAIL)]
+        self.rotation_sets: list[VerifyOrWriteContext] = [
+            s.context for g, rot in zip(manager.groups, manager.rotations, strict=True)
+            if rot is not None and g.kind is PoolKind.FULL for s in rot.sets]
+        """The FULL group's layer-rotation sets (none without rotation): each verifies the whole range, real-KV
+        fingerprints of its own layers included (the rotation's per-forward turn does not apply here)."""
         self.verified = 0
 
     def verify(self, slots: Entries, *, first_position: int = 0, prev_slot: int = -1,
@@ -96,4 +105,7 @@ class TransferVerifier:
         self.manager.state_launched()
         for ep in self.endpoints:
             launch_canary_verify_kernel(context=ep.context, plan=p, check_verify_expected_token=tok is not None,
+                                        backend=self.manager.config.backend)
+        for ctx in self.rotation_sets:  # as the rotation's own TAIL verify: no token check (HEAD/TAIL's do it)
+            launch_canary_verify_kernel(context=ctx, plan=p, check_verify_expected_token=False,
                                         backend=self.manager.config.backend)

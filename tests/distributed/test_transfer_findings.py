@@ -136,8 +136,6 @@ def test_accept_transfer_checks_the_chain_start_and_tokens_on_every_call(case: s
         accept_transfer(dst.manager, ver, [dst.k, dst.v], empty, slots, tokens=[1.5, 2.5])  # type: ignore[list-item]
 
 
-@pytest.mark.xfail(strict=True, reason="rG: the rotation sets' records travel (full.rotation*) but TransferVerifier "
-                                       "verifies HEAD/TAIL only: a flip in layer >= 1 (K1, V1, ...) is first seen after first use")
 def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
     rng = random.Random()
     src = layered_world(3, 1)  # 6 layer buffers, one per forward: 6 rotation sets
@@ -157,6 +155,26 @@ def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
                     slots, tokens=req.tokens[:n])
     got = events(dst.manager)
     assert got and {(s, b) for _, s, b in got} == {(slots[row], REAL_KV)}
+
+
+def test_a_clean_transfer_with_rotation_verifies_every_set_and_reports_nothing() -> None:
+    """The rotation sets' verifies run on the transferred range (their counters move) and, the bytes intact,
+    report nothing: each set's records fingerprint its own layers as they arrived."""
+    rng = random.Random()
+    src = layered_world(3, 1)
+    n = 6
+    req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
+    src.forward([(req, 0, n)])
+    src.step()
+    msg = make_message(src.manager, list(src.layers), req.slots)
+    dst = layered_world(3, 1)
+    ver = TransferVerifier(dst.manager, 4)  # two chunks of the run
+    rot = dst.manager.rotations[0]
+    assert rot is not None and len(ver.rotation_sets) == rot.num_sets == 6
+    before = [int(s.context.kernel_run_counter.item()) for s in rot.sets]
+    accept_transfer(dst.manager, ver, list(dst.layers), msg, list(range(40, 40 + n)), tokens=req.tokens[:n])
+    assert events(dst.manager) == []
+    assert [int(s.context.kernel_run_counter.item()) - b for s, b in zip(rot.sets, before, strict=True)] == [2] * 6
 
 
 # -- the fixes' own cases: each refused call leaves the receiver untouched ------------------------------------------
