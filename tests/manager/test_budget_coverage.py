@@ -19,14 +19,15 @@ def _t(x: list[int]) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.int64)
 
 
-@pytest.mark.xfail(strict=True, reason="rH: the SWA cursor indexes a window that slides, skipping entries")
-def test_a_sliding_window_request_has_every_older_entry_verified_within_the_period() -> None:
-    """One request decoding (E = 1) past an SWA window of 37: 35 older entries, stride 6. The docs promise each
-    is verified within ``ceil(35 / (6 - 1)) + 1 = 8`` steps; the window's start moves E entries a step while the
-    cursor counts plan indices, so the kept window jumps ``stride + E`` positions, and with ``M % (stride + E)
-    == 0`` the same positions are skipped on every pass: some leave the window never verified."""
-    window, newest, steps, prefill = 37, 2, 60, 60
-    budget = VerifyBudget(max_entries=8, newest_per_request=newest)
+@pytest.mark.parametrize(("window", "max_entries", "want_period"), [(37, 8, 8), (40, 8, 9), (64, 10, 10)])
+def test_a_sliding_window_request_has_every_older_entry_verified_within_the_period(
+        window: int, max_entries: int, want_period: int) -> None:
+    """One request decoding (E = 1) past an SWA window (37: 35 older entries, stride 6). The docs promise each
+    is verified within ``ceil(35 / (6 - 1)) + 1 = 8`` steps. The window's start moves E entries a step; a cursor
+    that counted plan indices would jump ``stride + E`` positions, and with ``M % (stride + E) == 0`` skip the
+    same positions on every pass (entries leaving the window never verified): the cursor is a token position."""
+    newest, steps, prefill = 2, 60, 80
+    budget = VerifyBudget(max_entries=max_entries, newest_per_request=newest)
     length = prefill + steps + 1
     r2t = (torch.arange(length, dtype=torch.int32) + 1).reshape(1, length).repeat(2, 1)  # row 0: padding
     lut = torch.arange(length + 2, dtype=torch.int64)  # full -> SWA: identity
@@ -34,7 +35,7 @@ def test_a_sliding_window_request_has_every_older_entry_verified_within_the_peri
     wp = WritePlan.allocate(write_req_capacity=1, device="cpu")
     flt = BudgetFilter(budget, num_rows=2, device=torch.device("cpu"))
     period = budget.period(batch_size=1, max_verify_len=window, slide=1)
-    assert period == 8
+    assert period == want_period
     unverified: dict[int, int] = {}  # slot -> consecutive steps it was live and not verified
     worst = 0
     for step in range(steps):
