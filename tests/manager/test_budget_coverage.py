@@ -11,7 +11,7 @@ from kvcanary.manager import VerifyBudget
 from kvcanary.manager.budget import BudgetFilter
 from kvcanary.manager.rotation import rotation_sets
 from kvcanary.plans import VerifyPlan, WritePlan
-from tests.manager.test_rotation import layered_world
+from tests.manager.test_rotation import LayeredWorld, layered_world
 from tests.manager.world import Req
 
 
@@ -53,34 +53,60 @@ def test_a_sliding_window_request_has_every_older_entry_verified_within_the_peri
     assert worst < period, f"an older entry went {worst} steps unverified; the period is {period}"
 
 
-@pytest.mark.xfail(strict=True, reason="rH: a request absent at its rounds' last forward never moves its cursor")
-def test_with_rotation_a_request_in_every_other_forward_still_gets_its_window_moved() -> None:
-    """Two rotation sets and a budget of stride 6; request A decodes in every other forward (an engine that
-    alternates A's decode with B's, as chunked prefill beside decode does). The cursors move only in a round's
-    last forward (``LayerRotation.round_ends``, a global counter): A is never in one, so its window stays at
-    its first 6 older entries. A flip of layer 0's K (read by every TAIL verify) in A's ninth slot is never
-    reported, while alone A reports it within its second forward; the docs promise G periods."""
+def _flip_k0(w: LayeredWorld, slot: int) -> None:
+    """Flip a bit of layer 0's K (read by every TAIL verify, whichever rotation set) in ``slot``."""
+    w.k[slot].view(torch.uint8).reshape(-1)[0] ^= 0x10
+
+
+def test_with_rotation_a_request_in_every_forward_of_its_rounds_is_covered_within_g_periods() -> None:
+    """The condition docs/budget.md (Limits) states for layer rotation: two rotation sets and a budget of
+    stride 6 at two requests; A and B decode in every forward, so A is present at each round's end. A flip of
+    layer 0's K in A's ninth slot (outside A's first window) is reported within ``G`` periods."""
+    budget = VerifyBudget(max_entries=16, newest_per_request=2)
+    w = layered_world(2, 2, budget=budget)
+    a = Req(1, list(range(100, 140)), list(range(1, 13)))
+    b = Req(2, list(range(200, 240)), list(range(32, 37)))
+    w.forward([(a, 0, 12), (b, 0, 5)])
+    w.step()
+    _flip_k0(w, a.slots[8])
+    steps = 18
+    bound = rotation_sets(4, 2) * budget.period(batch_size=2, max_verify_len=12 + steps)
+    assert bound == 12
+    caught = None
+    for n in range(steps):
+        a.slots.append(13 + n)
+        b.slots.append(37 + n)
+        w.forward([(a, 12 + n, 1), (b, 5 + n, 1)])
+        w.step()
+        if caught is None and any(slot == a.slots[8] for _, slot, _ in w.events()):
+            caught = n + 1
+    assert caught is not None and caught <= bound, (caught, bound)
+
+
+def test_with_rotation_a_request_never_at_a_rounds_end_keeps_its_window() -> None:
+    """What docs/budget.md (Limits) says happens otherwise: two rotation sets, request A decodes in every other
+    forward (an engine alternating A's decode with B's), so B's forward always ends the round (the rounds are
+    counted once for all requests). A's cursor never moves: its window stays at its first 6 older entries, and
+    a flip of layer 0's K in A's ninth slot is not reported, while B's cursor moves every round."""
     budget = VerifyBudget(max_entries=8, newest_per_request=2)
     w = layered_world(2, 2, budget=budget)
+    cursor = w.manager._forwards[0].budgets[0].cursor
     a = Req(1, list(range(100, 140)), list(range(1, 13)))
     b = Req(2, list(range(200, 240)), list(range(32, 37)))
     w.forward([(a, 0, 12)])
     w.step()
     w.forward([(b, 0, 5)])
     w.step()
-    victim = a.slots[8]
-    w.k[victim].view(torch.uint8).reshape(-1)[0] ^= 0x10
-    steps = 18
-    bound = rotation_sets(4, 2) * budget.period(batch_size=1, max_verify_len=12 + steps)
-    assert bound == 12
-    caught = None
-    for n in range(steps):
+    _flip_k0(w, a.slots[8])
+    held, b_seen = int(cursor[1]), {int(cursor[2])}
+    for n in range(18):
         a.slots.append(13 + n)
         w.forward([(a, 12 + n, 1)])
         w.step()
         b.slots.append(37 + n)
         w.forward([(b, 5 + n, 1)])
         w.step()
-        if caught is None and any(slot == victim for _, slot, _ in w.events()):
-            caught = n + 1
-    assert caught is not None and caught <= bound, (caught, bound)
+        assert int(cursor[1]) == held, n
+        b_seen.add(int(cursor[2]))
+    assert len(b_seen) > 1
+    assert all(slot != a.slots[8] for _, slot, _ in w.events())
