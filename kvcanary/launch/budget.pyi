@@ -6,7 +6,8 @@ from torch import Tensor
 def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scratch: Tensor, verify_slot_indices: Tensor, verify_expected_tokens: Tensor, verify_expected_positions: Tensor, verify_prev_slot_indices: Tensor, verify_num_valid: Tensor, verify_enable: Tensor, cursor: Tensor, advance: Tensor, out_verify_slot_indices: Tensor, out_verify_expected_tokens: Tensor, out_verify_expected_positions: Tensor, out_verify_prev_slot_indices: Tensor, out_verify_num_valid: Tensor, out_verify_enable: Tensor, newest_per_request: int, stride: int, skipped_verifies: Tensor | None = None, backend: str | None = None) -> None:
     """Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors of the requests with entries by ``advance * stride``. Given a
+    and enable, then advance the cursors (token positions) of the requests with entries by ``advance *
+    verify_enable * stride``. Given a
     ``skipped_verifies`` counter (int64, shape (1,), on the plan's device), add ``1 - verify_enable`` to it:
     one overflow counted per launch whose full plan overflowed, empty batch included. No host read:
     capturable.
@@ -30,9 +31,9 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
             Checks: KVC-U029, KVC-U030, KVC-U031, KVC-U032, KVC-U089.
         verify_enable: The full plan's enable (0: it overflowed).
             Checks: KVC-U033, KVC-U034, KVC-U035, KVC-U036, KVC-U090.
-        cursor: Per request row: where its window of older entries starts; advanced in place by requests with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).
+        cursor: Per request row: the token position where its window of older entries starts (taken modulo the older entries, from the request's first entry's position); advanced in place by requests with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).
             Checks: KVC-U037, KVC-U038, KVC-U039, KVC-U040, KVC-U091, KVC-U099.
-        advance: 1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).
+        advance: 1: the cursors move by stride this step (if verify_enable is 1: an overflowed plan moves none); 0: they stay (layer rotation between rounds).
             Checks: KVC-U041, KVC-U042, KVC-U043, KVC-U044, KVC-U092.
         out_verify_slot_indices: Receives the kept entries' slots (entries past the count are left undefined).
             Checks: KVC-U045, KVC-U046, KVC-U047, KVC-U048, KVC-U093.

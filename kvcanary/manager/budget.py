@@ -7,8 +7,9 @@ launches of the step share. Each request keeps:
 
 - its newest ``newest_per_request`` entries, every step (the tokens attention has just started to read,
   and the write chain's seed);
-- a window of ``stride`` further entries from a cursor kept per request row, advanced by ``stride`` every
-  step and wrapping over the request's older entries.
+- a window of ``stride`` further entries from a cursor kept per request row (a token position, so a sliding
+  window's dropped entries never shift it), advanced by ``stride`` every step (none when the full plan
+  overflowed) and wrapping over the request's older entries.
 
 So a request whose older entries number at most ``M`` has each of them verified at least once every
 ``ceil(M / stride) + 1`` steps (:meth:`VerifyBudget.period`); sliding-window requests, whose entries shift by
@@ -16,7 +17,8 @@ their extend length ``E`` per step, every ``ceil(M / (stride - E)) + 1`` steps. 
 :meth:`VerifyBudget.entries_bound` entries, more than ``max_entries`` when the batch is too large for
 ``newest + 1`` entries per request within it; the filter has room for that at every batch size the engine
 declared, so no request is ever cut off. With layer rotation over ``G`` sets, the cursors move once every
-``G`` forwards (each window is read against every set), so the period is ``G`` times as long.
+``G`` forwards (each window is read against every set), so the period is ``G`` times as long, for a request
+present in every forward of its rounds (the rounds are counted for all requests at once; docs/budget.md, Limits).
 """
 
 from __future__ import annotations

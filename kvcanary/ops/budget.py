@@ -4,9 +4,14 @@ From a full verify plan (built by the plan kernels, with its per-request offsets
 plan a :class:`~kvcanary.manager.budget.VerifyBudget` verifies this step, and moves the budget's per-row
 cursors, in one launch: its work is proportional to the batch and to the entries it keeps, never to the full
 plan's. Request ``b`` of ``count`` entries ``[scratch[b], scratch[b + 1])``, ``M = max(count - newest, 0)``
-older ones, keeps its ``newest`` last entries and the older ``j`` with ``(j - cursor) mod max(M, 1) < stride``,
-in plan order; the cursor of its row then becomes ``(cursor + advance * stride) mod max(M, 1)``, unless the
-request has no entries (a padding row, a first chunk): then its row's cursor stays as it is. Given a
+older ones, keeps its ``newest`` last entries and the older ``j`` with ``(j - first) mod max(M, 1) < stride``,
+in plan order. The cursor is a token position: ``first = (cursor - base) mod max(M, 1)``, where ``base`` is
+the position of the request's first entry (``verify_expected_positions[scratch[b]]``, read on the device; 0
+when that entry lies past the plan's count), so a sliding window that drops entries from its front leaves the
+cursor on the same token (full attention's ``base`` is 0: the cursor is an index). The cursor of its row then
+becomes ``base + (first + advance * verify_enable * stride) mod max(M, 1)`` (an overflowed plan moves no
+window), unless the request has no entries (a padding row, a first chunk): then its row's cursor stays as it
+is. Given a
 ``skipped_verifies`` counter, the launch also adds ``1 - verify_enable`` to it (one thread): the full plan's
 overflow count, taken where the filter reads the enable anyway rather than by two more launches.
 """
@@ -95,11 +100,13 @@ class VerifyBudgetLaunch(Contract):
     verify_enable: Annotated[torch.Tensor, TensorArg(dtype=_I32, shape=(1,))] = Field(
         description="The full plan's enable (0: it overflowed).")
     cursor: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("num_rows",))] = Field(
-        description="Per request row: where its window of older entries starts; advanced in place by requests "
-        "with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine "
+        description="Per request row: the token position where its window of older entries starts (taken modulo "
+        "the older entries, from the request's first entry's position); advanced in place by requests with entries "
+        "(padding rows, of none, never move it). A row named by two requests with entries (an engine "
         "bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).")
     advance: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=(1,))] = Field(
-        description="1: the cursors move by stride this step; 0: they stay (layer rotation between rounds).")
+        description="1: the cursors move by stride this step (if verify_enable is 1: an overflowed plan moves "
+        "none); 0: they stay (layer rotation between rounds).")
     out_verify_slot_indices: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(
         description="Receives the kept entries' slots (entries past the count are left undefined).")
     out_verify_expected_tokens: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(
@@ -169,7 +176,8 @@ VERIFY_BUDGET = OPERATION = Operation(
     "verify_budget", VerifyBudgetLaunch, constant="VERIFY_BUDGET", module="kvcanary.launch.budget",
     doc="""Write the budget's plan (each request's ``newest_per_request`` last entries and its window of
     ``stride`` older ones from its row's cursor, in plan order, at most the output's capacity) and its count
-    and enable, then advance the cursors of the requests with entries by ``advance * stride``. Given a
+    and enable, then advance the cursors (token positions) of the requests with entries by ``advance *
+    verify_enable * stride``. Given a
     ``skipped_verifies`` counter (int64, shape (1,), on the plan's device), add ``1 - verify_enable`` to it:
     one overflow counted per launch whose full plan overflowed, empty batch included. No host read:
     capturable.""",

@@ -5,7 +5,8 @@ many), cursors past a request's older entries, a full plan cut short (overflow, 
 the output's capacity, a count past the plan's capacity, the cursors held back (``advance`` 0) and padding requests (no entries) that name a real
 request's row, with the overflow counter ``skipped_verifies`` given or not. Compared with torch_ref on
 the CPU: the count, the enable, the cursors, the overflow counter and the kept entries below the count (past it
-the output is undefined).
+the output is undefined). And runs of launches over sliding (SWA) and growing (full attention) windows, each
+backend carrying its own cursors (token positions) from launch to launch.
 """
 
 from __future__ import annotations
@@ -120,6 +121,70 @@ def mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: in
         for name in PLAN:
             if not torch.equal(got["out_" + name][:n], want["out_" + name][:n]):
                 out.append(f"case {case}: out_{name} differs below the count")
+    return out
+
+
+def sliding_mismatches(rng: random.Random, dev: torch.device, backend: str, *, cases: int, steps: int = 6) -> list[str]:
+    """``cases`` runs of ``steps`` launches of a plan whose requests slide (an SWA group: each request's entries
+    are the ``W`` tokens from position ``p``, and ``p`` moves ``E`` a step) or grow from position 0 (full
+    attention, ``E`` more entries a step), from random cursors (before, inside and past each window), with the
+    cursors held back now and then (``advance`` 0) and an overflowed plan (enable 0) now and then. Each backend
+    carries its own cursors from launch to launch; compared with torch_ref after each: what differs."""
+    out: list[str] = []
+    for case in range(cases):
+        bs = rng.randint(1, 6)
+        newest, stride = rng.choice([0, 1, 2]), rng.choice([1, 2, 4, 7])
+        sliding = [rng.random() < 0.7 for _ in range(bs)]
+        width = [rng.randint(1, 40) if sl else rng.randint(0, 12) for sl in sliding]  # SWA: W; full: the length
+        pos0 = [rng.randint(0, 200) if sl else 0 for sl in sliding]
+        moves = [rng.randint(1, 3) for _ in range(bs)]
+        rows = 8
+        rpi = rng.sample(range(rows), bs)
+        cursor = torch.tensor([rng.randint(-50, 300) for _ in range(rows)], dtype=torch.int64)
+        theirs = {"cpu": cursor.clone(), backend: cursor.clone()}
+        for step in range(steps):
+            off: list[int] = [0]
+            pos: list[int] = []
+            for r in range(bs):
+                pos += range(pos0[r], pos0[r] + width[r])
+                off.append(off[-1] + width[r])
+            total = off[-1]
+            cap_in = max(total, 1)
+            overflow = total > 0 and rng.random() < 0.2
+            n = rng.randint(0, total - 1) if overflow else total
+            positions = torch.tensor(pos + [0] * (cap_in - total), dtype=torch.int64)
+            kw: Kwargs = {
+                "req_pool_indices": torch.tensor(rpi, dtype=torch.int64),
+                "verify_offsets_scratch": torch.tensor(off, dtype=torch.int64),
+                "verify_num_valid": torch.tensor([n], dtype=torch.int32),
+                "verify_enable": torch.tensor([0 if overflow else 1], dtype=torch.int32),
+                "advance": torch.tensor([rng.choice([0, 1, 1])], dtype=torch.int64),
+                "out_verify_num_valid": torch.tensor([-7], dtype=torch.int32),
+                "out_verify_enable": torch.tensor([-7], dtype=torch.int32),
+                "newest_per_request": newest, "stride": stride,
+                "verify_slot_indices": positions * 3 + 1000, "verify_expected_tokens": positions * 5 - 7,
+                "verify_expected_positions": positions, "verify_prev_slot_indices": positions * 3 + 997,
+            }
+            cap_out = rng.choice([total + 1, max(total // 2, 1)])  # room for all, or kept entries cut off
+            for name in PLAN:
+                kw["out_" + name] = torch.full((cap_out,), -9, dtype=torch.int64)
+            want = run({**kw, "cursor": theirs["cpu"]}, torch.device("cpu"), "torch_ref")
+            got = run({**kw, "cursor": theirs[backend]}, dev, backend)
+            theirs = {"cpu": want["cursor"], backend: got["cursor"]}
+            c = int(want["out_verify_num_valid"][0])
+            where = f"case {case}, step {step}"
+            if int(got["out_verify_num_valid"][0]) != c:
+                out.append(f"{where}: count {int(got['out_verify_num_valid'][0])} != {c}")
+            if not torch.equal(got["cursor"], want["cursor"]):
+                out.append(f"{where}: cursor {got['cursor'].tolist()} != {want['cursor'].tolist()}")
+            for name in PLAN:
+                if not torch.equal(got["out_" + name][:c], want["out_" + name][:c]):
+                    out.append(f"{where}: out_{name} differs below the count")
+            for r in range(bs):
+                if sliding[r]:
+                    pos0[r] += moves[r]
+                else:
+                    width[r] += moves[r]
     return out
 
 

@@ -179,8 +179,10 @@ def _reference_apply(full: VerifyPlan, *, batch_size: int, rows: torch.Tensor, c
                      stride: int, step: torch.Tensor | int, cap_out: int) -> tuple[list[Entry], list[int]]:
     """The budget's definition, entry by entry over the whole full plan: entry ``j`` of a request of ``count``
     entries and ``M = max(count - newest, 1)`` older ones is kept when it is one of the newest, or when
-    ``(j - cursor) mod M < stride``; kept entries stay in plan order, at most ``cap_out``; each cursor then
-    moves to ``(cursor + step) mod M``, but a request of no entries leaves it. Returns the kept entries and the cursors after."""
+    ``(j - first) mod M < stride``, ``first = (cursor - base) mod M`` and ``base`` the request's first entry's
+    position (0 past the plan's count); kept entries stay in plan order, at most ``cap_out``; each cursor then
+    moves to ``base + (first + step) mod M`` (no move when the plan overflowed, enable 0), but a request of no
+    entries leaves it. Returns the kept entries and the cursors after."""
     off = full.verify_offsets_scratch
     assert off is not None
     n = int(full.verify_num_valid[0])
@@ -193,22 +195,23 @@ def _reference_apply(full: VerifyPlan, *, batch_size: int, rows: torch.Tensor, c
         start, count = int(off[b]), max(int(off[b + 1]) - int(off[b]), 0)
         older = max(count - newest, 1)
         row = min(max(int(rows[b]), 0), cursor.numel() - 1)
-        c = int(cur[row])
+        base = cols[2][start] if 0 <= start < min(n, len(cols[2])) else 0
+        first = (int(cur[row]) - base) % older
         for j in range(count):
             i = start + j
-            if i < n and (j >= count - newest or (j - c) % older < stride):
+            if i < n and (j >= count - newest or (j - first) % older < stride):
                 kept.append((cols[0][i], cols[1][i], cols[2][i], cols[3][i]))
         if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
-            moved[row] = (c + int(step)) % older
+            moved[row] = base + (first + int(step) * int(full.enable[0])) % older
     return kept[:cap_out], moved.tolist()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
     """Byte for byte what the budget defines, over requests of no entries, of only newest ones, of fewer older
-    ones than the stride and of many, with cursors past a request's end (its older entries shrank), a full
-    plan cut short (overflow), more kept entries than the filter holds, rows repeated (padding) and the
-    cursor held back (layer rotation)."""
+    ones than the stride and of many, with cursors past a request's end (its older entries shrank) and random
+    first positions (the cursor is a token position), a full plan cut short (overflow: no cursor moves), more
+    kept entries than the filter holds, rows repeated (padding) and the cursor held back (layer rotation)."""
     rng = random.Random(seed)
     budget = VerifyBudget(max_entries=rng.choice([6, 24, 60]), newest_per_request=rng.choice([0, 1, 2, 3]))
     cap_in, num_rows = 400, 12
@@ -227,6 +230,7 @@ def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
         assert full.verify_offsets_scratch is not None
         full.verify_offsets_scratch[: bs + 1] = torch.tensor(off)
         full.verify_num_valid[0] = min(off[-1], cap_in, rng.choice([off[-1], rng.randint(0, max(off[-1], 1))]))
+        full.enable[0] = int(int(full.verify_num_valid[0]) == off[-1])  # cut short: the plan overflowed
         rows = torch.tensor([rng.randrange(0, num_rows + 2) for _ in range(bs)])  # past the end: clamped
         stride = rng.choice([None, 1, 3])
         advance = rng.choice([None, torch.tensor(0), torch.tensor(1)])

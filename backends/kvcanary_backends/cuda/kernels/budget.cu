@@ -2,12 +2,14 @@
 //
 // Semantics: backends/torch_ref/budget.py. Launch: grid (bs), 128 threads. Block b sums the kept entries of the
 // requests before it (kept = count - max(count - newest - stride, 0), from the offsets alone: a block-wide sum),
-// reads its row's cursor, copies its kept entries (three runs of the full plan: the window's part wrapped to
+// reads its row's cursor (a token position, anchored at the first entry's position: a sliding window's dropped
+// entries never shift it), copies its kept entries (three runs of the full plan: the window's part wrapped to
 // index 0, the rest of the window, the newest entries) below the output's capacity, then thread 0 moves the
-// cursor (unless the request has no entries: padding rows name row 0, where a real request's cursor may live,
-// so no two blocks write one cursor), writes the count when its request holds the full plan's last entry (block 0 when the plan is empty,
-// the last block when num_valid lies past the batch) and block 0 the enable and, given the overflow counter
-// (skipped, non-null), adds 1 - enable to it. Host-side sizes only (capturable).
+// cursor by advance * enable * stride (unless the request has no entries: padding rows name row 0, where a real
+// request's cursor may live, so no two blocks write one cursor), writes the count when its request holds the
+// full plan's last entry (block 0 when the plan is empty, the last block when num_valid lies past the batch)
+// and block 0 the enable and, given the overflow counter (skipped, non-null), adds 1 - enable to it.
+// Host-side sizes only (capturable).
 #include "kvcanary_common.cuh"
 
 #define KVC_BUDGET_THREADS 128
@@ -49,10 +51,12 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
   const i64 take = older - gap;
   const i64 kept = count - gap;
   const i64 modulus = imax(older, 1);
-  i64 first = cur % modulus;
+  const i64 n = imin((i64)num_valid[0], cap_in);  // a count past the plan names no entry beyond it
+  // the cursor is a token position, anchored at the first entry's (0 outside the plan's count)
+  const i64 base = (start >= 0 && start < n) ? positions[start] : 0;
+  i64 first = wsub(cur, base) % modulus;  // C's remainder takes the dividend's sign
   if (first < 0) first += modulus;  // torch.remainder: the divisor's sign
   const i64 wrap = imax(first - gap, 0);
-  const i64 n = imin((i64)num_valid[0], cap_in);  // a count past the plan names no entry beyond it
   const i64 stop = imin(kept, cap_out - koff);  // the entries that land below cap_out
   for (i64 k = tid; k < stop; k += KVC_BUDGET_THREADS) {
     const i64 j = k < wrap ? k : (k < take ? first + k - wrap : older + k - take);
@@ -80,7 +84,9 @@ extern "C" __global__ void __launch_bounds__(KVC_BUDGET_THREADS)
     if (skipped != nullptr) skipped[0] += 1 - (i64)en;  // the full plan's overflow, counted once per launch
   }
   if (count <= 0) return;  // a request of no entries (padding, a first chunk) leaves its row's cursor
-  i64 next = (cur + advance[0] * stride) % modulus;
-  if (next < 0) next += modulus;
-  cursor[row] = next;
+  // an overflowed plan (enable 0) moves no window: its verifies are off
+  i64 step = (i64)((u64)advance[0] * (u64)(i64)enable[0] * (u64)stride) % modulus;
+  if (step < 0) step += modulus;
+  const i64 room = modulus - step;  // first + step wraps past the older entries when first >= room (no overflow)
+  cursor[row] = wadd(base, first >= room ? first - room : first + step);
 }
