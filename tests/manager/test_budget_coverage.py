@@ -52,13 +52,12 @@ def test_a_sliding_window_request_has_every_older_entry_verified_within_the_peri
     assert worst < period, f"an older entry went {worst} steps unverified; the period is {period}"
 
 
-@pytest.mark.xfail(strict=True, reason="rH: a request absent at its rounds' last forward never moves its cursor")
 def test_with_rotation_a_request_in_every_other_forward_still_gets_its_window_moved() -> None:
     """Two rotation sets and a budget of stride 6; request A decodes in every other forward (an engine that
-    alternates A's decode with B's, as chunked prefill beside decode does). The cursors move only in a round's
-    last forward (``LayerRotation.round_ends``, a global counter): A is never in one, so its window stays at
-    its first 6 older entries. A flip of layer 0's K (read by every TAIL verify) in A's ninth slot is never
-    reported, while alone A reports it within its second forward; the docs promise G periods."""
+    alternates A's decode with B's, as chunked prefill beside decode does). When the cursors moved only in a
+    round's last forward (a global counter), A was never in one, so its window stayed at its first 6 older
+    entries and a flip of layer 0's K (read by every TAIL verify) in A's ninth slot was never reported. A row's
+    cursor now moves in every ``G``-th forward of its own: the flip is reported within G periods of A's."""
     budget = VerifyBudget(max_entries=8, newest_per_request=2)
     w = layered_world(2, 2, budget=budget)
     a = Req(1, list(range(100, 140)), list(range(1, 13)))
