@@ -16,9 +16,9 @@ So a request whose older entries number at most ``M`` has each of them verified 
 their extend length ``E`` per step, every ``ceil(M / (stride - E)) + 1`` steps. A step keeps at most
 :meth:`VerifyBudget.entries_bound` entries, more than ``max_entries`` when the batch is too large for
 ``newest + 1`` entries per request within it; the filter has room for that at every batch size the engine
-declared, so no request is ever cut off. With layer rotation over ``G`` sets, the cursors move once every
-``G`` forwards (each window is read against every set), so the period is ``G`` times as long, for a request
-present in every forward of its rounds (the rounds are counted for all requests at once; docs/budget.md, Limits).
+declared, so no request is ever cut off. With layer rotation over ``G`` sets, a request's cursor moves once
+every ``G`` of the forwards it has entries in (each window is read in ``G`` forwards: against every set when they
+are consecutive), so the period, counted in the request's own forwards, is ``G`` times as long.
 """
 
 from __future__ import annotations
@@ -92,11 +92,13 @@ class BudgetFilter:
         """Per request row: where its older-entries window starts next step."""
         self._one = torch.ones(1, dtype=torch.int64, device=device)
         """``advance`` when the cursors move every step (no layer rotation)."""
+        self.seen = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        """Per request row: the forwards it had entries in (counted only with ``rounds`` > 1)."""
         self._backend = backend
 
     def apply(self, full: VerifyPlan, *, batch_size: int, req_pool_indices: torch.Tensor,
               advance: torch.Tensor | None = None, stride: int | None = None,
-              skipped_verifies: torch.Tensor | None = None) -> VerifyPlan:
+              skipped_verifies: torch.Tensor | None = None, rounds: int = 1) -> VerifyPlan:
         """Fill :attr:`plan` from ``full`` (built by the plan kernels for ``batch_size`` requests, with its
         offsets scratch) and advance the cursors. Returns :attr:`plan`.
 
@@ -104,13 +106,18 @@ class BudgetFilter:
         ``batch_size`` counts padding rows too (a bucket of the manager's CUDA graphs): padding rows hold
         no entries, so the kept entries are those of the unpadded forward.
 
-        ``advance`` (a device int64 scalar, 0 or 1; None: 1) says whether the cursors move this step: with
-        layer rotation they move once per round of the rotation's sets, so that each window of older
-        entries is read against every set before the next one comes.
+        ``advance`` (a device int64 scalar, 0 or 1; None: 1) says whether the cursors move this step at all
+        (the rows ``rounds`` holds stay whatever it says).
 
         ``skipped_verifies`` (the manager's overflow counter, a device int64 of shape (1,); None: not counted)
         gains ``1 - full.enable`` in the same launch: the full plan's overflow, counted once per call, an
-        empty forward included, so the caller launches no count of its own."""
+        empty forward included, so the caller launches no count of its own.
+
+        ``rounds`` (layer rotation's ``G``; 1: none) holds each request's window for ``rounds`` of the forwards
+        that request has entries in: a row's cursor moves in its ``rounds``-th such forward, counted per row
+        (:attr:`seen`), so a request that is not in every forward (an engine alternating requests, one joining
+        mid-round) still has its window moved, and one in consecutive forwards has each window read against
+        every set. Device work only (a few torch ops around the launch, captured with it)."""
         scratch = full.verify_offsets_scratch
         if scratch is None:
             raise ValueError("kv-canary: a verification budget needs the plan's verify_offsets_scratch")
@@ -119,8 +126,10 @@ class BudgetFilter:
                         verify_enable=full.enable, skipped_verifies=skipped_verifies)
             return self.plan
         stride = self.budget.stride(batch_size) if stride is None else stride
+        rows = req_pool_indices[:batch_size].to(torch.int64)
+        held = self._hold(rows, scratch, batch_size, rounds) if rounds > 1 else None
         launch_verify_budget_kernel(
-            req_pool_indices=req_pool_indices[:batch_size].to(torch.int64), verify_offsets_scratch=scratch,
+            req_pool_indices=rows, verify_offsets_scratch=scratch,
             verify_slot_indices=full.verify_slot_indices, verify_expected_tokens=full.verify_expected_tokens,
             verify_expected_positions=full.verify_expected_positions,
             verify_prev_slot_indices=full.verify_prev_slot_indices, verify_num_valid=full.verify_num_valid,
@@ -130,7 +139,22 @@ class BudgetFilter:
             out_verify_num_valid=self.plan.verify_num_valid, out_verify_enable=self.plan.enable,
             newest_per_request=self.budget.newest_per_request, stride=stride, skipped_verifies=skipped_verifies,
             backend=self._backend)
+        if held is not None:  # the rows whose turn has not come: their move taken back
+            before, hold = held
+            self.cursor.index_add_(0, rows, self.cursor.index_select(0, rows).sub_(before).mul_(hold).neg_())
         return self.plan
+
+    def _hold(self, rows: torch.Tensor, scratch: torch.Tensor, batch_size: int,
+              rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Before the launch, with rotation: each row's cursor, and whether the row keeps it this forward (it has
+        entries and this is not its ``rounds``-th forward with entries since it last moved); counts the forward
+        in :attr:`seen`. A row of no entries (a padding row, a first chunk) neither counts nor is held (the
+        launch leaves its cursor), so padding rows naming a real request's row never undo its move."""
+        present = scratch[1 : batch_size + 1].sub(scratch[:batch_size]).gt_(0).to(torch.int64)
+        seen = self.seen.index_select(0, rows)
+        hold = torch.remainder(seen, rounds).ne_(rounds - 1).to(torch.int64).mul_(present)
+        self.seen.index_add_(0, rows, present)
+        return self.cursor.index_select(0, rows), hold
 
 
 @functools.cache

@@ -348,7 +348,7 @@ class ForwardRunner:
         rot = self._rotations[gi]
         self._verify[gi] = self.budgets[gi].apply(self.plans[gi].verify, batch_size=batch_size,
                                                   req_pool_indices=v.req_pool_indices,
-                                                  advance=None if rot is None else rot.round_ends(), stride=stride,
+                                                  rounds=1 if rot is None else rot.num_sets, stride=stride,
                                                   skipped_verifies=self._state.skipped_verifies)
 
     def tail(self) -> bool:

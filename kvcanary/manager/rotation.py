@@ -84,11 +84,6 @@ class LayerRotation:
         """Each set's canary buffer (a KV transfer of a slot carries them along)."""
         return [s.context.canary_buf for s in self.sets]
 
-    def round_ends(self) -> torch.Tensor:
-        """A device int64 scalar: 1 when this forward uses the last set of the round (the next one starts
-        over), else 0. Read on the device only (a verification budget moves its cursors on it)."""
-        return (torch.remainder(self.counter, self.num_sets) == self.num_sets - 1).to(torch.int64).reshape(())
-
     def tail(self, plan: VerifyPlan, write: WritePlan, *, input_ids: torch.Tensor, positions: torch.Tensor,
              out_cache_loc: torch.Tensor, backend: str | None, extensions: Extensions | None = None) -> None:
         """After the forward: verify the plan against this forward's set, then write every set's records for

@@ -245,6 +245,54 @@ def test_the_filter_keeps_exactly_the_budgets_entries(seed: int) -> None:
             flt.cursor.copy_(torch.tensor(cursors))
 
 
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_with_rounds_a_row_moves_in_every_rounds_th_forward_of_its_own(seed: int) -> None:
+    """``rounds`` (layer rotation's G): a row's cursor moves, as without rounds, in every G-th forward in which
+    its request has entries, counted per row, and stays in the others; the kept entries are those without rounds
+    at the same cursors. Random batches of random rows (a row absent, present with no entries, present with
+    some), padding rows naming a real request's row (their no-entry rows never undo its move)."""
+    rng = random.Random(seed)
+    budget = VerifyBudget(max_entries=24, newest_per_request=rng.choice([0, 1, 2]))
+    g, num_rows, cap_in = rng.choice([2, 3]), 6, 400
+    held = BudgetFilter(budget, num_rows=num_rows, device=torch.device("cpu"), max_batch=8)
+    free = BudgetFilter(budget, num_rows=num_rows, device=torch.device("cpu"), max_batch=8)
+    held.cursor.copy_(torch.tensor([rng.randrange(0, 90) for _ in range(num_rows)]))
+    full = VerifyPlan.allocate(verify_capacity=cap_in, device="cpu")
+    for t in (full.verify_slot_indices, full.verify_expected_tokens, full.verify_expected_positions,
+              full.verify_prev_slot_indices):
+        t.copy_(torch.randint(0, 1 << 20, (cap_in,)))
+    seen = [0] * num_rows
+    moves_seen = 0
+    for trial in range(60):
+        rows_l = rng.sample(range(num_rows), rng.randint(1, 4))
+        counts = [rng.choice([0, 3, 9, rng.randint(10, 40)]) for _ in rows_l]
+        rows_l += [0] * rng.randint(0, 2)  # padding rows: row 0, no entries
+        counts += [0] * (len(rows_l) - len(counts))
+        bs = len(rows_l)
+        off = [0]
+        for c in counts:
+            off.append(off[-1] + c)
+        assert full.verify_offsets_scratch is not None
+        full.verify_offsets_scratch[: bs + 1] = torch.tensor(off)
+        full.verify_num_valid[0] = off[-1]
+        rows = torch.tensor(rows_l)
+        before = held.cursor.tolist()
+        free.cursor.copy_(held.cursor)
+        want = plan_entries(free.apply(full, batch_size=bs, req_pool_indices=rows))
+        got = plan_entries(held.apply(full, batch_size=bs, req_pool_indices=rows, rounds=g))
+        assert got == want, (seed, trial)
+        expect = list(before)
+        for r, c in zip(rows_l, counts, strict=True):
+            if c > 0:
+                if seen[r] % g == g - 1:
+                    expect[r] = int(free.cursor[r])
+                    moves_seen += expect[r] != before[r]
+                seen[r] += 1
+        assert held.cursor.tolist() == expect, (seed, trial, rows_l, counts)
+        assert held.seen.tolist() == seen
+    assert moves_seen > 5  # the rows did move (a test that holds every cursor would pass the rest)
+
 OVERFLOW_CAPS = CanaryCapacities(verify_capacity=4, write_req_capacity=8, write_token_capacity=32, sweep_capacity=8,
                                  expected_token_capacity=64)
 OVERFLOW_SCHEDULE: list[tuple[list[tuple[int, int, int]], int]] = [
