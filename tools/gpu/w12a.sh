@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # Wave 3, session 12's GPU call (none came: the next session's first), run with V's fork on by default in the
-# tree (kvcanary/manager/branch.py ON_BY_DEFAULT = True, uncommitted): where a graph launch's host time goes
-# (benchmarks/graph_launch.py: torch's replay and the driver's launch, main thread, busy device, worker thread, two
-# streams, after a forward's footprint, inside generate_batch), the fork's GPU tests, bench_fast_step
-# with the fork on and off and the seventh pass's tree in turn (issue 36 item 2; the host time's change since),
-# bench_triton's write section with Triton's write variant 0 and 3 (item 5), then the manager's other GPU tests.
+# tree (kvcanary/manager/branch.py ON_BY_DEFAULT = True, uncommitted): the budget kernels' checks; where a graph
+# launch's host time goes (benchmarks/graph_launch.py: torch's replay and the driver's launch, main thread, busy
+# device, worker thread, two streams, after a forward's footprint, inside generate_batch); the fork's GPU tests;
+# bench_fast_step with the fork on and off (issue 36 item 2); the manager's other GPU tests; bench_triton's writes
+# with Triton's write variants 3 and 0 (item 5); the seventh pass's tree for the host-time pair, as time allows.
 set -u
 mkdir -p "$OUT"
 source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
 python3 -c "import torch, triton, kvcanary.manager.branch as b; print(torch.cuda.get_device_name(), torch.__version__, \
 triton.__version__, 'fork', b.ON_BY_DEFAULT)"
+# session 12 changed the budget kernels (the cursor a token position; no move on overflow): parity on the GPU,
+# memcheck and racecheck over verify_budget on both backends, before anything else
+step budget_tests 120 python3 -m pytest tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
+    tests/manager/test_budget.py tests/manager/test_budget_coverage.py -o addopts="" -q -rfE -p no:cacheprovider
+for b in cuda triton; do
+    step "memcheck_budget_$b" 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+        python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
+    step "racecheck_budget_$b" 60 compute-sanitizer --tool racecheck --error-exitcode 3 \
+        python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
+done
 step graph_launch 90 python3 benchmarks/graph_launch.py --out "$OUT/graph_launch.json"
 grep -E "replay|cuGraphLaunch|add_|floor|other thread" "$OUT/graph_launch.log" | head -30 | cut -c1-110
 step v_branch 100 python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short -p no:cacheprovider
@@ -34,7 +44,7 @@ runpy.run_path('benchmarks/bench_triton.py', run_name='__main__')"
 mkdir -p /tmp/before7 && tar -xzf .gpucache/before7.tgz -C /tmp/before7 && (cd /tmp/before7 && PYTHONPATH=/tmp/site \
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc-before7 . \
     >/dev/null 2>&1) || echo "warning: the seventh pass's tree"
-left() { echo $(( ${W12_SECONDS:-440} - SECONDS )); }
+left() { echo $(( ${W12_SECONDS:-540} - SECONDS )); }
 fast fast_on1 1; fast fast_off1 0
 m=$(( $(left) - 20 )); manager_gpu $(( m < 130 ? m : 130 ))  # the rest after it, each only while its time is left
 [ "$(left)" -gt 140 ] && { tri tri_v3 3; tri tri_v0 0; }
