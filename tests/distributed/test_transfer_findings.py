@@ -217,3 +217,27 @@ def test_a_good_message_goes_out_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     wire.send(make_message(src.manager, [src.k, src.v], req.slots), dst=1)
     wire.send(make_message(None, [src.k, src.v], req.slots), dst=1)
     assert [tuple(t.shape) for t in sent] == [(4,), (6, 128), (4, 6, 32), (4,), (6, 128)]
+
+
+@pytest.mark.xfail(strict=True, reason="rI: a receiver's other rotation layout is blamed on the transport")
+def test_a_receiver_whose_rotation_sets_differ_refuses_rather_than_reports_transit_damage() -> None:
+    """Six layer buffers: ``layer_rotation=4`` cuts them into sets of 4 and 2, ``layer_rotation=3`` into 3 and 3:
+    the same number of rotation buffers, so the records message has the shape the receiver expects, but each
+    set fingerprints other layers. The transfer verify on every rotation set then reports every transferred
+    slot as damaged in transit (REAL_KV on the rotation's TAIL_K tag) though the bytes arrived intact. Want: the
+    layout mismatch refused before anything is written (or at least not reported as transport damage)."""
+    rng = random.Random(5)
+    src = layered_world(3, 4)
+    n = 6
+    req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
+    src.forward([(req, 0, n)])
+    src.step()
+    assert src.events() == []
+    msg = make_message(src.manager, list(src.layers), req.slots)
+    dst = layered_world(3, 3)
+    r_src, r_dst = src.manager.rotations[0], dst.manager.rotations[0]
+    assert r_src is not None and r_dst is not None and r_src.num_sets == r_dst.num_sets == 2
+    with pytest.raises(ValueError, match="rotation"):
+        accept_transfer(dst.manager, TransferVerifier(dst.manager, 16), list(dst.layers), msg,
+                        list(range(40, 40 + n)), tokens=req.tokens[:n])
+    assert events(dst.manager) == []
