@@ -31,6 +31,14 @@ def _slots(slots: Entries, manager: CanaryManager) -> torch.Tensor:
     return slot_index(slots, "slots", manager.groups[0].num_slots, manager.device)
 
 
+def rotation_layout(manager: CanaryManager) -> tuple[int, ...]:
+    """The FULL group's layer-rotation layout: per rotation set, in buffer order, how many real-KV sources its
+    records fingerprint (empty without rotation). Two managers whose records a transfer moves between must agree
+    on it: a set's records fingerprint its own layers."""
+    return tuple(len(s.context.real_kv_sources) for g, rot in zip(manager.groups, manager.rotations, strict=True)
+                 if rot is not None and g.kind is PoolKind.FULL for s in rot.sets)
+
+
 def packed_shape(manager: CanaryManager, num_slots: int) -> tuple[int, int, int]:
     """``(num_buffers, num_slots, 32)``: the shape :func:`pack_records` returns for ``num_slots`` slots."""
     return (len(record_buffers(manager)), num_slots, CANARY_SLOT_BYTES)

@@ -1,11 +1,12 @@
 """Prefill→decode transfer of KV and its canary records over ``torch.distributed`` point-to-point.
 
-One message per transfer: a header (magic, slot count, KV bytes per slot, record buffers), the KV payload
-(every layer's bytes of each slot, ``uint8 [n, kv_bytes]``) and the records payload (from
-:func:`~kvcanary.distributed.records.pack_records`). With NCCL the tensors go device to device; with gloo
-and CUDA tensors (two processes on one GPU) they are staged through host memory. On arrival
-:func:`accept_transfer` writes KV and records at the receiver's slots and verifies the whole expected range
-before first use (:class:`~kvcanary.distributed.verify.TransferVerifier`).
+One message per transfer: a header (magic, slot count, KV bytes per slot, record buffers, rotation sets), the
+sender's layer-rotation layout (one int64 per rotation set, when it has any), the KV payload (every layer's bytes
+of each slot, ``uint8 [n, kv_bytes]``) and the records payload (from
+:func:`~kvcanary.distributed.records.pack_records`). With NCCL the tensors go device to device; with gloo and CUDA
+tensors (two processes on one GPU) they are staged through host memory. On arrival :func:`accept_transfer` writes
+KV and records at the receiver's slots and verifies the whole expected range before first use
+(:class:`~kvcanary.distributed.verify.TransferVerifier`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import torch.distributed as dist
 
 from kvcanary.constructors.transfer import check_wire
 from kvcanary.consts import CANARY_SLOT_BYTES
-from kvcanary.distributed.records import pack_records, packed_shape, write_records
+from kvcanary.distributed.records import pack_records, packed_shape, rotation_layout, write_records
 from kvcanary.distributed.slots import Entries, checked_run, entries, slot_index
 from kvcanary.distributed.verify import TransferStart, TransferVerifier
 from kvcanary.manager import CanaryManager
 
 MAGIC = 0x4B5643414E415259  # "KVCANARY"
-HEADER_FIELDS = 4
+HEADER_FIELDS = 5
 
 
 def _check_layers(layers: Sequence[torch.Tensor]) -> None:
@@ -95,10 +96,13 @@ def _write_kv(layers: Sequence[torch.Tensor], idx: torch.Tensor, payload: torch.
 
 @dataclass(frozen=True)
 class TransferMessage:
-    """What crosses the wire for one transfer: KV rows and the records of the same slots, same order."""
+    """What crosses the wire for one transfer: KV rows and the records of the same slots, same order, and the
+    sender's layer-rotation layout (:func:`~kvcanary.distributed.records.rotation_layout`; empty: no rotation,
+    or a message built by hand), which the receiver's must equal."""
 
     kv: torch.Tensor
     records: torch.Tensor
+    rotation: tuple[int, ...] = ()
 
     @property
     def num_slots(self) -> int:
@@ -114,7 +118,7 @@ def make_message(manager: CanaryManager | None, layers: Sequence[torch.Tensor], 
     kv = pack_kv(layers, slots)
     if manager is None:
         return TransferMessage(kv, torch.zeros(0, len(kv), 32, dtype=torch.uint8, device=kv.device))
-    return TransferMessage(kv, pack_records(manager, slots))
+    return TransferMessage(kv, pack_records(manager, slots), rotation_layout(manager))
 
 
 def check_message(msg: TransferMessage, name: str = "msg") -> None:
@@ -135,6 +139,10 @@ def check_message(msg: TransferMessage, name: str = "msg") -> None:
     if rec.dtype != torch.uint8 or rec.ndim != 3 or int(rec.shape[1]) != n or int(rec.shape[2]) != CANARY_SLOT_BYTES:
         raise ValueError(f"kv-canary: {name}.records must be a uint8 tensor [buffers, {n}, {CANARY_SLOT_BYTES}] (the "
                          f"records of the KV's {n} slots), got {rec.dtype} of shape {tuple(rec.shape)}")
+    rot = msg.rotation
+    if not isinstance(rot, tuple) or not all(type(x) is int and x > 0 for x in rot) or len(rot) > int(rec.shape[0]):
+        raise ValueError(f"kv-canary: {name}.rotation must be a tuple of positive ints, one per rotation set among "
+                         f"the records' {int(rec.shape[0])} buffers (rotation_layout), got {rot!r}")
 
 
 class Wire:
@@ -156,9 +164,12 @@ class Wire:
         (:func:`check_message`) raises before anything is sent."""
         check_message(msg)
         n, w = (int(x) for x in msg.kv.shape)
-        header = torch.tensor([MAGIC, n, w, int(msg.records.shape[0])], dtype=torch.int64, device=self.wire_device)
+        header = torch.tensor([MAGIC, n, w, int(msg.records.shape[0]), len(msg.rotation)], dtype=torch.int64,
+                              device=self.wire_device)
         peer = self._peer(dst)
         dist.send(header, peer, group=self.group)
+        if msg.rotation:
+            dist.send(torch.tensor(msg.rotation, dtype=torch.int64, device=self.wire_device), peer, group=self.group)
         if n:
             dist.send(msg.kv.to(self.wire_device).contiguous(), peer, group=self.group)
             if msg.records.numel():
@@ -169,17 +180,22 @@ class Wire:
         header = torch.zeros(HEADER_FIELDS, dtype=torch.int64, device=self.wire_device)
         peer = self._peer(src)
         dist.recv(header, peer, group=self.group)
-        magic, n, w, nbuf = (int(x) for x in header.tolist())
-        if magic != MAGIC or n < 0 or w < 0 or nbuf < 0:
+        magic, n, w, nbuf, nsets = (int(x) for x in header.tolist())
+        if magic != MAGIC or n < 0 or w < 0 or nbuf < 0 or not 0 <= nsets <= nbuf:
             raise ValueError(f"kv-canary: transfer header from rank {src} is not a kvcanary message: "
                              f"{header.tolist()}")
+        rotation: tuple[int, ...] = ()
+        if nsets:
+            sizes = torch.zeros(nsets, dtype=torch.int64, device=self.wire_device)
+            dist.recv(sizes, peer, group=self.group)
+            rotation = tuple(int(x) for x in sizes.tolist())
         kv = torch.zeros(n, w, dtype=torch.uint8, device=self.wire_device)
         rec = torch.zeros(nbuf, n, 32, dtype=torch.uint8, device=self.wire_device)
         if n:
             dist.recv(kv, peer, group=self.group)
             if nbuf:
                 dist.recv(rec, peer, group=self.group)
-        return TransferMessage(kv.to(self.device), rec.to(self.device))
+        return TransferMessage(kv.to(self.device), rec.to(self.device), rotation)
 
 
 @dataclass(frozen=True)
@@ -222,6 +238,10 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
         raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
                          f"{packed_shape(manager, n)}")
+    if manager is not None and msg.rotation and msg.rotation != rotation_layout(manager):
+        raise ValueError(f"kv-canary: msg.rotation {msg.rotation} (the sender's layer-rotation sets, sources per set) "
+                         f"differs from this manager's {rotation_layout(manager)}: both ends must use the same "
+                         "layer_rotation over the same layers (each set's records fingerprint its own layers)")
     # every check passed: write
     _write_kv(layers, idx[:n], msg.kv, widths)
     if manager is not None:

@@ -127,7 +127,9 @@ class BudgetFilter:
             return self.plan
         stride = self.budget.stride(batch_size) if stride is None else stride
         rows = req_pool_indices[:batch_size].to(torch.int64)
-        held = self._hold(rows, scratch, batch_size, rounds) if rounds > 1 else None
+        if rounds > 1:  # the launch clamps rows into the table; the hold indexes with the same rows
+            rows = rows.clamp(0, self.cursor.numel() - 1)
+        held = self._hold(rows, scratch, full.enable, batch_size, rounds) if rounds > 1 else None
         launch_verify_budget_kernel(
             req_pool_indices=rows, verify_offsets_scratch=scratch,
             verify_slot_indices=full.verify_slot_indices, verify_expected_tokens=full.verify_expected_tokens,
@@ -144,13 +146,15 @@ class BudgetFilter:
             self.cursor.index_add_(0, rows, self.cursor.index_select(0, rows).sub_(before).mul_(hold).neg_())
         return self.plan
 
-    def _hold(self, rows: torch.Tensor, scratch: torch.Tensor, batch_size: int,
+    def _hold(self, rows: torch.Tensor, scratch: torch.Tensor, enable: torch.Tensor, batch_size: int,
               rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Before the launch, with rotation: each row's cursor, and whether the row keeps it this forward (it has
         entries and this is not its ``rounds``-th forward with entries since it last moved); counts the forward
         in :attr:`seen`. A row of no entries (a padding row, a first chunk) neither counts nor is held (the
-        launch leaves its cursor), so padding rows naming a real request's row never undo its move."""
-        present = scratch[1 : batch_size + 1].sub(scratch[:batch_size]).gt_(0).to(torch.int64)
+        launch leaves its cursor), so padding rows naming a real request's row never undo its move; nor does a
+        forward whose full plan overflowed (``enable`` 0: it verifies nothing, and the launch moves no cursor).
+        ``rows`` are clamped into the cursor table as the launch clamps them."""
+        present = scratch[1 : batch_size + 1].sub(scratch[:batch_size]).gt_(0).to(torch.int64).mul_(enable)
         seen = self.seen.index_select(0, rows)
         hold = torch.remainder(seen, rounds).ne_(rounds - 1).to(torch.int64).mul_(present)
         self.seen.index_add_(0, rows, present)

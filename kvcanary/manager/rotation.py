@@ -7,7 +7,8 @@ at most ``n``; each set has its own canary buffer whose records fingerprint that
 
 After each forward (TAIL), every set's records are written for the forward's new tokens (so each set's
 fingerprints are current), and the forward's verify plan is verified against *one* set: set ``c mod G`` of a
-device-side counter ``c`` that the forward advances. The other sets' verifies launch with ``enable = 0`` and
+device-side counter ``c`` that each forward which verifies advances (one whose plan overflowed verifies
+nothing and keeps the turn). The other sets' verifies launch with ``enable = 0`` and
 return at once, so the launch sequence never changes and a CUDA graph captures it once.
 
 Bound: a byte flipped in any listed layer buffer of a slot that stays in every forward's verified range is
@@ -65,7 +66,7 @@ class LayerRotation:
         num_slots = int(layers[0].shape[0])
         self.num_sets = rotation_sets(len(sources), per_step)
         self.counter = torch.zeros(1, dtype=torch.int64, device=dev)
-        """Forwards seen so far (device): set ``counter mod num_sets`` verifies in the next one."""
+        """Forwards that verified so far (device): set ``counter mod num_sets`` verifies in the next one."""
         self.sets = [
             _Set(VerifyOrWriteContext(
                 canary_buf=alloc_canary_buf(num_slots, dev), kernel_kind=tag,
@@ -104,4 +105,4 @@ class LayerRotation:
             launch_canary_write_kernel(context=s.context, plan=write, input_ids=input_ids, positions=positions,
                                        out_cache_loc=out_cache_loc, enable_write_input_assert=False,
                                        expected_input_tokens=None, expected_input_positions=None, backend=backend)
-        self.counter.add_(1)
+        self.counter.add_(plan.enable)  # a forward that verified nothing (its plan overflowed) keeps the turn

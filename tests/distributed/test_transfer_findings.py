@@ -216,16 +216,15 @@ def test_a_good_message_goes_out_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     wire = Wire(backend="gloo", device=CPU)
     wire.send(make_message(src.manager, [src.k, src.v], req.slots), dst=1)
     wire.send(make_message(None, [src.k, src.v], req.slots), dst=1)
-    assert [tuple(t.shape) for t in sent] == [(4,), (6, 128), (4, 6, 32), (4,), (6, 128)]
+    assert [tuple(t.shape) for t in sent] == [(5,), (6, 128), (4, 6, 32), (5,), (6, 128)]
 
 
-@pytest.mark.xfail(strict=True, reason="rI: a receiver's other rotation layout is blamed on the transport")
 def test_a_receiver_whose_rotation_sets_differ_refuses_rather_than_reports_transit_damage() -> None:
     """Six layer buffers: ``layer_rotation=4`` cuts them into sets of 4 and 2, ``layer_rotation=3`` into 3 and 3:
     the same number of rotation buffers, so the records message has the shape the receiver expects, but each
     set fingerprints other layers. The transfer verify on every rotation set then reports every transferred
-    slot as damaged in transit (REAL_KV on the rotation's TAIL_K tag) though the bytes arrived intact. Want: the
-    layout mismatch refused before anything is written (or at least not reported as transport damage)."""
+    slot as damaged in transit (REAL_KV on the rotation's TAIL_K tag) though the bytes arrived intact. The
+    message carries the sender's layout: the mismatch is refused before anything is written."""
     rng = random.Random(5)
     src = layered_world(3, 4)
     n = 6
@@ -237,7 +236,47 @@ def test_a_receiver_whose_rotation_sets_differ_refuses_rather_than_reports_trans
     dst = layered_world(3, 3)
     r_src, r_dst = src.manager.rotations[0], dst.manager.rotations[0]
     assert r_src is not None and r_dst is not None and r_src.num_sets == r_dst.num_sets == 2
+    before = [t.clone() for _, t in dst.manager.transfer_buffers()] + [t.clone() for t in dst.layers]
     with pytest.raises(ValueError, match="rotation"):
         accept_transfer(dst.manager, TransferVerifier(dst.manager, 16), list(dst.layers), msg,
                         list(range(40, 40 + n)), tokens=req.tokens[:n])
+    after = [t for _, t in dst.manager.transfer_buffers()] + list(dst.layers)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert events(dst.manager) == []
+    same = layered_world(3, 4)  # the sender's own layout: accepted, and clean
+    accept_transfer(same.manager, TransferVerifier(same.manager, 16), list(same.layers), msg,
+                    list(range(40, 40 + n)), tokens=req.tokens[:n])
+    assert msg.rotation == (4, 2) and events(same.manager) == []
+
+
+def test_the_wire_carries_the_rotation_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Wire.send`` sends the sender's rotation layout after the header and ``Wire.recv`` rebuilds the same
+    message (the transport replayed in order through a list: the same tensors, the same layout)."""
+    src = layered_world(3, 4)
+    req = Req(row=1, tokens=list(range(10, 42)), slots=[5, 9, 2, 7])
+    src.forward([(req, 0, 4)])
+    src.step()
+    msg = make_message(src.manager, list(src.layers), req.slots)
+    sent: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.distributed, "send", lambda t, *_, **__: sent.append(t.clone()))
+    wire = Wire(backend="gloo", device=CPU)
+    wire.send(msg, dst=1)
+    assert [tuple(t.shape) for t in sent[:2]] == [(5,), (2,)] and sent[1].tolist() == [4, 2]
+    queue = list(sent)
+    monkeypatch.setattr(torch.distributed, "recv", lambda t, *_, **__: t.copy_(queue.pop(0)))
+    got = wire.recv(src=0)
+    assert not queue and got.rotation == msg.rotation == (4, 2)
+    assert torch.equal(got.kv, msg.kv) and torch.equal(got.records, msg.records)
+
+
+@pytest.mark.parametrize("rotation", [(0,), (-1, 2), ("4",), [4, 2], (1, 1, 1, 1, 1)])
+def test_a_message_with_a_bad_rotation_layout_is_refused(rotation: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``msg.rotation``: a tuple of positive ints, no more than the records' buffers; anything else is refused
+    before the transport sees a byte."""
+    src, req = _prefilled()
+    good = make_message(src.manager, [src.k, src.v], req.slots)
+    sent: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.distributed, "send", lambda t, *_, **__: sent.append(t))
+    with pytest.raises(ValueError, match=r"msg\.rotation must be a tuple of positive ints"):
+        Wire(backend="gloo", device=CPU).send(TransferMessage(good.kv, good.records, rotation), dst=1)
+    assert sent == []

@@ -1,10 +1,8 @@
-"""rI's review of the budget's per-row rounds (layer rotation, session 12): each test states what the filter
-should do and fails until it does (``xfail(strict=True)``: a fix turns it into an XPASS, which fails, so the
-marker goes with the fix)."""
+"""rI's review of the budget's per-row rounds (layer rotation, session 12): rows outside the cursor table and
+forwards whose plan overflowed, with rounds as without."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from kvcanary.manager import VerifyBudget
@@ -33,7 +31,6 @@ def _kept(plan: VerifyPlan) -> list[int]:
     return plan.verify_slot_indices[: int(plan.verify_num_valid[0])].tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="rI: with rounds, _hold indexes seen/cursor with unclamped rows")
 def test_with_rounds_a_row_past_the_cursor_table_is_clamped_as_without() -> None:
     """The launch clamps a request row outside ``[0, num_rows)`` (bad device data: no out-of-bounds access,
     tests/backends/torch_ref/test_bad_indices.py; test_budget.py passes rows past the end). With layer rotation
@@ -49,7 +46,6 @@ def test_with_rounds_a_row_past_the_cursor_table_is_clamped_as_without() -> None
         assert got == want, rows
 
 
-@pytest.mark.xfail(strict=True, reason="rI: with rounds, an overflowed forward counts as one of a window's G")
 def test_with_rounds_an_overflowed_forward_does_not_use_up_a_windows_turn() -> None:
     """docs/budget.md: a forward whose full plan overflowed verifies nothing and moves no cursor, "its windows
     come again at the next forward (the period counts the forwards that verify)"; with rotation each window

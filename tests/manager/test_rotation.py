@@ -20,6 +20,7 @@ from kvcanary.manager import (
     VerifyBudget,
 )
 from kvcanary.manager.rotation import rotation_sets
+from kvcanary.plans import VerifyPlan, WritePlan
 from tests.manager.world import MAX_LEN, NUM_SLOTS, ROWS, Req, World
 
 RKV = int(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
@@ -153,3 +154,19 @@ def test_a_budget_and_layer_rotation_together_still_reach_every_layer(victim: in
         w.step()
     hits = [e for e in w.events() if e[2] & RKV]
     assert hits and {slot for _, slot, _ in hits} == {req.slots[victim]}, hits
+
+
+def test_a_forward_whose_plan_overflowed_keeps_the_rotation_turn() -> None:
+    """The set whose turn it is verifies in the next forward that verifies: a forward whose plan overflowed
+    (``enable`` 0, no set verifies) leaves the counter, one that verifies moves it by one."""
+    w = layered_world(2, 2)
+    rot = w.manager.rotations[0]
+    assert rot is not None
+    plan = VerifyPlan.allocate(verify_capacity=4, device="cpu")
+    plan.verify_num_valid.zero_()
+    write = WritePlan.allocate(write_req_capacity=1, device="cpu")
+    none = torch.zeros(0, dtype=torch.int64)
+    for enable, want in ((0, 0), (1, 1), (0, 1), (1, 2)):
+        plan.enable.fill_(enable)
+        rot.tail(plan, write, input_ids=none, positions=none, out_cache_loc=none, backend="torch_ref")
+        assert int(rot.counter[0]) == want, (enable, want)
