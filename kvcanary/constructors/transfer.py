@@ -191,7 +191,7 @@ class EntriesContract(Contract):
                 why="A run becomes an int64 tensor (slot numbers and token ids are int64 on the device); a larger "
                     "integer has no such value.",
                 fix="Pass the real slot numbers or token ids (a value this large is a caller's bug).",
-                breaks={"values": "[*values, 2**70]"}),
+                breaks={"values": "[*values, 2**70]", "name": "'tokens'", "num_slots": "None"}),
             Relation(
                 name="slots_in_range", require="in_slot_range(values, num_slots)", when="num_slots is not None",
                 over=("values", "num_slots"),
