@@ -216,6 +216,10 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     records of another layout, the chain start and the tokens raise (TypeError for a wrong type, ValueError
     otherwise) and write nothing, with or without a verifier and for an empty run too."""
     check_message(msg)
+    if verifier is not None and verifier.manager is not manager:
+        raise ValueError("kv-canary: verifier must be built on manager (TransferVerifier(manager, capacity)): it "
+                         "verifies the records of its own manager, which this call "
+                         f"{'does not write (manager is None)' if manager is None else 'does not write to'}")
     n = msg.num_slots
     _check_layers(layers)
     num_slots = int(layers[0].shape[0])

@@ -280,3 +280,19 @@ def test_a_message_with_a_bad_rotation_layout_is_refused(rotation: Any, monkeypa
     with pytest.raises(ValueError, match=r"msg\.rotation must be a tuple of positive ints"):
         Wire(backend="gloo", device=CPU).send(TransferMessage(good.kv, good.records, rotation), dst=1)
     assert sent == []
+
+
+
+@pytest.mark.parametrize("receiver", ["another manager", "no manager"])
+def test_a_verifier_of_another_manager_is_refused_before_writing(receiver: str) -> None:
+    """The verifier reads its own manager's records: built on another manager than the one the call writes (or
+    with no manager, whose records are dropped), it would verify records the message never reached and blame the
+    transport. Refused before anything is written."""
+    src, req = _prefilled()
+    msg = make_message(src.manager, [src.k, src.v], req.slots)
+    dst, other = make_world(), make_world()
+    before = _snapshot(dst)
+    with pytest.raises(ValueError, match="verifier must be built on manager"):
+        accept_transfer(None if receiver == "no manager" else dst.manager, TransferVerifier(other.manager, 16),
+                        [dst.k, dst.v], msg, list(range(10, 10 + len(req.slots))), tokens=req.tokens[:6])
+    assert _unchanged(dst, before) and events(other.manager) == []
