@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kvcanary.consts import CANARY_SLOT_BYTES, PoolKind
+from kvcanary.context import VerifyOrWriteContext
 from kvcanary.distributed.slots import Entries, slot_index
 from kvcanary.manager import CanaryManager
 
@@ -31,12 +32,18 @@ def _slots(slots: Entries, manager: CanaryManager) -> torch.Tensor:
     return slot_index(slots, "slots", manager.groups[0].num_slots, manager.device)
 
 
+def rotation_contexts(manager: CanaryManager) -> list[VerifyOrWriteContext]:
+    """The FULL group's layer-rotation sets, in buffer order (none without rotation): their records travel with
+    the others, and a transfer's verify runs on each."""
+    return [s.context for g, rot in zip(manager.groups, manager.rotations, strict=True)
+            if rot is not None and g.kind is PoolKind.FULL for s in rot.sets]
+
+
 def rotation_layout(manager: CanaryManager) -> tuple[int, ...]:
     """The FULL group's layer-rotation layout: per rotation set, in buffer order, how many real-KV sources its
     records fingerprint (empty without rotation). Two managers whose records a transfer moves between must agree
     on it: a set's records fingerprint its own layers."""
-    return tuple(len(s.context.real_kv_sources) for g, rot in zip(manager.groups, manager.rotations, strict=True)
-                 if rot is not None and g.kind is PoolKind.FULL for s in rot.sets)
+    return tuple(len(c.real_kv_sources) for c in rotation_contexts(manager))
 
 
 def packed_shape(manager: CanaryManager, num_slots: int) -> tuple[int, int, int]:

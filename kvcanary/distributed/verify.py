@@ -21,6 +21,7 @@ import torch
 from kvcanary.constructors.transfer import validate_transfer_start
 from kvcanary.consts import PoolKind
 from kvcanary.context import VerifyOrWriteContext
+from kvcanary.distributed.records import rotation_contexts
 from kvcanary.distributed.slots import Entries, entries
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.manager import CanaryManager, Phase
@@ -59,9 +60,7 @@ class TransferVerifier:
         self.capacity = capacity
         self.endpoints = [e for e in manager.endpoints
                           if e.kind is PoolKind.FULL and e.phase in (Phase.HEAD, Phase.TAIL)]
-        self.rotation_sets: list[VerifyOrWriteContext] = [
-            s.context for g, rot in zip(manager.groups, manager.rotations, strict=True)
-            if rot is not None and g.kind is PoolKind.FULL for s in rot.sets]
+        self.rotation_sets: list[VerifyOrWriteContext] = rotation_contexts(manager)
         """The FULL group's layer-rotation sets (none without rotation): each verifies the whole range, real-KV
         fingerprints of its own layers included (the rotation's per-forward turn does not apply here)."""
         self.verified = 0

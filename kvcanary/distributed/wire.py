@@ -242,9 +242,9 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     if manager is not None and tuple(msg.records.shape) != packed_shape(manager, n):
         raise ValueError(f"kv-canary: records payload has shape {tuple(msg.records.shape)}, expected "
                          f"{packed_shape(manager, n)}")
-    if manager is not None and msg.rotation and msg.rotation != rotation_layout(manager):
+    if manager is not None and msg.rotation and msg.rotation != (mine := rotation_layout(manager)):
         raise ValueError(f"kv-canary: msg.rotation {msg.rotation} (the sender's layer-rotation sets, sources per set) "
-                         f"differs from this manager's {rotation_layout(manager)}: both ends must use the same "
+                         f"differs from this manager's {mine}: both ends must use the same "
                          "layer_rotation over the same layers (each set's records fingerprint its own layers)")
     # every check passed: write
     _write_kv(layers, idx[:n], msg.kv, widths)

@@ -361,8 +361,10 @@ class CanaryManager:
         # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
         # switched on since): two shape reads; a batch resized in place is a new one (its checks, its bucket)
         last = self._checked[forward_index]
-        fresh = (last is None or batch is not last[0] or batch.req_pool_indices.shape != last[1]
-                 or batch.input_ids.shape != last[2] or check_token is not self._checked_token[forward_index])
+        rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
+        kept = last is not None and batch is last[0]
+        resized = last is not None and kept and (rows != last[1] or tokens != last[2])
+        fresh = not kept or resized or check_token is not self._checked_token[forward_index]
         if fresh:
             batch.validate(self.device)
         if self.owners is not None:
@@ -371,8 +373,7 @@ class CanaryManager:
             if (batch.batch_size > caps.write_req_capacity or batch.num_tokens > caps.write_token_capacity or (
                     check_token and (exp is None or exp.flat.numel() > caps.expected_token_capacity))):
                 caps.check_batch(batch, enable_verify_token=check_token)  # raises the rule's error, with its code
-            rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
-            if last is not None and batch is last[0] and (rows != last[1] or tokens != last[2]):
+            if resized:
                 runner.forget_kept(batch)  # resized in place: staged as a new batch, not into its old bucket
             self._checked[forward_index] = (batch, rows, tokens)
             self._checked_token[forward_index] = check_token
