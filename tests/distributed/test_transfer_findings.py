@@ -25,7 +25,7 @@ from kvcanary.distributed import (
 from kvcanary.distributed.slots import entries
 from kvcanary_contracts import ContractError
 from tests.distributed.world import events
-from tests.manager.test_rotation import layered_world
+from tests.manager.test_rotation import LayeredWorld, layered_world
 from tests.manager.world import Req, World, make_world
 
 CPU = torch.device("cpu")
@@ -136,15 +136,21 @@ def test_accept_transfer_checks_the_chain_start_and_tokens_on_every_call(case: s
         accept_transfer(dst.manager, ver, [dst.k, dst.v], empty, slots, tokens=[1.5, 2.5])  # type: ignore[list-item]
 
 
-def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
-    rng = random.Random()
-    src = layered_world(3, 1)  # 6 layer buffers, one per forward: 6 rotation sets
-    n = 6
+def _rotated_sender(per_step: int, rng: random.Random, n: int = 6) -> tuple[LayeredWorld, Req, TransferMessage]:
+    """A sender of six layer buffers rotated ``per_step`` a forward, one request of ``n`` tokens prefilled at
+    random slots (nothing reported), and the message of those slots."""
+    src = layered_world(3, per_step)
     req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
     src.forward([(req, 0, n)])
     src.step()
     assert src.events() == []
-    msg = make_message(src.manager, list(src.layers), req.slots)
+    return src, req, make_message(src.manager, list(src.layers), req.slots)
+
+
+def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
+    rng = random.Random()
+    n = 6
+    src, req, msg = _rotated_sender(1, rng, n)  # 6 layer buffers, one per forward: 6 rotation sets
     kv = msg.kv.clone()
     width = kv.shape[1] // len(src.layers)
     layer, row = rng.randrange(2, len(src.layers)), rng.randrange(n)  # past K0, V0 (HEAD/TAIL's)
@@ -160,13 +166,8 @@ def test_a_flip_in_a_rotated_layer_is_reported_by_the_transfer_verify() -> None:
 def test_a_clean_transfer_with_rotation_verifies_every_set_and_reports_nothing() -> None:
     """The rotation sets' verifies run on the transferred range (their counters move) and, the bytes intact,
     report nothing: each set's records fingerprint its own layers as they arrived."""
-    rng = random.Random()
-    src = layered_world(3, 1)
     n = 6
-    req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
-    src.forward([(req, 0, n)])
-    src.step()
-    msg = make_message(src.manager, list(src.layers), req.slots)
+    _, req, msg = _rotated_sender(1, random.Random(), n)
     dst = layered_world(3, 1)
     ver = TransferVerifier(dst.manager, 4)  # two chunks of the run
     rot = dst.manager.rotations[0]
@@ -225,14 +226,8 @@ def test_a_receiver_whose_rotation_sets_differ_refuses_rather_than_reports_trans
     set fingerprints other layers. The transfer verify on every rotation set then reports every transferred
     slot as damaged in transit (REAL_KV on the rotation's TAIL_K tag) though the bytes arrived intact. The
     message carries the sender's layout: the mismatch is refused before anything is written."""
-    rng = random.Random(5)
-    src = layered_world(3, 4)
     n = 6
-    req = Req(row=1, tokens=[rng.randrange(100) for _ in range(32)], slots=rng.sample(range(1, 64), n))
-    src.forward([(req, 0, n)])
-    src.step()
-    assert src.events() == []
-    msg = make_message(src.manager, list(src.layers), req.slots)
+    src, req, msg = _rotated_sender(4, random.Random(5), n)
     dst = layered_world(3, 3)
     r_src, r_dst = src.manager.rotations[0], dst.manager.rotations[0]
     assert r_src is not None and r_dst is not None and r_src.num_sets == r_dst.num_sets == 2
@@ -252,11 +247,7 @@ def test_a_receiver_whose_rotation_sets_differ_refuses_rather_than_reports_trans
 def test_the_wire_carries_the_rotation_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """``Wire.send`` sends the sender's rotation layout after the header and ``Wire.recv`` rebuilds the same
     message (the transport replayed in order through a list: the same tensors, the same layout)."""
-    src = layered_world(3, 4)
-    req = Req(row=1, tokens=list(range(10, 42)), slots=[5, 9, 2, 7])
-    src.forward([(req, 0, 4)])
-    src.step()
-    msg = make_message(src.manager, list(src.layers), req.slots)
+    _, _, msg = _rotated_sender(4, random.Random(7), 4)
     sent: list[torch.Tensor] = []
     monkeypatch.setattr(torch.distributed, "send", lambda t, *_, **__: sent.append(t.clone()))
     wire = Wire(backend="gloo", device=CPU)

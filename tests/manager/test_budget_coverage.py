@@ -58,27 +58,37 @@ def _flip_k0(w: LayeredWorld, slot: int) -> None:
     w.k[slot].view(torch.uint8).reshape(-1)[0] ^= 0x10
 
 
+def _forwards_until_a_flip_is_reported(budget: VerifyBudget, *, together: bool, steps: int) -> int | None:
+    """Two rotation sets; request A (12 tokens) and B (5), prefilled, then ``steps`` decode rounds: both in one
+    forward (``together``) or A's forward then B's (an engine alternating them). Layer 0's K of A's ninth slot,
+    outside A's first window, is flipped after the prefill; returns the round that first reports it (or None)."""
+    w = layered_world(2, 2, budget=budget)
+    a = Req(1, list(range(100, 140)), list(range(1, 13)))
+    b = Req(2, list(range(200, 240)), list(range(32, 37)))
+    for fwd in ([[(a, 0, 12), (b, 0, 5)]] if together else [[(a, 0, 12)], [(b, 0, 5)]]):
+        w.forward(fwd)
+        w.step()
+    _flip_k0(w, a.slots[8])
+    for n in range(steps):
+        a.slots.append(13 + n)
+        b.slots.append(37 + n)
+        decode_a, decode_b = (a, 12 + n, 1), (b, 5 + n, 1)
+        for fwd in ([[decode_a, decode_b]] if together else [[decode_a], [decode_b]]):
+            w.forward(fwd)
+            w.step()
+        if any(slot == a.slots[8] for _, slot, _ in w.events()):
+            return n + 1
+    return None
+
+
 def test_with_rotation_a_request_in_every_forward_of_its_rounds_is_covered_within_g_periods() -> None:
     """Two rotation sets and a budget of stride 6 at two requests; A and B decode in every forward. A flip of
     layer 0's K in A's ninth slot (outside A's first window) is reported within ``G`` periods."""
     budget = VerifyBudget(max_entries=16, newest_per_request=2)
-    w = layered_world(2, 2, budget=budget)
-    a = Req(1, list(range(100, 140)), list(range(1, 13)))
-    b = Req(2, list(range(200, 240)), list(range(32, 37)))
-    w.forward([(a, 0, 12), (b, 0, 5)])
-    w.step()
-    _flip_k0(w, a.slots[8])
     steps = 18
     bound = rotation_sets(4, 2) * budget.period(batch_size=2, max_verify_len=12 + steps)
     assert bound == 12
-    caught = None
-    for n in range(steps):
-        a.slots.append(13 + n)
-        b.slots.append(37 + n)
-        w.forward([(a, 12 + n, 1), (b, 5 + n, 1)])
-        w.step()
-        if caught is None and any(slot == a.slots[8] for _, slot, _ in w.events()):
-            caught = n + 1
+    caught = _forwards_until_a_flip_is_reported(budget, together=True, steps=steps)
     assert caught is not None and caught <= bound, (caught, bound)
 
 
@@ -89,25 +99,8 @@ def test_with_rotation_a_request_in_every_other_forward_still_gets_its_window_mo
     entries and a flip of layer 0's K (read by every TAIL verify) in A's ninth slot was never reported. A row's
     cursor now moves in every ``G``-th forward of its own: the flip is reported within G periods of A's."""
     budget = VerifyBudget(max_entries=8, newest_per_request=2)
-    w = layered_world(2, 2, budget=budget)
-    a = Req(1, list(range(100, 140)), list(range(1, 13)))
-    b = Req(2, list(range(200, 240)), list(range(32, 37)))
-    w.forward([(a, 0, 12)])
-    w.step()
-    w.forward([(b, 0, 5)])
-    w.step()
-    _flip_k0(w, a.slots[8])
     steps = 18
     bound = rotation_sets(4, 2) * budget.period(batch_size=1, max_verify_len=12 + steps)
     assert bound == 12
-    caught = None
-    for n in range(steps):
-        a.slots.append(13 + n)
-        w.forward([(a, 12 + n, 1)])
-        w.step()
-        b.slots.append(37 + n)
-        w.forward([(b, 5 + n, 1)])
-        w.step()
-        if caught is None and any(slot == a.slots[8] for _, slot, _ in w.events()):
-            caught = n + 1
+    caught = _forwards_until_a_flip_is_reported(budget, together=False, steps=steps)
     assert caught is not None and caught <= bound, (caught, bound)
