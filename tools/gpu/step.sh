@@ -20,3 +20,32 @@ manager_gpu() {
         -o addopts="" -q -rfE -p no:cacheprovider
     grep -E "^(FAILED|ERROR)" "$OUT/manager_gpu.log" | head -12
 }
+
+# v_branch SECONDS: V's fork GPU tests (tests/manager/test_gpu_v_branch.py), then their failures.
+v_branch() {
+    step v_branch "$1" python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short \
+        -p no:cacheprovider
+    grep -E "^(FAILED|ERROR)|^E " "$OUT/v_branch.log" | head -16 | cut -c1-200
+}
+
+# fast NAME FORK: bench_fast_step --quick with V's fork on (1) or off (0), its figures' lines.
+fast() {
+    step "$1" 45 python3 -c "import runpy, sys; import kvcanary.manager.branch as b; b.ON_BY_DEFAULT = bool($2); \
+sys.argv = ['bench_fast_step.py', '--device', 'cuda', '--quick', '--out', '$OUT/$1.json']; \
+runpy.run_path('benchmarks/bench_fast_step.py', run_name='__main__')"
+    grep -E "canary device time|host time|share of the wall|alone" "$OUT/$1.log" | cut -c1-150
+}
+
+# before7: unpack and install the seventh pass's tree (023ee1b, carried as .gpucache/before7.tgz) for old.
+before7() {
+    mkdir -p /tmp/before7 && tar -xzf .gpucache/before7.tgz -C /tmp/before7 && (cd /tmp/before7 && \
+        PYTHONPATH=/tmp/site python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+        --target /tmp/kvc-before7 . >/dev/null 2>&1) || echo "warning: the seventh pass's tree"
+}
+
+# old NAME: bench_fast_step --quick of the seventh pass's tree (after before7), its figures' lines.
+old() {
+    (cd /tmp/before7 && PYTHONPATH=/tmp/site:/tmp/before7:/tmp/before7/contracts:/tmp/before7/backends:/tmp/kvc-before7 \
+        timeout 45 python3 benchmarks/bench_fast_step.py --device cuda --quick --out "$OUT/$1.json" >"$OUT/$1.log" 2>&1)
+    echo "$1: rc=$?"; grep -E "canary device time|host time|share of the wall|alone" "$OUT/$1.log" | cut -c1-150
+}

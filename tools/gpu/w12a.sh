@@ -7,7 +7,7 @@
 # with Triton's write variants 3 and 0 (item 5); the seventh pass's tree for the host-time pair, as time allows.
 set -u
 mkdir -p "$OUT"
-source "$(dirname "$0")/step.sh"  # rc, step and manager_gpu
+source "$(dirname "$0")/step.sh"  # rc, step, manager_gpu, v_branch, fast, before7, old
 python3 -c "import torch, triton, kvcanary.manager.branch as b; print(torch.cuda.get_device_name(), torch.__version__, \
 triton.__version__, 'fork', b.ON_BY_DEFAULT)"
 # session 12 changed the budget kernels (the cursor a token position; no move on overflow): parity on the GPU,
@@ -22,28 +22,14 @@ for b in cuda triton; do
 done
 step graph_launch 90 python3 benchmarks/graph_launch.py --out "$OUT/graph_launch.json"
 grep -E "replay|cuGraphLaunch|add_|floor|other thread" "$OUT/graph_launch.log" | head -30 | cut -c1-110
-step v_branch 100 python3 -m pytest tests/manager/test_gpu_v_branch.py -o addopts="" -q -rfE --tb=short -p no:cacheprovider
-grep -E "^(FAILED|ERROR)|^E " "$OUT/v_branch.log" | head -16 | cut -c1-200
-fast() {  # fast NAME FORK: bench_fast_step --quick with the fork on (1) or off (0)
-    step "$1" 45 python3 -c "import runpy, sys; import kvcanary.manager.branch as b; b.ON_BY_DEFAULT = bool($2); \
-sys.argv = ['bench_fast_step.py', '--device', 'cuda', '--quick', '--out', '$OUT/$1.json']; \
-runpy.run_path('benchmarks/bench_fast_step.py', run_name='__main__')"
-    grep -E "canary device time|host time|share of the wall|alone" "$OUT/$1.log" | cut -c1-150
-}
-old() {  # old NAME: bench_fast_step --quick of the seventh pass's tree (023ee1b, .gpucache/before7.tgz)
-    (cd /tmp/before7 && PYTHONPATH=/tmp/site:/tmp/before7:/tmp/before7/contracts:/tmp/before7/backends:/tmp/kvc-before7 \
-        timeout 45 python3 benchmarks/bench_fast_step.py --device cuda --quick --out "$OUT/$1.json" >"$OUT/$1.log" 2>&1)
-    echo "$1: rc=$?"; grep -E "canary device time|host time|share of the wall|alone" "$OUT/$1.log" | cut -c1-150
-}
+v_branch 100
 tri() {  # tri NAME VARIANT: bench_triton --only write with TUNING["write_variant"] = VARIANT
     step "$1" 70 python3 -c "import runpy, sys; from kvcanary_backends.triton._jit import TUNING; \
 TUNING['write_variant'] = $2; sys.argv = ['bench_triton.py', '--only', 'write', '--out', '$OUT/$1.json']; \
 runpy.run_path('benchmarks/bench_triton.py', run_name='__main__')"
     grep -E "^ *write" "$OUT/$1.log" | cut -c1-150
 }
-mkdir -p /tmp/before7 && tar -xzf .gpucache/before7.tgz -C /tmp/before7 && (cd /tmp/before7 && PYTHONPATH=/tmp/site \
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/kvc-before7 . \
-    >/dev/null 2>&1) || echo "warning: the seventh pass's tree"
+before7
 left() { echo $(( ${W12_SECONDS:-540} - SECONDS )); }
 fast fast_on1 1; fast fast_off1 0
 m=$(( $(left) - 20 )); manager_gpu $(( m < 130 ? m : 130 ))  # the rest after it, each only while its time is left
