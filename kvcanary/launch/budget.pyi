@@ -33,7 +33,7 @@ def launch_verify_budget_kernel(*, req_pool_indices: Tensor, verify_offsets_scra
             Checks: KVC-U033, KVC-U034, KVC-U035, KVC-U036, KVC-U090.
         cursor: Per request row: the token position where its window of older entries starts (taken modulo the older entries, from the request's first entry's position); advanced in place by requests with entries (padding rows, of none, never move it). A row named by two requests with entries (an engine bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).
             Checks: KVC-U037, KVC-U038, KVC-U039, KVC-U040, KVC-U091, KVC-U099.
-        advance: 1: the cursors move by stride this step (if verify_enable is 1: an overflowed plan moves none); 0: they stay (layer rotation between rounds).
+        advance: 1: the cursors move by stride this step (if verify_enable is 1: an overflowed plan moves none); 0: they stay this step.
             Checks: KVC-U041, KVC-U042, KVC-U043, KVC-U044, KVC-U092.
         out_verify_slot_indices: Receives the kept entries' slots (entries past the count are left undefined).
             Checks: KVC-U045, KVC-U046, KVC-U047, KVC-U048, KVC-U093.

@@ -106,7 +106,7 @@ class VerifyBudgetLaunch(Contract):
         "bug): its cursor and the older entries each of them keeps are undefined (one reads the other's write).")
     advance: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=(1,))] = Field(
         description="1: the cursors move by stride this step (if verify_enable is 1: an overflowed plan moves "
-        "none); 0: they stay (layer rotation between rounds).")
+        "none); 0: they stay this step.")
     out_verify_slot_indices: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(
         description="Receives the kept entries' slots (entries past the count are left undefined).")
     out_verify_expected_tokens: Annotated[torch.Tensor, TensorArg(dtype=_I64, shape=("budget_capacity",))] = Field(
