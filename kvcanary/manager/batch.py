@@ -53,6 +53,10 @@ class CanaryBatch:
     expected_input_positions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        self.check_rules()
+
+    def check_rules(self) -> None:
+        """Run the batch's own rules (they run when it is built); again after a tensor was resized in place."""
         _batch_check()(req_pool_indices=self.req_pool_indices, prefix_lens=self.prefix_lens,
                        extend_lens=self.extend_lens, input_ids=self.input_ids, positions=self.positions,
                        out_cache_loc=self.out_cache_loc, expected_tokens=self.expected_tokens,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
+from kvcanary.constructors.expected_tokens import check_expected_tokens
 from kvcanary.constructors.manager import check_manager
 from kvcanary.consts import CanaryLaunchTag, PoolKind
 from kvcanary.extensions import write_owner_on
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
     from kvcanary.guard.sink import GuardSink
 
 logger = logging.getLogger("kvcanary.manager")
+
+_Accepted = tuple[CanaryBatch, torch.Size, torch.Size, tuple[torch.Size, torch.Size] | None]
+"""A batch :meth:`CanaryManager.prepare` accepted, with its rows', tokens' and expected-token snapshot's shapes."""
 
 
 class CanaryManager:
@@ -155,10 +159,11 @@ class CanaryManager:
         self._check_at = self.health.next_due(0)  # the next step whose end_step checks the watchdog
         self._mark_at = self.health.next_due(1) - 1  # the next step whose end_step marks for the check after it
         self._prepared = [False] * config.num_forward_slots
-        self._checked: list[tuple[CanaryBatch, torch.Size, torch.Size] | None] = [None] * config.num_forward_slots
+        self._checked: list[_Accepted | None] = [None] * config.num_forward_slots
         """Per forward slot, the last batch :meth:`prepare` accepted, with its rows' and tokens' shapes then
-        (``req_pool_indices``, ``input_ids``): the same object at those shapes passes the device and capacity
-        checks again; one whose tensors were resized in place since is checked and staged as a new batch."""
+        (``req_pool_indices``, ``input_ids``) and its expected-token snapshot's (``flat``, ``lens``): the same
+        object at those shapes passes the device and capacity checks again; one whose rows or tokens were resized
+        in place since is checked and staged as a new batch, one whose snapshot was, checked again."""
         self._checked_token: list[bool] = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
@@ -359,12 +364,18 @@ class CanaryManager:
         runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
         caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
         # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
-        # switched on since): two shape reads; a batch resized in place is a new one (its checks, its bucket)
+        # switched on since): four shape reads; a batch resized in place is a new one (its checks, its bucket)
         last = self._checked[forward_index]
         rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
+        snapshot = None if exp is None else (exp.flat.shape, exp.lens.shape)
         kept = last is not None and batch is last[0]
         resized = last is not None and kept and (rows != last[1] or tokens != last[2])
-        fresh = not kept or resized or check_token is not self._checked_token[forward_index]
+        regrown = kept and last is not None and snapshot != last[3]  # the expected-token snapshot resized in place
+        fresh = not kept or resized or regrown or check_token is not self._checked_token[forward_index]
+        if resized or regrown:  # its own rules ran at its shapes when it was built: again at the new ones
+            batch.check_rules()
+            if regrown and exp is not None:
+                check_expected_tokens(flat=exp.flat, lens=exp.lens)
         if fresh:
             batch.validate(self.device)
         if self.owners is not None:
@@ -375,7 +386,7 @@ class CanaryManager:
                 caps.check_batch(batch, enable_verify_token=check_token)  # raises the rule's error, with its code
             if resized:
                 runner.forget_kept(batch)  # resized in place: staged as a new batch, not into its old bucket
-            self._checked[forward_index] = (batch, rows, tokens)
+            self._checked[forward_index] = (batch, rows, tokens, snapshot)
             self._checked_token[forward_index] = check_token
         if check_token:
             assert exp is not None
@@ -391,6 +402,8 @@ class CanaryManager:
         assert pool is not None
         offsets = torch.zeros(bs + 1, dtype=torch.int64)
         torch.cumsum(lens, 0, out=offsets[1:])
+        if bs and (int(offsets[bs]) != n or int(lens.min()) < 0):  # values changed in place since it was built
+            check_expected_tokens(flat=flat, lens=lens)  # raises the rule's error, with its code
         valid = lens.clamp(max=int(pool.shape[1]))
         self._exp_h2d.copy(self._exp_dev, [flat, offsets, valid])  # one H2D for the whole snapshot
         dev = self._exp_dev

@@ -333,3 +333,55 @@ def test_a_kept_batch_grown_past_capacity_is_refused_as_a_fresh_one_is() -> None
         w.write_kv(kept.out_cache_loc.tolist())
     w.step()
     assert w.events() == []
+
+
+def _kept_batch(expected_token_capacity: int) -> tuple[World, CanaryBatch]:
+    """A world whose manager accepted one batch of two rows (60 expected tokens), prepared twice: kept."""
+    caps = CanaryCapacities(verify_capacity=64, write_req_capacity=2, write_token_capacity=32, sweep_capacity=8,
+                            expected_token_capacity=expected_token_capacity)
+    w = make_world(config=_config(), capacities=caps)
+    a, b = (Req(r, list(range(100 * r, 100 * r + 30)), [r * 4]) for r in (1, 2))
+    batch = w.build([(a, 0, 1), (b, 0, 1)])
+    w.manager.prepare(batch)
+    w.manager.head(batch)
+    w.manager.tail()
+    w.manager.prepare(batch)  # kept: no checks
+    w.manager.head(batch)
+    w.manager.tail()
+    return w, batch
+
+
+def test_a_kept_batch_whose_snapshot_grew_in_place_past_capacity_is_refused() -> None:
+    w, batch = _kept_batch(64)
+    exp = batch.expected_tokens
+    assert exp is not None and exp.flat.numel() == 60
+    grown = torch.arange(70, dtype=torch.int64)
+    exp.flat.set_(grown.untyped_storage(), 0, grown.shape, grown.stride())
+    exp.lens.copy_(torch.tensor([35, 35]))
+    for _ in range(2):  # refused, and not remembered as accepted
+        with pytest.raises(ValueError, match="expected_token_capacity"):
+            w.manager.prepare(batch)
+
+
+def test_a_kept_batch_whose_snapshot_no_longer_adds_up_is_refused() -> None:
+    w, batch = _kept_batch(128)
+    exp = batch.expected_tokens
+    assert exp is not None
+    exp.lens.copy_(torch.tensor([30, 31]))  # the same shapes; lengths that no longer sum to flat's 60 ids
+    with pytest.raises(RuntimeError, match=r"cumsum\(req_all_ids_lens\)=61 != req_all_ids_flat.numel\(\)=60"):
+        w.manager.prepare(batch)
+    grown = torch.arange(62, dtype=torch.int64)  # resized in place too: the snapshot's own rules run again
+    exp.flat.set_(grown.untyped_storage(), 0, grown.shape, grown.stride())
+    with pytest.raises(RuntimeError, match=r"cumsum\(req_all_ids_lens\)=61 != req_all_ids_flat.numel\(\)=62"):
+        w.manager.prepare(batch)
+    exp.lens.copy_(torch.tensor([-1, 63]))
+    with pytest.raises(ValueError, match=r"ExpectedTokens\.lens must be >= 0"):
+        w.manager.prepare(batch)
+
+
+def test_a_kept_batch_resized_in_place_into_disagreeing_shapes_is_refused() -> None:
+    w, batch = _kept_batch(128)
+    _move(batch.input_ids, fill=7)
+    batch.input_ids.resize_(3)  # three tokens, but two positions and two slots
+    with pytest.raises(ValueError, match="positions"):
+        w.manager.prepare(batch)
