@@ -214,7 +214,8 @@ def accept_transfer(manager: CanaryManager | None, verifier: TransferVerifier | 
     a prefix of them), then verify every expected slot before first use. Everything is checked before the
     first write: slots (integers in ``[1, num_slots)``), a message with more slots than expected, KV or
     records of another layout, the chain start and the tokens raise (TypeError for a wrong type, ValueError
-    otherwise) and write nothing, with or without a verifier and for an empty run too."""
+    otherwise) and write nothing, with or without a verifier and for an empty run too. A receiver without
+    canaries (``manager=None``, then no verifier) writes the KV alone: it has no buffer to keep the records in."""
     check_message(msg)
     if verifier is not None and verifier.manager is not manager:
         raise ValueError("kv-canary: verifier must be built on manager (TransferVerifier(manager, capacity)): it "
