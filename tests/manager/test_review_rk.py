@@ -1,0 +1,225 @@
+"""Review rK (session 13): bad input to the engine-facing manager and guard API. Each test states what the
+promise asks ("a clear error naming the argument and the rule, raised before anything changes; a later good
+call works as if the bad one never happened") and fails today; ``xfail(strict=True)`` until fixed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from kvcanary.consts import RealKvHashMode
+from kvcanary.guard.decision import GuardDecision, RequestFailure
+from kvcanary.guard.followup import quarantined_failure
+from kvcanary.manager import CanaryBatch, CanaryConfig, CanaryManager, ExpectedTokens
+from kvcanary.manager.reporter import ViolationEvent
+from kvcanary.manager.stats import StepStats
+from tests.manager.graph_parity import device_buffers
+from tests.manager.world import Req, World, make_world, t64
+
+
+def _config(**changes: Any) -> CanaryConfig:
+    cfg = CanaryConfig(real_kv_mode=RealKvHashMode.ALL, enable_v=True, enable_verify_token=True,
+                       health_warmup_steps=3, health_every=1)
+    return dataclasses.replace(cfg, **changes)
+
+
+def _started(**changes: Any) -> tuple[World, Req]:
+    """A world whose first request prefilled five tokens and whose step ended; its next slot is 6."""
+    w = make_world(config=_config(**changes))
+    a = Req(1, list(range(100, 130)), list(range(1, 6)))
+    w.forward([(a, 0, 5)])
+    w.step()
+    a.slots.append(6)
+    return w, a
+
+
+def _buffers(m: CanaryManager) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in device_buffers(m).items()}
+
+
+def _changed(before: dict[str, torch.Tensor], m: CanaryManager) -> list[str]:
+    return [k for k, v in device_buffers(m).items() if not torch.equal(before[k], v)]
+
+
+def _error(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except Exception as err:  # the test looks at which error, not only that one came
+        return err
+    return None
+
+
+# -- head(batch): the batch prepare() accepted, and no other -------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="rK: head() runs a batch prepare() never checked; it fails mid-HEAD")
+def test_head_refuses_a_batch_other_than_the_one_prepare_accepted() -> None:
+    w, a = _started()
+    m = w.manager
+    good = w.build([(a, 5, 1)])
+    n = 40  # past write_token_capacity (32): prepare would have refused it with KVC-M code
+    other = CanaryBatch(req_pool_indices=t64([1]), prefix_lens=t64([0]), extend_lens=t64([n]),
+                        input_ids=t64([5] * n), positions=t64(list(range(n))), out_cache_loc=t64([3] * n),
+                        expected_tokens=ExpectedTokens.from_lists([[5] * n]))
+    m.prepare(good)
+    before = _buffers(m)
+    err = _error(lambda: m.head(other))
+    assert err is not None and "prepare" in str(err)  # names the rule: head's batch is prepare's
+    assert _changed(before, m) == []  # today: the HEAD verify ran (kernel_run_counters) before the error
+    m.head(good)  # today: "head() called without prepare()": the bad head consumed the prepare
+    w.write_kv(good.out_cache_loc.tolist())
+    m.tail()
+
+
+@pytest.mark.xfail(strict=True, reason="rK: head() takes a batch without the snapshot prepare() scattered")
+def test_head_refuses_a_batch_whose_snapshot_prepare_never_scattered() -> None:
+    w, a = _started()
+    m = w.manager
+    good = w.build([(a, 5, 1)])
+    bare = CanaryBatch(req_pool_indices=good.req_pool_indices, prefix_lens=good.prefix_lens,
+                       extend_lens=good.extend_lens, input_ids=good.input_ids, positions=good.positions,
+                       out_cache_loc=good.out_cache_loc)  # no expected tokens, and the token check is on
+    m.prepare(good)
+    with pytest.raises(Exception, match="prepare"):  # today: accepted, verified against good's snapshot
+        m.head(bare)
+
+
+# -- the config after attach ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("change", "forward_index", "name"), [
+    ({"enable_verify_token": True}, 0, "enable_verify_token"),  # today: AssertionError in _scatter_expected
+    ({"num_forward_slots": 3}, 2, "num_forward_slots"),  # today: IndexError in prepare
+], ids=["verify_token", "forward_slots"])
+@pytest.mark.xfail(strict=True, reason="rK: a config replaced after attach fails deep (AssertionError, "
+                   "IndexError), naming no setting")
+def test_a_config_replaced_after_attach_is_refused_naming_the_setting(change: dict[str, Any],
+                                                                      forward_index: int, name: str) -> None:
+    w, a = _started(enable_verify_token=False)
+    m = w.manager
+    batch = w.build([(a, 5, 1)])
+
+    def replace_then_prepare() -> None:
+        m.config = dataclasses.replace(m.config, **change)
+        m.prepare(batch, forward_index=forward_index)
+
+    err = _error(replace_then_prepare)  # the assignment may refuse it, or the next call
+    assert err is not None
+    assert not isinstance(err, (AssertionError, IndexError)), repr(err)
+    assert name in str(err)
+
+
+# -- callables handed to the manager ----------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="rK: set_sweep_source takes a non-callable; end_step fails later")
+def test_set_sweep_source_refuses_what_cannot_be_called() -> None:
+    w = make_world(config=_config(sweep_interval=2))
+    with pytest.raises(TypeError, match="source"):  # today: accepted; the due end_step raises "'int' object
+        w.manager.set_sweep_source(42)  # type: ignore[arg-type]  # is not callable" after the step ended
+
+
+@pytest.mark.xfail(strict=True, reason="rK: add_head_observer takes a non-callable; head fails after launching")
+def test_add_head_observer_refuses_what_cannot_be_called() -> None:
+    w, a = _started()
+    m = w.manager
+    err = _error(lambda: m.add_head_observer(42))  # type: ignore[arg-type]
+    if err is None:  # today: accepted, and the next head raises after its HEAD launches wrote the records
+        batch = w.build([(a, 5, 1)])
+        m.prepare(batch)
+        before = _buffers(m)
+        err = _error(lambda: m.head(batch))
+        assert _changed(before, m) == []
+    assert isinstance(err, TypeError) and "observe" in str(err)
+
+
+@pytest.mark.xfail(strict=True, reason="rK: run_sweep(entries) of another type: AttributeError from sweep.py")
+def test_run_sweep_refuses_entries_of_another_type_naming_sweep_entries() -> None:
+    w = make_world(config=_config(sweep_interval=2))
+    with pytest.raises(TypeError, match="SweepEntries"):  # today: 'list' object has no attribute 'validate'
+        w.manager.run_sweep([1, 2, 3])  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, reason="rK: a sweep source returning another type: AttributeError from sweep.py")
+def test_a_sweep_source_returning_another_type_is_named_in_the_error() -> None:
+    w = make_world(config=_config(sweep_interval=2))
+    w.manager.set_sweep_source(lambda: [1, 2, 3])  # type: ignore[arg-type, return-value]
+    with pytest.raises(TypeError, match="SweepEntries"):
+        w.manager.run_sweep()
+
+
+# -- settings only checked at the first launch --------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="rK: attach takes an unregistered config.backend; the first launch fails")
+def test_attach_refuses_an_unregistered_backend() -> None:
+    with pytest.raises((TypeError, ValueError), match="backend"):  # today: attached; the first prepare
+        make_world(config=_config(backend="no-such-backend"))  # raises BackendError "cannot run scatter..."
+
+
+# -- integers: a bool or a float is no forward slot or size --------------------------------------------------
+@pytest.mark.parametrize("index", [True, 1.0], ids=["bool", "float"])
+@pytest.mark.xfail(strict=True, reason="rK: forward_index True is slot 1; 1.0 is a TypeError of list indexing")
+def test_prepare_refuses_a_forward_index_that_is_no_int(index: object) -> None:
+    w = make_world(config=_config(num_forward_slots=2))
+    batch = w.build([(Req(1, list(range(100, 130)), list(range(1, 6))), 0, 5)])
+    err = _error(lambda: w.manager.prepare(batch, forward_index=index))  # type: ignore[arg-type]
+    assert isinstance(err, TypeError) and "forward_index" in str(err), repr(err)
+    assert w.manager._prepared == [False, False]
+
+
+@pytest.mark.parametrize("size", [True, 2.5, "4"], ids=["bool", "float", "str"])
+@pytest.mark.xfail(strict=True, reason="rK: pinned_inputs(size) of another type: torch's or a comparison's error")
+def test_pinned_inputs_refuses_a_size_that_is_no_int(size: object) -> None:
+    w = make_world()
+    with pytest.raises(TypeError, match=r"kv-canary.*size"):
+        w.manager.pinned_inputs(size)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [True, 2.5], ids=["bool", "float"])
+@pytest.mark.xfail(strict=True, reason="rK: PinnedInputs.commit takes a bool or a float; the copy fails later")
+def test_pinned_commit_refuses_a_count_that_is_no_int(n: object) -> None:
+    p = make_world().manager.pinned_inputs(4)
+    p.host()
+    with pytest.raises(TypeError, match="commit"):  # today: accepted (2.5: flush raises "slice indices")
+        p.commit(n)  # type: ignore[arg-type]
+
+
+# -- call order -------------------------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="rK: end_step between head and tail is accepted")
+def test_end_step_between_head_and_tail_is_refused() -> None:
+    w, a = _started()
+    m = w.manager
+    batch = w.build([(a, 5, 1)])
+    m.prepare(batch)
+    m.head(batch)
+    step = m.step
+    with pytest.raises(RuntimeError, match="tail"):  # today: the step ends with this forward's TAIL unrun
+        m.end_step()
+    assert m.step == step
+
+
+# -- the guard: what the adapter reports ---------------------------------------------------------------------
+class _Heard:
+    def __init__(self) -> None:
+        self.decisions: list[GuardDecision] = []
+
+    def on_violations(self, events: Sequence[ViolationEvent]) -> None:
+        pass
+
+    def on_decision(self, decision: GuardDecision) -> None:
+        self.decisions.append(decision)
+
+    def on_step(self, stats: StepStats) -> None:
+        pass
+
+
+@pytest.mark.xfail(strict=True, reason="rK: report_failures passes a request failed twice on: counted twice")
+def test_report_failures_never_hands_the_sinks_one_request_twice() -> None:
+    w = make_world()
+    heard = _Heard()
+    w.manager.add_sink(heard)
+    f: RequestFailure = quarantined_failure("req-1", "block", [3], slot=3, step=0)
+    err = _error(lambda: w.manager.report_failures([f, f], step=0))
+    if err is None:  # deduplicated is as good as refused; today the monitor counts len(fail) == 2
+        ids = [i for d in heard.decisions for i in d.failed_ids]
+        assert ids == ["req-1"]
+    else:
+        assert isinstance(err, ValueError) and "req-1" in str(err)
+        assert heard.decisions == []
