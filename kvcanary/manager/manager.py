@@ -278,6 +278,9 @@ class CanaryManager:
 
     def set_sweep_source(self, source: SweepSource | None) -> None:
         """The callable that returns the prefix cache's chains when a sweep is due (the radix walker)."""
+        if source is not None and not callable(source):
+            raise TypeError(f"kv-canary: set_sweep_source: source must be callable (returning SweepEntries) or "
+                            f"None, got {type(source).__name__} {source!r}")
         self._sweep_source = source
 
     def mark_init_finished(self) -> None:
@@ -430,6 +433,9 @@ class CanaryManager:
     def add_head_observer(self, observe: Callable[[CanaryBatch], None]) -> None:
         """Call ``observe(batch)`` after each :meth:`head` (so inside a captured forward too: it must only
         launch device work, e.g. the tensor-parallel digest of the records the HEAD just wrote)."""
+        if not callable(observe):
+            raise TypeError(f"kv-canary: add_head_observer: observe must be callable (observe(batch)), got "
+                            f"{type(observe).__name__} {observe!r}")
         self._head_observers.append(observe)
 
     def tail(self, *, forward_index: int = 0) -> None:
