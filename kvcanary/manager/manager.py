@@ -421,6 +421,11 @@ class CanaryManager:
         if not prepared[forward_index]:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
+        accepted = self._checked[forward_index]  # what prepare() checked and scattered: this very batch
+        if accepted is None or batch is not accepted[0]:
+            raise ValueError("kv-canary: head(batch) must get the very batch prepare() accepted for this forward "
+                             f"(forward_index {forward_index}), got another {type(batch).__name__}; call "
+                             "prepare(batch) with it first")
         prepared[forward_index] = False
         self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
         if runner.head(batch):  # on a bucket: no capture in progress (its own check)

@@ -54,7 +54,6 @@ def _error(call: Callable[[], object]) -> BaseException | None:
 
 
 # -- head(batch): the batch prepare() accepted, and no other -------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="rK: head() runs a batch prepare() never checked; it fails mid-HEAD")
 def test_head_refuses_a_batch_other_than_the_one_prepare_accepted() -> None:
     w, a = _started()
     m = w.manager
@@ -66,14 +65,13 @@ def test_head_refuses_a_batch_other_than_the_one_prepare_accepted() -> None:
     m.prepare(good)
     before = _buffers(m)
     err = _error(lambda: m.head(other))
-    assert err is not None and "prepare" in str(err)  # names the rule: head's batch is prepare's
+    assert isinstance(err, ValueError) and "head(batch)" in str(err) and "prepare" in str(err), repr(err)
     assert _changed(before, m) == []  # today: the HEAD verify ran (kernel_run_counters) before the error
     m.head(good)  # today: "head() called without prepare()": the bad head consumed the prepare
     w.write_kv(good.out_cache_loc.tolist())
     m.tail()
 
 
-@pytest.mark.xfail(strict=True, reason="rK: head() takes a batch without the snapshot prepare() scattered")
 def test_head_refuses_a_batch_whose_snapshot_prepare_never_scattered() -> None:
     w, a = _started()
     m = w.manager
@@ -82,8 +80,15 @@ def test_head_refuses_a_batch_whose_snapshot_prepare_never_scattered() -> None:
                        extend_lens=good.extend_lens, input_ids=good.input_ids, positions=good.positions,
                        out_cache_loc=good.out_cache_loc)  # no expected tokens, and the token check is on
     m.prepare(good)
-    with pytest.raises(Exception, match="prepare"):  # today: accepted, verified against good's snapshot
+    before = _buffers(m)
+    with pytest.raises(ValueError, match=r"head\(batch\).*prepare"):  # was: verified against good's snapshot
         m.head(bare)
+    assert _changed(before, m) == []
+    m.head(good)  # the refused head left the prepare in place
+    w.write_kv(good.out_cache_loc.tolist())
+    m.tail()
+    m.end_step()
+    assert m.events == []
 
 
 # -- the config after attach ----------------------------------------------------------------------------
