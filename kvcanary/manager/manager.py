@@ -57,6 +57,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("kvcanary.manager")
 
+_FIRST = 0
+"""The usual forward slot. ``forward_index is _FIRST`` is the per-forward calls' fast path (one identity test:
+CPython keeps one object for each small int); any other value, a ``0`` that is another object included, goes
+through :meth:`CanaryManager._runner`, which checks its type and range (a bool or a float is refused there)."""
+
 _Accepted = tuple[CanaryBatch, torch.Size, torch.Size, tuple[torch.Size, torch.Size] | None]
 """A batch :meth:`CanaryManager.prepare` accepted, with its rows', tokens' and expected-token snapshot's shapes."""
 
@@ -335,6 +340,12 @@ class CanaryManager:
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
+        """The forward slot ``forward_index`` (any call but the usual ``0`` comes here: the checks of its type and
+        range). A bool or a float is no slot number (``True`` would be slot 1)."""
+        if type(forward_index) is not int and (isinstance(forward_index, bool) or
+                                               not isinstance(forward_index, int)):
+            raise TypeError(f"kv-canary: forward_index must be an int (a forward slot, 0 to num_forward_slots - "
+                            f"1), got {type(forward_index).__name__} {forward_index!r}")
         if not 0 <= forward_index < self.config.num_forward_slots:
             raise ValueError(f"kv-canary: forward_index must be in [0, {len(self._forwards)}) (num_forward_slots), "
                              f"got {forward_index}")
@@ -364,7 +375,7 @@ class CanaryManager:
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
         # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
         # switched on since): four shape reads; a batch resized in place is a new one (its checks, its bucket)
@@ -416,7 +427,7 @@ class CanaryManager:
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         prepared = self._prepared
         if not prepared[forward_index]:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
@@ -445,7 +456,7 @@ class CanaryManager:
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         if runner.tail():  # on a bucket: as in :meth:`head`
             self.health.count(self._tail_ids)
         else:

@@ -157,14 +157,23 @@ def test_attach_refuses_an_unregistered_backend() -> None:
 
 
 # -- integers: a bool or a float is no forward slot or size --------------------------------------------------
-@pytest.mark.parametrize("index", [True, 1.0], ids=["bool", "float"])
-@pytest.mark.xfail(strict=True, reason="rK: forward_index True is slot 1; 1.0 is a TypeError of list indexing")
+@pytest.mark.parametrize("index", [True, 1.0, False, 0.0, "0"], ids=["true", "float", "false", "zero", "str"])
 def test_prepare_refuses_a_forward_index_that_is_no_int(index: object) -> None:
     w = make_world(config=_config(num_forward_slots=2))
-    batch = w.build([(Req(1, list(range(100, 130)), list(range(1, 6))), 0, 5)])
-    err = _error(lambda: w.manager.prepare(batch, forward_index=index))  # type: ignore[arg-type]
-    assert isinstance(err, TypeError) and "forward_index" in str(err), repr(err)
-    assert w.manager._prepared == [False, False]
+    a = Req(1, list(range(100, 130)), list(range(1, 6)))
+    batch = w.build([(a, 0, 5)])
+    for call in (lambda: w.manager.prepare(batch, forward_index=index),  # type: ignore[arg-type]
+                 lambda: w.manager.head(batch, forward_index=index),  # type: ignore[arg-type]
+                 lambda: w.manager.tail(forward_index=index),  # type: ignore[arg-type]
+                 lambda: w.manager.pinned_inputs(4, forward_index=index)):  # type: ignore[arg-type]
+        err = _error(call)
+        assert isinstance(err, TypeError) and "forward_index must be an int" in str(err), repr(err)
+    assert w.manager._prepared == [False, False] and w.manager._checked == [None, None]
+    assert all(r.pinned is None for r in w.manager._forwards)
+    with w.manager.forward(batch, forward_index=1):  # a good call works as if the bad ones never happened
+        w.write_kv(batch.out_cache_loc.tolist())
+    w.step()
+    assert w.manager.events == []
 
 
 @pytest.mark.parametrize("size", [True, 2.5, "4"], ids=["bool", "float", "str"])
