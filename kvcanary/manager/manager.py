@@ -9,6 +9,8 @@ Lifecycle per step (as in SGLang's engine integration), for each forward of the 
 
 and once per step ``manager.end_step()`` (host): sweep when due, start the D2H pump and report what the
 previous step's copy holds, the health check, the stats line. Everything is allocated in :meth:`attach`.
+A forward whose model raised between head and tail ends with ``manager.abort_forward()`` (the step cannot end
+while a HEAD waits for its TAIL).
 """
 
 from __future__ import annotations
@@ -494,8 +496,23 @@ class CanaryManager:
         """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""
         self.prepare(batch, forward_index=forward_index)
         self.head(batch, forward_index=forward_index)
-        yield
+        try:
+            yield
+        except BaseException:  # the model raised: no TAIL, and the step may still end
+            self.abort_forward(forward_index=forward_index)
+            raise
         self.tail(forward_index=forward_index)
+
+    def abort_forward(self, *, forward_index: int = 0) -> None:
+        """The forward of slot ``forward_index`` ends here without its TAIL (the engine's model raised between
+        :meth:`head` and :meth:`tail`, or the engine gave up after :meth:`prepare`): its prepare and HEAD are
+        forgotten, so :meth:`end_step` may end the step (it refuses while a HEAD waits for its TAIL) and the
+        next forward of the slot starts with :meth:`prepare`. What the HEAD launched stays: its records were
+        verified and written, and the step's end reads back whatever it recorded. Nothing to do when the slot
+        has no forward open. ``manager.forward(batch)`` calls it when its body raises."""
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
+        self._prepared[forward_index] = False
+        runner.abandon()
 
     # -- per step (host) --------------------------------------------------------------------------------
     def run_sweep(self, entries: SweepEntries | None = None) -> int:
@@ -540,7 +557,11 @@ class CanaryManager:
         still ends as usual (read-back, step count, guard, sinks), then the sweep's error is raised; the
         failed sweep counts as the due one, so the source is asked again at the next due step, not at every
         step. An error of the step's own end (RAISE mode, an adapter) is raised instead, the sweep's error
-        its ``__context__``."""
+        its ``__context__``. Refused (a RuntimeError, nothing advanced) while a forward's :meth:`head` waits for
+        its :meth:`tail`: :meth:`abort_forward` ends a forward whose model raised."""
+        for runner in self._forwards:
+            if runner.headed:
+                self._refuse_open_forward()
         s = self.step
         try:
             if s >= self._sweep.next_due and self._sweep_source is not None:
@@ -549,6 +570,13 @@ class CanaryManager:
         finally:  # the step ends whether or not the sweep raised (its error is raised after)
             made = self._end_step(s, stats)
         return made
+
+    def _refuse_open_forward(self) -> None:
+        """:meth:`end_step` while a forward's HEAD waits for its TAIL: refused before anything advances."""
+        open_slots = [i for i, r in enumerate(self._forwards) if r.headed]
+        raise RuntimeError(f"kv-canary: end_step() called between head() and tail() of forward slot(s) {open_slots}: "
+                           f"the step ends after each forward's tail(forward_index=...); a forward whose model "
+                           f"raised ends with abort_forward(forward_index=...)")
 
     def _end_step(self, s: int, stats: bool) -> StepStats | None:
         """:meth:`end_step` after the sweep: the retired graphs, the watchdog's mark, the read-back, the step
