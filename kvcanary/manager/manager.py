@@ -39,6 +39,7 @@ from kvcanary.manager.branch import VBranch
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
+from kvcanary.manager.config_change import check_config_change
 from kvcanary.manager.endpoints import Endpoint, Phase, build_endpoints
 from kvcanary.manager.forward import ForwardRunner
 from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
@@ -76,7 +77,8 @@ class CanaryManager:
         check_manager(pool=pool, capacities=capacities, config=config)  # the rules: constructors/manager.py
         self.pool = pool
         self.capacities = capacities
-        self.config = config
+        self._config = config
+        self._check_token = config.enable_verify_token  # read by every prepare
         self.device = pool.device
         use_graphs = graphs_wanted(config.graphs, device=self.device, compile=config.compile)  # before allocating
         r2t = pool.req_to_token
@@ -171,7 +173,6 @@ class CanaryManager:
         (``req_pool_indices``, ``input_ids``) and its expected-token snapshot's (``flat``, ``lens``): the same
         object at those shapes passes the device and capacity checks again; one whose rows or tokens were resized
         in place since is checked and staged as a new batch, one whose snapshot was, checked again."""
-        self._checked_token: list[bool] = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
     def _graphs(self, config: CanaryConfig, capacities: CanaryCapacities) -> ForwardGraphs | None:
@@ -205,11 +206,25 @@ class CanaryManager:
         """Allocate every buffer, plan and endpoint for ``pool`` (once; nothing is allocated later)."""
         return cls(pool=pool, capacities=capacities, config=config, adapter=adapter, sinks=sinks)
 
+    @property
+    def config(self) -> CanaryConfig:
+        """The settings the manager was attached with. Most are fixed at attach (they sized or built its
+        buffers, plans and checks): assigning a config that changes one is refused by name (attach a new
+        manager). ``stats_every`` and the policy between ``log`` and ``isolate`` (``on_violation``, ``mode``)
+        are read at every step and may change (:mod:`kvcanary.manager.config_change`; for ``isolate``, give the
+        manager its adapter too: :meth:`set_adapter`)."""
+        return self._config
+
+    @config.setter
+    def config(self, config: CanaryConfig) -> None:
+        check_config_change(self._config, config)
+        self._config = config
+
     # -- the guard --------------------------------------------------------------------------------------
     @property
     def policy(self) -> ViolationPolicy:
         """The violation policy in effect (``config.policy``)."""
-        return self.config.policy
+        return self._config.policy
 
     def set_adapter(self, adapter: EngineAdapter | None, *, block_size: int = 1,
                     swa_block_size: int | None = None) -> None:
@@ -248,7 +263,7 @@ class CanaryManager:
         and the sinks. The sinks hear the decision also when the adapter raises (their record of it is the
         operator's only one); the adapter's error then goes on to the caller."""
         self._tell("on_violations", new)
-        if self.config.policy is not ViolationPolicy.ISOLATE:
+        if self._config.policy is not ViolationPolicy.ISOLATE:
             return
         decision = self._isolation.decide(new, step)
         self.decisions.append(decision)
@@ -327,11 +342,11 @@ class CanaryManager:
         head, health = self._pump.header, self.health
         if head is None:
             return StepStats.from_snapshot(None, step=step, sweep_passes=self._sweep.passes, tags=self._tags,
-                                           ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                           ring_capacity=self._config.ring_capacity, watchdog=health.state,
                                            watchdog_error=health.failure, source=self.source_id)
         return StepStats.from_header(head, snapshot_step=self._pump.read_step, step=step,
                                      sweep_passes=self._sweep.passes, tags=self._tags,
-                                     ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                     ring_capacity=self._config.ring_capacity, watchdog=health.state,
                                      watchdog_error=health.failure, source=self.source_id)
 
     @property
@@ -348,7 +363,7 @@ class CanaryManager:
                                                not isinstance(forward_index, int)):
             raise TypeError(f"kv-canary: forward_index must be an int (a forward slot, 0 to num_forward_slots - "
                             f"1), got {type(forward_index).__name__} {forward_index!r}")
-        if not 0 <= forward_index < self.config.num_forward_slots:
+        if not 0 <= forward_index < len(self._forwards):
             raise ValueError(f"kv-canary: forward_index must be in [0, {len(self._forwards)}) (num_forward_slots), "
                              f"got {forward_index}")
         return self._forwards[forward_index]
@@ -378,16 +393,16 @@ class CanaryManager:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
         runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
-        caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
-        # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
-        # switched on since): four shape reads; a batch resized in place is a new one (its checks, its bucket)
+        caps, check_token, exp = self.capacities, self._check_token, batch.expected_tokens
+        # the very batch of the previous forward, at the same sizes, passed these: four shape reads; a batch
+        # resized in place is a new one (its checks, its bucket)
         last = self._checked[forward_index]
         rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
         snapshot = None if exp is None else (exp.flat.shape, exp.lens.shape)
         kept = last is not None and batch is last[0]
         resized = last is not None and kept and (rows != last[1] or tokens != last[2])
         regrown = kept and last is not None and snapshot != last[3]  # the expected-token snapshot resized in place
-        fresh = not kept or resized or regrown or check_token is not self._checked_token[forward_index]
+        fresh = not kept or resized or regrown
         if resized or regrown:  # its own rules ran at its shapes when it was built: again at the new ones
             batch.check_rules()
             if regrown and exp is not None:
@@ -403,7 +418,6 @@ class CanaryManager:
             if resized:
                 runner.forget_kept(batch)  # resized in place: staged as a new batch, not into its old bucket
             self._checked[forward_index] = (batch, rows, tokens, snapshot)
-            self._checked_token[forward_index] = check_token
         if check_token:
             assert exp is not None
             if runner.pinned is not None:  # the scatter reads the batch's rows: the pinned inputs copied first
@@ -425,7 +439,7 @@ class CanaryManager:
         dev = self._exp_dev
         rpi = runner.staging.load_expected(batch, dev[n + bs + 1 : n + 2 * bs + 1])
         launch_scatter_req_token_ids_kernel(flat_in=dev[:n], offsets=dev[n : n + bs + 1], req_pool_indices=rpi,
-                                            pool_out=pool, backend=self.config.backend)
+                                            pool_out=pool, backend=self._config.backend)
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
@@ -607,7 +621,7 @@ class CanaryManager:
                 if len(rep.events) > seen:
                     self._guard(rep.events[seen:], s)  # an adapter that raises: the sinks still hear the step
             finally:
-                logged = self.step % self.config.stats_every == 0
+                logged = self.step % self._config.stats_every == 0
                 made: StepStats | None = None
                 if stats or logged or self.sinks:
                     made = self._stats(s)
