@@ -537,6 +537,12 @@ class CanaryManager:
             if self._sweep_source is None:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
+            if not isinstance(entries, SweepEntries):
+                raise TypeError(f"kv-canary: the sweep source must return SweepEntries (the prefix cache's "
+                                f"entries), got {type(entries).__name__} from {self._sweep_source!r}")
+        elif not isinstance(entries, SweepEntries):
+            raise TypeError(f"kv-canary: run_sweep(entries) must get SweepEntries (or None: the sweep source's), "
+                            f"got {type(entries).__name__}")
         self._pump.disarm()
         n = self._sweep.run(entries, self.step)
         self._count(self._phase_ids[Phase.SWEEP])

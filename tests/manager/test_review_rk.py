@@ -18,6 +18,7 @@ from kvcanary.guard.policy import ViolationPolicy
 from kvcanary.manager import CanaryBatch, CanaryConfig, CanaryManager, ExpectedTokens
 from kvcanary.manager.reporter import ViolationEvent
 from kvcanary.manager.stats import StepStats
+from kvcanary.manager.sweep import SweepEntries
 from tests.manager.graph_parity import device_buffers
 from tests.manager.world import Req, World, make_world, t64
 
@@ -161,19 +162,32 @@ def test_add_head_observer_refuses_what_cannot_be_called() -> None:
     assert isinstance(err, TypeError) and "observe" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="rK: run_sweep(entries) of another type: AttributeError from sweep.py")
 def test_run_sweep_refuses_entries_of_another_type_naming_sweep_entries() -> None:
     w = make_world(config=_config(sweep_interval=2))
-    with pytest.raises(TypeError, match="SweepEntries"):  # today: 'list' object has no attribute 'validate'
-        w.manager.run_sweep([1, 2, 3])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"run_sweep\(entries\) must get SweepEntries .*got list"):
+        w.manager.run_sweep([1, 2, 3])  # type: ignore[arg-type]  # was: 'list' object has no attribute 'validate'
+    assert w.manager.sweep_passes == 0
+    assert w.manager.run_sweep(SweepEntries.from_lists([], [], [])) == 0
+    assert w.manager.sweep_passes == 1
 
 
-@pytest.mark.xfail(strict=True, reason="rK: a sweep source returning another type: AttributeError from sweep.py")
 def test_a_sweep_source_returning_another_type_is_named_in_the_error() -> None:
+    """Asked by run_sweep: a TypeError naming the source's return. Asked by a due end_step: the step still ends
+    (read-back, step count), then the error is raised; the source is asked again at the next due step."""
     w = make_world(config=_config(sweep_interval=2))
-    w.manager.set_sweep_source(lambda: [1, 2, 3])  # type: ignore[arg-type, return-value]
-    with pytest.raises(TypeError, match="SweepEntries"):
+    asked: list[int] = []
+
+    def walker() -> SweepEntries:
+        asked.append(w.manager.step)
+        return [1, 2, 3]  # type: ignore[return-value]
+    w.manager.set_sweep_source(walker)
+    with pytest.raises(TypeError, match=r"sweep source must return SweepEntries .*got list from"):
         w.manager.run_sweep()
+    with pytest.raises(TypeError, match="sweep source must return SweepEntries"):
+        w.manager.end_step()
+    assert w.manager.step == 1 and w.manager.sweep_passes == 0
+    w.manager.end_step()  # not due: the source is not asked
+    assert asked == [0, 0]
 
 
 # -- settings only checked at the first launch --------------------------------------------------------------
