@@ -191,10 +191,15 @@ def test_a_sweep_source_returning_another_type_is_named_in_the_error() -> None:
 
 
 # -- settings only checked at the first launch --------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="rK: attach takes an unregistered config.backend; the first launch fails")
-def test_attach_refuses_an_unregistered_backend() -> None:
-    with pytest.raises((TypeError, ValueError), match="backend"):  # today: attached; the first prepare
-        make_world(config=_config(backend="no-such-backend"))  # raises BackendError "cannot run scatter..."
+@pytest.mark.parametrize("name", ["no-such-backend", " "], ids=["unknown", "blank"])
+def test_attach_refuses_an_unregistered_backend(name: str) -> None:
+    with pytest.raises(ValueError, match=r"CanaryConfig.backend=.* names no registered backend") as err:
+        make_world(config=_config(backend=name))  # was: attached; the first prepare raised BackendError
+    assert getattr(err.value, "code", None) == "KVC-M019"
+    w = make_world(config=_config(backend="torch_ref"))  # a registered one attaches and runs
+    w.forward([(Req(1, list(range(100, 130)), list(range(1, 6))), 0, 5)])
+    w.step()
+    assert w.manager.events == []
 
 
 # -- integers: a bool or a float is no forward slot or size --------------------------------------------------
