@@ -46,7 +46,7 @@ from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
-from kvcanary.manager.pinned import PinnedInputs
+from kvcanary.manager.pinned import PinnedInputs, check_size
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
@@ -378,6 +378,7 @@ class CanaryManager:
         steps after its copy, which the read-back has seen finished by then: the host asks the device nothing
         in the usual step. More forwards in a step, or steps that never end, make the host wait for the
         device before it reuses a buffer."""
+        check_size(size)  # before a slot's first inputs are made, and before one is compared with them
         runner = self._runner(forward_index)
         p = runner.pinned
         if p is None:

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -222,21 +223,29 @@ def test_prepare_refuses_a_forward_index_that_is_no_int(index: object) -> None:
     assert w.manager.events == []
 
 
-@pytest.mark.parametrize("size", [True, 2.5, "4"], ids=["bool", "float", "str"])
-@pytest.mark.xfail(strict=True, reason="rK: pinned_inputs(size) of another type: torch's or a comparison's error")
+@pytest.mark.parametrize("size", [True, 2.5, "4", None], ids=["bool", "float", "str", "none"])
 def test_pinned_inputs_refuses_a_size_that_is_no_int(size: object) -> None:
     w = make_world()
-    with pytest.raises(TypeError, match=r"kv-canary.*size"):
+    with pytest.raises(TypeError, match=r"kv-canary: pinned inputs need an int size"):
         w.manager.pinned_inputs(size)  # type: ignore[arg-type]
+    assert w.manager._forwards[0].pinned is None  # nothing made
+    p = w.manager.pinned_inputs(4)
+    with pytest.raises(TypeError, match=r"kv-canary: pinned inputs need an int size"):
+        w.manager.pinned_inputs(size)  # type: ignore[arg-type]  # also once the slot's inputs exist
+    with pytest.raises(ValueError, match="size >= 1"):
+        w.manager.pinned_inputs(0)
+    assert w.manager.pinned_inputs(4) is p and p.size == 4
 
 
-@pytest.mark.parametrize("n", [True, 2.5], ids=["bool", "float"])
-@pytest.mark.xfail(strict=True, reason="rK: PinnedInputs.commit takes a bool or a float; the copy fails later")
+@pytest.mark.parametrize("n", [True, 2.5, "2", np.int64(2)], ids=["bool", "float", "str", "numpy"])
 def test_pinned_commit_refuses_a_count_that_is_no_int(n: object) -> None:
     p = make_world().manager.pinned_inputs(4)
     p.host()
-    with pytest.raises(TypeError, match="commit"):  # today: accepted (2.5: flush raises "slice indices")
+    with pytest.raises(TypeError, match=r"commit\(n\) needs an int n"):  # was: accepted (2.5: flush raised)
         p.commit(n)  # type: ignore[arg-type]
+    assert p.pending == 0
+    p.commit(2)
+    assert p.pending == 2
 
 
 # -- call order -------------------------------------------------------------------------------------------
