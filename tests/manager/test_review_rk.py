@@ -1,6 +1,6 @@
 """Review rK (session 13): bad input to the engine-facing manager and guard API. Each test states what the
 promise asks ("a clear error naming the argument and the rule, raised before anything changes; a later good
-call works as if the bad one never happened") and fails today; ``xfail(strict=True)`` until fixed."""
+call works as if the bad one never happened"); each failed before fK's fixes (what it did is noted as "was")."""
 
 from __future__ import annotations
 
@@ -302,16 +302,15 @@ class _Heard:
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="rK: report_failures passes a request failed twice on: counted twice")
 def test_report_failures_never_hands_the_sinks_one_request_twice() -> None:
     w = make_world()
     heard = _Heard()
     w.manager.add_sink(heard)
     f: RequestFailure = quarantined_failure("req-1", "block", [3], slot=3, step=0)
-    err = _error(lambda: w.manager.report_failures([f, f], step=0))
-    if err is None:  # deduplicated is as good as refused; today the monitor counts len(fail) == 2
-        ids = [i for d in heard.decisions for i in d.failed_ids]
-        assert ids == ["req-1"]
-    else:
-        assert isinstance(err, ValueError) and "req-1" in str(err)
-        assert heard.decisions == []
+    g: RequestFailure = quarantined_failure("req-2", "block", [3], slot=3, step=0)
+    err = _error(lambda: w.manager.report_failures([f, g, f], step=0))  # was: the monitor counted 3 failures
+    assert isinstance(err, ValueError) and "'req-1' more than once" in str(err), repr(err)
+    assert "req-2" not in str(err)
+    assert heard.decisions == []  # no sink heard anything
+    w.manager.report_failures([f, g], step=0)
+    assert [d.failed_ids for d in heard.decisions] == [("req-1", "req-2")]
