@@ -580,6 +580,9 @@ class CanaryManager:
         step. An error of the step's own end (RAISE mode, an adapter) is raised instead, the sweep's error
         its ``__context__``. Refused (a RuntimeError, nothing advanced) while a forward's :meth:`head` waits for
         its :meth:`tail`: :meth:`abort_forward` ends a forward whose model raised."""
+        if stats is not True and stats is not False:
+            raise TypeError(f"kv-canary: end_step(stats=...) must be True or False, got {type(stats).__name__} "
+                            f"{stats!r}")
         for runner in self._forwards:
             if runner.headed:
                 self._refuse_open_forward()
@@ -643,6 +646,9 @@ class CanaryManager:
         that must see the very step that recorded its rows). ``during_step``: called inside a step (after
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
+        if not isinstance(during_step, bool):
+            raise TypeError(f"kv-canary: flush(during_step=...) must be True or False, got "
+                            f"{type(during_step).__name__} {during_step!r}")
         snap = self._pump.drain(self.step if during_step else self.step - 1, ended=not during_step)
         seen = len(self.reporter.events)
         try:

@@ -314,3 +314,16 @@ def test_report_failures_never_hands_the_sinks_one_request_twice() -> None:
     assert heard.decisions == []  # no sink heard anything
     w.manager.report_failures([f, g], step=0)
     assert [d.failed_ids for d in heard.decisions] == [("req-1", "req-2")]
+
+
+@pytest.mark.parametrize("value", [1, "yes", None], ids=["int", "str", "none"])
+def test_end_step_and_flush_refuse_a_flag_that_is_no_bool(value: object) -> None:
+    w, _ = _started()
+    m = w.manager
+    step = m.step
+    with pytest.raises(TypeError, match=r"end_step\(stats=...\) must be True or False"):
+        m.end_step(stats=value)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"flush\(during_step=...\) must be True or False"):
+        m.flush(during_step=value)  # type: ignore[arg-type]
+    assert m.step == step
+    assert m.end_step(stats=False) is None and m.step == step + 1
