@@ -146,7 +146,7 @@ def test_the_token_check_cannot_be_switched_on_under_an_accepted_batch() -> None
                        out_cache_loc=full.out_cache_loc)
     w.manager.prepare(bare)  # no expected tokens needed: accepted, and remembered
     assert w.manager.state.expected_tokens_pool is None
-    with pytest.raises(ValueError, match="config.enable_verify_token is fixed at attach"):
+    with pytest.raises(ValueError, match=r"config\.enable_verify_token is fixed at attach"):
         w.manager.config = dataclasses.replace(w.manager.config, enable_verify_token=True)
     w.manager.prepare(bare)  # the same object, and the same rules
 

@@ -128,10 +128,12 @@ def test_a_config_that_changes_only_what_each_step_reads_is_taken() -> None:
     switch to raise (the reporter logs, as attached) or to mode NONE is refused by name, as is another type."""
     w, _ = _started()
     m = w.manager
+    policies = []
     m.config = dataclasses.replace(m.config, stats_every=1, on_violation=ViolationPolicy.ISOLATE)
-    assert m.config.stats_every == 1 and m.policy is ViolationPolicy.ISOLATE
+    policies.append(m.policy)
     m.config = dataclasses.replace(m.config, on_violation=None)
-    assert m.policy is ViolationPolicy.LOG
+    policies.append(m.policy)
+    assert m.config.stats_every == 1 and policies == [ViolationPolicy.ISOLATE, ViolationPolicy.LOG]
     taken = m.config
     for bad, rule in ((dataclasses.replace(m.config, on_violation=ViolationPolicy.RAISE), "on_violation"),
                       (dataclasses.replace(m.config, mode=CanaryMode.RAISE), "raise policy is fixed at attach"),
