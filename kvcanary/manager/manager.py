@@ -443,7 +443,9 @@ class CanaryManager:
                                             pool_out=pool, backend=self._config.backend)
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
-        """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
+        """Before the forward (capturable): plan every group, HEAD verify then write, K then V. ``batch`` is the
+        very object :meth:`prepare` accepted for this forward slot (another is refused before anything launches:
+        its capacities and expected tokens were never checked)."""
         runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         prepared = self._prepared
         if not prepared[forward_index]:
