@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
+from kvcanary.backend_names import unregistered
 from kvcanary.constructors.pool import _Helper
 from kvcanary.consts import CanaryMode, RealKvHashMode
 from kvcanary.errors import FAMILY
@@ -25,6 +26,18 @@ _TYPE = {"type": ContractTypeError}
 _REPLACE = _Helper(dataclasses.replace, "`dataclasses.replace`")
 
 
+def backend_registered(name: str) -> bool:
+    """Whether ``name`` is a registered backend's (:func:`kvcanary.backend_names.unregistered`)."""
+    return unregistered(name) is None
+
+
+def known_backends() -> str:
+    """The registered backends' names, sorted, for the error text."""
+    from kvcanary.registry import REGISTRY
+
+    return ", ".join(sorted(REGISTRY.backends())) or "none"
+
+
 def has_layers(pool: Any) -> bool:
     """Whether some group of ``pool`` lists its layer buffers (``PoolGroupSpec.layers``)."""
     return any(g.layers for g in pool.groups)
@@ -36,6 +49,8 @@ class CanaryManagerContract(Contract):
     contract: ClassVar[ContractInfo] = FAMILY.contract(
         "CanaryManager", "M", "One KV pool's canary manager: its pool, the sizes of its buffers, its settings",
         constants={"has_layers": _Helper(has_layers, "whether some group of `pool` lists its layer buffers"),
+                   "registered": _Helper(backend_registered, "whether `name` is a registered backend's"),
+                   "known_backends": _Helper(known_backends, "the registered backends' names"),
                    "replace": _REPLACE, "NONE": CanaryMode.NONE, "PARTIAL": RealKvHashMode.PARTIAL},
         rules=(
             Relation(
@@ -62,6 +77,16 @@ class CanaryManagerContract(Contract):
                     "buffer to rotate over.",
                 fix="List each layer's K and V buffers in PoolGroupSpec(layers=...), or set layer_rotation to 0.",
                 breaks={"config": "replace(config, layer_rotation=1, real_kv_mode=PARTIAL)"}),
+            Relation(
+                name="backend_registered", require="config.backend is None or registered(config.backend)",
+                over=("config",), values={"backend": "config.backend", "known": "known_backends()"},
+                message="CanaryConfig.backend={backend!r} names no registered backend (known: {known}); pass a "
+                        "registered backend's name, or None to let kvcanary choose per launch",
+                why="The manager forces config.backend for every launch; an unregistered name would attach and "
+                    "then fail the first forward's launches with BackendError.",
+                fix="Pass a name from kvcanary.registered_backends() (a custom backend registered before attach), "
+                    "or None.",
+                breaks={"config": "replace(config, backend='no-such-backend')"}),
         ),
     )
 

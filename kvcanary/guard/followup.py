@@ -9,6 +9,7 @@ of only those failures: no violations, no blocks. The monitor then counts every 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from kvcanary.guard.codes import QUARANTINED, quarantined_message
@@ -32,8 +33,9 @@ def quarantined_failure(request_id: str, what: str, ids: Sequence[int], *, slot:
 
 
 def followup_decision(failures: object, step: object) -> GuardDecision:
-    """The decision of only ``failures`` (a sequence of :class:`RequestFailure`) at ``step`` (an int), with
-    :data:`FOLLOWUP_NOTE`. A value of another type is a TypeError naming the argument."""
+    """The decision of only ``failures`` (a sequence of :class:`RequestFailure`, each request once) at ``step``
+    (an int), with :data:`FOLLOWUP_NOTE`. A value of another type is a TypeError naming the argument; a request
+    named twice, a ValueError naming it."""
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"kv-canary: report_failures: step must be an int (the step of the decision whose "
                         f"quarantine failed them), got {type(step).__name__} {step!r}")
@@ -44,4 +46,9 @@ def followup_decision(failures: object, step: object) -> GuardDecision:
     if bad:
         raise TypeError(f"kv-canary: report_failures: failures must be RequestFailure items, got "
                         f"{type(bad[0]).__name__} {bad[0]!r}")
+    ids = [f.request_id for f in failures]
+    if len(set(ids)) != len(ids):  # the monitor counts len(fail): one request twice would be two failures
+        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        raise ValueError(f"kv-canary: report_failures: failures must name each request once (a request fails "
+                         f"once), got {', '.join(map(repr, twice))} more than once")
     return GuardDecision(step=step, events=(), fail=tuple(failures), notes=(FOLLOWUP_NOTE,))

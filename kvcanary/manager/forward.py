@@ -375,6 +375,17 @@ class ForwardRunner:
         self._views = self._bucket = None
         return bucket is not None
 
+    @property
+    def headed(self) -> bool:
+        """Whether this slot's HEAD ran and its TAIL has not (the step may not end yet: :meth:`abandon`)."""
+        return self._views is not None
+
+    def abandon(self) -> None:
+        """Forget the forward whose HEAD ran and whose TAIL never will (the engine's model raised): its
+        :meth:`tail` is refused from here on, until the next :meth:`head`. Its launches stay queued; the
+        kept batch and its graphs stay (a later forward of the same batch replays them)."""
+        self._views = self._bucket = None
+
     def drop_readback(self) -> None:
         """The TAIL copies nothing more for the read-back pump: forget the pump, the TAIL launches with its copy
         and their graphs (``tail/0``, ``tail/1``)."""

@@ -9,6 +9,8 @@ Lifecycle per step (as in SGLang's engine integration), for each forward of the 
 
 and once per step ``manager.end_step()`` (host): sweep when due, start the D2H pump and report what the
 previous step's copy holds, the health check, the stats line. Everything is allocated in :meth:`attach`.
+A forward whose model raised between head and tail ends with ``manager.abort_forward()`` (the step cannot end
+while a HEAD waits for its TAIL).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from kvcanary.manager.branch import VBranch
 from kvcanary.manager.buffers import CanaryBufferGroup
 from kvcanary.manager.capacities import CanaryCapacities
 from kvcanary.manager.config import CanaryConfig
+from kvcanary.manager.config_change import check_config_change
 from kvcanary.manager.endpoints import Endpoint, Phase, build_endpoints
 from kvcanary.manager.forward import ForwardRunner
 from kvcanary.manager.graphs import ForwardGraphs, graphs_wanted
 from kvcanary.manager.h2d import HostStaging
 from kvcanary.manager.health import HealthChecker
 from kvcanary.manager.owners import OwnerMap
-from kvcanary.manager.pinned import PinnedInputs
+from kvcanary.manager.pinned import PinnedInputs, check_size
 from kvcanary.manager.pool import KvPoolSpec
 from kvcanary.manager.pump import HEADER_SKIPPED, HostSnapshot, SnapshotPump
 from kvcanary.manager.reporter import ViolationEvent, ViolationReporter
@@ -57,6 +60,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("kvcanary.manager")
 
+_FIRST = 0
+"""The usual forward slot. ``forward_index is _FIRST`` is the per-forward calls' fast path (one identity test:
+CPython keeps one object for each small int); any other value, a ``0`` that is another object included, goes
+through :meth:`CanaryManager._runner`, which checks its type and range (a bool or a float is refused there)."""
+
 _Accepted = tuple[CanaryBatch, torch.Size, torch.Size, tuple[torch.Size, torch.Size] | None]
 """A batch :meth:`CanaryManager.prepare` accepted, with its rows', tokens' and expected-token snapshot's shapes."""
 
@@ -69,7 +77,8 @@ class CanaryManager:
         check_manager(pool=pool, capacities=capacities, config=config)  # the rules: constructors/manager.py
         self.pool = pool
         self.capacities = capacities
-        self.config = config
+        self._config = config
+        self._check_token = config.enable_verify_token  # read by every prepare
         self.device = pool.device
         use_graphs = graphs_wanted(config.graphs, device=self.device, compile=config.compile)  # before allocating
         r2t = pool.req_to_token
@@ -164,7 +173,6 @@ class CanaryManager:
         (``req_pool_indices``, ``input_ids``) and its expected-token snapshot's (``flat``, ``lens``): the same
         object at those shapes passes the device and capacity checks again; one whose rows or tokens were resized
         in place since is checked and staged as a new batch, one whose snapshot was, checked again."""
-        self._checked_token: list[bool] = [False] * config.num_forward_slots
         self._head_observers: list[Callable[[CanaryBatch], None]] = []
 
     def _graphs(self, config: CanaryConfig, capacities: CanaryCapacities) -> ForwardGraphs | None:
@@ -198,11 +206,25 @@ class CanaryManager:
         """Allocate every buffer, plan and endpoint for ``pool`` (once; nothing is allocated later)."""
         return cls(pool=pool, capacities=capacities, config=config, adapter=adapter, sinks=sinks)
 
+    @property
+    def config(self) -> CanaryConfig:
+        """The settings the manager was attached with. Most are fixed at attach (they sized or built its
+        buffers, plans and checks): assigning a config that changes one is refused by name (attach a new
+        manager). ``stats_every`` and the policy between ``log`` and ``isolate`` (``on_violation``, ``mode``)
+        are read at every step and may change (:mod:`kvcanary.manager.config_change`; for ``isolate``, give the
+        manager its adapter too: :meth:`set_adapter`)."""
+        return self._config
+
+    @config.setter
+    def config(self, config: CanaryConfig) -> None:
+        check_config_change(self._config, config)
+        self._config = config
+
     # -- the guard --------------------------------------------------------------------------------------
     @property
     def policy(self) -> ViolationPolicy:
         """The violation policy in effect (``config.policy``)."""
-        return self.config.policy
+        return self._config.policy
 
     def set_adapter(self, adapter: EngineAdapter | None, *, block_size: int = 1,
                     swa_block_size: int | None = None) -> None:
@@ -241,7 +263,7 @@ class CanaryManager:
         and the sinks. The sinks hear the decision also when the adapter raises (their record of it is the
         operator's only one); the adapter's error then goes on to the caller."""
         self._tell("on_violations", new)
-        if self.config.policy is not ViolationPolicy.ISOLATE:
+        if self._config.policy is not ViolationPolicy.ISOLATE:
             return
         decision = self._isolation.decide(new, step)
         self.decisions.append(decision)
@@ -278,6 +300,9 @@ class CanaryManager:
 
     def set_sweep_source(self, source: SweepSource | None) -> None:
         """The callable that returns the prefix cache's chains when a sweep is due (the radix walker)."""
+        if source is not None and not callable(source):
+            raise TypeError(f"kv-canary: set_sweep_source: source must be callable (returning SweepEntries) or "
+                            f"None, got {type(source).__name__} {source!r}")
         self._sweep_source = source
 
     def mark_init_finished(self) -> None:
@@ -317,11 +342,11 @@ class CanaryManager:
         head, health = self._pump.header, self.health
         if head is None:
             return StepStats.from_snapshot(None, step=step, sweep_passes=self._sweep.passes, tags=self._tags,
-                                           ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                           ring_capacity=self._config.ring_capacity, watchdog=health.state,
                                            watchdog_error=health.failure, source=self.source_id)
         return StepStats.from_header(head, snapshot_step=self._pump.read_step, step=step,
                                      sweep_passes=self._sweep.passes, tags=self._tags,
-                                     ring_capacity=self.config.ring_capacity, watchdog=health.state,
+                                     ring_capacity=self._config.ring_capacity, watchdog=health.state,
                                      watchdog_error=health.failure, source=self.source_id)
 
     @property
@@ -332,7 +357,13 @@ class CanaryManager:
 
     # -- per forward ------------------------------------------------------------------------------------
     def _runner(self, forward_index: int) -> ForwardRunner:
-        if not 0 <= forward_index < self.config.num_forward_slots:
+        """The forward slot ``forward_index`` (any call but the usual ``0`` comes here: the checks of its type and
+        range). A bool or a float is no slot number (``True`` would be slot 1)."""
+        if type(forward_index) is not int and (isinstance(forward_index, bool) or
+                                               not isinstance(forward_index, int)):
+            raise TypeError(f"kv-canary: forward_index must be an int (a forward slot, 0 to num_forward_slots - "
+                            f"1), got {type(forward_index).__name__} {forward_index!r}")
+        if not 0 <= forward_index < len(self._forwards):
             raise ValueError(f"kv-canary: forward_index must be in [0, {len(self._forwards)}) (num_forward_slots), "
                              f"got {forward_index}")
         return self._forwards[forward_index]
@@ -347,6 +378,7 @@ class CanaryManager:
         steps after its copy, which the read-back has seen finished by then: the host asks the device nothing
         in the usual step. More forwards in a step, or steps that never end, make the host wait for the
         device before it reuses a buffer."""
+        check_size(size)  # before a slot's first inputs are made, and before one is compared with them
         runner = self._runner(forward_index)
         p = runner.pinned
         if p is None:
@@ -361,17 +393,17 @@ class CanaryManager:
     def prepare(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
-        caps, check_token, exp = self.capacities, self.config.enable_verify_token, batch.expected_tokens
-        # the very batch of the previous forward, at the same sizes, passed these (unless the token check was
-        # switched on since): four shape reads; a batch resized in place is a new one (its checks, its bucket)
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
+        caps, check_token, exp = self.capacities, self._check_token, batch.expected_tokens
+        # the very batch of the previous forward, at the same sizes, passed these: four shape reads; a batch
+        # resized in place is a new one (its checks, its bucket)
         last = self._checked[forward_index]
         rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
         snapshot = None if exp is None else (exp.flat.shape, exp.lens.shape)
         kept = last is not None and batch is last[0]
         resized = last is not None and kept and (rows != last[1] or tokens != last[2])
         regrown = kept and last is not None and snapshot != last[3]  # the expected-token snapshot resized in place
-        fresh = not kept or resized or regrown or check_token is not self._checked_token[forward_index]
+        fresh = not kept or resized or regrown
         if resized or regrown:  # its own rules ran at its shapes when it was built: again at the new ones
             batch.check_rules()
             if regrown and exp is not None:
@@ -387,7 +419,6 @@ class CanaryManager:
             if resized:
                 runner.forget_kept(batch)  # resized in place: staged as a new batch, not into its old bucket
             self._checked[forward_index] = (batch, rows, tokens, snapshot)
-            self._checked_token[forward_index] = check_token
         if check_token:
             assert exp is not None
             if runner.pinned is not None:  # the scatter reads the batch's rows: the pinned inputs copied first
@@ -409,15 +440,22 @@ class CanaryManager:
         dev = self._exp_dev
         rpi = runner.staging.load_expected(batch, dev[n + bs + 1 : n + 2 * bs + 1])
         launch_scatter_req_token_ids_kernel(flat_in=dev[:n], offsets=dev[n : n + bs + 1], req_pool_indices=rpi,
-                                            pool_out=pool, backend=self.config.backend)
+                                            pool_out=pool, backend=self._config.backend)
 
     def head(self, batch: CanaryBatch, *, forward_index: int = 0) -> None:
-        """Before the forward (capturable): plan every group, HEAD verify then write, K then V."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        """Before the forward (capturable): plan every group, HEAD verify then write, K then V. ``batch`` is the
+        very object :meth:`prepare` accepted for this forward slot (another is refused before anything launches:
+        its capacities and expected tokens were never checked)."""
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         prepared = self._prepared
         if not prepared[forward_index]:
             raise RuntimeError("kv-canary: head() called without prepare() for this forward; call prepare(batch) "
                                "on the host first (outside any CUDA graph)")
+        accepted = self._checked[forward_index]  # what prepare() checked and scattered: this very batch
+        if accepted is None or batch is not accepted[0]:
+            raise ValueError("kv-canary: head(batch) must get the very batch prepare() accepted for this forward "
+                             f"(forward_index {forward_index}), got another {type(batch).__name__}; call "
+                             "prepare(batch) with it first")
         prepared[forward_index] = False
         self._pump.disarm()  # launches after a TAIL's read-back copy: the step's end copies again
         if runner.head(batch):  # on a bucket: no capture in progress (its own check)
@@ -430,11 +468,14 @@ class CanaryManager:
     def add_head_observer(self, observe: Callable[[CanaryBatch], None]) -> None:
         """Call ``observe(batch)`` after each :meth:`head` (so inside a captured forward too: it must only
         launch device work, e.g. the tensor-parallel digest of the records the HEAD just wrote)."""
+        if not callable(observe):
+            raise TypeError(f"kv-canary: add_head_observer: observe must be callable (observe(batch)), got "
+                            f"{type(observe).__name__} {observe!r}")
         self._head_observers.append(observe)
 
     def tail(self, *, forward_index: int = 0) -> None:
         """After the forward (capturable): TAIL verify then write, with the fingerprint of the fresh KV."""
-        runner = self._forwards[0] if forward_index == 0 else self._runner(forward_index)
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
         if runner.tail():  # on a bucket: as in :meth:`head`
             self.health.count(self._tail_ids)
         else:
@@ -472,8 +513,23 @@ class CanaryManager:
         """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""
         self.prepare(batch, forward_index=forward_index)
         self.head(batch, forward_index=forward_index)
-        yield
+        try:
+            yield
+        except BaseException:  # the model raised: no TAIL, and the step may still end
+            self.abort_forward(forward_index=forward_index)
+            raise
         self.tail(forward_index=forward_index)
+
+    def abort_forward(self, *, forward_index: int = 0) -> None:
+        """The forward of slot ``forward_index`` ends here without its TAIL (the engine's model raised between
+        :meth:`head` and :meth:`tail`, or the engine gave up after :meth:`prepare`): its prepare and HEAD are
+        forgotten, so :meth:`end_step` may end the step (it refuses while a HEAD waits for its TAIL) and the
+        next forward of the slot starts with :meth:`prepare`. What the HEAD launched stays: its records were
+        verified and written, and the step's end reads back whatever it recorded. Nothing to do when the slot
+        has no forward open. ``manager.forward(batch)`` calls it when its body raises."""
+        runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
+        self._prepared[forward_index] = False
+        runner.abandon()
 
     # -- per step (host) --------------------------------------------------------------------------------
     def run_sweep(self, entries: SweepEntries | None = None) -> int:
@@ -484,6 +540,12 @@ class CanaryManager:
             if self._sweep_source is None:
                 raise RuntimeError("kv-canary: no sweep source attached; call set_sweep_source(walker) first")
             entries = self._sweep_source()
+            if not isinstance(entries, SweepEntries):
+                raise TypeError(f"kv-canary: the sweep source must return SweepEntries (the prefix cache's "
+                                f"entries), got {type(entries).__name__} from {self._sweep_source!r}")
+        elif not isinstance(entries, SweepEntries):
+            raise TypeError(f"kv-canary: run_sweep(entries) must get SweepEntries (or None: the sweep source's), "
+                            f"got {type(entries).__name__}")
         self._pump.disarm()
         n = self._sweep.run(entries, self.step)
         self._count(self._phase_ids[Phase.SWEEP])
@@ -518,7 +580,14 @@ class CanaryManager:
         still ends as usual (read-back, step count, guard, sinks), then the sweep's error is raised; the
         failed sweep counts as the due one, so the source is asked again at the next due step, not at every
         step. An error of the step's own end (RAISE mode, an adapter) is raised instead, the sweep's error
-        its ``__context__``."""
+        its ``__context__``. Refused (a RuntimeError, nothing advanced) while a forward's :meth:`head` waits for
+        its :meth:`tail`: :meth:`abort_forward` ends a forward whose model raised."""
+        if stats is not True and stats is not False:
+            raise TypeError(f"kv-canary: end_step(stats=...) must be True or False, got {type(stats).__name__} "
+                            f"{stats!r}")
+        for runner in self._forwards:
+            if runner.headed:
+                self._refuse_open_forward()
         s = self.step
         try:
             if s >= self._sweep.next_due and self._sweep_source is not None:
@@ -527,6 +596,13 @@ class CanaryManager:
         finally:  # the step ends whether or not the sweep raised (its error is raised after)
             made = self._end_step(s, stats)
         return made
+
+    def _refuse_open_forward(self) -> None:
+        """:meth:`end_step` while a forward's HEAD waits for its TAIL: refused before anything advances."""
+        open_slots = [i for i, r in enumerate(self._forwards) if r.headed]
+        raise RuntimeError(f"kv-canary: end_step() called between head() and tail() of forward slot(s) {open_slots}: "
+                           f"the step ends after each forward's tail(forward_index=...); a forward whose model "
+                           f"raised ends with abort_forward(forward_index=...)")
 
     def _end_step(self, s: int, stats: bool) -> StepStats | None:
         """:meth:`end_step` after the sweep: the retired graphs, the watchdog's mark, the read-back, the step
@@ -557,7 +633,7 @@ class CanaryManager:
                 if len(rep.events) > seen:
                     self._guard(rep.events[seen:], s)  # an adapter that raises: the sinks still hear the step
             finally:
-                logged = self.step % self.config.stats_every == 0
+                logged = self.step % self._config.stats_every == 0
                 made: StepStats | None = None
                 if stats or logged or self.sinks:
                     made = self._stats(s)
@@ -572,6 +648,9 @@ class CanaryManager:
         that must see the very step that recorded its rows). ``during_step``: called inside a step (after
         its :meth:`head`, before its :meth:`end_step`, e.g. from a HEAD observer): the rows are labelled with
         this step, which recorded them, and the sinks hear of the step's end from :meth:`end_step` only."""
+        if not isinstance(during_step, bool):
+            raise TypeError(f"kv-canary: flush(during_step=...) must be True or False, got "
+                            f"{type(during_step).__name__} {during_step!r}")
         snap = self._pump.drain(self.step if during_step else self.step - 1, ended=not during_step)
         seen = len(self.reporter.events)
         try:

@@ -32,6 +32,16 @@ _CAPTURING = ("kv-canary: the pinned inputs were {what} while a CUDA graph is be
               "tensors, not from pinned_inputs()")
 
 
+def check_size(size: object) -> None:
+    """A pinned inputs' ``size`` (int64 values per buffer) is an int >= 1: a TypeError (a bool or a float is no
+    size) or a ValueError naming ``size`` otherwise."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"kv-canary: pinned inputs need an int size (int64 values per buffer), got "
+                        f"{type(size).__name__} {size!r}")
+    if size < 1:
+        raise ValueError(f"kv-canary: pinned inputs need size >= 1, got {size}")
+
+
 class PinnedInputs:
     """Pinned int64 host buffers (two per forward of a step, made when first used) and one device buffer of
     ``size`` values.
@@ -43,8 +53,7 @@ class PinnedInputs:
 
     def __init__(self, size: int, device: torch.device, *, fence: Callable[[int], object] | None,
                  current_step: Callable[[], int]) -> None:
-        if size < 1:
-            raise ValueError(f"kv-canary: pinned inputs need size >= 1, got {size}")
+        check_size(size)
         cuda = device.type == "cuda"
         self.size = size
         self.device = torch.zeros(size, dtype=torch.int64, device=device)
@@ -105,7 +114,11 @@ class PinnedInputs:
         return self._np[k]
 
     def commit(self, n: int) -> None:
-        """The current host buffer's first ``n`` values are the step's: the manager's next HEAD copies them."""
+        """The current host buffer's first ``n`` values are the step's: the manager's next HEAD copies them.
+        ``n`` is an int (a bool or a float is no count: one type test per step)."""
+        if type(n) is not int and (isinstance(n, bool) or not isinstance(n, int)):
+            raise TypeError(f"kv-canary: PinnedInputs.commit(n) needs an int n (values written), got "
+                            f"{type(n).__name__} {n!r}")
         if not 0 <= n <= self.size:
             raise ValueError(f"kv-canary: commit(n) needs 0 <= n <= {self.size} (the pinned inputs' size), got {n}")
         self.pending = n

@@ -134,7 +134,10 @@ def test_a_reused_batch_runs_unpadded_once_the_graphs_are_off() -> None:
     assert w.events() == []
 
 
-def test_an_accepted_batch_is_checked_again_once_the_token_check_is_on() -> None:
+def test_the_token_check_cannot_be_switched_on_under_an_accepted_batch() -> None:
+    """The token check is fixed at attach (its expected-token pool is allocated there or never): switching it on
+    later is refused by name, so a batch accepted without expected tokens stays valid for the manager it was
+    accepted by."""
     w = make_world(config=dataclasses.replace(_config(), enable_verify_token=False))
     a = Req(1, [1] * 30, [1])
     full = w.build([(a, 0, 1)])
@@ -142,9 +145,10 @@ def test_an_accepted_batch_is_checked_again_once_the_token_check_is_on() -> None
                        extend_lens=full.extend_lens, input_ids=full.input_ids, positions=full.positions,
                        out_cache_loc=full.out_cache_loc)
     w.manager.prepare(bare)  # no expected tokens needed: accepted, and remembered
-    w.manager.config = dataclasses.replace(w.manager.config, enable_verify_token=True)
-    with pytest.raises(Exception, match="expected_tokens"):  # the same object, but the rule it passed changed
-        w.manager.prepare(bare)
+    assert w.manager.state.expected_tokens_pool is None
+    with pytest.raises(ValueError, match=r"config\.enable_verify_token is fixed at attach"):
+        w.manager.config = dataclasses.replace(w.manager.config, enable_verify_token=True)
+    w.manager.prepare(bare)  # the same object, and the same rules
 
 
 def _move(t: torch.Tensor, *, fill: int | None = None) -> None:

@@ -106,6 +106,9 @@ def test_a_head_without_its_tail_makes_the_step_end_copy() -> None:
     w.manager.head(batch)
     pump = w.manager._pump
     before = pump.copies
+    with pytest.raises(RuntimeError, match="abort_forward"):  # the HEAD waits for its TAIL
+        w.manager.end_step()
+    w.manager.abort_forward()  # the engine's model raised: this forward has no TAIL
     w.manager.end_step()
     assert pump.copies == before + 1
 

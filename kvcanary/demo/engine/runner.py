@@ -54,7 +54,12 @@ class ForwardRunner:
         if mgr is not None:
             mgr.prepare(fwd.canary, forward_index=slot)
             mgr.head(fwd.canary, forward_index=slot)
-        logits = on.model.forward(fwd.model_input, on.kv)
+        try:
+            logits = on.model.forward(fwd.model_input, on.kv)
+        except BaseException:  # no TAIL for this forward: the manager forgets its HEAD
+            if mgr is not None:
+                mgr.abort_forward(forward_index=slot)
+            raise
         if mgr is not None:
             mgr.tail(forward_index=slot)
         self.forwards += 1

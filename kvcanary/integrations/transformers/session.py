@@ -378,7 +378,11 @@ class TransformersCanary:
             manager.prepare(batch)
             manager.head(batch)
             t2 = time.perf_counter()
-            original(runner, model, batch_data)
+            try:
+                original(runner, model, batch_data)
+            except BaseException:  # no TAIL for this forward: the manager forgets its HEAD
+                manager.abort_forward()
+                raise
             t3 = time.perf_counter()
             manager.tail()
             t4 = time.perf_counter()
