@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import resource
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -202,3 +206,19 @@ def test_two_sinks_sharing_a_folder_never_claim_the_same_bundle(tmp_path: Path,
     assert twins and originals
     both = set(originals[0].written) & set(twins[0].written)
     assert not both and not any("exists" in e for e in twins[0].errors), sorted(p.name for p in both)
+
+
+@pytest.mark.xfail(strict=True, reason="rL: read_bundle reads bundle.json whole before any check: a sparse "
+                   "6 GiB file (20 KB on disk) is a MemoryError traceback, not a one-line refusal")
+def test_a_huge_bundle_json_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = _copy(tmp_path)
+    os.truncate(path / META_FILE, 6 << 30)  # sparse: what a tar with sparse members unpacks to
+
+    def cap() -> None:  # a 4 GiB address space: the machine's memory, without taking this one's
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    res = subprocess.run([sys.executable, "-m", "kvcanary", "inspect", str(path)], capture_output=True, text=True,
+                         timeout=300, check=False, preexec_fn=cap,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 2, res.stderr[-400:]
+    assert len(res.stderr.strip().splitlines()) == 1 and META_FILE in res.stderr, res.stderr[-400:]
