@@ -177,8 +177,6 @@ def test_a_failed_replace_keeps_the_old_bundle(tmp_path: Path, monkeypatch: pyte
     assert all(torch.equal(kept.tensors[k], old.tensors[k]) for k in old.tensors), "a mixed bundle is left"
 
 
-@pytest.mark.xfail(strict=True, reason="rL: two sinks writing one folder (TP ranks, a PD pair with the default "
-                   "name) build the same folder name for the same slot and step and overwrite each other")
 def test_two_sinks_sharing_a_folder_never_claim_the_same_bundle(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     twins: list[BundleSink] = []
