@@ -104,7 +104,12 @@ def test_an_oversized_tensors_file_is_refused_before_it_is_read(tmp_path: Path,
     path = _copy(tmp_path)
     os.truncate(path / TENSORS_FILE, 6 << 30)  # sparse
     reads: list[Path] = []
-    monkeypatch.setattr("kvcanary.evidence.format.file_digest", lambda p: reads.append(p) or "0" * 64)
+
+    def digest(p: Path) -> str:
+        reads.append(p)
+        return "0" * 64
+
+    monkeypatch.setattr("kvcanary.evidence.format.file_digest", digest)
     with pytest.raises(BundleError, match=f"{TENSORS_FILE} must be at most .* got {6 << 30}: not read"):
         read_bundle(path)
     assert not reads
@@ -186,7 +191,8 @@ def test_the_files_and_folder_have_the_modes_a_plain_write_gives(tmp_path: Path)
 
 class _Sink:
     def __init__(self, written: list[Path]) -> None:
-        self.written, self.errors = written, []
+        self.written: list[Path] = written
+        self.errors: list[str] = []
 
     def close(self) -> list[Path]:
         return self.written
