@@ -13,18 +13,27 @@ from kvcanary.cli.parser import UsageError, arguments
 def _inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", help="a bundle folder (as BundleSink or `kvcanary demo --bundles` writes it)")
     p.add_argument("--html", metavar="OUT", default=None, help="also write one self-contained HTML page to OUT")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = INSPECT_EXIT
 
 
 def _load(path: str) -> object:
+    """The bundle at ``path``; a UsageError (one line, exit status 2) when it is not one this kvcanary reads.
+    A bundle without digests (an older writer's) is read, with a note that damage to it goes unnoticed."""
+    from kvcanary.evidence.digests import DIGESTS_KEY
     from kvcanary.evidence.format import META_FILE, BundleError, read_bundle
 
     try:
-        return read_bundle(path)
+        bundle = read_bundle(path)
     except BundleError as exc:
         found = (Path(path) / META_FILE).is_file()  # a bundle that is damaged, not one that is missing
         raise UsageError(str(exc).removeprefix("kv-canary: "),
                          hint="the bundle is damaged or not of this version: write it again" if found else
                          "pass the folder that holds bundle.json") from None
+    if DIGESTS_KEY not in bundle.meta:
+        print(f"note: this bundle has no {DIGESTS_KEY} (an older kvcanary wrote it): damage to it cannot be "
+              "detected")
+    return bundle
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -49,9 +58,22 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+REPLAY_EXIT = """exit status:
+  0  reproduced: the replay gives the bundled violation rows (rows listed as not replayable aside)
+  1  NOT reproduced: a bundled row is missing or an extra row comes out, or no row could be replayed
+  2  not a bundle this kvcanary reads (no bundle.json, damaged, oversized, newer, or breaking a rule of
+     its format; one line naming the file and the rule), or a usage error"""
+
+INSPECT_EXIT = """exit status:
+  0  the report was printed (and the page written)
+  2  not a bundle this kvcanary reads (as for `kvcanary replay`), or --html OUT cannot be written"""
+
+
 @arguments("replay")
 def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", help="a bundle folder")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = REPLAY_EXIT
 
 
 def replay(args: argparse.Namespace) -> int:

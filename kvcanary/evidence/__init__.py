@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kvcanary.evidence.capture import BundleLimits, BundleSink
     from kvcanary.evidence.describe import RequestDescriber, RequestView
     from kvcanary.evidence.format import BUNDLE_FORMAT, BUNDLE_VERSION, Bundle, BundleError, read_bundle, write_bundle
+    from kvcanary.evidence.install import FolderTaken
     from kvcanary.evidence.rerun import ReplayResult, replay
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "BundleError",
     "BundleLimits",
     "BundleSink",
+    "FolderTaken",
     "ReplayResult",
     "RequestDescriber",
     "RequestView",

@@ -3,22 +3,27 @@
 ``on_violations`` runs on the host when a step's read-back holds new rows. For each slot it has not
 bundled yet (at most ``limits.max_bundles``) it copies, with device operations only (no value is read
 back to the host there): the slot's record in every buffer a row names, the record its chain link came
-from (found by hashing the buffer, see :mod:`kvcanary.evidence.hashes`) and the real-KV words its
-fingerprint covers. It copies the host facts that change later too: the owners' descriptions, and at the
-step's end (:meth:`BundleSink.on_step`, still the step's thread) the slot's journal history. A
-sliding-window row's full slots (the journal's key) are found there through the group's translation table
-(a copy taken at the capture), one small read. A background thread turns the copies into a bundle
-(attribution, replay plan, JSON and safetensors) and writes it; :meth:`BundleSink.flush` waits for it. It
-never reads the live journal, which the engine's thread goes on recording into.
+from (found by hashing the buffer, see :mod:`kvcanary.evidence.hashes`), the real-KV words its
+fingerprint covers and, for a sliding-window row, the first full slots the group's translation table maps
+to it. It copies the host facts that change later too: the owners' descriptions, and at the step's end
+(:meth:`BundleSink.on_step`, still the step's thread) the slot's journal history, with the sliding-window
+row's full slots (the journal's key) read from the capture's copy there, one small read. A background
+thread turns the copies into a bundle (attribution, replay plan, JSON and safetensors) and writes it;
+:meth:`BundleSink.flush` waits for it, and at interpreter exit the bundles still queued get
+:data:`EXIT_FLUSH_SECONDS` to be written. It never reads the live journal, which the engine's thread goes on
+recording into, and never writes over a bundle already in ``out_dir`` (another sink's, say).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
 import os
 import queue
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +37,7 @@ from kvcanary.evidence.assemble import Captured, RowCapture, SourceCapture, asse
 from kvcanary.evidence.describe import RequestDescriber, RequestView
 from kvcanary.evidence.format import write_bundle
 from kvcanary.evidence.hashes import find_link
+from kvcanary.evidence.install import FolderTaken
 from kvcanary.guard.decision import GuardDecision
 from kvcanary.guard.journal import JournalEvent, OwnerKind, SlotJournal
 from kvcanary.manager.reporter import ViolationEvent
@@ -41,6 +47,10 @@ if TYPE_CHECKING:
     from kvcanary.manager.endpoints import Endpoint
     from kvcanary.manager.manager import CanaryManager
 
+EXIT_FLUSH_SECONDS = 10.0
+"""How long interpreter exit waits for a sink's queued bundles (the writer is a daemon thread)."""
+MAX_NAME_SUFFIX = 64
+"""Collisions a bundle's folder name may meet (``-2``, ``-3``, ...) before the bundle lands in ``errors``."""
 _WRITE_BITS = int(FailReason.WRITE_POSITION_MISMATCH | FailReason.WRITE_TOKEN_MISMATCH
                   | FailReason.WRITE_SLOT_MISMATCH | FailReason.WRITE_SLOT_OWNER_MISMATCH)
 
@@ -111,9 +121,9 @@ def _kind_of(tag: CanaryLaunchTag) -> PoolKind:
 class _Job:
     captured: Captured
     path: Path
-    swa_full_slots: torch.Tensor | None = None
-    """A sliding-window slot's full slots (a device copy of the translation table's match, taken at the
-    capture), resolved on the step's thread by :meth:`BundleSink._release`."""
+    swa_full_slots: tuple[torch.Tensor, torch.Tensor] | None = None
+    """A sliding-window slot's first full slots and whether each maps to it (device copies of the translation
+    table's match, taken at the capture), resolved on the step's thread by :meth:`BundleSink._release`."""
 
 
 class BundleSink:
@@ -148,6 +158,7 @@ class BundleSink:
         self._background = background
         self._pending: list[_Job] = []
         self.steps_seen = 0
+        self._exit_hook: Callable[[], None] | None = None
 
     @property
     def journal(self) -> SlotJournal:
@@ -185,7 +196,8 @@ class BundleSink:
         cap = job.captured
         full_slots: tuple[int, ...] = (cap.slot,)
         if job.swa_full_slots is not None:
-            full_slots = tuple(int(x) for x in job.swa_full_slots.tolist())
+            idx, hit = job.swa_full_slots
+            full_slots = tuple(int(i) for i, h in zip(idx.tolist(), hit.tolist(), strict=True) if h)
         journal = self.journal
         history: list[JournalEvent] = []
         for fs in full_slots:
@@ -262,10 +274,12 @@ class BundleSink:
                     owner = table[slot].clone()
             rows.append(RowCapture(e, record, link, idx, found, tuple(sources), None, owner))
         history: list[JournalEvent] = []
-        swa_full_slots: torch.Tensor | None = None
+        swa_full_slots: tuple[torch.Tensor, torch.Tensor] | None = None
         lut = self._luts.get(kind)
-        if kind is PoolKind.SWA and lut is not None:
-            swa_full_slots = (lut == slot).nonzero().flatten()[:4].clone()
+        if kind is PoolKind.SWA and lut is not None:  # the first 4 matches, without nonzero's read-back
+            match = (lut == slot).flatten()
+            lead = torch.argsort(match.to(torch.int8), descending=True, stable=True)[:4]
+            swa_full_slots = (lead.clone(), match[lead].clone())
         describer = self.describer
         views: dict[str, RequestView] = {}
         readers: list[str] = []
@@ -300,6 +314,9 @@ class BundleSink:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="kvcanary-bundles", daemon=True)
             self._thread.start()
+            if self._exit_hook is None:  # a daemon thread dies at exit: give the queued bundles a bounded wait
+                self._exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
+                atexit.register(self._exit_hook)
 
     def _run(self) -> None:
         while True:
@@ -312,10 +329,20 @@ class BundleSink:
                 self._queue.task_done()
 
     def _write(self, job: _Job) -> None:
+        """Assemble and write ``job``'s bundle under its name, or ``<name>-2``, ``-3``, ... when another
+        writer's bundle holds it (two ranks' sinks sharing ``out_dir`` with one ``name``): never over it."""
         try:
             bundle = assemble(job.captured)
-            write_bundle(bundle, job.path)
-            self.written.append(job.path)
+            for k in range(1, MAX_NAME_SUFFIX + 1):
+                path = job.path if k == 1 else job.path.with_name(f"{job.path.name}-{k}")
+                try:
+                    write_bundle(bundle, path, replace=False)
+                except FolderTaken:
+                    continue
+                self.written.append(path)
+                return
+            self.errors.append(f"{job.path.name}: {MAX_NAME_SUFFIX} folders of that name are taken in "
+                               f"{self.out_dir} (give each sink its own name or out_dir)")
         except Exception as exc:  # a bundle must never take the engine down: keep the reason
             self.errors.append(f"{job.path.name}: {type(exc).__name__}: {exc}")
 
@@ -334,7 +361,29 @@ class BundleSink:
             self._queue.put(None)
             self._thread.join()
         self._thread = None
+        if self._exit_hook is not None:
+            atexit.unregister(self._exit_hook)
+            self._exit_hook = None
         return out
+
+    def _drain(self, timeout: float) -> None:
+        """Hand what was captured to the writer and wait at most ``timeout`` seconds for it to write."""
+        if self._pending:
+            self._release()
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout)
+
+
+def _flush_at_exit(ref: weakref.ReferenceType[BundleSink]) -> None:
+    """At interpreter exit: a live sink's queued bundles get :data:`EXIT_FLUSH_SECONDS` to be written."""
+    sink = ref()
+    if sink is not None:
+        try:
+            sink._drain(EXIT_FLUSH_SECONDS)
+        except Exception:  # exit goes on whatever a bundle does
+            return
 
 
 def bundle_summary(meta: dict[str, Any]) -> str:

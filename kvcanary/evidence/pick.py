@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,21 +38,33 @@ def pick_replayable(paths: Sequence[Path]) -> Path:
 
 
 def keep_replayable(sink: BundleSink, target: Path) -> Path | None:
-    """Close ``sink`` and move the bundle :func:`pick_replayable` picks of those it wrote to ``target`` (the
-    folder that was there is replaced); None when it wrote none. Raises :class:`KeepError` naming ``target``
-    if the sink had write errors, a file sits at ``target``, or the move fails."""
+    """Close ``sink`` and put the bundle :func:`pick_replayable` picks of those it wrote at ``target``, whole or
+    not at all: copied beside ``target``, then renamed onto it (a bundle already there is replaced, and kept
+    if that fails); None when it wrote none. Raises :class:`KeepError` naming ``target`` if the sink had write
+    errors, a file or a folder that is not a bundle sits at ``target`` (it is left as it is), or the copy
+    fails."""
+    from kvcanary.evidence.format import META_FILE
+    from kvcanary.evidence.install import FolderTaken, install_folder, is_replaceable, staging_folder
+
     written = sink.close()
     if sink.errors:
         raise KeepError(target, "the bundle could not be written (" + "; ".join(sink.errors) + ")")
     if not written:
         return None
-    if target.exists() and not target.is_dir():
+    if os.path.lexists(target) and not target.is_dir():
         raise KeepError(target, "a file is there, not a bundle folder")
+    if os.path.lexists(target) and not is_replaceable(target, META_FILE):
+        raise KeepError(target, f"a folder that is not a bundle (no {META_FILE}) is there: not replaced")
     try:
-        if target.exists():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(pick_replayable(written)), str(target))
+        staged = staging_folder(target)
+        try:
+            shutil.copytree(pick_replayable(written), staged, dirs_exist_ok=True)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        install_folder(staged, target, replace=True, marker=META_FILE)
+    except FolderTaken as exc:
+        raise KeepError(target, f"{exc.strerror}") from exc
     except OSError as exc:
         raise KeepError(target, f"cannot be written ({exc.strerror or exc})") from exc
     return target

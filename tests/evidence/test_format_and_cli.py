@@ -136,3 +136,26 @@ def test_demo_bundles_refuses_a_clean_run_and_another_engines_fault(tmp_path: Pa
     assert main(["demo", "--bundles", str(tmp_path), "--fault", "block_handed_twice"]) == 2
     assert "transformers engine only" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_replay_help_states_its_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["replay", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines()]
+    assert "exit status:" in lines
+    for code, words in (("0", "reproduced"), ("1", "NOT reproduced"), ("2", "not a bundle")):
+        assert any(line.startswith(f"{code}  {words}") for line in lines), out
+
+
+def test_inspect_notes_a_bundle_without_digests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "old"
+    shutil.copytree(bundle_path(Fault.DOUBLE_ALLOC), path)
+    assert main(["inspect", str(path)]) == 0
+    assert "no digests" not in capsys.readouterr().out
+    meta = json.loads((path / META_FILE).read_text())
+    del meta["digests"]
+    (path / META_FILE).write_text(json.dumps(meta))
+    assert main(["inspect", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("note: this bundle has no digests")

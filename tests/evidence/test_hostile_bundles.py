@@ -20,7 +20,7 @@ from kvcanary.demo.engine.faults import Fault
 from kvcanary.evidence import read_bundle
 from kvcanary.evidence.format import META_FILE, TENSORS_FILE
 from kvcanary.evidence.report import html_report
-from tests.evidence.bundles import bundle_path
+from tests.evidence.bundles import bundle_path, edit_meta
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -30,9 +30,7 @@ def _copy(tmp_path: Path, edit: Edit | None = None) -> Path:
     dst = tmp_path / "b"
     shutil.copytree(bundle_path(Fault.RADIX_UAF), dst)
     if edit is not None:
-        meta = json.loads((dst / META_FILE).read_text())
-        edit(meta)
-        (dst / META_FILE).write_text(json.dumps(meta))
+        edit_meta(dst, edit)  # its digest stamped again: the edit meets the schema, not the damage check
     return dst
 
 
@@ -98,10 +96,8 @@ def test_a_write_slot_table_too_large_to_build_is_one_line(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     dst = tmp_path / "b"
     shutil.copytree(bundle_path(Fault.DRAFT_PAST_ALLOCATION), dst)
-    meta = json.loads((dst / META_FILE).read_text())
-    assert meta["replay"]["extensions"]["write_slot_mismatch"]
-    meta["replay"]["write"][0]["position"] = 10**15  # the replay's req_to_token would be 4 PB
-    (dst / META_FILE).write_text(json.dumps(meta))
+    assert json.loads((dst / META_FILE).read_text())["replay"]["extensions"]["write_slot_mismatch"]
+    edit_meta(dst, _set("replay", "write", 0, "position", value=10**15))  # req_to_token would be 4 PB
     assert "replay.write[0].position" in _one_line_error("replay", dst, capsys)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from kvcanary.evidence import BUNDLE_VERSION, read_bundle, replay
 from kvcanary.evidence.demo_bundles import EXPECTED_CLASS
 from kvcanary.evidence.format import META_FILE
 from kvcanary.evidence.report import text_report
-from tests.evidence.bundles import owner_bundle_path
+from tests.evidence.bundles import edit_meta, owner_bundle_path
 
 OWNER = int(FailReason.WRITE_SLOT_OWNER_MISMATCH)
 
@@ -58,11 +59,13 @@ def _edited(tmp_path: Path, slot_owner_of: str) -> Path:
     src = owner_bundle_path(Fault.DOUBLE_ALLOC)
     copy = tmp_path / "edited"
     shutil.copytree(src, copy)
-    meta = json.loads((copy / META_FILE).read_text())
-    for w in meta["replay"]["write"]:
-        if w["owner"] is not None:
-            w["owner"]["slot_owner"] = w["owner"][slot_owner_of]
-    (copy / META_FILE).write_text(json.dumps(meta))
+
+    def give_slot(meta: dict[str, Any]) -> None:
+        for w in meta["replay"]["write"]:
+            if w["owner"] is not None:
+                w["owner"]["slot_owner"] = w["owner"][slot_owner_of]
+
+    edit_meta(copy, give_slot)
     return copy
 
 
@@ -83,5 +86,6 @@ def test_a_version_1_bundle_still_reads(tmp_path: Path) -> None:
     shutil.copytree(src, copy)
     meta = json.loads((copy / META_FILE).read_text())
     meta["version"] = 1
+    del meta["digests"]  # version 1 bundles were written without digests
     (copy / META_FILE).write_text(json.dumps(meta))
     assert read_bundle(copy).meta["version"] == 1
