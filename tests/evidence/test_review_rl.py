@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -62,27 +63,34 @@ def _stored(meta: dict[str, Any]) -> None:
     meta["records"][0]["stored"]["token"] = meta["records"][0]["expected"]["token"]
 
 
-@pytest.mark.xfail(strict=True, reason="rL: the report's copies of a row (tag, codes, fail_reasons, stored "
-                   "record) are never tied to the fields and tensors the replay checks")
-@pytest.mark.parametrize("edit", [_codes, _tag, _stored], ids=["codes", "tag", "stored record"])
-def test_a_report_field_that_contradicts_the_replayed_row_is_refused(edit: Edit, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("edit", "field"), [(_codes, "rows[0].codes"), (_tag, "rows[0].tag"),
+                                             (_stored, "records[0].stored")], ids=["codes", "tag", "stored record"])
+def test_a_report_field_that_contradicts_the_replayed_row_is_refused(edit: Edit, field: str, tmp_path: Path) -> None:
     path = _copy(tmp_path, edit)
-    assert replay(path).ok  # today: "reproduced", while `inspect` prints the edited reasons / tag / record
-    with pytest.raises(BundleError):
+    with pytest.raises(BundleError, match=re.escape(field) + " must be"):
         read_bundle(path)
+    assert read_bundle(_copy(tmp_path / "clean")).meta["rows"]  # the genuine copy is read
 
 
-@pytest.mark.xfail(strict=True, reason="rL: a row named by no verify/write entry and not listed unreplayable "
-                   "is silently left out; replay still says 'reproduced: the same violation rows'")
 def test_a_row_the_plan_leaves_out_is_not_reported_reproduced(tmp_path: Path) -> None:
     path = _copy(tmp_path, lambda m: m["replay"]["verify"].pop(1))  # 2 rows, 1 verify entry, no unreplayable
-    try:
-        bundle = read_bundle(path)
-    except BundleError:
-        return
-    result = replay(bundle)
-    assert len(bundle.meta["rows"]) == 2
-    assert not result.complete, (result.expected, result.replayed, result.unreplayable)
+    with pytest.raises(BundleError, match=re.escape("rows[1] must be named exactly once") + ".*got none"):
+        read_bundle(path)
+    genuine = read_bundle(bundle_path(Fault.RADIX_UAF))
+    assert len(genuine.meta["rows"]) == 2 and replay(genuine).complete
+    meta = json.loads((path / META_FILE).read_text())  # a Bundle built in memory skips read_bundle's rules
+    result = replay(Bundle(meta, dict(genuine.tensors)))
+    assert len(result.expected) == 2 and len(result.missing) == 1, (result.expected, result.replayed)
+    assert not result.ok and not result.complete
+
+
+def test_a_row_named_twice_or_an_unreplayable_entry_naming_no_row_is_refused(tmp_path: Path) -> None:
+    twice = _copy(tmp_path / "twice", lambda m: m["replay"]["unreplayable"].append("row 0: listed as well"))
+    with pytest.raises(BundleError, match=re.escape("rows[0] must be named exactly once") + r".*verify\[0\]"):
+        read_bundle(twice)
+    loose = _copy(tmp_path / "loose", lambda m: m["replay"]["unreplayable"].append("no row named"))
+    with pytest.raises(BundleError, match=re.escape("replay.unreplayable[0] must read 'row N: why'")):
+        read_bundle(loose)
 
 
 def _flip_tensor_byte(path: Path) -> None:
