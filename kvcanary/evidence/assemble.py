@@ -92,8 +92,10 @@ def _record_json(r: list[int] | None) -> dict[str, Any] | None:
 
 
 def journal_json(history: tuple[JournalEvent, ...] | list[JournalEvent]) -> list[dict[str, Any]]:
+    """The journal entries of ``bundle.json`` (``carried``: the block's state when a truncated window opens)."""
     return [{"step": e.step, "kind": e.kind.value, "block": e.block, "owner": str(e.owner) if e.owner else None,
-             "first_position": e.first_position, "last_position": e.last_position} for e in history]
+             "first_position": e.first_position, "last_position": e.last_position, "carried": e.carried}
+            for e in history]
 
 
 class _Buffers:

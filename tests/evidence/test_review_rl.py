@@ -139,9 +139,7 @@ _CHAIN_ROW = Violation(kernel_kind=0, slot_idx=71, position=3, stored_token=5, e
                        fail_reason_bits=int(FailReason.VERIFY_CHAIN_HASH_MISMATCH | FailReason.VERIFY_TOKEN_MISMATCH))
 
 
-@pytest.mark.parametrize("shares", [0, pytest.param(40, marks=pytest.mark.xfail(
-    strict=True, reason="rL: history() is the newest per_block events only; a hot prefix's shares push the "
-    "CACHED claim out and a use after free is reported as 'ownership is clean'"))])
+@pytest.mark.parametrize("shares", [0, 40])
 def test_a_use_after_free_is_named_whatever_the_journal_window(shares: int) -> None:
     journal, step = _uaf_history(shares)
     att = attribute([_CHAIN_ROW], journal.history(71), step=step, slot=71)
