@@ -147,8 +147,6 @@ def test_a_use_after_free_is_named_whatever_the_journal_window(shares: int) -> N
     assert "cache:radix" in att.holders, att
 
 
-@pytest.mark.xfail(strict=True, reason="rL: a PD transfer's ALLOCATED event carries no positions, so the report "
-                   "names an earlier owner as last writer of a slot that holds the transferred request's record")
 def test_the_radix_uaf_report_names_the_request_whose_record_the_slot_holds() -> None:
     meta = read_bundle(bundle_path(Fault.RADIX_UAF)).meta
     stored = meta["records"][0]["stored"]
@@ -157,6 +155,7 @@ def test_the_radix_uaf_report_names_the_request_whose_record_the_slot_holds() ->
                if s == meta["slot"] and p == stored["position"] and t == stored["token"]]
     assert len(holders) == 1, holders  # the one request whose table and tokens give the slot's record
     assert meta["attribution"]["writer"] == f"request:{holders[0]}", meta["attribution"]
+    assert meta["attribution"]["written_positions"] == [stored["position"]] * 2, meta["attribution"]
 
 
 def _disk_full(self: Path, *args: object, **kwargs: object) -> int:
