@@ -92,8 +92,10 @@ def _record_json(r: list[int] | None) -> dict[str, Any] | None:
 
 
 def journal_json(history: tuple[JournalEvent, ...] | list[JournalEvent]) -> list[dict[str, Any]]:
+    """The journal entries of ``bundle.json`` (``carried``: the block's state when a truncated window opens)."""
     return [{"step": e.step, "kind": e.kind.value, "block": e.block, "owner": str(e.owner) if e.owner else None,
-             "first_position": e.first_position, "last_position": e.last_position} for e in history]
+             "first_position": e.first_position, "last_position": e.last_position, "carried": e.carried}
+            for e in history]
 
 
 class _Buffers:
@@ -103,6 +105,12 @@ class _Buffers:
         self.slots: dict[str, dict[int, list[int]]] = {}
         self.kv: dict[str, dict[int, list[torch.Tensor | None]]] = {}
         self.kv_bytes: dict[str, list[int]] = {}
+
+    def holds_other(self, tag: str, slot: int, record: list[int]) -> bool:
+        """Whether the buffer already holds another record for ``slot`` (one record per slot: a row whose check
+        read a different one cannot be replayed from it)."""
+        held = self.slots.get(tag, {}).get(slot)
+        return held is not None and held != record
 
     def add(self, tag: str, slot: int, record: list[int], kv: tuple[SourceCapture, ...] | None = None) -> None:
         recs = self.slots.setdefault(tag, {})
@@ -264,6 +272,9 @@ def assemble(cap: Captured) -> Bundle:
                     exp_pos = 0 if prev == -1 else (link[1] + 1 if link is not None and prev > 0 else None)
                 if exp_pos is None:
                     unreplayable.append(f"row {i}: the expected position is not known")
+                elif bufs.holds_other(tag, v.slot_idx, record):
+                    unreplayable.append(f"row {i}: the slot's record changed between this row's check and an "
+                                        "earlier row's (a replay buffer holds one record per slot)")
                 else:
                     verify.append({"tag": tag, "slot": v.slot_idx, "prev_slot": prev, "expected_position": exp_pos,
                                    "expected_token": v.expected_token, "row": i})

@@ -1,7 +1,10 @@
 """Ownership attribution: who wrote a violated slot, who else held it then, and the most likely bug class.
 
 Everything here is a function of the slot's journal history (:meth:`SlotJournal.history`), the violation
-rows and, when the engine can describe its requests, the writer's block table. The classes are the ways
+rows and, when the engine can describe its requests, the writer's block table. A history that is only the
+block's newest events starts with its ``carried`` holders (who held the block when the window opens): they
+count as holders, and no answer that rests on clean ownership is given without saying the window is
+truncated (an anomaly before it, a free under a cache entry, cannot be ruled out). The classes are the ways
 engines have corrupted their KV cache:
 
 - double allocation: the block was handed out while a live request still held it, or freed twice;
@@ -16,6 +19,7 @@ engines have corrupted their KV cache:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -180,8 +184,24 @@ def _row_class(rows: Sequence[Violation], swa: bool) -> tuple[BugClass, str] | N
     return None
 
 
+_BY_ROWS_ALONE = (BugClass.WRONG_CACHE_LOCATION, BugClass.POSITION_ERROR, BugClass.STALE_TRANSLATION)
+"""The classes the rows alone prove (write-slot, chain-position and zero-slot rows), before any journal."""
+
+
 def _only_misdirected(cls: BugClass, intended: int | None) -> int | None:
     return intended if cls is BugClass.WRONG_CACHE_LOCATION else None
+
+
+def truncation_note(history: Sequence[JournalEvent]) -> str | None:
+    """What an attribution from ``history`` must say when the history is a truncated window (it starts with
+    carried events), else None."""
+    carried = [e for e in history if e.carried]
+    if not carried:
+        return None
+    start = next((e.step for e in history if not e.carried), None)
+    since = f"from step {start}" if start is not None else "none of them"
+    return (f"the journal window is truncated (the block's newest events only, {since}; who held it when the "
+            "window opens is carried): an ownership anomaly before the window cannot be ruled out")
 
 
 def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, step: int, slot: int,
@@ -192,7 +212,24 @@ def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, ste
     ``writer_slot_at``: per request id, position -> slot of its table (from the engine's description), used
     to name the intended slot of a misdirected write (reported for a wrong cache location only: the writer's
     table names a slot of another block for a position it wrote into this one; ``block_size`` is the
-    journal's). ``swa``: the rows are the sliding-window group's."""
+    journal's). ``swa``: the rows are the sliding-window group's. A truncated ``history`` (carried events
+    first): an answer that found no anomaly says it cannot vouch for clean ownership (its reason and notes)."""
+    att = _attribute(rows, history, step=step, slot=slot, swa=swa, writer_slot_at=writer_slot_at,
+                     block_size=block_size)
+    note = truncation_note(history)
+    if note is None or att.anomaly_step is not None:
+        return att
+    fixed = _row_class(rows, False)
+    if fixed is not None and fixed[0] in _BY_ROWS_ALONE:  # the rows prove the class: no ownership claim
+        return dataclasses.replace(att, notes=(*att.notes, note))
+    reason = att.reason.replace("ownership is clean", "ownership looks clean in the journal's window")
+    return dataclasses.replace(att, reason=f"{reason} (not vouched for: the journal window is truncated)",
+                               notes=(*att.notes, note))
+
+
+def _attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, step: int, slot: int,
+               swa: bool, writer_slot_at: dict[str, dict[int, int]] | None, block_size: int) -> Attribution:
+    """:func:`attribute` before the truncation note."""
     write = last_write(history, step)
     writer = write.owner if write is not None else None
     held = claimants_at(history, write.step if write is not None else step)
@@ -210,8 +247,7 @@ def attribute(rows: Sequence[Violation], history: Sequence[JournalEvent], *, ste
     base: dict[str, Any] = {"writer": str(writer) if writer else None, "write_step": write.step if write else None,
                             "written_positions": wpos, "holders": holders, "actual_slot": slot}
     fixed = _row_class(rows, False)
-    if fixed is not None and fixed[0] in (BugClass.WRONG_CACHE_LOCATION, BugClass.POSITION_ERROR,
-                                          BugClass.STALE_TRANSLATION):
+    if fixed is not None and fixed[0] in _BY_ROWS_ALONE:
         return Attribution(fixed[0], fixed[1], intended_slot=_only_misdirected(fixed[0], intended), **base)
     anomaly = first_anomaly(history)
     if anomaly is not None and anomaly.step <= step:

@@ -59,6 +59,7 @@ def text_report(bundle: Bundle) -> str:
         "",
         f"Most likely bug class: {a['bug_class'].replace('_', ' ')}",
         f"  {a['reason']}",
+        *(f"  note: {n}" for n in a.get("notes", ())),
         "",
         f"Violations ({len(m['rows'])} rows):",
     ]
@@ -94,9 +95,13 @@ def text_report(bundle: Bundle) -> str:
     lines += ["", f"Journal of block {m['slot'] // max(1, int(m.get('block_size', 1)))} (oldest first):"]
     if not m["journal"]:
         lines.append("  (no journal events)")
+    if any(e.get("carried") for e in m["journal"]):
+        lines.append("  (truncated: the block's newest events only; the first entries, marked carried, are its "
+                     "state when they begin)")
     for e in m["journal"]:
         pos = (f" positions {e['first_position']}..{e['last_position']}" if e["first_position"] is not None else "")
-        lines.append(f"  step {e['step']:<5} {e['kind']:<12} {e['owner'] or ''}{pos}")
+        lines.append(f"  step {e['step']:<5} {e['kind']:<12} {e['owner'] or ('nobody' if e.get('carried') else '')}"
+                     f"{pos}{' (carried)' if e.get('carried') else ''}")
     if m["owners"]:
         lines += ["", "Requests:"]
     for o in m["owners"]:
@@ -192,6 +197,7 @@ def html_report(bundle: Bundle) -> str:
            "<h2>Most likely bug class</h2>",
            f"<p><span id=\"bug-class\" class=\"badge\">{_e(a['bug_class'].replace('_', ' '))}</span></p>",
            f"<p id=\"bug-reason\">{_e(a['reason'])}</p>",
+           *(f"<p class=\"meta\">note: {_e(n)}</p>" for n in a.get("notes", ())),
            "<h2>Owners and writes over time</h2>", _timeline_svg(m),
            "<ul id=\"owners\">"]
     out.append(f"<li>last writer: <b>{_e(a.get('writer') or 'unknown')}</b>"
@@ -226,7 +232,8 @@ def html_report(bundle: Bundle) -> str:
                "<th>positions</th></tr>")
     for e in m["journal"]:
         pos = f"{e['first_position']}..{e['last_position']}" if e["first_position"] is not None else ""
-        out.append(f"<tr><td>{_e(e['step'])}</td><td>{_e(e['kind'])}</td><td>{_e(e['owner'] or '')}</td>"
+        kind = f"{e['kind']} (carried)" if e.get("carried") else e["kind"]
+        out.append(f"<tr><td>{_e(e['step'])}</td><td>{_e(kind)}</td><td>{_e(e['owner'] or '')}</td>"
                    f"<td>{_e(pos)}</td></tr>")
     out.append("</table></body></html>\n")
     return "".join(out)

@@ -1,5 +1,6 @@
 """Replay a bundle: re-run its verify entries (and chain-position writes) on the CPU with torch_ref, from the
-bundle alone, and compare the rows they produce with the bundle's rows as a multiset.
+bundle alone, and compare the rows they produce with the bundle's rows as a multiset: every row but those its
+``unreplayable`` entries name (``"row N: why"``), so a row no entry re-runs is missing, never left out.
 
 The slots the bundle names are renumbered 1..n in small buffers (slot 0 stays the padding slot); each
 buffer's real-KV source holds exactly the words the original fingerprint read (page size 1), so every check
@@ -21,6 +22,7 @@ from kvcanary.consts import CANARY_SLOT_BYTES, VIOLATION_FIELDS, ZERO_SLOT_MARK,
 from kvcanary.context import VerifyOrWriteContext
 from kvcanary.evidence.format import Bundle, read_bundle
 from kvcanary.evidence.report import printable
+from kvcanary.evidence.schema import unreplayable_row
 from kvcanary.extensions import Extensions
 from kvcanary.launch.verify import launch_canary_verify_kernel
 from kvcanary.launch.write import launch_canary_write_kernel
@@ -32,7 +34,8 @@ Row = tuple[int, ...]
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """The bundle's rows, the replayed rows, and whether they are the same multiset."""
+    """The bundle's rows (all but those listed unreplayable), the replayed rows, and whether they are the same
+    multiset."""
 
     expected: tuple[Row, ...]
     replayed: tuple[Row, ...]
@@ -132,12 +135,10 @@ def replay(bundle: Bundle | Path | str) -> ReplayResult:
             worlds[tag] = _TagWorld(bundle, tag, info, mode, ring)
         return worlds[tag]
 
-    expected_idx: list[int] = []
     replayed: list[Row] = []
     by_tag: dict[str, list[dict[str, Any]]] = {}
     for e in rp["verify"]:
         by_tag.setdefault(e["tag"], []).append(e)
-        expected_idx.append(int(e["row"]))
     for tag, entries in by_tag.items():
         w = world(tag)
         check = any(int(e["expected_token"]) != -1 for e in entries)
@@ -150,7 +151,6 @@ def replay(bundle: Bundle | Path | str) -> ReplayResult:
         launch_canary_verify_kernel(context=w.ctx, plan=plan, check_verify_expected_token=check,
                                     extensions=extensions, backend="torch_ref")
     for wr in rp["write"]:
-        expected_idx += [int(i) for i in wr["rows"]]
         w = world(wr["tag"])
         w.ctx.enable_chain_position_assert.fill_(1 if wr["chain_assert"] else 0)
         want = wr.get("want_slot")
@@ -185,8 +185,10 @@ def replay(bundle: Bundle | Path | str) -> ReplayResult:
             if bits & 128:  # WRITE_SLOT_MISMATCH: expected_aux is the slot the table names
                 out[6] = w.map_out(out[6])
             replayed.append(tuple(out))
-    expected = tuple(tuple(int(x) for x in rows_meta[i]["fields"]) for i in expected_idx)
-    return ReplayResult(expected, tuple(replayed), tuple(printable(u) for u in rp.get("unreplayable", ())))
+    unreplayable = [str(u) for u in rp.get("unreplayable", ())]
+    skipped = {unreplayable_row(u) for u in unreplayable}
+    expected = tuple(tuple(int(x) for x in r["fields"]) for i, r in enumerate(rows_meta) if i not in skipped)
+    return ReplayResult(expected, tuple(replayed), tuple(printable(u) for u in unreplayable))
 
 
 def _want_local(w: _TagWorld, want: int) -> int:

@@ -2,6 +2,12 @@
 rules that tie fields to each other and to the tensors file (a verify entry's row is a row of ``rows``, a slot
 it names is in its buffer, a tensor's shape is what its buffer says).
 
+What the report prints beside a row (its tag, codes and reasons, the record the check read, what it expected)
+are copies of what the replay checks (the row's ``fields``, the buffer's record): a rule ties each copy to its
+source, so a bundle cannot say one thing and replay another. Every row is named exactly once: by a verify
+entry, by a write entry, or by an ``unreplayable`` entry ``"row N: why"``; a row none names is refused, so a
+replay that reproduces the rows named has reproduced every row not listed unreplayable.
+
 :func:`bundle_problem` answers with one line naming the field and the rule, or None. ``read_bundle`` calls it
 before a report or a replay touches the bundle, ``write_bundle`` before it writes anything, so a bundle that
 one writes the other reads, and a damaged or hostile one is refused before anything is allocated or run.
@@ -9,6 +15,7 @@ one writes the other reads, and a damaged or hostile one is refused before anyth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -16,7 +23,14 @@ import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from kvcanary.consts import VIOLATION_FIELDS, ZERO_SLOT_MARK, CanaryLaunchTag, PoolKind, RealKvHashMode
+from kvcanary.consts import (
+    VIOLATION_FIELDS,
+    ZERO_SLOT_MARK,
+    CanaryLaunchTag,
+    FailReason,
+    PoolKind,
+    RealKvHashMode,
+)
 from kvcanary.evidence.attribution import BugClass
 from kvcanary.guard.journal_events import JournalKind
 
@@ -25,6 +39,14 @@ MAX_SOURCE_BYTES = 1 << 20
 MAX_TABLE_ENTRIES = 1 << 24
 """The most ``req_to_token`` entries a write-slot row's replay builds: (writer row + 1) x (position + 1)."""
 ROLES = ("writer", "holder", "reader", "journal")
+_UNREPLAYABLE = re.compile(r"row (0|[1-9][0-9]{0,18}): ")
+"""What an ``unreplayable`` entry starts with: the index of the row it explains."""
+
+
+def unreplayable_row(entry: str) -> int | None:
+    """The row index an ``unreplayable`` entry (``"row N: why"``) names; None when it names none."""
+    m = _UNREPLAYABLE.match(entry)
+    return int(m.group(1)) if m else None
 
 
 def _one_of(names: tuple[str, ...], what: str) -> AfterValidator:
@@ -109,6 +131,7 @@ class JournalEntry(_Model):
     owner: str | None
     first_position: Int64 | None
     last_position: Int64 | None
+    carried: bool = False  # bundles before session 13 have none
 
 
 class Attribution(_Model):
@@ -243,12 +266,103 @@ def _in_buffer(slot: int, buffer: Buffer | None) -> bool:
     return slot <= 0 or slot == ZERO_SLOT_MARK or (buffer is not None and slot in buffer.slots)
 
 
+def _hex(x: int) -> str:
+    """An int64 field as ``bundle.json`` writes a hash (unsigned, 16 hex digits)."""
+    return f"{x & ((1 << 64) - 1):#018x}"
+
+
+def _row_copies(meta: BundleMeta) -> Iterator[str]:
+    """Each row's tag, codes and reasons are what its ``fields`` say; its record entry names its tag and slot
+    and expects what the row expected (the report prints these copies; the replay reads ``fields``)."""
+    if len(meta.records) != len(meta.rows):
+        yield f"records must hold one entry per row ({len(meta.rows)}), got {len(meta.records)}"
+    every = sum(int(b) for b in FailReason)
+    for i, r in enumerate(meta.rows):
+        kind, bits = r.fields[0], r.fields[7]
+        if CanaryLaunchTag[r.tag].value != kind:
+            yield f"rows[{i}].tag must be the launch tag of rows[{i}].fields[0] ({kind}), got {r.tag!r}"
+        codes = [int(b) for b in FailReason if b & bits]
+        if r.codes != codes:
+            yield f"rows[{i}].codes must be the bits of rows[{i}].fields[7] ({bits}: {codes}), got {_got(r.codes)}"
+        labels = FailReason(bits & every).labels()
+        if r.fail_reasons != labels:
+            yield (f"rows[{i}].fail_reasons must name the bits of rows[{i}].fields[7] ({labels}), "
+                   f"got {_got(r.fail_reasons)}")
+        if i >= len(meta.records):
+            continue
+        rec = meta.records[i]
+        if rec.tag != r.tag or rec.slot != r.fields[1]:
+            yield (f"records[{i}] must name rows[{i}]'s tag and slot ({r.tag} slot {r.fields[1]}), got {rec.tag} "
+                   f"slot {rec.slot}")
+        exp = rec.expected
+        if exp is not None and exp.token is not None and exp.token != r.fields[4]:
+            yield f"records[{i}].expected.token must be rows[{i}].fields[4] ({r.fields[4]}), got {exp.token}"
+        if exp is not None and exp.prev_hash is not None and exp.prev_hash != _hex(r.fields[6]):
+            yield (f"records[{i}].expected.prev_hash must be rows[{i}].fields[6] ({_hex(r.fields[6])}), got "
+                   f"{_got(exp.prev_hash)}")
+
+
+def _verify_copies(meta: BundleMeta, tensors: dict[str, torch.Tensor] | None) -> Iterator[str]:
+    """A verified row's record entry shows the record the replay reads: the token, position and link the row
+    says the check read, and (tensors given) the buffer's record of the slot, fingerprint included; its
+    expected position is the one the verify entry checks."""
+    rp = meta.replay
+    for v in rp.verify:
+        if v.row >= len(meta.rows) or v.row >= len(meta.records) or v.slot == ZERO_SLOT_MARK or v.slot <= 0:
+            continue
+        fields, rec, at = meta.rows[v.row].fields, meta.records[v.row], f"records[{v.row}]"
+        if rec.expected is not None and rec.expected.position not in (None, v.expected_position):
+            yield (f"{at}.expected.position must be the position replay.verify checks ({v.expected_position}), "
+                   f"got {rec.expected.position}")
+        st = rec.stored
+        read = (fields[3], fields[2], _hex(fields[5]))
+        if st is None or (st.token, st.position, st.prev_hash) != read:
+            got = "none" if st is None else f"{(st.token, st.position, st.prev_hash)}"
+            yield (f"{at}.stored must be the record rows[{v.row}] says the check read (token, position, "
+                   f"prev_hash {read}), got {got}")
+            continue
+        buf = rp.buffers.get(v.tag)
+        t = tensors.get(f"records/{v.tag}") if tensors is not None else None
+        if tensors is None or buf is None or t is None or v.slot not in buf.slots or t.dtype != torch.int64 \
+                or tuple(t.shape) != (len(buf.slots), 4):
+            continue  # no tensors to compare with, or a shape rule below refuses them
+        token, position, link, fp = (int(x) for x in t[buf.slots.index(v.slot)].tolist())
+        have = (token, position, _hex(link), _hex(fp))
+        if (st.token, st.position, st.prev_hash, st.real_kv_hash) != have:
+            yield (f"{at}.stored must be the record the replay reads (records/{v.tag} of slot {v.slot}: {have}), "
+                   f"got {(st.token, st.position, st.prev_hash, st.real_kv_hash)}")
+
+
+def _coverage(meta: BundleMeta) -> Iterator[str]:
+    """Every row is named exactly once, by a verify entry, a write entry or an ``unreplayable`` entry."""
+    rp, n_rows = meta.replay, len(meta.rows)
+    named: dict[int, list[str]] = {}
+    for i, v in enumerate(rp.verify):
+        named.setdefault(v.row, []).append(f"replay.verify[{i}]")
+    for i, w in enumerate(rp.write):
+        for j, r in enumerate(w.rows):
+            named.setdefault(r, []).append(f"replay.write[{i}].rows[{j}]")
+    for i, u in enumerate(rp.unreplayable):
+        row = unreplayable_row(u)
+        if row is None or row >= n_rows:
+            yield (f"replay.unreplayable[{i}] must read 'row N: why' with N an index into rows "
+                   f"(0..{n_rows - 1}), got {_got(u)}")
+            continue
+        named.setdefault(row, []).append(f"replay.unreplayable[{i}]")
+    for row in range(n_rows):
+        by = named.get(row, [])
+        if len(by) != 1:
+            yield (f"rows[{row}] must be named exactly once (by replay.verify, replay.write or "
+                   f"replay.unreplayable), got {', '.join(by) if by else 'none'}")
+
+
 def _cross(meta: BundleMeta, tensors: dict[str, torch.Tensor] | None) -> Iterator[str]:
     """The rules between fields (and against the tensors, when given): each as 'field rule, got value'."""
     rp, n_rows = meta.replay, len(meta.rows)
     for i, o in enumerate(meta.owners):
         if len(o.slots) != len(o.positions):
             yield f"owners[{i}].slots must hold one entry per position ({len(o.positions)}), got {len(o.slots)}"
+    yield from _row_copies(meta)
     for i, v in enumerate(rp.verify):
         if v.row >= n_rows:
             yield f"replay.verify[{i}].row must be an index into rows (0..{n_rows - 1}), got {v.row}"
@@ -269,6 +383,8 @@ def _cross(meta: BundleMeta, tensors: dict[str, torch.Tensor] | None) -> Iterato
             if w.position < 0 or (writer + 1) * (w.position + 1) > MAX_TABLE_ENTRIES:
                 yield (f"replay.write[{i}].position must be >= 0 with (writer row + 1) x (position + 1) <= "
                        f"{MAX_TABLE_ENTRIES} (the replay's req_to_token), got {w.position} (writer row {writer})")
+    yield from _coverage(meta)
+    yield from _verify_copies(meta, tensors)
     if tensors is None:
         return
     for tag, buf in rp.buffers.items():

@@ -442,7 +442,11 @@ class SlotJournal:
         return block, self._ring.chain(block, limit)
 
     def history(self, slot: int) -> list[JournalEvent]:
-        """The newest ``per_block`` events of ``slot``'s block still in the ring, oldest first."""
+        """The newest ``per_block`` events of ``slot``'s block still in the ring, oldest first. When the block
+        had older events (past ``per_block``, or folded into its base), the window is led by the block's state
+        when it opens, as ``carried`` events (:class:`JournalEvent`): who held the block then and whether it was
+        quarantined, so a reader replaying the window (attribution) starts from its holders, not from nobody,
+        and can tell that the window is not the block's whole history."""
         block, chain = self._chain(slot, self.per_block)
         r, owners = self._ring, self._codes.owners
         out = []
@@ -450,6 +454,25 @@ class SlotJournal:
             o, f, la = r.owner_mv[i], r.first_mv[i], r.last_mv[i]
             out.append(JournalEvent(r.step_mv[i], KINDS[r.kind_mv[i]], block, None if o < 0 else owners[o],
                                     None if f == NO_POSITION else f, None if la == NO_POSITION else la))
+        older = r.prev_mv[chain[0]] >= 0 if chain else r.newest(block) >= 0
+        return self._carried(block, len(chain)) + out if older else out
+
+    def _carried(self, block: int, window: int) -> list[JournalEvent]:
+        """``block``'s state before its newest ``window`` events in the ring (its base, then the ring's older
+        events replayed), as carried events at the step of the last event before the window (a holder at the
+        step it joined)."""
+        ring, owners = self._ring, self._codes.owners
+        chain = ring.chain(block)
+        before = chain[: len(chain) - window]
+        held = self._base.holders(block)
+        quarantined = replay(ring, before, held, self._base.is_quarantined(block))
+        at = ring.step_mv[before[-1]] if before else (ring.folded_step if ring.folded_step is not None else 0)
+        out = [JournalEvent(joined, JournalKind.CACHED if owners[c].kind is OwnerKind.CACHE else JournalKind.SHARED,
+                            block, owners[c], carried=True) for c, joined in held.items()]
+        if quarantined:
+            out.append(JournalEvent(at, JournalKind.QUARANTINED, block, carried=True))
+        if not held:
+            out.append(JournalEvent(at, JournalKind.RELEASED, block, carried=True))
         return out
 
     def owners_at(self, slot: int, step: int) -> list[Owner]:

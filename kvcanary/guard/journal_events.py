@@ -100,7 +100,11 @@ def apply_events(kind: memoryview, owner: memoryview, step: memoryview, events: 
 
 
 class JournalEvent(NamedTuple):
-    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named)."""
+    """One entry: at ``step``, ``kind`` happened to ``block`` (for ``owner``, where one is named).
+
+    ``carried``: not an event of the window :meth:`SlotJournal.history` returns but the block's state when
+    that window opens (its older events are gone from it): a holder then (SHARED for a request, CACHED for a
+    cache entry, at the step it joined), QUARANTINED, or a RELEASED naming no owner when nobody held it."""
 
     step: int
     kind: JournalKind
@@ -108,6 +112,7 @@ class JournalEvent(NamedTuple):
     owner: Owner | None = None
     first_position: int | None = None
     last_position: int | None = None
+    carried: bool = False
 
     @property
     def wrote(self) -> bool:

@@ -111,3 +111,34 @@ def test_an_ownership_anomaly_after_the_violation_is_not_its_cause() -> None:
     j.record(9, JournalKind.ALLOCATED, [5], B)
     att = attribute([_row(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)], j.history(5), step=3, slot=5)
     assert att.bug_class is BugClass.BYTE_CORRUPTION
+
+
+def test_a_truncated_window_that_shows_no_anomaly_does_not_vouch_for_clean_ownership() -> None:
+    """The cache held the block, it was freed under it and handed to b, and then so many writes came that the
+    free is older than the window: the window cannot show the use after free, and the answer says so."""
+    j, whole = SlotJournal(block_size=1, per_block=4), SlotJournal(block_size=1)  # whole: every event kept
+    for journal in (j, whole):
+        journal.record(1, JournalKind.ALLOCATED, [5], A, first_position=3, last_position=3)
+        journal.record(1, JournalKind.CACHED, [5], CACHE)
+        journal.record(2, JournalKind.RELEASED, [5], A)
+        journal.record(2, JournalKind.FREED, [5])
+        journal.record(3, JournalKind.ALLOCATED, [5], B, first_position=0, last_position=0)
+        for step in range(4, 9):
+            journal.record(step, JournalKind.WRITTEN, [5], B, first_position=0, last_position=0)
+    assert whole.per_block >= 10 and not any(e.carried for e in whole.history(5))
+    assert attribute([_row(RECORD)], whole.history(5), step=9, slot=5).bug_class is BugClass.USE_AFTER_FREE
+    history = j.history(5)
+    assert [(e.kind, e.owner) for e in history if e.carried] == [(JournalKind.SHARED, B)]  # b held it then
+    att = attribute([_row(RECORD)], history, step=9, slot=5)
+    assert att.bug_class is BugClass.STALE_TRANSLATION and att.anomaly_step is None  # not wrong cache location
+    assert "not vouched for" in att.reason and "ownership is clean" not in att.reason, att.reason
+    assert any("journal window is truncated" in n for n in att.notes), att.notes
+
+
+def test_rows_that_prove_their_class_keep_their_reason_in_a_truncated_window() -> None:
+    j = SlotJournal(block_size=1, per_block=1)
+    j.record(1, JournalKind.ALLOCATED, [5], A, first_position=3, last_position=3)
+    j.record(2, JournalKind.WRITTEN, [5], A, first_position=3, last_position=3)
+    att = attribute([_row(FailReason.WRITE_POSITION_MISMATCH)], j.history(5), step=3, slot=5)
+    assert att.bug_class is BugClass.POSITION_ERROR and "not vouched" not in att.reason
+    assert att.notes and "truncated" in att.notes[0]

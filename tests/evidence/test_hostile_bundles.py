@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,7 +141,8 @@ _EVIL = "evil\x1b[2J\x1b]0;owned\x07\nline\u202e"
 def _evil_strings(meta: dict[str, Any]) -> None:
     meta["engine"] = meta["attribution"]["reason"] = meta["owners"][0]["request_id"] = _EVIL
     meta["attribution"]["holders"] = [_EVIL]
-    meta["replay"]["unreplayable"] = [_EVIL]
+    row = meta["replay"]["verify"].pop()["row"]  # a row the bundle cannot replay, and says why
+    meta["replay"]["unreplayable"] = [f"row {row}: {_EVIL}"]
 
 
 def test_inspect_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +161,7 @@ def test_replay_escapes_control_characters(tmp_path: Path, capsys: pytest.Captur
     assert main(["replay", str(path)]) == 0
     out = capsys.readouterr().out
     assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the terminal"
-    assert "not replayable: evil\\x1b[2J" in out
+    assert re.search(r"not replayable: row \d+: evil\\x1b\[2J", out), out
 
 
 def test_html_into_a_missing_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -60,27 +61,34 @@ def _stored(meta: dict[str, Any]) -> None:
     meta["records"][0]["stored"]["token"] = meta["records"][0]["expected"]["token"]
 
 
-@pytest.mark.xfail(strict=True, reason="rL: the report's copies of a row (tag, codes, fail_reasons, stored "
-                   "record) are never tied to the fields and tensors the replay checks")
-@pytest.mark.parametrize("edit", [_codes, _tag, _stored], ids=["codes", "tag", "stored record"])
-def test_a_report_field_that_contradicts_the_replayed_row_is_refused(edit: Edit, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("edit", "field"), [(_codes, "rows[0].codes"), (_tag, "rows[0].tag"),
+                                             (_stored, "records[0].stored")], ids=["codes", "tag", "stored record"])
+def test_a_report_field_that_contradicts_the_replayed_row_is_refused(edit: Edit, field: str, tmp_path: Path) -> None:
     path = _copy(tmp_path, edit)
-    assert replay(path).ok  # today: "reproduced", while `inspect` prints the edited reasons / tag / record
-    with pytest.raises(BundleError):
+    with pytest.raises(BundleError, match=re.escape(field) + " must be"):
         read_bundle(path)
+    assert read_bundle(_copy(tmp_path / "clean")).meta["rows"]  # the genuine copy is read
 
 
-@pytest.mark.xfail(strict=True, reason="rL: a row named by no verify/write entry and not listed unreplayable "
-                   "is silently left out; replay still says 'reproduced: the same violation rows'")
 def test_a_row_the_plan_leaves_out_is_not_reported_reproduced(tmp_path: Path) -> None:
     path = _copy(tmp_path, lambda m: m["replay"]["verify"].pop(1))  # 2 rows, 1 verify entry, no unreplayable
-    try:
-        bundle = read_bundle(path)
-    except BundleError:
-        return
-    result = replay(bundle)
-    assert len(bundle.meta["rows"]) == 2
-    assert not result.complete, (result.expected, result.replayed, result.unreplayable)
+    with pytest.raises(BundleError, match=re.escape("rows[1] must be named exactly once") + ".*got none"):
+        read_bundle(path)
+    genuine = read_bundle(bundle_path(Fault.RADIX_UAF))
+    assert len(genuine.meta["rows"]) == 2 and replay(genuine).complete
+    meta = json.loads((path / META_FILE).read_text())  # a Bundle built in memory skips read_bundle's rules
+    result = replay(Bundle(meta, dict(genuine.tensors)))
+    assert len(result.expected) == 2 and len(result.missing) == 1, (result.expected, result.replayed)
+    assert not result.ok and not result.complete
+
+
+def test_a_row_named_twice_or_an_unreplayable_entry_naming_no_row_is_refused(tmp_path: Path) -> None:
+    twice = _copy(tmp_path / "twice", lambda m: m["replay"]["unreplayable"].append("row 0: listed as well"))
+    with pytest.raises(BundleError, match=re.escape("rows[0] must be named exactly once") + r".*verify\[0\]"):
+        read_bundle(twice)
+    loose = _copy(tmp_path / "loose", lambda m: m["replay"]["unreplayable"].append("no row named"))
+    with pytest.raises(BundleError, match=re.escape("replay.unreplayable[0] must read 'row N: why'")):
+        read_bundle(loose)
 
 
 def _flip_tensor_byte(path: Path) -> None:
@@ -127,9 +135,7 @@ _CHAIN_ROW = Violation(kernel_kind=0, slot_idx=71, position=3, stored_token=5, e
                        fail_reason_bits=int(FailReason.VERIFY_CHAIN_HASH_MISMATCH | FailReason.VERIFY_TOKEN_MISMATCH))
 
 
-@pytest.mark.parametrize("shares", [0, pytest.param(40, marks=pytest.mark.xfail(
-    strict=True, reason="rL: history() is the newest per_block events only; a hot prefix's shares push the "
-    "CACHED claim out and a use after free is reported as 'ownership is clean'"))])
+@pytest.mark.parametrize("shares", [0, 40])
 def test_a_use_after_free_is_named_whatever_the_journal_window(shares: int) -> None:
     journal, step = _uaf_history(shares)
     att = attribute([_CHAIN_ROW], journal.history(71), step=step, slot=71)
@@ -137,8 +143,6 @@ def test_a_use_after_free_is_named_whatever_the_journal_window(shares: int) -> N
     assert "cache:radix" in att.holders, att
 
 
-@pytest.mark.xfail(strict=True, reason="rL: a PD transfer's ALLOCATED event carries no positions, so the report "
-                   "names an earlier owner as last writer of a slot that holds the transferred request's record")
 def test_the_radix_uaf_report_names_the_request_whose_record_the_slot_holds() -> None:
     meta = read_bundle(bundle_path(Fault.RADIX_UAF)).meta
     stored = meta["records"][0]["stored"]
@@ -147,6 +151,7 @@ def test_the_radix_uaf_report_names_the_request_whose_record_the_slot_holds() ->
                if s == meta["slot"] and p == stored["position"] and t == stored["token"]]
     assert len(holders) == 1, holders  # the one request whose table and tokens give the slot's record
     assert meta["attribution"]["writer"] == f"request:{holders[0]}", meta["attribution"]
+    assert meta["attribution"]["written_positions"] == [stored["position"]] * 2, meta["attribution"]
 
 
 def _disk_full(self: Path, *args: object, **kwargs: object) -> int:

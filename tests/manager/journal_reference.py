@@ -148,7 +148,7 @@ class ReferenceJournal:
 
     def history(self, slot: int) -> list[JournalEvent]:
         """The events kept for ``slot``'s block, oldest first."""
-        return [_as_event(JournalEvent, e) for e in self._events.get(self.block_of(slot), ())]
+        return [_as_event(JournalEvent, (*e, False)) for e in self._events.get(self.block_of(slot), ())]
 
     def owners_at(self, slot: int, step: int) -> list[Owner]:
         """Who held ``slot``'s block during ``step``: every owner added at or before ``step`` and not released

@@ -113,7 +113,8 @@ def test_journal_history_keeps_the_newest_per_block_and_block_ids_are_bounded() 
     assert j.recorded == 8 and j.holders(1) == [req("1")]  # nothing of a refused call was recorded
     for s in range(11, 14):
         j.record(s, JournalKind.WRITTEN, [0], req("0"))
-    assert [e.step for e in j.history(0)] == [12, 13]  # per_block: the newest two
+    assert [(e.step, e.carried) for e in j.history(0)] == [(0, True), (12, False), (13, False)]  # per_block: the
+    assert j.history(0)[0].owner == req("0")  # newest two, led by who held the block before them (carried)
     assert j.holders(0) == [req("0")] and j.owners_at(0, 0) == [req("0")]  # from every event, not the two
 
 # -- the setting -----------------------------------------------------------------------------------------

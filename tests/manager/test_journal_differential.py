@@ -213,12 +213,40 @@ def check_history(got: list[JournalEvent], want: list[JournalEvent], covers: Cal
         assert type(e) is JournalEvent and type(e.step) is int and type(e.block) is int, e
         assert type(e.kind) is JournalKind and (e.owner is None or type(e.owner) is Owner), e
         assert all(p is None or type(p) is int for p in (e.first_position, e.last_position)), e
-    rows, expected = [tuple(e) for e in got], [tuple(e) for e in want]
+    window = [e for e in got if not e.carried]
+    assert got[len(got) - len(window):] == window, f"slot {slot}: a carried event after the window's first"
+    rows, expected = [tuple(e) for e in window], [tuple(e) for e in want]
     if covers is None:
-        assert rows == expected, slot
-        return
-    assert rows == expected[len(expected) - len(rows):], f"slot {slot}: not the reference's newest events"
-    assert len(rows) >= sum(covers(e.step) for e in want), f"slot {slot}: an event at a covered step is missing"
+        assert rows == expected[len(expected) - len(rows):], slot
+    else:
+        assert rows == expected[len(expected) - len(rows):], f"slot {slot}: not the reference's newest events"
+        assert len(rows) >= sum(covers(e.step) for e in want), f"slot {slot}: an event at a covered step is missing"
+    carried = [(e.kind, e.owner) for e in got if e.carried]
+    assert carried == _state_at(want[: len(want) - len(window)]), f"slot {slot}: not its state when the window opens"
+
+
+def _state_at(before: list[JournalEvent]) -> list[tuple[JournalKind, Owner | None]]:
+    """What a window after the reference's events ``before`` carries: each holder then (CACHED for a cache entry,
+    SHARED for a request), QUARANTINED when it was, a RELEASED naming nobody when nobody held it (none at all
+    when nothing came before)."""
+    if not before:
+        return []
+    held: dict[Owner, None] = {}
+    quarantined = False
+    for e in before:
+        if e.kind in (JournalKind.ALLOCATED, JournalKind.SHARED, JournalKind.WRITTEN, JournalKind.CACHED):
+            if e.owner is not None:
+                held.setdefault(e.owner)
+        elif e.kind is JournalKind.RELEASED and e.owner is not None:
+            held.pop(e.owner, None)
+        elif e.kind is JournalKind.FREED:
+            held.clear()
+        elif e.kind in (JournalKind.QUARANTINED, JournalKind.REINSTATED):
+            quarantined = e.kind is JournalKind.QUARANTINED
+    out: list[tuple[JournalKind, Owner | None]] = [
+        (JournalKind.CACHED if o.kind is OwnerKind.CACHE else JournalKind.SHARED, o) for o in held]
+    out += [(JournalKind.QUARANTINED, None)] if quarantined else []
+    return out + ([(JournalKind.RELEASED, None)] if not held else [])
 
 
 def check_window(got: list[Owner], want: list[Owner], covers: Callable[[int], bool] | None, first_step: int,

@@ -36,8 +36,13 @@ def test_journal_ring_wraps_folds_and_keeps_holders_exact() -> None:
     assert j.covers(0)
     filler(j, 4, 40, 5)  # the ring holds 16 events: these fold the first three
     assert not j.covers(3) and j.covers(5)
-    assert j.history(0) == [] and j.holders(1) == [req("a"), req("b")] and j.quarantined(2)
-    assert len(j.history(10)) == 4  # per_block: the newest four of the block's events in the ring
+    assert j.holders(1) == [req("a"), req("b")] and j.quarantined(2)
+    # every event of block 0 folded: its history is its state, carried (a holder at the step it joined)
+    assert [(e.step, e.kind, e.owner, e.carried) for e in j.history(0)] == [
+        (1, K.SHARED, req("a"), True), (2, K.SHARED, req("b"), True)]
+    window = [e for e in j.history(10) if not e.carried]
+    assert len(window) == 4  # per_block: the newest four of the block's events in the ring
+    assert [e.carried for e in j.history(10)][:-4] == [True]  # led by its state when they begin
     j.record(6, K.RELEASED, [0], req("a"))
     j.record(6, K.REINSTATED, [1])
     assert j.holders(0) == [req("b")] and not j.quarantined(3)
@@ -78,7 +83,8 @@ def test_journal_past_window_never_names_a_later_holder() -> None:
     j.record(20, K.SHARED, [0], req("b"))
     j.record(30, K.ALLOCATED, [1], req("c"))
     filler(j, 31, 40, 2)
-    assert j.history(0) == [] and j.history(1) == []
+    assert [(e.step, e.owner) for e in j.history(0)] == [(10, req("a")), (20, req("b"))]  # carried: folded
+    assert [(e.step, e.owner, e.carried) for e in j.history(1)] == [(30, req("c"), True)]
     assert j.owners_at(0, 5) == [] and j.owners_at(0, 15) == [req("a")] and j.owners_at(0, 25) == [req("a"), req("b")]
     assert j.owners_between(1, 0, 29) == [] and j.owners_at(1, 30) == [req("c")]
 
@@ -199,7 +205,8 @@ def test_journal_folding_changes_no_answer_the_ring_covers(seed: int) -> None:
             j.record_each(step, kind, blocks, who, pos, pos)
         for b in range(6):
             assert small.holders(b) == whole.holders(b) and small.quarantined(b) == whole.quarantined(b)
-            mine, all_ = small.history(b), whole.history(b)
+            mine = [e for e in small.history(b) if not e.carried]
+            all_ = [e for e in whole.history(b) if not e.carried]
             assert mine == all_[len(all_) - len(mine):]
             s0 = rng.randint(0, step)
             s1 = rng.randint(s0, step + 1)

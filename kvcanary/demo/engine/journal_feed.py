@@ -260,8 +260,8 @@ class JournalFeed:
         orig_receive = table.receive_transfer
 
         def receive_transfer(req: Request, tokens: Sequence[int], slots: list[int]) -> None:
-            orig_receive(req, tokens, slots)
-            rec(JournalKind.ALLOCATED, slots, _req(req))
+            orig_receive(req, tokens, slots)  # slots[i] holds position i's KV (and record), copied in: a write
+            self._record_written(slots, _req(req))
 
         def leaving(orig: Callable[..., None]) -> Callable[..., None]:
             def wrapped(req: Request, *args: Any, **kwargs: Any) -> None:
@@ -386,6 +386,21 @@ class JournalFeed:
             made = forward_events(reserved, (), (), j.block_size)[0]
             if made[0]:
                 j.record_each(j.filing_step(self._step), JournalKind.ALLOCATED, *made)
+        self.seconds += perf_counter() - t0
+
+    def _record_written(self, slots: Sequence[int], owner: Owner) -> None:
+        """A PD transfer's slots, ALLOCATED to ``owner`` with the position each holds (``slots[i]``: position
+        ``i``): the copy wrote their records, so attribution names the receiver as their last writer."""
+        if self._reqs:
+            self._flush()
+        t0 = perf_counter()
+        kept = [(s, p) for p, s in enumerate(slots) if s > 0]
+        if kept:
+            blocks, positions = [s for s, _ in kept], [p for _, p in kept]
+            for m in self.engine.managers:
+                j = m.journal
+                j.record_each(j.filing_step(self.engine.step_index), JournalKind.ALLOCATED,
+                              [b // j.block_size for b in blocks], [owner] * len(blocks), positions, positions)
         self.seconds += perf_counter() - t0
 
     def _record(self, kind: JournalKind, slots: Sequence[int], owner: Owner | None, *, swa: bool = False) -> None:
