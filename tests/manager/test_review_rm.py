@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvcanary.manager import CanaryBatch, VerifyBudget
-from tests.manager.test_review_rk import _started
+from tests.manager.test_review_rk import _buffers, _changed, _started
 from tests.manager.test_rotation import RKV, layered_world
 from tests.manager.world import Req
 
@@ -51,3 +51,27 @@ def test_a_head_that_raises_inside_manager_forward_leaves_no_open_forward() -> N
     with pytest.raises(ValueError, match="digest"), m.forward(batch):
         w.write_kv(batch.out_cache_loc.tolist())
     m.end_step()  # refused today: "end_step() called between head() and tail() of forward slot(s) [0]"
+
+
+@pytest.mark.xfail(strict=True, reason="rM: a prepare() that refuses the batch leaves the slot prepared from the "
+                                       "previous one: head() of the same object, resized past the capacity, runs")
+def test_head_after_a_refused_prepare_of_the_kept_batch_is_refused() -> None:
+    """prepare(batch) passes; the engine grows the batch in place past write_token_capacity and prepares it
+    again, which is refused (the capacity rule). The slot still counts as prepared and the batch is still the
+    accepted object, so head(batch) launches on a batch no check accepted (today: HEAD, TAIL and the step's
+    end all run). Wanted: head() refused (no prepare accepted it), nothing on the device changed."""
+    w, a = _started()
+    m = w.manager
+    batch = w.build([(a, 5, 1)])
+    m.prepare(batch)
+    n = m.capacities.write_token_capacity + 3
+    for t in (batch.input_ids, batch.positions, batch.out_cache_loc):
+        t.resize_(n)
+        t.fill_(5)
+    batch.extend_lens.fill_(n)
+    with pytest.raises(Exception, match="write_entry_capacity"):
+        m.prepare(batch)
+    before = _buffers(m)
+    with pytest.raises(RuntimeError, match="prepare"):
+        m.head(batch)
+    assert _changed(before, m) == []
