@@ -53,13 +53,11 @@ def test_a_head_that_raises_inside_manager_forward_leaves_no_open_forward() -> N
     m.end_step()  # refused today: "end_step() called between head() and tail() of forward slot(s) [0]"
 
 
-@pytest.mark.xfail(strict=True, reason="rM: a prepare() that refuses the batch leaves the slot prepared from the "
-                                       "previous one: head() of the same object, resized past the capacity, runs")
 def test_head_after_a_refused_prepare_of_the_kept_batch_is_refused() -> None:
     """prepare(batch) passes; the engine grows the batch in place past write_token_capacity and prepares it
     again, which is refused (the capacity rule). The slot still counts as prepared and the batch is still the
-    accepted object, so head(batch) launches on a batch no check accepted (today: HEAD, TAIL and the step's
-    end all run). Wanted: head() refused (no prepare accepted it), nothing on the device changed."""
+    accepted object, so head(batch) launched on a batch no check accepted (HEAD, TAIL and the step's end all
+    ran; fixed: prepare() clears the slot's prepared flag first). head() is refused, nothing changed."""
     w, a = _started()
     m = w.manager
     batch = w.build([(a, 5, 1)])
