@@ -513,10 +513,10 @@ class CanaryManager:
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
         """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""
         self.prepare(batch, forward_index=forward_index)
-        self.head(batch, forward_index=forward_index)
         try:
+            self.head(batch, forward_index=forward_index)  # a HEAD observer may raise after the HEAD ran
             yield
-        except BaseException:  # the model raised: no TAIL, and the step may still end
+        except BaseException:  # the HEAD or the model raised: no TAIL, and the step may still end
             self.abort_forward(forward_index=forward_index)
             raise
         self.tail(forward_index=forward_index)

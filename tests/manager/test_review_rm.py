@@ -36,11 +36,9 @@ def test_aborted_forwards_keep_budget_and_rotation_in_step(victim: int) -> None:
     assert hits == {req.slots[victim]}, hits
 
 
-@pytest.mark.xfail(strict=True, reason="rM: a head() that raises after the runner's HEAD (a head observer) "
-                                       "leaves the slot open: manager.forward never aborts it, end_step refuses")
 def test_a_head_that_raises_inside_manager_forward_leaves_no_open_forward() -> None:
     """A HEAD observer (the TP digest) raises: ``with manager.forward(batch)`` raises it, and the step must
-    still end (the contract of manager.forward: it aborts what it opened). The HEAD call sits before its try."""
+    still end (the contract of manager.forward: it aborts what it opened). Fixed: the HEAD call sits in its try."""
     w, a = _started()
     m = w.manager
 
@@ -50,7 +48,7 @@ def test_a_head_that_raises_inside_manager_forward_leaves_no_open_forward() -> N
     batch = w.build([(a, 5, 1)])
     with pytest.raises(ValueError, match="digest"), m.forward(batch):
         w.write_kv(batch.out_cache_loc.tolist())
-    m.end_step()  # refused today: "end_step() called between head() and tail() of forward slot(s) [0]"
+    m.end_step()  # was refused: "end_step() called between head() and tail() of forward slot(s) [0]"
 
 
 def test_head_after_a_refused_prepare_of_the_kept_batch_is_refused() -> None:
