@@ -394,6 +394,7 @@ class CanaryManager:
         """Host side, before the forward and outside any graph: validate the batch against the capacities,
         and scatter the expected-token snapshot when VERIFY_TOKEN is on."""
         runner = self._forwards[0] if forward_index is _FIRST else self._runner(forward_index)
+        self._prepared[forward_index] = False  # a batch refused below leaves no forward prepared for head()
         caps, check_token, exp = self.capacities, self._check_token, batch.expected_tokens
         # the very batch of the previous forward, at the same sizes, passed these: four shape reads; a batch
         # resized in place is a new one (its checks, its bucket)
@@ -512,10 +513,10 @@ class CanaryManager:
     def forward(self, batch: CanaryBatch, *, forward_index: int = 0) -> Iterator[None]:
         """``with manager.forward(batch): model(...)``: prepare + head before the body, tail after it."""
         self.prepare(batch, forward_index=forward_index)
-        self.head(batch, forward_index=forward_index)
         try:
+            self.head(batch, forward_index=forward_index)  # a HEAD observer may raise after the HEAD ran
             yield
-        except BaseException:  # the model raised: no TAIL, and the step may still end
+        except BaseException:  # the HEAD or the model raised: no TAIL, and the step may still end
             self.abort_forward(forward_index=forward_index)
             raise
         self.tail(forward_index=forward_index)
