@@ -54,8 +54,15 @@ def install_folder(staged: Path, target: Path, *, replace: bool, marker: str) ->
             os.rename(target, aside / "b")
             try:
                 os.rename(staged, target)
-            except BaseException:
-                os.rename(aside / "b", target)
+            except BaseException as exc:
+                try:
+                    os.rename(aside / "b", target)
+                except OSError as back:  # another writer installed its bundle meanwhile: the old one is superseded
+                    if back.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+                    shutil.rmtree(aside, ignore_errors=True)
+                    raise FolderTaken(errno.EEXIST, "another writer replaced the bundle meanwhile",
+                                      str(target)) from exc
                 aside.rmdir()
                 raise
             shutil.rmtree(aside, ignore_errors=True)
