@@ -516,10 +516,10 @@ class CanaryManager:
         try:
             self.head(batch, forward_index=forward_index)  # a HEAD observer may raise after the HEAD ran
             yield
-        except BaseException:  # the HEAD or the model raised: no TAIL, and the step may still end
+            self.tail(forward_index=forward_index)
+        except BaseException:  # the HEAD, the model or the TAIL raised: the forward ends, the step may too
             self.abort_forward(forward_index=forward_index)
             raise
-        self.tail(forward_index=forward_index)
 
     def abort_forward(self, *, forward_index: int = 0) -> None:
         """The forward of slot ``forward_index`` ends here without its TAIL (the engine's model raised between

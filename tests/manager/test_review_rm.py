@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kvcanary.manager import CanaryBatch, VerifyBudget
+from kvcanary.manager.forward import ForwardRunner
 from tests.manager.test_review_rk import _buffers, _changed, _started
 from tests.manager.test_rotation import RKV, layered_world
 from tests.manager.world import Req
@@ -71,3 +72,18 @@ def test_head_after_a_refused_prepare_of_the_kept_batch_is_refused() -> None:
     with pytest.raises(RuntimeError, match="prepare"):
         m.head(batch)
     assert _changed(before, m) == []
+
+
+def test_a_tail_that_raises_inside_manager_forward_leaves_no_open_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TAIL raises (a launcher's error): ``with manager.forward(batch)`` raises it, and the step still ends."""
+    w, a = _started()
+    m = w.manager
+    batch = w.build([(a, 5, 1)])
+
+    def failing_tail(self: ForwardRunner) -> bool:
+        raise RuntimeError("the TAIL failed")
+    monkeypatch.setattr(ForwardRunner, "tail", failing_tail)
+    with pytest.raises(RuntimeError, match="TAIL failed"), m.forward(batch):
+        w.write_kv(batch.out_cache_loc.tolist())
+    monkeypatch.undo()
+    m.end_step()  # not refused: the forward was aborted

@@ -53,14 +53,15 @@ class ForwardRunner:
             self.observer(fwd)
         if mgr is not None:
             mgr.prepare(fwd.canary, forward_index=slot)
-            mgr.head(fwd.canary, forward_index=slot)
         try:
+            if mgr is not None:
+                mgr.head(fwd.canary, forward_index=slot)
             logits = on.model.forward(fwd.model_input, on.kv)
-        except BaseException:  # no TAIL for this forward: the manager forgets its HEAD
+            if mgr is not None:
+                mgr.tail(forward_index=slot)
+        except BaseException:  # the HEAD, the model or the TAIL raised: the manager forgets the forward
             if mgr is not None:
                 mgr.abort_forward(forward_index=slot)
             raise
-        if mgr is not None:
-            mgr.tail(forward_index=slot)
         self.forwards += 1
         return logits

@@ -376,16 +376,16 @@ class TransformersCanary:
             batch = pool.batch(rids, past, query, batch_data, written=written)
             t1 = time.perf_counter()
             manager.prepare(batch)
-            manager.head(batch)
-            t2 = time.perf_counter()
             try:
+                manager.head(batch)
+                t2 = time.perf_counter()
                 original(runner, model, batch_data)
-            except BaseException:  # no TAIL for this forward: the manager forgets its HEAD
+                t3 = time.perf_counter()
+                manager.tail()
+                t4 = time.perf_counter()
+            except BaseException:  # the HEAD, the model or the TAIL raised: the manager forgets the forward
                 manager.abort_forward()
                 raise
-            t3 = time.perf_counter()
-            manager.tail()
-            t4 = time.perf_counter()
             seen = len(manager.events)
             try:
                 manager.end_step(stats=False)  # the stats are not read here: a quiet step makes none
