@@ -5,7 +5,7 @@ call works as if the bad one never happened"); each failed before fK's fixes (wh
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,14 +13,13 @@ import pytest
 import torch
 
 from kvcanary.consts import CanaryMode, RealKvHashMode
-from kvcanary.guard.decision import GuardDecision, RequestFailure
+from kvcanary.guard.decision import RequestFailure
 from kvcanary.guard.followup import quarantined_failure
 from kvcanary.guard.policy import ViolationPolicy
 from kvcanary.manager import CanaryBatch, CanaryConfig, CanaryManager, ExpectedTokens
-from kvcanary.manager.reporter import ViolationEvent
-from kvcanary.manager.stats import StepStats
 from kvcanary.manager.sweep import SweepEntries
 from tests.manager.graph_parity import device_buffers
+from tests.manager.test_guard import Recorder
 from tests.manager.world import Req, World, make_world, t64
 
 
@@ -290,23 +289,9 @@ def test_a_forward_whose_model_raised_is_aborted_and_the_step_ends() -> None:
 
 
 # -- the guard: what the adapter reports ---------------------------------------------------------------------
-class _Heard:
-    def __init__(self) -> None:
-        self.decisions: list[GuardDecision] = []
-
-    def on_violations(self, events: Sequence[ViolationEvent]) -> None:
-        pass
-
-    def on_decision(self, decision: GuardDecision) -> None:
-        self.decisions.append(decision)
-
-    def on_step(self, stats: StepStats) -> None:
-        pass
-
-
 def test_report_failures_never_hands_the_sinks_one_request_twice() -> None:
     w = make_world()
-    heard = _Heard()
+    heard = Recorder()
     w.manager.add_sink(heard)
     f: RequestFailure = quarantined_failure("req-1", "block", [3], slot=3, step=0)
     g: RequestFailure = quarantined_failure("req-2", "block", [3], slot=3, step=0)
