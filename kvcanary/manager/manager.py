@@ -401,10 +401,12 @@ class CanaryManager:
         last = self._checked[forward_index]
         rows, tokens = batch.req_pool_indices.shape, batch.input_ids.shape
         snapshot = None if exp is None else (exp.flat.shape, exp.lens.shape)
-        kept = last is not None and batch is last[0]
-        resized = last is not None and kept and (rows != last[1] or tokens != last[2])
-        regrown = kept and last is not None and snapshot != last[3]  # the expected-token snapshot resized in place
-        fresh = not kept or resized or regrown
+        resized = regrown = False
+        if last is not None and batch is last[0]:  # kept: resized in place since, or its snapshot was?
+            resized, regrown = rows != last[1] or tokens != last[2], snapshot != last[3]
+            fresh = resized or regrown
+        else:
+            fresh = True
         if resized or regrown:  # its own rules ran at its shapes when it was built: again at the new ones
             batch.check_rules()
             if regrown and exp is not None:
