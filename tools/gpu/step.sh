@@ -49,3 +49,24 @@ old() {
         timeout 45 python3 benchmarks/bench_fast_step.py --device cuda --quick --out "$OUT/$1.json" >"$OUT/$1.log" 2>&1)
     echo "$1: rc=$?"; grep -E "canary device time|host time|share of the wall|alone" "$OUT/$1.log" | cut -c1-150
 }
+
+# budget_gpu: the verify budget's kernels on the GPU (session 12 changed them: the cursor a token position, no move
+# on overflow): their parity tests, then memcheck and racecheck over verify_budget on both backends.
+budget_gpu() {
+    step budget_tests 120 python3 -m pytest tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
+        tests/manager/test_budget.py tests/manager/test_budget_coverage.py -o addopts="" -q -rfE -p no:cacheprovider
+    grep -E "^(FAILED|ERROR)" "$OUT/budget_tests.log" | head -8 | cut -c1-200
+    local b
+    for b in cuda triton; do
+        step "memcheck_budget_$b" 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+            python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
+        step "racecheck_budget_$b" 60 compute-sanitizer --tool racecheck --error-exitcode 3 \
+            python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
+    done
+}
+
+# graph_launch SECONDS: benchmarks/graph_launch.py (where a graph launch's host time goes), its figures' lines.
+graph_launch() {
+    step graph_launch "$1" python3 benchmarks/graph_launch.py --out "$OUT/graph_launch.json"
+    grep -E "replay|cuGraphLaunch|add_|floor|other thread" "$OUT/graph_launch.log" | head -30 | cut -c1-110
+}

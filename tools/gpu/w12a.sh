@@ -7,21 +7,11 @@
 # with Triton's write variants 3 and 0 (item 5); the seventh pass's tree for the host-time pair, as time allows.
 set -u
 mkdir -p "$OUT"
-source "$(dirname "$0")/step.sh"  # rc, step, manager_gpu, v_branch, fast, before7, old
+source "$(dirname "$0")/step.sh"  # rc, step, budget_gpu, graph_launch, manager_gpu, v_branch, fast, before7, old
 python3 -c "import torch, triton, kvcanary.manager.branch as b; print(torch.cuda.get_device_name(), torch.__version__, \
 triton.__version__, 'fork', b.ON_BY_DEFAULT)"
-# session 12 changed the budget kernels (the cursor a token position; no move on overflow): parity on the GPU,
-# memcheck and racecheck over verify_budget on both backends, before anything else
-step budget_tests 120 python3 -m pytest tests/backends/cuda/test_budget.py tests/backends/triton/test_budget.py \
-    tests/manager/test_budget.py tests/manager/test_budget_coverage.py -o addopts="" -q -rfE -p no:cacheprovider
-for b in cuda triton; do
-    step "memcheck_budget_$b" 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
-        python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
-    step "racecheck_budget_$b" 60 compute-sanitizer --tool racecheck --error-exitcode 3 \
-        python3 tests/gpu/sanitize.py --backend $b --quick --ops verify_budget
-done
-step graph_launch 90 python3 benchmarks/graph_launch.py --out "$OUT/graph_launch.json"
-grep -E "replay|cuGraphLaunch|add_|floor|other thread" "$OUT/graph_launch.log" | head -30 | cut -c1-110
+budget_gpu  # the budget kernels' parity, memcheck and racecheck, before anything else
+graph_launch 90
 v_branch 100
 tri() {  # tri NAME VARIANT: bench_triton --only write with TUNING["write_variant"] = VARIANT
     step "$1" 70 python3 -c "import runpy, sys; from kvcanary_backends.triton._jit import TUNING; \
