@@ -27,6 +27,7 @@ def meta_digest(meta: dict[str, Any]) -> str:
 
 
 def bytes_digest(data: bytes) -> str:
+    """The sha256 (hex) of ``data`` (the tensors file's bytes, before they are written)."""
     return hashlib.sha256(data).hexdigest()
 
 

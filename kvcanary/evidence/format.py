@@ -96,9 +96,10 @@ def write_bundle(bundle: Bundle, path: Path | str, *, replace: bool = True) -> P
     data: bytes = st.save(tensors)
     meta[DIGESTS_KEY] = {"meta": meta_digest(meta), "tensors": bytes_digest(data)}
     text = json.dumps(meta, indent=1) + "\n"
-    if len(text.encode("utf-8")) > MAX_META_BYTES:
-        raise BundleError(f"kv-canary: bundle {str(path)!r} not written: {META_FILE} would be "
-                          f"{len(text.encode('utf-8'))} bytes, over the {MAX_META_BYTES}-byte cap a reader reads")
+    size = len(text.encode("utf-8"))
+    if size > MAX_META_BYTES:
+        raise BundleError(f"kv-canary: bundle {str(path)!r} not written: {META_FILE} would be {size} bytes, over "
+                          f"the {MAX_META_BYTES}-byte cap a reader reads")
     staged = staging_folder(path)
     try:
         (staged / TENSORS_FILE).write_bytes(data)

@@ -131,7 +131,7 @@ class JournalEntry(_Model):
     owner: str | None
     first_position: Int64 | None
     last_position: Int64 | None
-    carried: bool = False  # bundles before session 13 have none
+    carried: bool = False  # older bundles' journal entries have none
 
 
 class Attribution(_Model):
